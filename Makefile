@@ -1,0 +1,65 @@
+# Switchboard: `make run` serves the Board and the agent API; `make test` runs the suite.
+# Both work from a fresh clone: they create .venv, install, and start a project-local
+# PostgreSQL when DATABASE_URL is unset.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Python 3.12 (pinned in .python-version): from PATH, from pyenv, or pyenv's folder.
+PYTHON ?= $(shell command -v python3.12 2>/dev/null \
+	|| (command -v pyenv >/dev/null 2>&1 && pyenv which python3.12 2>/dev/null) \
+	|| ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+export DJANGO_SETTINGS_MODULE := board.settings
+
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean
+
+help: ## List the targets.
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "Python 3.12 not found: install it or set PYTHON=/path/to/python3.12" >&2; exit 1; fi
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## Create .venv and install Switchboard with its dev tools.
+
+system-deps: ## Install the Debian packages the tests need (as root), when missing.
+	@scripts/system-deps.sh
+
+db: ## Start (or reuse) the project-local PostgreSQL, unless DATABASE_URL is set.
+	@if [ -z "$$DATABASE_URL" ]; then scripts/devdb.sh start; fi
+
+db-stop: ## Stop the project-local PostgreSQL.
+	@scripts/devdb.sh stop
+
+migrate: venv db ## Apply the database migrations.
+	$(BIN)/python manage.py migrate --no-input -v 0
+
+demo: migrate ## Ensure the demo operator login and demo endpoint; print them.
+	@$(BIN)/python manage.py ensure_demo
+
+run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
+	$(BIN)/python manage.py collectstatic --no-input -v 0
+	@echo "Sweeps: run '$(BIN)/python manage.py sweep --loop' beside it to requeue expired leases."
+	$(BIN)/gunicorn board.wsgi -c gunicorn.conf.py --bind $(HOST):$(PORT)
+
+test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: venv ## Check style with ruff.
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+fmt: venv ## Format with ruff.
+	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
+
+clean: db-stop ## Stop the database and remove .venv and .pgdata.
+	rm -rf $(VENV) .pgdata

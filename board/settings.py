@@ -1,0 +1,213 @@
+"""Settings for Switchboard, read from environment variables with safe defaults.
+
+Every knob is documented in the README ("Configuration").
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name, default):
+    return os.environ.get(name, default)
+
+
+def env_bool(name, default=False):
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {raw!r}")
+
+
+def env_int(name, default, minimum=None, maximum=None):
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+    if (minimum is not None and value < minimum) or (
+        maximum is not None and value > maximum
+    ):
+        raise ImproperlyConfigured(
+            f"{name} must be between {minimum} and {maximum}, not {value}"
+        )
+    return value
+
+
+def env_list(name, default):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url):
+    """Turn a postgres:// URL into a Django DATABASES entry."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must start with postgres://, not {parts.scheme!r}"
+        )
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    options = {key: value for key, value in query.items() if key != "conn_max_age"}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "switchboard",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+    }
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("SWITCHBOARD_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set in production")
+    # A development key; production deployments set SECRET_KEY (see README).
+    SECRET_KEY = "switchboard-development-key-not-for-production-use-0123456789"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "django_htmx",
+    "todos",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "board.urls"
+WSGI_APPLICATION = "board.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# The database: DATABASE_URL, or the project-local cluster that `make` starts.
+_default_url = "postgres://postgres@127.0.0.1:{}/{}".format(
+    env_int("SB_PG_PORT", 54329, 1, 65535), env_str("SB_PG_DB", "switchboard")
+)
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL", _default_url))}
+_db = DATABASES["default"]
+# Server-side binding plus prepared statements let PostgreSQL reuse the store's
+# plans (PERF-NOTES §3). PgBouncer in transaction mode needs 1.21+ for prepared
+# statements; set SWITCHBOARD_DB_PREPARE=0 behind an older pooler.
+if env_bool("SWITCHBOARD_DB_PREPARE", True):
+    _db["OPTIONS"].setdefault("server_side_binding", True)
+    _db["OPTIONS"].setdefault("prepare_threshold", 5)
+# Every statement, the store's included, runs under a timeout so that a stuck
+# query answers an error instead of holding a worker thread forever.
+STATEMENT_TIMEOUT_MS = env_int("SWITCHBOARD_STATEMENT_TIMEOUT_MS", 5000, 0)
+_db["OPTIONS"]["options"] = (
+    _db["OPTIONS"].get("options", "") + f" -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+).strip()
+_db["OPTIONS"].setdefault("connect_timeout", env_int("SWITCHBOARD_DB_CONNECT_TIMEOUT", 3, 1))
+_db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
+_db["CONN_HEALTH_CHECKS"] = True
+_db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/board/login/"
+LOGIN_REDIRECT_URL = "/board/"
+LOGOUT_REDIRECT_URL = "/board/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+    },
+}
+# Serve straight from static/ too, so tests and `make run` need no collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# The agent API's body limit (CONTRACT §5): larger bodies answer 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
+SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
+
+# Queue defaults.
+SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
+SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
+SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
+SWITCHBOARD_MAX_WAIT_SECONDS = 20
+
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"()": "todos.logs.TextFormatter"},
+        "json": {"()": "todos.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "text",
+        },
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "switchboard": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
+}

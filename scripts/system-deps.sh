@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the Debian packages the test suite needs, when they are missing.
+# As root this runs apt-get; otherwise it says what is missing and carries on
+# (the tests that need a missing part skip with a reason).
+set -euo pipefail
+missing=()
+command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    || [ -n "${DATABASE_URL:-}" ] || missing+=(postgresql)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "system-deps: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    echo "system-deps: missing Debian packages: ${missing[*]} (browser tests will skip)" >&2
+fi

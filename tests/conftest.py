@@ -1,0 +1,68 @@
+"""Shared fixtures: real PostgreSQL, endpoints with tokens, and time travel.
+
+Time moves by editing timestamps in the database (the store reads PostgreSQL's
+clock), never by sleeping.
+"""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from todos import store
+from todos.models import Endpoint
+
+
+@pytest.fixture
+def make_endpoint(db):
+    """Return a factory: make_endpoint(name, queues=("*",), owner="alice")."""
+    created = []
+
+    def factory(name="agent", queues=("*",), owner="alice"):
+        user, _ = get_user_model().objects.get_or_create(username=owner)
+        endpoint = Endpoint(name=name, owner=user, queues=list(queues))
+        endpoint.token = endpoint.set_new_token()
+        endpoint.save()
+        created.append(endpoint)
+        return endpoint
+
+    return factory
+
+
+@pytest.fixture
+def endpoint(make_endpoint):
+    return make_endpoint("agent-a")
+
+
+@pytest.fixture
+def scope(endpoint):
+    return store.Scope.for_endpoint(endpoint)
+
+
+@pytest.fixture
+def other_endpoint(make_endpoint):
+    return make_endpoint("agent-b", owner="bob")
+
+
+@pytest.fixture
+def other_scope(other_endpoint):
+    return store.Scope.for_endpoint(other_endpoint)
+
+
+def shift(todo_id, **columns_seconds):
+    """Move a todo's timestamps by the given seconds (negative = into the past).
+
+    shift(todo.id, lease_expires_at=-60) makes its lease lapse a minute ago.
+    """
+    assignments = ", ".join(
+        f"{column} = {column} + make_interval(secs => %s)" for column in columns_seconds
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE todos SET {assignments} WHERE id = %s",
+            [*columns_seconds.values(), str(todo_id)],
+        )
+
+
+@pytest.fixture
+def time_travel():
+    return shift

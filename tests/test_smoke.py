@@ -1,0 +1,14 @@
+from todos import store
+
+
+def test_healthz_answers_ok_when_the_database_is_up(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_create_then_claim_round_trip(scope):
+    todo, created = store.create_todo(scope, queue="q", title="t")
+    assert created
+    claimed = store.claim_next(scope, "w1")
+    assert claimed.id == todo.id and claimed.state == "claimed"

@@ -1,0 +1,15 @@
+"""The health check: 200 when the database answers, 503 when it does not."""
+
+from django.http import JsonResponse
+
+from todos import store
+
+
+def healthz(request):
+    """Answer whether the database is reachable."""
+    if store.ping():
+        return JsonResponse({"status": "ok"})
+    return JsonResponse(
+        {"status": "unavailable", "detail": "the database cannot be reached"},
+        status=503,
+    )

@@ -1,0 +1,40 @@
+"""Log formatters: key=value text for people, one JSON object a line for machines.
+
+Callers pass structured fields through ``extra={"fields": {...}}``; both
+formatters render them, so a log line is searchable either way.
+"""
+
+import json
+import logging
+from datetime import UTC, datetime
+
+
+def _fields(record):
+    fields = getattr(record, "fields", None)
+    return fields if isinstance(fields, dict) else {}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record):
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_fields(record),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record):
+        ts = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        pairs = " ".join(f"{key}={value}" for key, value in _fields(record).items())
+        line = f"{ts} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        if pairs:
+            line = f"{line} {pairs}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line

@@ -1,0 +1,62 @@
+"""Ensure the demo operator login and demo endpoint exist, and print them."""
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from todos import auth
+from todos.models import Endpoint
+
+TOKEN_FILE = Path(settings.BASE_DIR) / ".switchboard-demo-token"
+
+
+class Command(BaseCommand):
+    help = (
+        "Ensure a demo staff login and a demo endpoint (every queue) exist, and "
+        "print the login and the endpoint's token. The token is kept in "
+        ".switchboard-demo-token (git-ignored, mode 600) so restarts reuse it."
+    )
+
+    def handle(self, *args, **options):
+        username = os.environ.get("SWITCHBOARD_DEMO_USER", "operator")
+        password = os.environ.get("SWITCHBOARD_DEMO_PASSWORD", "switchboard")
+        user_model = get_user_model()
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True}
+        )
+        if created:
+            user.set_password(password)
+            user.save()
+
+        endpoint = Endpoint.objects.filter(name="demo", owner=user).first()
+        token = TOKEN_FILE.read_text().strip() if TOKEN_FILE.exists() else ""
+        if endpoint is None:
+            endpoint = Endpoint(name="demo", owner=user, queues=["*"])
+            token = endpoint.set_new_token()
+            endpoint.save()
+        elif not token or auth.endpoint_for_token(token) != endpoint:
+            token = endpoint.set_new_token()
+            endpoint.revoked_at = None
+            endpoint.save()
+        TOKEN_FILE.write_text(token + "\n")
+        TOKEN_FILE.chmod(0o600)
+
+        login = f"{username} / {password}" if created else f"{username} (password unchanged)"
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "Switchboard is ready.",
+                    "  Board:          http://127.0.0.1:8000/board/",
+                    f"  Operator login: {login}",
+                    f"  Demo endpoint:  {endpoint.id} (every queue)",
+                    f"  Endpoint token: {token}",
+                    "  Try:  curl -s -H 'Authorization: Bearer <token>' "
+                    "http://127.0.0.1:8000/api/v1/todos",
+                    "",
+                ]
+            )
+        )

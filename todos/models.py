@@ -1,0 +1,126 @@
+"""The schema: endpoints, todos and their history.
+
+The models own the tables and migrations; all todo reads and writes go through
+``todos.store`` as raw, parameterized SQL. The partial indexes the store relies
+on are created by explicit SQL in the migrations so that their predicates are
+exactly the ones the store's queries name.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models.functions import Now
+
+from todos import tokens
+
+STATES = ("pending", "claimed", "done", "failed")
+
+
+class Endpoint(models.Model):
+    """An agent credential owned by a human: the tenant boundary of every todo."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="endpoints"
+    )
+    # Queue names this endpoint may use; ["*"] grants every queue.
+    queues = models.JSONField(default=list)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=16, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "endpoints"
+        ordering = ["name", "created_at"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def is_active(self):
+        return self.revoked_at is None
+
+    @property
+    def grants_every_queue(self):
+        return "*" in self.queues
+
+    def grants(self, queue):
+        """Say whether this endpoint may use the named queue."""
+        return self.grants_every_queue or queue in self.queues
+
+    def granted_queues(self):
+        """Return the granted queue names, or None when every queue is granted."""
+        return None if self.grants_every_queue else tuple(self.queues)
+
+    def set_new_token(self):
+        """Mint a token, keep only its hash, and return it (the one time it is seen)."""
+        token = tokens.generate_token()
+        self.token_hash = tokens.hash_token(token)
+        self.token_prefix = tokens.display_prefix(token)
+        return token
+
+
+class Todo(models.Model):
+    """A durable work item; its lifecycle is driven only by ``todos.store``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.PROTECT, db_column="endpoint_id"
+    )
+    queue = models.TextField()
+    title = models.TextField(default="", blank=True)
+    payload = models.JSONField(default=dict)
+    state = models.TextField(
+        db_default="pending", choices=[(state, state) for state in STATES]
+    )
+    assignee = models.TextField(null=True, blank=True)
+    owner = models.TextField(null=True, blank=True)
+    attempt = models.IntegerField(db_default=0)
+    max_attempts = models.IntegerField(db_default=5)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.TextField(null=True, blank=True)
+    last_error = models.TextField(db_default="", blank=True)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "todos"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(state__in=STATES), name="todos_state_check"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_attempts__gte=1), name="todos_max_attempts_check"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(attempt__gte=0), name="todos_attempt_check"
+            ),
+        ]
+
+
+class TodoEvent(models.Model):
+    """One lifecycle transition of a todo: the audit trail the Board shows."""
+
+    id = models.BigAutoField(primary_key=True)
+    # ON DELETE CASCADE is added in SQL by the migration: purging a todo purges
+    # its history with it, in one statement.
+    todo = models.ForeignKey(
+        Todo, on_delete=models.DO_NOTHING, db_constraint=False, db_column="todo_id"
+    )
+    endpoint_id = models.UUIDField()
+    from_state = models.TextField(null=True, blank=True)
+    to_state = models.TextField()
+    attempt = models.IntegerField(default=0)
+    actor = models.TextField(default="", blank=True)
+    error = models.TextField(default="", blank=True)
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "todo_events"
+        indexes = [models.Index(fields=["todo", "id"], name="todo_events_todo_idx")]
