@@ -1,0 +1,97 @@
+"""The doorbell: wake a waiting agent when a todo of its scope becomes claimable.
+
+The store rings it with ``pg_notify`` inside each transition that makes a todo
+claimable (create, release, retry, lease-expiry requeue, due-retry requeue),
+so a wakeup is sent exactly when the transition commits. The payload carries
+the todo's own ``endpoint_id``, ``queue`` and ``id``.
+
+A listener holds its own PostgreSQL connection (never the request's: LISTEN
+state is per connection, and Django may reuse or close the request's one), and
+filters every notification by endpoint first — the tenant boundary — and then
+by the endpoint's queue grant.
+"""
+
+import json
+import logging
+import time
+
+import psycopg
+from django.db import connections
+
+from todos.store import DOORBELL_CHANNEL
+
+logger = logging.getLogger("switchboard.doorbell")
+
+
+def _connect():
+    params = connections["default"].get_connection_params()
+    # Django's cursor class and adapters are for its own connections.
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    return psycopg.connect(autocommit=True, **params)
+
+
+class Doorbell:
+    """A LISTEN connection that yields the ready-todo rings of one scope.
+
+    Use as a context manager so the connection closes when the waiter leaves::
+
+        with Doorbell(scope) as bell:
+            rings = bell.wait(timeout=20)
+    """
+
+    def __init__(self, scope):
+        self.scope = scope
+        self.conn = None
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def open(self):
+        self.conn = _connect()
+        self.conn.execute(f"LISTEN {DOORBELL_CHANNEL}")
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            finally:
+                self.conn = None
+
+    def matches(self, ring):
+        """Say whether a ring belongs to this scope: endpoint first, then grant."""
+        if ring.get("endpoint_id") != str(self.scope.endpoint_id):
+            return False
+        return self.scope.covers(ring.get("queue"))
+
+    def wait(self, timeout, stop_after=1):
+        """Return up to ``stop_after`` rings of this scope, waiting up to ``timeout`` s.
+
+        Returns an empty list when nothing of this scope rang in time. Rings of
+        other endpoints are dropped here and never returned.
+        """
+        deadline = time.monotonic() + max(timeout, 0)
+        rings = []
+        while len(rings) < stop_after:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for notify in self.conn.notifies(timeout=remaining, stop_after=1):
+                ring = parse(notify.payload)
+                if ring is not None and self.matches(ring):
+                    rings.append(ring)
+        return rings
+
+
+def parse(payload):
+    """Decode a ring's JSON payload, or None when it is not one of ours."""
+    try:
+        ring = json.loads(payload)
+    except (TypeError, ValueError):
+        logger.warning("doorbell: ignoring a malformed payload")
+        return None
+    return ring if isinstance(ring, dict) else None
