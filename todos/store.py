@@ -337,15 +337,19 @@ def _transition(operation, scope, todo_id, sql_pair, params, needed):
 # --- Create ---------------------------------------------------------------------
 
 # ON CONFLICT names the dedupe index by its columns and its exact predicate, so
-# PostgreSQL infers todos_dedupe_idx; a NULL key never conflicts.
+# PostgreSQL infers todos_dedupe_idx; a NULL key never conflicts. The row is
+# selected from its endpoint, so an unknown endpoint inserts nothing: Django's
+# foreign keys are DEFERRABLE INITIALLY DEFERRED, and inside a caller's
+# transaction the violation would only surface at its COMMIT.
 CREATE_SQL = f"""
 WITH moved AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
                        created_at, updated_at)
-    VALUES (%(id)s, %(endpoint_id)s, %(queue)s, %(title)s, %(payload)s::jsonb,
-            'pending', %(assignee)s, 0, %(max_attempts)s, %(idempotency_key)s, '',
-            clock_timestamp(), now())
+    SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb,
+           'pending', %(assignee)s, 0, %(max_attempts)s, %(idempotency_key)s, '',
+           clock_timestamp(), now()
+      FROM endpoints e WHERE e.id = %(endpoint_id)s
     ON CONFLICT (endpoint_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL
           AND state <> 'done'
@@ -422,17 +426,14 @@ def _create(endpoint_id, queue, title, payload, idempotency_key, assignee,
     # of the winner; then the slot is free again and the next insert wins.
     for _ in range(3):
         params["id"] = str(uuid.uuid4())
-        try:
-            row = _run("create_todo", CREATE_SQL, params, fetch="one")
-        except IntegrityError as exc:
-            if _run("create_todo", ENDPOINT_EXISTS_SQL, params, fetch="one") is None:
-                raise NotFound("no such endpoint") from exc
-            raise
+        row = _run("create_todo", CREATE_SQL, params, fetch="one")
         if row is not None:
             return Todo.from_row(row), True
         row = _run("create_todo", LIVE_DUPLICATE_SQL, params, fetch="one")
         if row is not None:
             return Todo.from_row(row), False
+        if _run("create_todo", ENDPOINT_EXISTS_SQL, params, fetch="one") is None:
+            raise NotFound("no such endpoint")
     raise Conflict("the idempotency key is contended; try again")
 
 
