@@ -124,3 +124,92 @@ class TodoEvent(models.Model):
     class Meta:
         db_table = "todo_events"
         indexes = [models.Index(fields=["todo", "id"], name="todo_events_todo_idx")]
+
+
+# --- Webhooks -------------------------------------------------------------------
+
+WEBHOOK_SCHEMES = (
+    ("github", "GitHub (X-Hub-Signature-256)"),
+    ("hmac-sha256", "Generic HMAC-SHA256 header"),
+)
+
+
+class WebhookSource(models.Model):
+    """A sender of signed deliveries, reached at ``POST /hooks/<slug>``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=100, unique=True)
+    # Kept in clear, unlike endpoint tokens: verifying an HMAC needs the shared
+    # secret itself, and a hash of it cannot sign anything. It is never shown
+    # again after creation, never logged, and never part of a response.
+    secret = models.CharField(max_length=200)
+    scheme = models.CharField(max_length=20, choices=WEBHOOK_SCHEMES, default="github")
+    # Where the provider puts the signature, its delivery id (the idempotency
+    # key of every todo it becomes) and its event name; blank = the scheme's
+    # default (see todos.webhooks.SCHEMES).
+    signature_header = models.CharField(max_length=100, blank=True, default="")
+    delivery_header = models.CharField(max_length=100, blank=True, default="")
+    event_header = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "webhook_sources"
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+
+class WebhookRoute(models.Model):
+    """One target of a source's deliveries: a todo in this endpoint's queue."""
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.ForeignKey(
+        WebhookSource, on_delete=models.CASCADE, related_name="routes"
+    )
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, related_name="webhook_routes"
+    )
+    queue = models.CharField(max_length=200)
+    assignee = models.CharField(max_length=200, blank=True, default="")
+    # A string.Template over $event, $action, $repository, $number, $title,
+    # $delivery and $source; blank = the derived default title.
+    title_template = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        db_table = "webhook_routes"
+        ordering = ["id"]
+        constraints = [
+            # Two routes to one (endpoint, queue) would collide on the same
+            # dedupe slot: the second could never hold a todo of its own.
+            models.UniqueConstraint(
+                fields=["source", "endpoint", "queue"],
+                name="webhook_routes_one_per_target",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.source.slug} → {self.endpoint_id}:{self.queue}"
+
+
+class WebhookDelivery(models.Model):
+    """One accepted delivery and what it became, per target (the Board's log)."""
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.ForeignKey(
+        WebhookSource, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    delivery_id = models.CharField(max_length=200)
+    event = models.CharField(max_length=100, blank=True, default="")
+    received_at = models.DateTimeField(db_default=Now())
+    # created | duplicate | ping: did any target get a new todo?
+    status = models.CharField(max_length=20)
+    # [{"endpoint_id", "queue", "todo_id", "created", "skipped"}, ...]
+    outcome = models.JSONField(default=list)
+
+    class Meta:
+        db_table = "webhook_deliveries"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["source", "-id"], name="webhook_deliveries_recent"),
+        ]
