@@ -1,0 +1,73 @@
+"""Delete terminal todos (and their history) that became terminal long enough ago."""
+
+import argparse
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+
+from todos import store
+from todos.sweeper import positive_int
+
+logger = logging.getLogger("switchboard.sweep")
+
+PURGE_BATCH = 5000
+
+
+def days(raw):
+    """Parse --older-than: whole days, zero or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole days, not {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Retention: delete terminal todos - done, or dead-lettered (failed with no "
+        "retry window) - whose last transition (updated_at) is more than DAYS days "
+        "old, with their todo_events history. Live todos (pending, claimed, failed "
+        "with a retry window open) are never deleted. Runs in batches and prints "
+        "how many todos were purged."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--older-than",
+            required=True,
+            type=days,
+            metavar="DAYS",
+            help="Purge terminal todos that became terminal more than DAYS days ago.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            metavar="N",
+            default=PURGE_BATCH,
+            help=f"Todos deleted per statement (default {PURGE_BATCH}).",
+        )
+
+    def handle(self, *args, **options):
+        older_than = options["older_than"]
+        batch_size = options["batch_size"]
+        purged = 0
+        try:
+            while True:
+                count = store.purge_terminal(older_than, limit=batch_size)
+                purged += count
+                if count:
+                    self.stdout.write(f"purged {purged} so far")
+                if count < batch_size:
+                    break
+        except store.Unavailable as exc:
+            raise CommandError(f"purge_terminal: {exc}") from exc
+        logger.info(
+            "purge_terminal done",
+            extra={"fields": {"purged": purged, "older_than_days": older_than}},
+        )
+        self.stdout.write(
+            f"purge_terminal: {purged} terminal todos older than {older_than} days "
+            "purged"
+        )

@@ -1,0 +1,52 @@
+"""Requeue todos whose lease expired (dead-letter those at their attempt cap)."""
+
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+
+from todos import store
+from todos.sweeper import drain, positive_int
+
+logger = logging.getLogger("switchboard.sweep")
+
+
+class Command(BaseCommand):
+    help = (
+        "One pass of the lease reaper: every claimed todo whose lease has expired "
+        "returns to pending, or dead-letters (failed, no retry window) when it has "
+        "used max_attempts. Runs in batches until none is left and prints how many "
+        "todos moved. Safe to run from cron beside `sweep --loop` and the claim scan "
+        "(rows are locked with SKIP LOCKED, each batch is one statement)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            metavar="N",
+            default=store.SWEEP_BATCH,
+            help=f"Todos moved per statement (default {store.SWEEP_BATCH}).",
+        )
+
+    def handle(self, *args, **options):
+        batch_size = options["batch_size"]
+        requeued = dead_lettered = 0
+        try:
+            for number, moved in enumerate(
+                drain(store.reap_expired, batch_size=batch_size), start=1
+            ):
+                batch_requeued = sum(todo.state == "pending" for todo in moved)
+                requeued += batch_requeued
+                dead_lettered += len(moved) - batch_requeued
+                if moved:
+                    self.stdout.write(f"batch {number}: {len(moved)} todos moved")
+        except store.Unavailable as exc:
+            raise CommandError(f"reap_expired: {exc}") from exc
+        logger.info(
+            "reap_expired done",
+            extra={"fields": {"requeued": requeued, "dead_lettered": dead_lettered}},
+        )
+        self.stdout.write(
+            f"reap_expired: {requeued + dead_lettered} todos moved "
+            f"({requeued} requeued, {dead_lettered} dead-lettered)"
+        )

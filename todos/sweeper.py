@@ -1,0 +1,240 @@
+"""The background sweeps: drain them in batches, once or in a long-running loop.
+
+The store's sweeps (``reap_expired``, ``requeue_due_retries``) each move one
+batch in one statement, so a todo is either moved with its history row and its
+wakeup or not at all; stopping between batches never leaves one half-moved.
+The commands build on the two pieces here:
+
+- ``drain`` runs one sweep batch after batch until a batch comes back short.
+- ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
+  SIGTERM/SIGINT once ``install_signal_handlers()`` was called). It sleeps in
+  short slices so a stop takes effect within a fraction of a second, and it
+  survives a database restart: a failed pass is logged, Django's connection is
+  closed, and the next pass connects afresh.
+"""
+
+import argparse
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from todos import store
+
+logger = logging.getLogger("switchboard.sweep")
+
+# How long one sleep slice lasts: the longest a stop request waits.
+SLEEP_SLICE_SECONDS = 0.1
+
+
+def positive_int(raw):
+    """Parse a command-line count that must be at least 1."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number, not {raw!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def positive_seconds(raw):
+    """Parse a command-line duration in seconds that must be above zero."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {raw!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(
+            f"must be above 0 and at most 86400, not {raw}"
+        )
+    return value
+
+
+def drain(sweep, *, batch_size=store.SWEEP_BATCH, should_stop=None):
+    """Yield each batch a sweep moves, until a batch is short (or a stop is asked)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    while True:
+        moved = sweep(limit=batch_size)
+        yield moved
+        if len(moved) < batch_size or (should_stop is not None and should_stop()):
+            return
+
+
+@dataclass
+class PassResult:
+    """What one pass of both sweeps moved."""
+
+    requeued: int = 0
+    dead_lettered: int = 0
+    retried: int = 0
+    seconds: float = 0.0
+    endpoints: set = field(default_factory=set)
+
+    @property
+    def moved(self):
+        return self.requeued + self.dead_lettered + self.retried
+
+
+def _log_moved(sweep_name, moved):
+    for todo in moved:
+        logger.debug(
+            "todo moved",
+            extra={
+                "fields": {
+                    "sweep": sweep_name,
+                    "todo_id": todo.id,
+                    "endpoint_id": todo.endpoint_id,
+                    "queue": todo.queue,
+                    "state": todo.state,
+                }
+            },
+        )
+
+
+def log_pass(message, result):
+    """Log one pass's counts as a structured line."""
+    logger.info(
+        message,
+        extra={
+            "fields": {
+                "requeued": result.requeued,
+                "dead_lettered": result.dead_lettered,
+                "retried": result.retried,
+                "endpoints": len(result.endpoints),
+                "ms": round(result.seconds * 1000, 1),
+            }
+        },
+    )
+
+
+def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
+    """Reap expired leases, then requeue due retries; return what moved."""
+    started = time.monotonic()
+    result = PassResult()
+    for moved in drain(
+        store.reap_expired, batch_size=batch_size, should_stop=should_stop
+    ):
+        _log_moved("reap_expired", moved)
+        for todo in moved:
+            result.endpoints.add(todo.endpoint_id)
+            if todo.state == "pending":
+                result.requeued += 1
+            else:
+                result.dead_lettered += 1
+    for moved in drain(
+        store.requeue_due_retries, batch_size=batch_size, should_stop=should_stop
+    ):
+        _log_moved("requeue_due_retries", moved)
+        result.retried += len(moved)
+        result.endpoints.update(todo.endpoint_id for todo in moved)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+class Sweeper:
+    """Run both sweeps every ``interval`` seconds until stopped.
+
+    Lifecycle: construct, optionally ``install_signal_handlers()``, then
+    ``run()`` blocks until ``stop()`` is called (from a signal handler or
+    another thread). ``run()`` returns after the pass in flight finishes its
+    current batch, never in the middle of a statement.
+    """
+
+    def __init__(self, *, interval, batch_size=store.SWEEP_BATCH):
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.interval = interval
+        self.batch_size = batch_size
+        self.passes = 0
+        self.failures = 0
+        self._stopping = False
+
+    @property
+    def stopping(self):
+        return self._stopping
+
+    def stop(self):
+        """Ask the loop to finish; it returns within a sleep slice."""
+        self._stopping = True
+
+    def install_signal_handlers(self):
+        """Stop cleanly on SIGTERM (systemd, docker stop) and SIGINT (Ctrl-C)."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        logger.info(
+            "sweep loop stopping",
+            extra={"fields": {"signal": signal.Signals(signum).name}},
+        )
+        self.stop()
+
+    def run(self):
+        """Sweep every interval until stopped; return the number of passes."""
+        logger.info(
+            "sweep loop started",
+            extra={
+                "fields": {
+                    "interval": self.interval,
+                    "batch_size": self.batch_size,
+                    "pid": os.getpid(),
+                }
+            },
+        )
+        while not self._stopping:
+            # A long-lived process sees no request signals, so honour
+            # CONN_MAX_AGE and the health check (which notices a connection
+            # the server dropped) here, before each pass.
+            close_old_connections()
+            self.run_pass()
+            self._sleep(self.interval)
+        connection.close()
+        logger.info(
+            "sweep loop stopped",
+            extra={"fields": {"passes": self.passes, "failures": self.failures}},
+        )
+        return self.passes
+
+    def run_pass(self):
+        """Run one pass of both sweeps; return its result, or None when it failed."""
+        try:
+            result = sweep_once(
+                batch_size=self.batch_size, should_stop=lambda: self._stopping
+            )
+        except (store.Unavailable, DatabaseError) as exc:
+            self.failures += 1
+            logger.warning(
+                "sweep pass failed; will reconnect",
+                extra={
+                    "fields": {
+                        "error": type(exc).__name__,
+                        "detail": str(exc),
+                        "failures": self.failures,
+                    }
+                },
+            )
+            # The connection may be dead (server restart, terminated backend):
+            # drop it so the next pass opens a fresh one.
+            connection.close()
+            return None
+        self.passes += 1
+        if result.moved:
+            log_pass("sweep pass", result)
+        return result
+
+    def _sleep(self, seconds):
+        deadline = time.monotonic() + seconds
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(SLEEP_SLICE_SECONDS, remaining))
