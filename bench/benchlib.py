@@ -1,0 +1,269 @@
+"""What every benchmark shares: its own database, worker processes, tables, JSON.
+
+Each benchmark runs Switchboard's code and its baseline (a plain psycopg loop
+running the same SQL on the same database) in the same run, so the ratio holds
+on any machine. The benchmarks use their own database (``switchboard_bench`` on
+the project-local cluster unless ``--database-url`` says otherwise), create it
+when missing, migrate it with ``manage.py migrate`` and empty its todos before
+each measurement. They never touch another database.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DEFAULT_URL = "postgres://postgres@127.0.0.1:{port}/switchboard_bench"
+QUEUE = "bench"
+
+
+def parser(description):
+    """Return an argument parser with the options every benchmark takes."""
+    parse = argparse.ArgumentParser(description=description)
+    parse.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL")
+        or DEFAULT_URL.format(port=os.environ.get("SB_PG_PORT", "54329")),
+        help="the benchmark's own database; created and migrated when missing",
+    )
+    return parse
+
+
+def int_list(text):
+    """Parse '1,2,4,8' into [1, 2, 4, 8]."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("give positive integers, e.g. 1,2,4,8")
+    return values
+
+
+# --- The database ---------------------------------------------------------------
+
+
+def prepare_database(url):
+    """Create the benchmark database when missing and apply the migrations."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
+        cwd=ROOT,
+        env=django_env(url),
+        check=True,
+    )
+
+
+def django_env(url, **extra):
+    """Return an environment that points Switchboard at the benchmark database."""
+    env = dict(os.environ)
+    env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="board.settings", **extra)
+    return env
+
+
+def setup_django(url):
+    """Configure Django in this process against the benchmark database."""
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "board.settings"
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def ensure_endpoint(url, name="bench"):
+    """Return (endpoint_id, token) of a fresh endpoint granted every queue."""
+    setup_django(url)
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from todos.models import Endpoint
+
+    owner, _ = get_user_model().objects.get_or_create(username="bench")
+    endpoint = Endpoint(name=name, owner=owner, queues=["*"])
+    token = endpoint.set_new_token()
+    endpoint.save()
+    connection.close()
+    return str(endpoint.id), token
+
+
+def reset_todos(url):
+    """Empty the todos and their history, then checkpoint so runs start alike."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE todos, todo_events")
+        conn.execute("CHECKPOINT")
+
+
+def fill_pending(url, endpoint_id, count, queue=QUEUE):
+    """Insert ``count`` pending todos in creation order, then analyze."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO todos (id, endpoint_id, queue, title, payload, state, attempt,
+                               max_attempts, last_error, created_at, updated_at)
+            SELECT gen_random_uuid(), %s, %s, 'bench ' || n, '{}'::jsonb, 'pending', 0,
+                   5, '', clock_timestamp(), now()
+              FROM generate_series(1, %s) AS n
+            """,
+            [endpoint_id, queue, count],
+        )
+        conn.execute("VACUUM ANALYZE todos")
+        conn.execute("CHECKPOINT")
+
+
+def count_states(url):
+    """Return {state: count} of the todos table."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT state, count(*) FROM todos GROUP BY state").fetchall()
+    return dict(rows)
+
+
+# --- Worker processes -----------------------------------------------------------
+
+
+def run_processes(target, count, seconds, args=()):
+    """Run ``target(index, start, stop_at, *args)`` in ``count`` processes.
+
+    Every process connects first, then waits at a barrier; all start together
+    and stop at the same deadline. Returns the list of what each target returned.
+    """
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(count + 1)
+    results = context.Queue()
+    procs = [
+        context.Process(
+            target=_worker_main,
+            args=(target, index, barrier, seconds, results, args),
+            daemon=True,
+        )
+        for index in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+    barrier.wait(timeout=120)
+    collected = [results.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    failures = [item["error"] for item in collected if "error" in item]
+    if failures:
+        raise RuntimeError(f"{len(failures)} worker(s) failed: {failures[0]}")
+    return collected
+
+
+def _worker_main(target, index, barrier, seconds, results, args):
+    try:
+        ready = target(index, *args)
+        barrier.wait(timeout=120)
+        start = time.perf_counter()
+        outcome = ready(start + seconds)
+        outcome["elapsed"] = time.perf_counter() - start
+        results.put(outcome)
+    except BaseException as exc:  # reported to the parent, which raises it
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def merge(outcomes):
+    """Sum the counts and pool the latencies of several workers' outcomes."""
+    done = sum(item["done"] for item in outcomes)
+    elapsed = max(item["elapsed"] for item in outcomes)
+    latencies = {}
+    for item in outcomes:
+        for name, values in item.get("latencies", {}).items():
+            latencies.setdefault(name, []).extend(values)
+    return {
+        "done": done,
+        "elapsed": elapsed,
+        "rate": done / elapsed if elapsed else 0.0,
+        "dry": sum(item.get("dry", 0) for item in outcomes),
+        "latency_ms": {name: summary(values) for name, values in latencies.items()},
+    }
+
+
+# --- Numbers and reports --------------------------------------------------------
+
+
+def percentile(values, fraction):
+    """Return the nearest-rank percentile of a list of numbers."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, round(fraction * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summary(seconds_list):
+    """Return p50, p99, mean and count in milliseconds."""
+    return {
+        "p50": percentile(seconds_list, 0.50) * 1000,
+        "p99": percentile(seconds_list, 0.99) * 1000,
+        "mean": statistics.fmean(seconds_list) * 1000 if seconds_list else float("nan"),
+        "count": len(seconds_list),
+    }
+
+
+def machine(url):
+    """Describe the machine and the server, so a result file says where it ran."""
+    with psycopg.connect(url) as conn:
+        server = conn.execute("SHOW server_version").fetchone()[0]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]
+        commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    return {
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "postgresql": server,
+        "fsync": fsync,
+        "synchronous_commit": commit,
+    }
+
+
+def print_table(title, headers, rows):
+    """Print rows under headers, columns padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    print(f"\n{title}")
+    for number, row in enumerate(cells):
+        print("  ".join(value.rjust(width) for value, width in zip(row, widths)))
+        if number == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def write_results(name, data):
+    """Write a benchmark's results as JSON under bench/results/ and return the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"\nresults: {path.relative_to(ROOT)}")
+    return path
