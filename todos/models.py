@@ -213,3 +213,32 @@ class WebhookDelivery(models.Model):
         indexes = [
             models.Index(fields=["source", "-id"], name="webhook_deliveries_recent"),
         ]
+
+
+class McpSession(models.Model):
+    """An MCP session: minted by ``initialize``, bound to one endpoint, ended by DELETE.
+
+    It lives in PostgreSQL, not in a worker's memory, so any gunicorn process
+    can serve any request of the session, and a DELETE ends it everywhere.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, related_name="mcp_sessions"
+    )
+    protocol_version = models.CharField(max_length=20)
+    client_name = models.CharField(max_length=200, blank=True, default="")
+    client_version = models.CharField(max_length=100, blank=True, default="")
+    # The minimum level of notifications/message the client asked for.
+    log_level = models.CharField(max_length=20, default="info")
+    created_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "mcp_sessions"
+        indexes = [
+            models.Index(fields=["endpoint", "last_seen_at"], name="mcp_sessions_idle"),
+        ]
+
+    def __str__(self):
+        return str(self.id)
