@@ -1,0 +1,352 @@
+"""POST /hooks/<slug>: real signed HTTP deliveries, fanned out to real todos."""
+
+import json
+import socket
+
+import pytest
+from django.db import connection
+
+from todos import store, webhooks
+from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
+
+SECRET = "it's-a-secret-to-everybody"
+
+PULL_REQUEST = {
+    "action": "opened",
+    "number": 12,
+    "pull_request": {"number": 12, "title": "Fix the login redirect"},
+    "repository": {"full_name": "acme/app"},
+}
+
+
+@pytest.fixture
+def source(endpoint, other_endpoint):
+    """A GitHub source routed to endpoints A and B, both on queue "github"."""
+    source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
+    WebhookRoute.objects.create(source=source, endpoint=other_endpoint, queue="github")
+    return source
+
+
+def deliver(client, slug="acme-app", payload=PULL_REQUEST, *, delivery="d-1",
+            event="pull_request", secret=SECRET, body=None, headers=None,
+            content_type="application/json"):
+    """POST a delivery signed the way GitHub signs it."""
+    body = json.dumps(payload).encode() if body is None else body
+    signed = {
+        "X-GitHub-Delivery": delivery,
+        "X-GitHub-Event": event,
+        "X-Hub-Signature-256": webhooks.sign(secret, body),
+    }
+    signed.update(headers or {})
+    signed = {name: value for name, value in signed.items() if value is not None}
+    return client.post(f"/hooks/{slug}", data=body, content_type=content_type,
+                       headers=signed)
+
+
+def todos_of(endpoint):
+    return store.list_todos(store.Scope.for_endpoint(endpoint)).todos
+
+
+def test_same_delivery_routed_to_two_endpoints_yields_two_todos(
+    client, source, endpoint, other_endpoint
+):
+    """SPEC: Same delivery routed to two endpoints yields two todos."""
+    response = deliver(client)
+
+    assert response.status_code == 202
+    answer = response.json()
+    assert answer["status"] == "created"
+    assert {t["endpoint_id"] for t in answer["targets"]} == {
+        str(endpoint.id), str(other_endpoint.id)
+    }
+    assert all(t["created"] and t["queue"] == "github" for t in answer["targets"])
+    [todo_a], [todo_b] = todos_of(endpoint), todos_of(other_endpoint)
+    assert todo_a.id != todo_b.id
+    for todo in (todo_a, todo_b):
+        assert todo.idempotency_key == "d-1"
+        assert todo.payload == PULL_REQUEST
+        assert todo.title == "pull_request opened acme/app#12: Fix the login redirect"
+    assert {t["todo_id"] for t in answer["targets"]} == {todo_a.id, todo_b.id}
+
+
+def test_redelivery_dedups_only_within_each_target(
+    client, source, endpoint, other_endpoint
+):
+    """SPEC: Redelivery to one target dedups only within that target."""
+    first = deliver(client).json()
+    again = deliver(client)
+
+    assert again.status_code == 202
+    assert again.json()["status"] == "duplicate"
+    assert [t["created"] for t in again.json()["targets"]] == [False, False]
+    assert [t["todo_id"] for t in again.json()["targets"]] == [
+        t["todo_id"] for t in first["targets"]
+    ]
+    assert len(todos_of(endpoint)) == 1
+    assert len(todos_of(other_endpoint)) == 1
+    assert Todo.objects.count() == 2
+
+
+def test_redelivery_during_a_retry_window_collapses_onto_the_parked_retry(
+    client, source, endpoint, time_travel
+):
+    """SPEC: Redelivery during a backoff window does not duplicate."""
+    deliver(client)
+    scope = store.Scope.for_endpoint(endpoint)
+    claimed = store.claim_next(scope, "worker-1")
+    parked = store.fail_todo(scope, claimed.id, "worker-1", error="flaky")
+    assert parked.is_retry_scheduled
+
+    again = deliver(client).json()
+
+    target_a = next(t for t in again["targets"] if t["endpoint_id"] == str(endpoint.id))
+    assert target_a == {"endpoint_id": str(endpoint.id), "queue": "github",
+                        "todo_id": parked.id, "created": False}
+    assert len(todos_of(endpoint)) == 1
+    # The parked retry's re-queue must not collide with a duplicate.
+    time_travel(parked.id, next_retry_at=-3600)
+    assert [moved.id for moved in store.requeue_due_retries()] == [parked.id]
+    assert store.get_todo(scope, parked.id).state == "pending"
+
+
+def test_redelivery_after_the_todo_is_done_creates_a_new_one(client, source, endpoint):
+    """SPEC: A terminal todo does not block a new one."""
+    deliver(client)
+    scope = store.Scope.for_endpoint(endpoint)
+    claimed = store.claim_next(scope, "worker-1")
+    store.complete_todo(scope, claimed.id, "worker-1")
+
+    again = deliver(client).json()
+
+    assert again["status"] == "created"
+    created = {t["endpoint_id"]: t["created"] for t in again["targets"]}
+    assert created[str(endpoint.id)] is True
+    assert len(todos_of(endpoint)) == 2
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Hub-Signature-256": None},
+        {"X-Hub-Signature-256": ""},
+        {"X-Hub-Signature-256": webhooks.sign("wrong secret", b"{}")},
+        # GitHub always sends the prefix; a bare digest is not its signature.
+        {"X-Hub-Signature-256": webhooks.sign(SECRET, b"{}").removeprefix("sha256=")},
+        {"X-Hub-Signature-256": "sha256=ünïcode"},
+    ],
+    ids=["missing", "empty", "wrong-secret", "no-prefix", "non-ascii"],
+)
+def test_a_bad_signature_is_401_and_creates_nothing(client, source, headers):
+    response = deliver(client, body=b"{}", headers=headers)
+
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    assert Todo.objects.count() == 0
+    assert WebhookDelivery.objects.count() == 0
+
+
+def test_a_tampered_body_is_401_and_creates_nothing(client, source):
+    signature = webhooks.sign(SECRET, json.dumps(PULL_REQUEST).encode())
+    tampered = json.dumps({**PULL_REQUEST, "number": 13}).encode()
+
+    response = deliver(client, body=tampered,
+                       headers={"X-Hub-Signature-256": signature})
+
+    assert response.status_code == 401
+    assert Todo.objects.count() == 0
+
+
+def test_an_unknown_slug_is_404(client, source):
+    response = deliver(client, slug="no-such-source")
+
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+    assert Todo.objects.count() == 0
+
+
+def test_a_body_over_256_kib_is_413_and_creates_nothing(client, source):
+    body = json.dumps({"blob": "x" * (256 * 1024)}).encode()
+
+    response = deliver(client, body=body)
+
+    assert response.status_code == 413
+    assert response.json()["error"] == "too_large"
+    assert Todo.objects.count() == 0
+
+
+def test_a_signed_body_that_is_not_json_is_400(client, source):
+    response = deliver(client, body=b"{not json")
+
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request",
+                               "detail": "the body is not valid JSON"}
+    assert Todo.objects.count() == 0
+
+
+def test_a_delivery_without_its_delivery_id_is_400(client, source):
+    response = deliver(client, headers={"X-GitHub-Delivery": None})
+
+    assert response.status_code == 400
+    assert "X-GitHub-Delivery" in response.json()["detail"]
+    assert Todo.objects.count() == 0
+
+
+def test_hooks_answer_405_to_anything_but_post(client, source):
+    response = client.get("/hooks/acme-app")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+
+
+def test_github_form_encoded_deliveries_are_accepted(client, source, endpoint):
+    from urllib.parse import urlencode
+
+    body = urlencode({"payload": json.dumps(PULL_REQUEST)}).encode()
+
+    response = deliver(client, body=body,
+                       content_type="application/x-www-form-urlencoded")
+
+    assert response.status_code == 202
+    assert todos_of(endpoint)[0].payload == PULL_REQUEST
+
+
+def test_github_ping_is_logged_and_creates_no_todo(client, source):
+    ping = {"zen": "Keep it logically awesome.", "hook_id": 1}
+
+    response = deliver(client, payload=ping, event="ping")
+
+    assert response.status_code == 202
+    assert response.json()["status"] == "ping"
+    assert response.json()["targets"] == []
+    assert Todo.objects.count() == 0
+    assert WebhookDelivery.objects.get().status == "ping"
+
+
+def test_the_generic_hmac_scheme_reads_its_own_headers(client, endpoint):
+    source = WebhookSource.objects.create(
+        slug="billing", secret="generic", scheme="hmac-sha256",
+        signature_header="X-Billing-Signature", delivery_header="X-Billing-Id",
+    )
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="invoices")
+    body = b'{"invoice": 7}'
+    bare_digest = webhooks.sign("generic", body).removeprefix("sha256=")
+
+    response = client.post(
+        "/hooks/billing", data=body, content_type="application/json",
+        headers={"X-Billing-Signature": bare_digest, "X-Billing-Id": "inv-7",
+                 "X-Event": "invoice.paid"},
+    )
+
+    assert response.status_code == 202
+    [todo] = todos_of(endpoint)
+    assert (todo.queue, todo.idempotency_key) == ("invoices", "inv-7")
+    assert todo.title == "invoice.paid from billing"
+
+
+def test_a_route_title_template_and_assignee_shape_the_todo(client, endpoint):
+    source = WebhookSource.objects.create(slug="reviews", secret=SECRET)
+    WebhookRoute.objects.create(
+        source=source, endpoint=endpoint, queue="reviews", assignee="reviewer-bot",
+        title_template="Review $repository#$number ($action) [$delivery]",
+    )
+
+    deliver(client, "reviews", delivery="d-77")
+
+    [todo] = todos_of(endpoint)
+    assert todo.title == "Review acme/app#12 (opened) [d-77]"
+    assert todo.assignee == "reviewer-bot"
+
+
+def test_revoked_endpoints_and_ungranted_queues_are_skipped_not_failed(
+    client, source, endpoint, other_endpoint, make_endpoint
+):
+    other_endpoint.revoked_at = other_endpoint.created_at
+    other_endpoint.save()
+    narrow = make_endpoint("narrow", queues=("deploys",))
+    WebhookRoute.objects.create(source=source, endpoint=narrow, queue="github")
+
+    answer = deliver(client).json()
+
+    skipped = {t["endpoint_id"]: t.get("skipped") for t in answer["targets"]}
+    assert skipped == {str(endpoint.id): None,
+                       str(other_endpoint.id): "endpoint revoked",
+                       str(narrow.id): "queue not granted"}
+    assert Todo.objects.count() == 1
+
+
+def test_a_delivery_is_never_half_applied(client, source):
+    # A real database failure on the second target's insert, raised by a
+    # trigger, after the first target's todo was written in the same transaction.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE FUNCTION pg_temp.refuse() RETURNS trigger AS $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM todos) THEN RAISE EXCEPTION 'refused'; END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER refuse_second BEFORE INSERT ON todos FOR EACH ROW
+              EXECUTE FUNCTION pg_temp.refuse();
+            """
+        )
+
+    response = deliver(client)
+
+    assert response.status_code == 503
+    assert Todo.objects.count() == 0
+    assert WebhookDelivery.objects.count() == 0
+
+
+def test_the_deliveries_log_records_each_targets_outcome(client, source, endpoint):
+    deliver(client, delivery="d-1")
+    deliver(client, delivery="d-1")
+
+    newest, oldest = WebhookDelivery.objects.filter(source=source)
+    assert (oldest.status, newest.status) == ("created", "duplicate")
+    assert (newest.delivery_id, newest.event) == ("d-1", "pull_request")
+    assert [t["created"] for t in oldest.outcome] == [True, True]
+    assert [t["todo_id"] for t in newest.outcome] == [
+        t["todo_id"] for t in oldest.outcome
+    ]
+
+
+def test_the_deliveries_log_keeps_only_the_latest_per_source(
+    client, source, monkeypatch
+):
+    monkeypatch.setattr(webhooks, "DELIVERY_LOG_KEEP", 3)
+    for number in range(5):
+        deliver(client, delivery=f"d-{number}")
+
+    kept = WebhookDelivery.objects.filter(source=source)
+    assert [d.delivery_id for d in kept] == ["d-4", "d-3", "d-2"]
+
+
+def _unused_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_while_the_database_is_down_is_503(client):
+    WebhookSource.objects.create(slug="acme-app", secret=SECRET)
+    saved_port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(_unused_port())
+    try:
+        response = deliver(client)
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = saved_port
+
+    assert response.status_code == 503
+    assert response.json()["error"] == "unavailable"
+
+
+def test_a_slug_that_could_never_exist_is_a_json_404(client, db):
+    response = client.post("/hooks/not.a.slug", data=b"{}",
+                           content_type="application/json")
+
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"

@@ -1,0 +1,83 @@
+"""``POST /hooks/<slug>``: signed deliveries from GitHub and other senders.
+
+The checks run cheapest-first and write nothing until the signature holds:
+unknown slug 404, oversized body 413, missing or wrong signature 401, unusable
+delivery 400. Only then does the delivery fan out (``webhooks.ingest``), all
+targets in one transaction, answered 202 with each target's outcome.
+"""
+
+import logging
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from todos import store, webhooks
+from todos.models import WebhookSource
+
+logger = logging.getLogger("switchboard.webhooks")
+
+
+def _error(status, code, detail):
+    return JsonResponse({"error": code, "detail": detail}, status=status)
+
+
+def _read_body(request):
+    """Return the body, or None when it is over the limit (never read whole)."""
+    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        return None
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return None
+    return body if len(body) <= limit else None
+
+
+@csrf_exempt
+def receive(request, slug):
+    """Verify a signed delivery and fan it out to the source's routes."""
+    if request.method != "POST":
+        response = _error(405, "method_not_allowed", "deliveries are POSTed")
+        response["Allow"] = "POST"
+        return response
+    try:
+        return _receive(request, slug)
+    except (store.Unavailable, DatabaseError):
+        logger.warning("webhook delivery failed: database unavailable",
+                       extra={"fields": {"source": slug}})
+        return _error(503, "unavailable", "the database is unavailable; redeliver")
+
+
+def _receive(request, slug):
+    source = WebhookSource.objects.filter(slug=slug).first()
+    if source is None:
+        return _error(404, "not_found", "no webhook source with this slug")
+    body = _read_body(request)
+    if body is None:
+        limit = settings.SWITCHBOARD_MAX_BODY_BYTES
+        return _error(413, "too_large", f"the body is over {limit} bytes")
+    signature_header, _, _ = webhooks.headers_of(source)
+    presented = request.headers.get(signature_header)
+    if not webhooks.signature_valid(source, body, presented):
+        logger.warning("webhook delivery rejected: missing or wrong signature",
+                       extra={"fields": {"source": slug}})
+        return _error(401, "unauthorized",
+                      f"missing or wrong {signature_header} signature")
+    try:
+        delivery = webhooks.Delivery.parse(
+            source, request.headers, body, request.content_type
+        )
+    except webhooks.BadDelivery as exc:
+        return _error(400, "bad_request", exc.detail)
+    try:
+        outcome = webhooks.ingest(source, delivery)
+    except store.Conflict as exc:
+        return _error(409, "conflict", exc.detail)
+    return JsonResponse(outcome.to_dict(source, delivery), status=202)
