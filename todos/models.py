@@ -214,6 +214,9 @@ class WebhookDelivery(models.Model):
             models.Index(fields=["source", "-id"], name="webhook_deliveries_recent"),
         ]
 
+    def __str__(self):
+        return f"{self.source_id}:{self.delivery_id}"
+
 
 class McpSession(models.Model):
     """An MCP session: minted by ``initialize``, bound to one endpoint, ended by DELETE.
