@@ -137,7 +137,9 @@ def fill_pending(url, endpoint_id, count, queue=QUEUE):
 def count_states(url):
     """Return {state: count} of the todos table."""
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT state, count(*) FROM todos GROUP BY state").fetchall()
+        rows = conn.execute(
+            "SELECT state, count(*) FROM todos GROUP BY state"
+        ).fetchall()
     return dict(rows)
 
 
@@ -248,7 +250,11 @@ def print_table(title, headers, rows):
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     print(f"\n{title}")
     for number, row in enumerate(cells):
-        print("  ".join(value.rjust(width) for value, width in zip(row, widths)))
+        print(
+            "  ".join(
+                value.rjust(width) for value, width in zip(row, widths, strict=True)
+            )
+        )
         if number == 0:
             print("  ".join("-" * width for width in widths))
 

@@ -45,16 +45,27 @@ def plain_worker(index, url, endpoint_id, claim_sql, complete_sql, lease):
     conn = psycopg.connect(url, autocommit=True)
     worker = f"plain-{index}"
     scope = {"endpoint_id": endpoint_id, "queues": None}
-    claim_params = {**scope, "worker": worker, "actor": worker, "event_error": "",
-                    "lease": lease}
+    claim_params = {
+        **scope,
+        "worker": worker,
+        "actor": worker,
+        "event_error": "",
+        "lease": lease,
+    }
 
     def claim():
         row = conn.execute(claim_sql, claim_params).fetchone()
         return None if row is None else row[0]
 
     def complete(todo_id):
-        params = {**scope, "id": todo_id, "worker": worker, "actor": worker,
-                  "event_error": "", "result": None}
+        params = {
+            **scope,
+            "id": todo_id,
+            "worker": worker,
+            "actor": worker,
+            "event_error": "",
+            "result": None,
+        }
         if conn.execute(complete_sql, params).fetchone() is None:
             raise RuntimeError(f"complete matched no row: {todo_id}")
 
@@ -75,8 +86,11 @@ def drain(stop_at, claim, complete):
         claims.append(claimed - start)
         completes.append(time.perf_counter() - claimed)
         done += 1
-    return {"done": done, "dry": dry,
-            "latencies": {"claim": claims, "complete": completes}}
+    return {
+        "done": done,
+        "dry": dry,
+        "latencies": {"claim": claims, "complete": completes},
+    }
 
 
 def measure(url, endpoint_id, mode, workers, seconds, sql):
@@ -84,11 +98,13 @@ def measure(url, endpoint_id, mode, workers, seconds, sql):
     benchlib.reset_todos(url)
     benchlib.fill_pending(url, endpoint_id, int(max(20_000, 4_000 * seconds * workers)))
     if mode == "store":
-        outcomes = benchlib.run_processes(store_worker, workers, seconds,
-                                          (url, endpoint_id))
+        outcomes = benchlib.run_processes(
+            store_worker, workers, seconds, (url, endpoint_id)
+        )
     else:
-        outcomes = benchlib.run_processes(plain_worker, workers, seconds,
-                                          (url, endpoint_id, *sql))
+        outcomes = benchlib.run_processes(
+            plain_worker, workers, seconds, (url, endpoint_id, *sql)
+        )
     return benchlib.merge(outcomes)
 
 
@@ -96,8 +112,12 @@ def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 2, 4, 8])
     parse.add_argument("--seconds", type=float, default=10)
-    parse.add_argument("--rounds", type=int, default=1,
-                       help="repeat each pair of runs; the median round counts")
+    parse.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat each pair of runs; the median round counts",
+    )
     args = parse.parse_args()
 
     url = args.database_url
@@ -107,7 +127,11 @@ def main():
 
     from todos import store
 
-    sql = (store.CLAIM_NEXT_SQL, store.COMPLETE_SQL[0], settings.SWITCHBOARD_LEASE_SECONDS)
+    sql = (
+        store.CLAIM_NEXT_SQL,
+        store.COMPLETE_SQL[0],
+        settings.SWITCHBOARD_LEASE_SECONDS,
+    )
     info = benchlib.machine(url)
     runs = []
     for number, workers in enumerate(args.workers):
@@ -119,37 +143,66 @@ def main():
             modes = ("plain", "store") if first == 0 else ("store", "plain")
             figures = {}
             for mode in modes:
-                figures[mode] = measure(url, endpoint_id, mode, workers, args.seconds,
-                                        sql)
-                print(f"  {workers} workers, {mode}: "
-                      f"{figures[mode]['rate']:,.0f} todos/s", flush=True)
+                figures[mode] = measure(
+                    url, endpoint_id, mode, workers, args.seconds, sql
+                )
+                print(
+                    f"  {workers} workers, {mode}: "
+                    f"{figures[mode]['rate']:,.0f} todos/s",
+                    flush=True,
+                )
             figures["ratio"] = figures["store"]["rate"] / figures["plain"]["rate"]
             rounds.append(figures)
         rounds.sort(key=lambda figures: figures["ratio"])
-        runs.append({"workers": workers, **rounds[len(rounds) // 2],
-                     "round_ratios": [figures["ratio"] for figures in rounds]})
+        runs.append(
+            {
+                "workers": workers,
+                **rounds[len(rounds) // 2],
+                "round_ratios": [figures["ratio"] for figures in rounds],
+            }
+        )
 
     rows = []
     for run in runs:
         store_fig, plain_fig = run["store"], run["plain"]
-        rows.append([
-            run["workers"], plain_fig["rate"], store_fig["rate"], f"{run['ratio']:.2f}",
-            plain_fig["latency_ms"]["claim"]["p50"], store_fig["latency_ms"]["claim"]["p50"],
-            plain_fig["latency_ms"]["claim"]["p99"], store_fig["latency_ms"]["claim"]["p99"],
-        ])
+        rows.append(
+            [
+                run["workers"],
+                plain_fig["rate"],
+                store_fig["rate"],
+                f"{run['ratio']:.2f}",
+                plain_fig["latency_ms"]["claim"]["p50"],
+                store_fig["latency_ms"]["claim"]["p50"],
+                plain_fig["latency_ms"]["claim"]["p99"],
+                store_fig["latency_ms"]["claim"]["p99"],
+            ]
+        )
     benchlib.print_table(
         f"claim+complete throughput, {args.seconds:g} s per run (todos/s; claim ms)",
-        ["workers", "plain/s", "store/s", "store/plain", "plain p50", "store p50",
-         "plain p99", "store p99"],
+        [
+            "workers",
+            "plain/s",
+            "store/s",
+            "store/plain",
+            "plain p50",
+            "store p50",
+            "plain p99",
+            "store p99",
+        ],
         rows,
     )
     dry = sum(run[mode]["dry"] for run in runs for mode in ("store", "plain"))
     if dry:
         print(f"warning: workers found the queue empty {dry} times; raise the fill")
-    benchlib.write_results("store_throughput", {
-        "benchmark": "store_throughput", "machine": info, "seconds": args.seconds,
-        "runs": runs,
-    })
+    benchlib.write_results(
+        "store_throughput",
+        {
+            "benchmark": "store_throughput",
+            "machine": info,
+            "seconds": args.seconds,
+            "runs": runs,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,247 @@
+"""Claim latency with a large terminal backlog, next to an empty table.
+
+    python bench/claim_latency.py --backlog 1000000 --pending 5 --claims 2000
+
+Two tables are measured in the same run: "empty" holds only a few pending
+todos; "backlog" holds the same few pending todos behind ``--backlog`` terminal
+rows (done, and some dead letters) of the same endpoint and queue. Each
+iteration times one claim, then completes the todo and enqueues a replacement
+(untimed), so the queue always holds ``--pending`` claimable todos. The claim
+runs through ``store.claim_next`` and, as the baseline, as the store's SQL on a
+bare psycopg connection. The claim scan's plan is recorded for both tables.
+"""
+
+import json
+import time
+
+import benchlib
+import psycopg
+
+BACKLOG_SQL = """
+INSERT INTO todos (id, endpoint_id, queue, title, payload, state, owner, attempt,
+                   max_attempts, next_retry_at, last_error, result, created_at,
+                   updated_at)
+SELECT gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'old ' || n, '{}'::jsonb,
+       CASE WHEN n %% 20 = 0 THEN 'failed' ELSE 'done' END, 'old-worker',
+       CASE WHEN n %% 20 = 0 THEN 5 ELSE 1 END, 5, NULL,
+       CASE WHEN n %% 20 = 0 THEN 'gave up' ELSE '' END, '{"ok": true}'::jsonb,
+       now() - interval '30 days' + n * interval '1 ms', now() - interval '1 day'
+  FROM generate_series(1, %(count)s) AS n
+"""
+
+
+def build_table(url, endpoint_id, backlog, pending):
+    """Empty the table, add the terminal backlog and the pending few, analyze."""
+    benchlib.reset_todos(url)
+    if backlog:
+        started = time.perf_counter()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                BACKLOG_SQL,
+                {"endpoint_id": endpoint_id, "queue": benchlib.QUEUE, "count": backlog},
+            )
+        print(
+            f"  inserted {backlog:,} terminal rows in "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+    benchlib.fill_pending(url, endpoint_id, pending)
+
+
+def explain_claim(url, endpoint_id, claim_sql):
+    """Return the claim scan's plan (rolled back, so nothing is claimed)."""
+    params = {
+        "endpoint_id": endpoint_id,
+        "queues": None,
+        "worker": "explain",
+        "actor": "explain",
+        "event_error": "",
+        "lease": 300,
+    }
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim_sql, params
+        ).fetchone()
+        conn.rollback()
+    plan = rows[0][0] if isinstance(rows[0], list) else json.loads(rows[0])[0]
+    return plan
+
+
+def plan_summary(plan):
+    """Return the scans of a plan (node type, relation, index) and its buffers."""
+    scans = []
+
+    def walk(node):
+        if "Scan" in node["Node Type"]:
+            scans.append(
+                " ".join(
+                    filter(
+                        None,
+                        [
+                            node["Node Type"],
+                            node.get("Index Name") or node.get("Relation Name"),
+                        ],
+                    )
+                )
+            )
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan["Plan"])
+    buffers = plan["Plan"].get("Shared Hit Blocks", 0) + plan["Plan"].get(
+        "Shared Read Blocks", 0
+    )
+    return {
+        "scans": scans,
+        "buffers": buffers,
+        "execution_ms": plan.get("Execution Time"),
+    }
+
+
+def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
+    """Return (store, plain) callables that claim once and return the seconds.
+
+    Each completes its todo and enqueues a replacement after the clock stops,
+    so the queue keeps the same number of claimable todos.
+    """
+    import uuid
+
+    benchlib.setup_django(url)
+    from todos import store
+
+    scope = store.Scope(endpoint_id, None)
+
+    def store_claim(number):
+        started = time.perf_counter()
+        todo = store.claim_next(scope, "latency")
+        elapsed = time.perf_counter() - started
+        store.complete_todo(scope, todo.id, "latency")
+        store.create_todo(scope, queue=benchlib.QUEUE, title=f"refill {number}")
+        return elapsed
+
+    conn = psycopg.connect(url, autocommit=True)
+    params = {
+        "endpoint_id": endpoint_id,
+        "queues": None,
+        "worker": "latency",
+        "actor": "latency",
+        "event_error": "",
+    }
+
+    def plain_claim(number):
+        started = time.perf_counter()
+        row = conn.execute(claim_sql, {**params, "lease": 300}).fetchone()
+        elapsed = time.perf_counter() - started
+        conn.execute(complete_sql, {**params, "id": row[0], "result": None})
+        conn.execute(
+            create_sql,
+            {
+                **params,
+                "id": str(uuid.uuid4()),
+                "queue": benchlib.QUEUE,
+                "title": f"refill {number}",
+                "payload": "{}",
+                "assignee": None,
+                "max_attempts": 5,
+                "idempotency_key": None,
+            },
+        )
+        return elapsed
+
+    return store_claim, plain_claim
+
+
+def time_claims(url, claims, warmup, store_claim, plain_claim):
+    """Warm up, analyze, then time store and plain claims taking turns."""
+    for number in range(warmup):
+        (store_claim if number % 2 else plain_claim)(number)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE todos")
+    latencies = {"store": [], "plain": []}
+    for number in range(2 * claims):
+        if number % 2:
+            latencies["store"].append(store_claim(number))
+        else:
+            latencies["plain"].append(plain_claim(number))
+    return latencies
+
+
+def main():
+    parse = benchlib.parser(__doc__.splitlines()[0])
+    parse.add_argument("--backlog", type=int, default=1_000_000)
+    parse.add_argument("--pending", type=int, default=5)
+    parse.add_argument("--claims", type=int, default=2000)
+    parse.add_argument(
+        "--warmup",
+        type=int,
+        default=200,
+        help="untimed claims before ANALYZE and the timed ones",
+    )
+    args = parse.parse_args()
+
+    url = args.database_url
+    benchlib.prepare_database(url)
+    endpoint_id, _ = benchlib.ensure_endpoint(url)
+    from todos import store
+
+    sqls = (store.CLAIM_NEXT_SQL, store.COMPLETE_SQL[0], store.CREATE_SQL)
+    both = claimers(url, endpoint_id, *sqls)
+    info = benchlib.machine(url)
+    tables = {}
+    for table, backlog in (("empty", 0), ("backlog", args.backlog)):
+        print(f"{table}: {backlog:,} terminal rows, {args.pending} pending", flush=True)
+        build_table(url, endpoint_id, backlog, args.pending)
+        latencies = time_claims(url, args.claims, args.warmup, *both)
+        plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_NEXT_SQL))
+        tables[table] = {
+            "backlog": backlog,
+            "plan": plan,
+            "store": benchlib.summary(latencies["store"]),
+            "plain": benchlib.summary(latencies["plain"]),
+        }
+        print(f"  plan: {plan['scans']}, {plan['buffers']} buffers", flush=True)
+
+    ratios = {
+        mode: {
+            p: tables["backlog"][mode][p] / tables["empty"][mode][p]
+            for p in ("p50", "p99")
+        }
+        for mode in ("store", "plain")
+    }
+    rows = [
+        [
+            table,
+            mode,
+            figures[mode]["p50"],
+            figures[mode]["p99"],
+            figures[mode]["mean"],
+            figures["plan"]["buffers"],
+        ]
+        for table, figures in tables.items()
+        for mode in ("plain", "store")
+    ]
+    benchlib.print_table(
+        f"claim latency (ms), {args.claims} claims each, {args.pending} pending",
+        ["table", "path", "p50", "p99", "mean", "plan buffers"],
+        rows,
+    )
+    benchlib.print_table(
+        "backlog / empty",
+        ["path", "p50 ratio", "p99 ratio"],
+        [[mode, f"{r['p50']:.2f}", f"{r['p99']:.2f}"] for mode, r in ratios.items()],
+    )
+    benchlib.write_results(
+        "claim_latency",
+        {
+            "benchmark": "claim_latency",
+            "machine": info,
+            "pending": args.pending,
+            "claims": args.claims,
+            "tables": tables,
+            "backlog_over_empty": ratios,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
