@@ -156,6 +156,7 @@ class Sweeper:
         self.batch_size = batch_size
         self.passes = 0
         self.failures = 0
+        self.stop_signal = None
         self._stopping = False
 
     @property
@@ -172,10 +173,9 @@ class Sweeper:
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame):
-        logger.info(
-            "sweep loop stopping",
-            extra={"fields": {"signal": signal.Signals(signum).name}},
-        )
+        # Only set flags here: logging from a handler could re-enter a write
+        # the signal interrupted. run() logs the signal when it returns.
+        self.stop_signal = signal.Signals(signum).name
         self.stop()
 
     def run(self):
@@ -200,7 +200,13 @@ class Sweeper:
         connection.close()
         logger.info(
             "sweep loop stopped",
-            extra={"fields": {"passes": self.passes, "failures": self.failures}},
+            extra={
+                "fields": {
+                    "passes": self.passes,
+                    "failures": self.failures,
+                    "signal": self.stop_signal,
+                }
+            },
         )
         return self.passes
 
