@@ -16,14 +16,18 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import string
+import uuid
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
 
 from todos import store
-from todos.models import WebhookDelivery, WebhookRoute
+from todos.models import Endpoint, WebhookDelivery, WebhookRoute, WebhookSource
 
 logger = logging.getLogger("switchboard.webhooks")
 
@@ -32,6 +36,9 @@ DELIVERY_LOG_KEEP = 200
 MAX_DELIVERY_ID_LENGTH = 200
 MAX_EVENT_LENGTH = 100
 MAX_TITLE_LENGTH = 500
+MAX_QUEUE_LENGTH = 200
+MAX_SECRET_LENGTH = 200
+HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
 TITLE_FIELDS = ("event", "action", "repository", "number", "ref", "title",
                 "delivery", "source")
 
@@ -329,3 +336,114 @@ def _log(source, delivery, outcome):
 def recent_deliveries(source, limit=20):
     """Return a source's latest deliveries, newest first."""
     return list(WebhookDelivery.objects.filter(source=source).order_by("-id")[:limit])
+
+
+# --- Set-up (the create_webhook command and the Board) ---------------------------
+
+
+class InvalidSource(Exception):
+    """A source or route that cannot be saved; ``field`` names what is wrong."""
+
+    def __init__(self, field, detail):
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """A route to create: an endpoint id, a queue and how to shape the todo."""
+
+    endpoint_id: str
+    queue: str
+    assignee: str = ""
+    title_template: str = ""
+
+
+def parse_route(text):
+    """Turn ``ENDPOINT_ID:QUEUE`` into a RouteSpec (the queue may hold colons)."""
+    endpoint_id, sep, queue = text.strip().partition(":")
+    if not sep or not endpoint_id or not queue:
+        raise InvalidSource("route", f"{text!r} is not ENDPOINT_ID:QUEUE")
+    return RouteSpec(endpoint_id.strip(), queue.strip())
+
+
+def create_source(slug, secret, routes, *, scheme="github", signature_header="",
+                  delivery_header="", event_header=""):
+    """Validate and save a source with its routes, all or nothing."""
+    _check_source(slug, secret, scheme)
+    headers = {"signature_header": signature_header,
+               "delivery_header": delivery_header, "event_header": event_header}
+    for field, name in headers.items():
+        if name and not HEADER_NAME.fullmatch(name):
+            raise InvalidSource(field, f"{name!r} is not an HTTP header name")
+    if not routes:
+        raise InvalidSource("route", "a source needs at least one route")
+    checked = [(_route_endpoint(route), route) for route in routes]
+    targets = [(endpoint.id, route.queue) for endpoint, route in checked]
+    if len(set(targets)) != len(targets):
+        raise InvalidSource("route", "two routes name the same endpoint and queue")
+    taken = InvalidSource("slug", f"a source named {slug!r} already exists")
+    if WebhookSource.objects.filter(slug=slug).exists():
+        raise taken
+    try:
+        with transaction.atomic():
+            source = WebhookSource.objects.create(
+                slug=slug, secret=secret, scheme=scheme, **headers
+            )
+            for endpoint, route in checked:
+                WebhookRoute.objects.create(
+                    source=source, endpoint=endpoint, queue=route.queue,
+                    assignee=route.assignee, title_template=route.title_template,
+                )
+    except IntegrityError:
+        # Another operator took the slug between the check and the insert.
+        raise taken from None
+    logger.info("webhook source created",
+                extra={"fields": {"source": slug, "routes": len(checked)}})
+    return source
+
+
+def _check_source(slug, secret, scheme):
+    try:
+        validate_slug(slug)
+    except ValidationError:
+        raise InvalidSource(
+            "slug", "use letters, digits, hyphens and underscores only"
+        ) from None
+    if len(slug) > 100:
+        raise InvalidSource("slug", "at most 100 characters")
+    if not secret or secret != secret.strip():
+        raise InvalidSource("secret", "required, without surrounding spaces")
+    if len(secret) > MAX_SECRET_LENGTH:
+        raise InvalidSource("secret", f"at most {MAX_SECRET_LENGTH} characters")
+    if scheme not in SCHEMES:
+        raise InvalidSource("scheme", f"one of {', '.join(SCHEMES)}")
+
+
+def _route_endpoint(route):
+    """Return the active endpoint a route names, after checking the route."""
+    try:
+        endpoint_id = uuid.UUID(str(route.endpoint_id))
+    except ValueError:
+        raise InvalidSource("route", f"{route.endpoint_id!r} is not an endpoint id"
+                            ) from None
+    endpoint = Endpoint.objects.filter(id=endpoint_id).first()
+    if endpoint is None:
+        raise InvalidSource("route", f"no endpoint {endpoint_id}")
+    if not endpoint.is_active:
+        raise InvalidSource("route", f"endpoint {endpoint.name} is revoked")
+    if not route.queue or len(route.queue) > MAX_QUEUE_LENGTH:
+        raise InvalidSource("route", f"a queue name of 1 to {MAX_QUEUE_LENGTH} "
+                            "characters is required")
+    if not endpoint.grants(route.queue):
+        raise InvalidSource(
+            "route", f"endpoint {endpoint.name} is not granted queue {route.queue!r}"
+        )
+    if len(route.assignee) > MAX_QUEUE_LENGTH:
+        raise InvalidSource("route", f"an assignee is at most {MAX_QUEUE_LENGTH} "
+                            "characters")
+    problem = title_template_error(route.title_template)
+    if problem:
+        raise InvalidSource("title_template", problem)
+    return endpoint

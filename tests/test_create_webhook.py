@@ -1,0 +1,131 @@
+"""python manage.py create_webhook SLUG --secret S --route ENDPOINT_ID:QUEUE …"""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from todos import store, webhooks
+from todos.models import WebhookRoute, WebhookSource
+
+
+def create_webhook(*args):
+    out = StringIO()
+    call_command("create_webhook", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_create_webhook_prints_the_source_and_its_routes_as_json(
+    endpoint, other_endpoint
+):
+    out = create_webhook("acme-app", "--secret", "s3cret-value",
+                         "--route", f"{endpoint.id}:github",
+                         "--route", f"{other_endpoint.id}:github", "--json")
+
+    described = json.loads(out)
+    assert described["slug"] == "acme-app"
+    assert described["path"] == "/hooks/acme-app"
+    assert described["scheme"] == "github"
+    assert described["signature_header"] == "X-Hub-Signature-256"
+    assert described["delivery_header"] == "X-GitHub-Delivery"
+    assert [(r["endpoint_id"], r["queue"]) for r in described["routes"]] == [
+        (str(endpoint.id), "github"), (str(other_endpoint.id), "github")
+    ]
+    assert "s3cret-value" not in out
+    assert WebhookSource.objects.get(slug="acme-app").secret == "s3cret-value"
+
+
+def test_a_created_webhook_accepts_a_signed_delivery(client, endpoint, other_endpoint):
+    """SPEC: Same delivery routed to two endpoints yields two todos."""
+    create_webhook("acme-app", "--secret", "s3cret-value",
+                   "--route", f"{endpoint.id}:github",
+                   "--route", f"{other_endpoint.id}:github")
+    body = b'{"action": "opened", "number": 3}'
+
+    response = client.post(
+        "/hooks/acme-app", data=body, content_type="application/json",
+        headers={"X-Hub-Signature-256": webhooks.sign("s3cret-value", body),
+                 "X-GitHub-Delivery": "d-1", "X-GitHub-Event": "issues"},
+    )
+
+    assert response.status_code == 202
+    for owner in (endpoint, other_endpoint):
+        [todo] = store.list_todos(store.Scope.for_endpoint(owner)).todos
+        assert todo.idempotency_key == "d-1"
+
+
+def test_create_webhook_prints_the_delivery_path_in_text(endpoint):
+    out = create_webhook("acme-app", "--secret", "s3cret-value",
+                         "--route", f"{endpoint.id}:github", "--assignee", "bot")
+
+    assert "POST /hooks/acme-app" in out
+    assert f"({endpoint.id}) → queue github, assigned to bot" in out
+    assert WebhookRoute.objects.get().assignee == "bot"
+
+
+def test_create_webhook_takes_the_generic_scheme_and_its_headers(endpoint):
+    out = create_webhook("billing", "--secret", "s3cret-value", "--scheme",
+                         "hmac-sha256", "--delivery-header", "X-Billing-Id",
+                         "--route", f"{endpoint.id}:invoices", "--json")
+
+    described = json.loads(out)
+    assert described["scheme"] == "hmac-sha256"
+    assert described["delivery_header"] == "X-Billing-Id"
+    assert described["signature_header"] == "X-Signature-256"
+
+
+@pytest.mark.parametrize(
+    ("slug", "route", "extra", "message"),
+    [
+        ("acme", "not-a-route", [], "is not ENDPOINT_ID:QUEUE"),
+        ("acme", "not-a-uuid:github", [], "is not an endpoint id"),
+        ("acme", "00000000-0000-0000-0000-000000000000:github", [], "no endpoint"),
+        ("acme", "{narrow}:github", [], "is not granted queue 'github'"),
+        ("acme", "{revoked}:github", [], "is revoked"),
+        ("no spaces", "{wide}:github", [], "slug"),
+        ("acme", "{wide}:github", ["--title", "cost $5"], r"stray '\$'"),
+        ("acme", "{wide}:github", ["--title", "$nope"], "unknown fields nope"),
+        ("acme", "{wide}:github", ["--delivery-header", "X Bad"], "header name"),
+    ],
+    ids=["malformed-route", "malformed-endpoint", "unknown-endpoint",
+         "ungranted-queue", "revoked-endpoint", "bad-slug", "bad-template",
+         "unknown-template-field", "bad-header"],
+)
+def test_create_webhook_rejects_bad_input_and_creates_nothing(
+    make_endpoint, slug, route, extra, message
+):
+    narrow = make_endpoint("narrow", queues=("deploys",))
+    revoked = make_endpoint("revoked")
+    revoked.revoked_at = revoked.created_at
+    revoked.save()
+    wide = make_endpoint("wide")
+    route = route.format(narrow=narrow.id, revoked=revoked.id, wide=wide.id)
+
+    with pytest.raises(CommandError, match=message):
+        create_webhook(slug, "--secret", "s3cret-value", "--route", route, *extra)
+
+    assert WebhookSource.objects.count() == 0
+    assert WebhookRoute.objects.count() == 0
+
+
+def test_create_webhook_refuses_a_taken_slug(endpoint):
+    create_webhook("acme", "--secret", "one", "--route", f"{endpoint.id}:github")
+
+    with pytest.raises(CommandError, match="already exists"):
+        create_webhook("acme", "--secret", "two", "--route", f"{endpoint.id}:other")
+
+    assert WebhookSource.objects.get().secret == "one"
+
+
+def test_create_webhook_refuses_two_routes_to_one_target(endpoint):
+    with pytest.raises(CommandError, match="same endpoint and queue"):
+        create_webhook("acme", "--secret", "s", "--route", f"{endpoint.id}:github",
+                       "--route", f"{endpoint.id}:github")
+
+
+def test_create_webhook_needs_a_secret_and_a_route(endpoint, db):
+    with pytest.raises(CommandError, match="--secret"):
+        create_webhook("acme", "--route", f"{endpoint.id}:github")
+    with pytest.raises(CommandError, match="--route"):
+        create_webhook("acme", "--secret", "s")

@@ -1,0 +1,98 @@
+"""Create a webhook source and its routes."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from todos import webhooks
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a webhook source reached at POST /hooks/SLUG, signed with SECRET, "
+        "whose deliveries become one todo per --route (ENDPOINT_ID:QUEUE)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug", help="the source's name in /hooks/SLUG")
+        parser.add_argument("--secret", required=True,
+                            help="the shared signing secret the sender also holds")
+        parser.add_argument("--route", action="append", default=[],
+                            metavar="ENDPOINT_ID:QUEUE", required=True,
+                            help="a target of every delivery (repeat for more)")
+        parser.add_argument("--scheme", default="github",
+                            choices=sorted(webhooks.SCHEMES),
+                            help="how deliveries are signed (default: github)")
+        parser.add_argument("--assignee", default="",
+                            help="the worker every route's todos are assigned to")
+        parser.add_argument("--title", default="", metavar="TEMPLATE",
+                            help="title template over "
+                            + ", ".join("$" + f for f in webhooks.TITLE_FIELDS))
+        parser.add_argument("--signature-header", default="",
+                            help="header holding the signature (scheme default)")
+        parser.add_argument("--delivery-header", default="",
+                            help="header holding the delivery id (scheme default)")
+        parser.add_argument("--event-header", default="",
+                            help="header holding the event name (scheme default)")
+        parser.add_argument("--json", action="store_true",
+                            help="print the source as JSON")
+
+    def handle(self, *args, **options):
+        try:
+            routes = [
+                webhooks.RouteSpec(spec.endpoint_id, spec.queue, options["assignee"],
+                                   options["title"])
+                for spec in map(webhooks.parse_route, options["route"])
+            ]
+            source = webhooks.create_source(
+                options["slug"], options["secret"], routes,
+                scheme=options["scheme"],
+                signature_header=options["signature_header"],
+                delivery_header=options["delivery_header"],
+                event_header=options["event_header"],
+            )
+        except webhooks.InvalidSource as exc:
+            raise CommandError(str(exc)) from None
+        described = describe(source)
+        if options["json"]:
+            self.stdout.write(json.dumps(described))
+            return
+        self.stdout.write(self._text(described))
+
+    def _text(self, described):
+        lines = [
+            f"Created webhook source {described['slug']} ({described['scheme']}).",
+            f"  Deliveries: POST {described['path']}",
+            f"  Headers:    signature {described['signature_header']}, delivery id "
+            f"{described['delivery_header']}, event {described['event_header']}",
+        ]
+        for route in described["routes"]:
+            assignee = f", assigned to {route['assignee']}" if route["assignee"] else ""
+            lines.append(f"  Route:      {route['endpoint_name']} "
+                         f"({route['endpoint_id']}) → queue {route['queue']}{assignee}")
+        return "\n".join(lines)
+
+
+def describe(source):
+    """Return a source and its routes as JSON-ready data; never the secret."""
+    signature, delivery, event = webhooks.headers_of(source)
+    return {
+        "source_id": str(source.id),
+        "slug": source.slug,
+        "scheme": source.scheme,
+        "path": f"/hooks/{source.slug}",
+        "signature_header": signature,
+        "delivery_header": delivery,
+        "event_header": event,
+        "routes": [
+            {
+                "route_id": route.id,
+                "endpoint_id": str(route.endpoint_id),
+                "endpoint_name": route.endpoint.name,
+                "queue": route.queue,
+                "assignee": route.assignee,
+                "title_template": route.title_template,
+            }
+            for route in source.routes.select_related("endpoint")
+        ],
+    }
