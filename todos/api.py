@@ -1,0 +1,275 @@
+"""The agent API's plumbing, written once: token auth, JSON bodies, validation,
+error mapping.
+
+Views declare what they accept with ``@api_view("POST")`` and read validated
+fields from ``request.body_fields``; every failure leaves as the CONTRACT's
+JSON error ``{"error": code, "detail": text}`` with its status code, never as a
+500 or an HTML page. The event stream and the MCP transport reuse the same
+pieces (``authenticate``, ``api_error_for``, ``error_response``, ``Fields``).
+"""
+
+import functools
+import json
+import logging
+import math
+
+import psycopg
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from todos import auth, store
+
+logger = logging.getLogger("switchboard.api")
+
+MAX_NAME_LENGTH = 200
+MAX_TITLE_LENGTH = 1000
+# The dedupe index is a btree: a key must stay far below its ~2.7 kB row limit.
+MAX_KEY_LENGTH = 200
+MAX_ATTEMPTS_CAP = 1000
+# An oversized body is read and thrown away up to this bound, so a keep-alive
+# client that is still sending gets its 413 and the connection stays usable.
+# Beyond it the server closes the connection rather than read on.
+DRAIN_LIMIT_BYTES = 4 * 1024 * 1024
+
+
+class ApiError(Exception):
+    """A failure the API answers with a JSON error of the CONTRACT's shape."""
+
+    def __init__(self, status, code, detail):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+def bad_request(detail):
+    return ApiError(400, "bad_request", detail)
+
+
+def error_response(status, code, detail, **headers):
+    """Return the CONTRACT's JSON error; the code is kept for the request log."""
+    response = JsonResponse({"error": code, "detail": detail}, status=status)
+    response.error_code = code
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def api_error_for(exc):
+    """Map a store or database failure to its ApiError, or None when unknown."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, store.NotFound):
+        return ApiError(404, "not_found", exc.detail)
+    if isinstance(exc, store.Conflict):
+        return ApiError(409, "conflict", exc.detail)
+    if isinstance(exc, store.QueueNotGranted):
+        return ApiError(403, "forbidden", exc.detail)
+    if isinstance(
+        exc,
+        store.Unavailable
+        | OperationalError
+        | InterfaceError
+        | psycopg.OperationalError,
+    ):
+        return ApiError(
+            503, "unavailable", "the database is unavailable; try again shortly"
+        )
+    if isinstance(exc, RequestDataTooBig):
+        return too_large()
+    return None
+
+
+def too_large():
+    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
+    return ApiError(413, "payload_too_large", f"the body exceeds {limit} bytes")
+
+
+def authenticate(request):
+    """Return the active endpoint of the request's bearer token, or raise 401."""
+    try:
+        endpoint = auth.endpoint_for_request(request)
+    except (OperationalError, InterfaceError) as exc:
+        logger.warning(
+            "token lookup failed: database unavailable",
+            extra={"fields": {"error": type(exc).__name__}},
+        )
+        raise store.Unavailable("authenticate", exc) from exc
+    if endpoint is None:
+        raise ApiError(401, "unauthorized", "a valid endpoint bearer token is required")
+    return endpoint
+
+
+def _content_length(request):
+    try:
+        return max(int(request.META.get("CONTENT_LENGTH") or 0), 0)
+    except ValueError as exc:
+        raise bad_request("the Content-Length header is not a number") from exc
+
+
+def _drain(request, length):
+    """Read and discard an oversized body, up to DRAIN_LIMIT_BYTES."""
+    stream = request.META.get("wsgi.input")
+    remaining = min(length, DRAIN_LIMIT_BYTES)
+    while stream is not None and remaining > 0:
+        chunk = stream.read(min(remaining, 64 * 1024))
+        if not chunk:
+            break
+        remaining -= len(chunk)
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json_body(request):
+    """Return the request's JSON object body ({} when empty), or raise 400/413."""
+    length = _content_length(request)
+    if length > settings.SWITCHBOARD_MAX_BODY_BYTES:
+        _drain(request, length)
+        raise too_large()
+    raw = request.body
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise bad_request("body: not valid JSON") from exc
+    if not isinstance(data, dict):
+        raise bad_request("body: must be a JSON object")
+    return data
+
+
+def _storable_text_problem(value):
+    """Say why PostgreSQL cannot store a string, or None when it can."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def check_storable_json(name, value):
+    """Raise 400 unless PostgreSQL's jsonb can store the value as it is."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = _storable_text_problem(item)
+            if problem:
+                raise bad_request(f"{name}: strings {problem}")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise bad_request(f"{name}: numbers must be finite")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+class Fields:
+    """Typed, validated access to a mapping of input fields.
+
+    Every error names the field, so an agent can fix its call.
+    """
+
+    def __init__(self, data, *, from_query=False):
+        self.data = data
+        # A query string carries every value as text; a JSON body has types.
+        self.from_query = from_query
+
+    def text(self, name, *, required=False, max_length=MAX_NAME_LENGTH, empty=False):
+        value = self.data.get(name)
+        if value is None:
+            if required:
+                raise bad_request(f"{name}: is required")
+            return None
+        if not isinstance(value, str):
+            raise bad_request(f"{name}: must be a string")
+        if not value and not empty:
+            raise bad_request(f"{name}: must not be empty")
+        if len(value) > max_length:
+            raise bad_request(f"{name}: must be at most {max_length} characters")
+        problem = _storable_text_problem(value)
+        if problem:
+            raise bad_request(f"{name}: {problem}")
+        return value
+
+    def integer(self, name, *, minimum, maximum, default=None):
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if isinstance(value, str) and self.from_query:
+            try:
+                value = int(value, 10)
+            except ValueError:
+                raise bad_request(f"{name}: must be an integer") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad_request(f"{name}: must be an integer")
+        if not minimum <= value <= maximum:
+            raise bad_request(f"{name}: must be between {minimum} and {maximum}")
+        return value
+
+    def json(self, name):
+        return check_storable_json(name, self.data.get(name))
+
+    def lease_seconds(self):
+        return self.integer("lease_seconds", minimum=1, maximum=store.MAX_LEASE_SECONDS)
+
+    def worker(self):
+        return self.text("worker", required=True)
+
+
+def api_view(*methods, authenticated=True):
+    """Make a function view an agent API view.
+
+    Answers 405 for other methods, authenticates the bearer token (setting
+    ``request.endpoint`` and ``request.scope``), parses a JSON body into
+    ``request.body_fields``, and maps every known failure to its JSON error.
+    CSRF does not apply: the API authenticates each request by its token,
+    never by a cookie.
+    """
+
+    def decorate(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if request.method not in methods:
+                return error_response(
+                    405,
+                    "method_not_allowed",
+                    f"use {' or '.join(methods)} on this path",
+                    Allow=", ".join(methods),
+                )
+            try:
+                if authenticated:
+                    request.endpoint = authenticate(request)
+                    request.scope = store.Scope.for_endpoint(request.endpoint)
+                if request.method in {"POST", "PUT", "PATCH"}:
+                    request.body_fields = Fields(read_json_body(request))
+                return view(request, *args, **kwargs)
+            except Exception as exc:
+                error = api_error_for(exc)
+                if error is None:
+                    raise
+                headers = {}
+                if error.status == 401:
+                    headers["WWW_Authenticate"] = "Bearer"
+                return error_response(error.status, error.code, error.detail, **headers)
+
+        return wrapper
+
+    return decorate
+
+
+def todo_response(todo, status=200, **extra):
+    """Render one todo as ``{"todo": {...}, **extra}``."""
+    response = JsonResponse({"todo": todo.to_dict(), **extra}, status=status)
+    response.todo_id = todo.id
+    return response
