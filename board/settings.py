@@ -96,6 +96,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so its one log line per request times and sees everything below.
+    "todos.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -189,6 +191,11 @@ SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
 SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
 SWITCHBOARD_MAX_WAIT_SECONDS = 20
+# Seconds of silence after which an event stream sends a keep-alive comment;
+# it is also how soon a stream notices that its client has gone.
+SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(
+    "SWITCHBOARD_SSE_KEEPALIVE_SECONDS", 15, 1, 300
+)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
