@@ -159,9 +159,37 @@ def _decode_body(body, content_type):
             raise BadDelivery("a form-encoded delivery needs a 'payload' field")
         text = values[0]
     try:
-        return json.loads(text)
-    except ValueError:
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
         raise BadDelivery("the body is not valid JSON") from None
+    problem = _unstorable(payload)
+    if problem:
+        raise BadDelivery(f"the body cannot be stored as a payload: {problem}")
+    return payload
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unstorable(value):
+    """Say why PostgreSQL's jsonb would refuse a decoded body, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "strings must not contain NUL characters"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings must be valid Unicode (no lone surrogates)"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 # --- Titles ---------------------------------------------------------------------
