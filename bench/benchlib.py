@@ -273,3 +273,34 @@ def write_results(name, data):
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(f"\nresults: {path.relative_to(ROOT)}")
     return path
+
+
+def paired_rounds(rounds, first, measure, label):
+    """Run ``measure("plain")`` and ``measure("store")`` ``rounds`` times.
+
+    The order alternates from round to round (starting with ``first``), so a
+    drift in the machine's load does not always favour the same mode. Returns
+    the figures of the round with the median store/plain ratio, every round's
+    ratio, and the pooled ratio (all store work over all plain work), which is
+    the steadier one when the machine is shared.
+    """
+    results = []
+    for number in range(rounds):
+        order = ("plain", "store") if (first + number) % 2 == 0 else ("store", "plain")
+        figures = {}
+        for mode in order:
+            figures[mode] = measure(mode)
+            print(f"  {label}, {mode}: {figures[mode]['rate']:,.0f}/s", flush=True)
+        figures["ratio"] = figures["store"]["rate"] / figures["plain"]["rate"]
+        results.append(figures)
+    ordered = sorted(results, key=lambda figures: figures["ratio"])
+    median = ordered[len(ordered) // 2]
+    pooled = sum(figures["store"]["rate"] for figures in results) / sum(
+        figures["plain"]["rate"] for figures in results
+    )
+    return {
+        **median,
+        "median_round_ratio": median["ratio"],
+        "ratio": pooled,
+        "round_ratios": [figures["ratio"] for figures in results],
+    }

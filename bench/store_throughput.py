@@ -111,11 +111,11 @@ def measure(url, endpoint_id, mode, workers, seconds, sql):
 def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 2, 4, 8])
-    parse.add_argument("--seconds", type=float, default=10)
+    parse.add_argument("--seconds", type=float, default=5)
     parse.add_argument(
         "--rounds",
         type=int,
-        default=1,
+        default=3,
         help="repeat each pair of runs; the median round counts",
     )
     args = parse.parse_args()
@@ -137,28 +137,17 @@ def main():
     for number, workers in enumerate(args.workers):
         # Alternate which mode goes first, so drift (autovacuum, the other
         # tenants of the machine) does not always favour the same one.
-        rounds = []
-        for round_number in range(args.rounds):
-            first = (number + round_number) % 2
-            modes = ("plain", "store") if first == 0 else ("store", "plain")
-            figures = {}
-            for mode in modes:
-                figures[mode] = measure(
-                    url, endpoint_id, mode, workers, args.seconds, sql
-                )
-                print(
-                    f"  {workers} workers, {mode}: "
-                    f"{figures[mode]['rate']:,.0f} todos/s",
-                    flush=True,
-                )
-            figures["ratio"] = figures["store"]["rate"] / figures["plain"]["rate"]
-            rounds.append(figures)
-        rounds.sort(key=lambda figures: figures["ratio"])
         runs.append(
             {
                 "workers": workers,
-                **rounds[len(rounds) // 2],
-                "round_ratios": [figures["ratio"] for figures in rounds],
+                **benchlib.paired_rounds(
+                    args.rounds,
+                    number,
+                    lambda mode, workers=workers: measure(
+                        url, endpoint_id, mode, workers, args.seconds, sql
+                    ),
+                    f"{workers} workers",
+                ),
             }
         )
 
