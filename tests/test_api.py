@@ -1,4 +1,4 @@
-"""The agent JSON API over Django's test client: every verb's success and error paths."""
+"""The agent JSON API over the test client: every verb, success and error paths."""
 
 import json
 import uuid
