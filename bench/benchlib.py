@@ -9,6 +9,8 @@ each measurement. They never touch another database.
 """
 
 import argparse
+import contextlib
+import http.client
 import json
 import multiprocessing
 import os
@@ -275,28 +277,29 @@ def write_results(name, data):
     return path
 
 
-def paired_rounds(rounds, first, measure, label):
-    """Run ``measure("plain")`` and ``measure("store")`` ``rounds`` times.
+def paired_rounds(rounds, first, measure, label, modes=("plain", "store")):
+    """Run ``measure(mode)`` for both modes, ``rounds`` times.
 
     The order alternates from round to round (starting with ``first``), so a
     drift in the machine's load does not always favour the same mode. Returns
     the figures of the round with the median store/plain ratio, every round's
-    ratio, and the pooled ratio (all store work over all plain work), which is
-    the steadier one when the machine is shared.
+    ratio, and the pooled ratio (all work of the second mode over all work of
+    the first), which is the steadier one when the machine is shared.
     """
+    base, subject = modes
     results = []
     for number in range(rounds):
-        order = ("plain", "store") if (first + number) % 2 == 0 else ("store", "plain")
+        order = modes if (first + number) % 2 == 0 else modes[::-1]
         figures = {}
         for mode in order:
             figures[mode] = measure(mode)
             print(f"  {label}, {mode}: {figures[mode]['rate']:,.0f}/s", flush=True)
-        figures["ratio"] = figures["store"]["rate"] / figures["plain"]["rate"]
+        figures["ratio"] = figures[subject]["rate"] / figures[base]["rate"]
         results.append(figures)
     ordered = sorted(results, key=lambda figures: figures["ratio"])
     median = ordered[len(ordered) // 2]
-    pooled = sum(figures["store"]["rate"] for figures in results) / sum(
-        figures["plain"]["rate"] for figures in results
+    pooled = sum(figures[subject]["rate"] for figures in results) / sum(
+        figures[base]["rate"] for figures in results
     )
     return {
         **median,
@@ -304,3 +307,98 @@ def paired_rounds(rounds, first, measure, label):
         "ratio": pooled,
         "round_ratios": [figures["ratio"] for figures in results],
     }
+
+
+# --- The HTTP API under gunicorn ------------------------------------------------
+
+
+def free_port():
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gunicorn(url, port=None, **env):
+    """Serve Switchboard with gunicorn (gunicorn.conf.py) against ``url``.
+
+    Yields the port once /healthz answers 200; stops the server on exit.
+    """
+    port = port or free_port()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    # The request log stays on, as in production, but goes to a file.
+    log = (RESULTS / f"gunicorn-{port}.log").open("ab")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=django_env(url, GUNICORN_LOG_LEVEL="warning", **env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(port, server)
+        yield port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def wait_healthy(port, server=None, timeout=30):
+    """Wait until /healthz on ``port`` answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server is not None and server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with status {server.returncode}")
+        try:
+            status, _ = Client(port, timeout=2).request("GET", "/healthz")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"gunicorn on port {port} did not become healthy")
+
+
+class Client:
+    """A keep-alive JSON client of the agent API (one connection, reused)."""
+
+    def __init__(self, port, token=None, timeout=30):
+        self.port = port
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+    def request(self, method, path, body=None):
+        """Send one request; return (status, decoded JSON body or None)."""
+        payload = None if body is None else json.dumps(body)
+        try:
+            self.conn.request(method, path, body=payload, headers=self.headers)
+            response = self.conn.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException):
+            # A dropped keep-alive connection: the next request reconnects.
+            self.conn.close()
+            raise
+        if response.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            data = None
+        return response.status, data

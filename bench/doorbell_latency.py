@@ -1,0 +1,149 @@
+"""Doorbell latency: a create, then a waiting long-poll claim returns it.
+
+    python bench/doorbell_latency.py --samples 50
+
+gunicorn serves Switchboard against the benchmark database. A waiter thread
+holds ``POST /api/v1/todos/claim`` with ``wait_seconds=20`` on an empty queue;
+once its LISTEN connection shows up in ``pg_stat_activity``, the producer
+creates a todo with ``POST /api/v1/todos`` on its own keep-alive connection.
+The figure is the time from sending the create to the claim's response.
+The baseline, in the same run, is PostgreSQL's own wakeup: a bare psycopg
+connection LISTENs on the doorbell channel while another runs the store's
+create SQL, timed from sending the create to the notification's arrival.
+"""
+
+import json
+import threading
+import time
+import uuid
+
+import benchlib
+import psycopg
+
+LISTENERS_SQL = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND query LIKE 'LISTEN %%'
+   AND state = 'idle'
+"""
+
+
+def wait_for_listeners(conn, count, timeout=10):
+    """Wait until ``count`` sessions of this database sit in LISTEN."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if conn.execute(LISTENERS_SQL).fetchone()[0] >= count:
+            return
+        time.sleep(0.002)
+    raise RuntimeError("the long-poll claim never started listening")
+
+
+def http_samples(url, port, token, samples):
+    """Time create → the waiting claim's response, ``samples`` times."""
+    producer = benchlib.Client(port, token)
+    waiter = benchlib.Client(port, token)
+    latencies = []
+    with psycopg.connect(url, autocommit=True) as monitor:
+        idle_listeners = monitor.execute(LISTENERS_SQL).fetchone()[0]
+        for number in range(samples):
+            answer = {}
+
+            def wait_for_work(answer=answer):
+                answer["status"], answer["data"] = waiter.request(
+                    "POST",
+                    "/api/v1/todos/claim",
+                    {"worker": "waiter", "wait_seconds": 20},
+                )
+                answer["at"] = time.perf_counter()
+
+            thread = threading.Thread(target=wait_for_work)
+            thread.start()
+            wait_for_listeners(monitor, idle_listeners + 1)
+            sent = time.perf_counter()
+            status, _ = producer.request(
+                "POST", "/api/v1/todos", {"queue": benchlib.QUEUE, "title": str(number)}
+            )
+            thread.join(timeout=30)
+            if status != 201 or answer.get("status") != 200:
+                raise RuntimeError(f"create {status}, claim {answer.get('status')}")
+            latencies.append(answer["at"] - sent)
+            waiter.request(
+                "POST",
+                f"/api/v1/todos/{answer['data']['todo']['id']}/complete",
+                {"worker": "waiter"},
+            )
+    return latencies
+
+
+def listen_samples(url, endpoint_id, samples, create_sql):
+    """Time the store's create SQL → a bare LISTEN connection's notification."""
+    from todos.store import DOORBELL_CHANNEL
+
+    latencies = []
+    with (
+        psycopg.connect(url, autocommit=True) as listener,
+        psycopg.connect(url, autocommit=True) as producer,
+    ):
+        listener.execute(f"LISTEN {DOORBELL_CHANNEL}")
+        for number in range(samples):
+            params = {
+                "id": str(uuid.uuid4()),
+                "endpoint_id": endpoint_id,
+                "queue": benchlib.QUEUE,
+                "title": str(number),
+                "payload": "{}",
+                "assignee": None,
+                "max_attempts": 5,
+                "idempotency_key": None,
+                "actor": "",
+                "event_error": "",
+            }
+            sent = time.perf_counter()
+            producer.execute(create_sql, params)
+            for notify in listener.notifies(timeout=10, stop_after=1):
+                if json.loads(notify.payload)["id"] != params["id"]:
+                    raise RuntimeError("a stray notification")
+            latencies.append(time.perf_counter() - sent)
+    return latencies
+
+
+def main():
+    parse = benchlib.parser(__doc__.splitlines()[0])
+    parse.add_argument("--samples", type=int, default=50)
+    args = parse.parse_args()
+
+    url = args.database_url
+    benchlib.prepare_database(url)
+    endpoint_id, token = benchlib.ensure_endpoint(url)
+    from todos import store
+
+    info = benchlib.machine(url)
+    benchlib.reset_todos(url)
+    with benchlib.gunicorn(url) as port:
+        http = http_samples(url, port, token, args.samples)
+    listen = listen_samples(url, endpoint_id, args.samples, store.CREATE_SQL)
+    figures = {"listen": benchlib.summary(listen), "http": benchlib.summary(http)}
+    benchlib.print_table(
+        f"doorbell latency (ms), {args.samples} samples each",
+        ["path", "p50", "p99", "mean"],
+        [
+            ["create SQL → LISTEN notification (baseline)", *_cells(figures["listen"])],
+            ["POST create → waiting POST claim returns", *_cells(figures["http"])],
+        ],
+    )
+    benchlib.write_results(
+        "doorbell_latency",
+        {
+            "benchmark": "doorbell_latency",
+            "machine": info,
+            "samples": args.samples,
+            **figures,
+        },
+    )
+
+
+def _cells(summary):
+    return [summary["p50"], summary["p99"], summary["mean"]]
+
+
+if __name__ == "__main__":
+    main()
