@@ -1,0 +1,182 @@
+"""The Board's Webhooks pages: sources, routes, last deliveries, set-up."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from todos import webhooks
+from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
+
+SECRET = "board-secret"
+
+
+@pytest.fixture
+def operator(db):
+    return get_user_model().objects.create_user(
+        "operator", password="pw-operator", is_staff=True
+    )
+
+
+@pytest.fixture
+def board(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def source(endpoint, other_endpoint):
+    source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
+    WebhookRoute.objects.create(source=source, endpoint=other_endpoint, queue="github",
+                                assignee="reviewer-bot")
+    return source
+
+
+def deliver(client, delivery_id, event="issues"):
+    body = json.dumps({"action": "opened", "number": 5}).encode()
+    return client.post(
+        "/hooks/acme-app", data=body, content_type="application/json",
+        headers={"X-Hub-Signature-256": webhooks.sign(SECRET, body),
+                 "X-GitHub-Delivery": delivery_id, "X-GitHub-Event": event},
+    )
+
+
+def route_data(*routes):
+    data = {"routes-TOTAL_FORMS": "3", "routes-INITIAL_FORMS": "0",
+            "routes-MIN_NUM_FORMS": "0", "routes-MAX_NUM_FORMS": "10"}
+    for index, (endpoint_id, queue) in enumerate(routes):
+        data[f"routes-{index}-endpoint"] = str(endpoint_id)
+        data[f"routes-{index}-queue"] = queue
+    return data
+
+
+def test_webhooks_page_needs_a_login(client, db):
+    response = client.get("/board/webhooks/")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/board/login/")
+
+
+def test_webhooks_page_refuses_a_user_who_is_not_staff(client, db):
+    client.force_login(get_user_model().objects.create_user("visitor"))
+
+    assert client.get("/board/webhooks/").status_code == 403
+    assert client.post("/board/webhooks/new/", {"slug": "x"}).status_code == 403
+    assert WebhookSource.objects.count() == 0
+
+
+def test_webhooks_page_lists_routes_and_each_deliverys_outcome_per_target(
+    board, source, endpoint, other_endpoint
+):
+    deliver(board, "d-first")
+    deliver(board, "d-first")
+    first, again = WebhookDelivery.objects.order_by("id")
+    todo_ids = [target["todo_id"] for target in first.outcome]
+
+    page = board.get("/board/webhooks/").content.decode()
+
+    assert "acme-app" in page and "POST /hooks/acme-app" in page
+    assert "reviewer-bot" in page
+    assert page.count("d-first") == 2
+    assert "issues" in page
+    assert page.count("new todo") == 2
+    assert page.count("duplicate of a live todo") == 2
+    for todo_id in todo_ids:
+        assert f"/board/todos/{todo_id}/" in page
+    assert endpoint.name in page and other_endpoint.name in page
+    assert SECRET not in page
+
+
+def test_webhooks_page_answers_htmx_with_only_the_sources_fragment(board, source):
+    response = board.get("/board/webhooks/",
+                         headers={"HX-Request": "true", "HX-Target": "sources"})
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<div id="sources"')
+    assert "<html" not in html
+
+
+def test_creating_a_source_from_the_board_shows_a_generated_secret_once(
+    board, endpoint, other_endpoint
+):
+    form = {"slug": "from-board", "scheme": "github", "secret": "",
+            **route_data((endpoint.id, "github"), (other_endpoint.id, "github"))}
+
+    response = board.post("/board/webhooks/new/", form)
+
+    assert response.status_code == 201
+    assert response["Cache-Control"] == "no-store"
+    source = WebhookSource.objects.get(slug="from-board")
+    assert len(source.secret) == 64
+    assert source.secret in response.content.decode()
+    assert [(r.endpoint_id, r.queue) for r in source.routes.order_by("id")] == [
+        (endpoint.id, "github"), (other_endpoint.id, "github")
+    ]
+    assert source.secret not in board.get("/board/webhooks/").content.decode()
+
+
+def test_creating_a_source_with_a_chosen_secret_never_echoes_it(board, endpoint):
+    form = {"slug": "chosen", "scheme": "hmac-sha256", "secret": "my-own-secret",
+            "delivery_header": "X-Billing-Id", **route_data((endpoint.id, "bills"))}
+
+    response = board.post("/board/webhooks/new/", form, follow=True)
+
+    assert response.status_code == 200
+    assert "Created webhook source chosen" in response.content.decode()
+    assert "my-own-secret" not in response.content.decode()
+    source = WebhookSource.objects.get(slug="chosen")
+    assert (source.scheme, source.delivery_header) == ("hmac-sha256", "X-Billing-Id")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "routes", "message"),
+    [
+        ({}, [], "Add at least one route."),
+        ({"slug": "no spaces"}, [("{wide}", "github")],
+         "consisting of letters, numbers"),
+        ({}, [("{narrow}", "github")], "is not granted queue"),
+        ({}, [("{wide}", "has space")], "A queue name has no spaces."),
+        ({"routes-0-title_template": "$bogus"}, [("{wide}", "github")],
+         "unknown fields bogus"),
+    ],
+    ids=["no-route", "bad-slug", "ungranted", "queue-space", "bad-template"],
+)
+def test_creating_a_bad_source_is_400_and_creates_nothing(
+    board, make_endpoint, overrides, routes, message
+):
+    wide, narrow = make_endpoint("wide"), make_endpoint("narrow", queues=("deploys",))
+    ids = {"wide": wide.id, "narrow": narrow.id}
+    form = {"slug": "acme", "scheme": "github", "secret": "s",
+            **route_data(*[(e.format(**ids), q) for e, q in routes]), **overrides}
+
+    response = board.post("/board/webhooks/new/", form)
+
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert WebhookSource.objects.count() == 0
+
+
+def test_the_create_form_needs_a_csrf_token(operator, endpoint):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator)
+    form = {"slug": "acme", "scheme": "github", "secret": "s",
+            **route_data((endpoint.id, "github"))}
+
+    response = strict.post("/board/webhooks/new/", form)
+
+    assert response.status_code == 403
+    assert WebhookSource.objects.count() == 0
+
+
+def test_deleting_a_source_makes_its_hook_404_and_keeps_its_todos(board, source):
+    deliver(board, "d-1")
+
+    response = board.post(f"/board/webhooks/{source.id}/delete/")
+
+    assert response.status_code == 302
+    assert WebhookSource.objects.count() == 0
+    assert deliver(board, "d-2").status_code == 404
+    assert Todo.objects.count() == 2

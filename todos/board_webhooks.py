@@ -1,0 +1,192 @@
+"""The Board's webhook pages: sources, their routes and their last deliveries.
+
+An operator sees what arrived at each source and what it became — per target,
+the todo it created or collapsed onto — creates a source with its routes (the
+same validation as ``create_webhook``), and deletes one. Staff login and the
+outage page come from the Board's own ``operator_view``.
+"""
+
+import secrets
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from todos import webhooks
+from todos.board_forms import endpoint_choices
+from todos.board_views import operator_view
+from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookSource
+
+RECENT_DELIVERIES = 10
+MAX_ROUTES = 10
+SOURCE_FIELDS = ("slug", "secret", "scheme", "signature_header", "delivery_header",
+                 "event_header")
+
+
+class SourceForm(forms.Form):
+    """A new source: its slug, signature scheme, secret and header overrides."""
+
+    slug = forms.SlugField(max_length=100, help_text="Deliveries go to /hooks/<slug>.")
+    scheme = forms.ChoiceField(choices=WEBHOOK_SCHEMES)
+    secret = forms.CharField(
+        max_length=webhooks.MAX_SECRET_LENGTH, required=False, strip=False,
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+        help_text="The shared signing secret. Leave blank to generate one, shown once.",
+    )
+    signature_header = forms.CharField(max_length=100, required=False)
+    delivery_header = forms.CharField(max_length=100, required=False)
+    event_header = forms.CharField(max_length=100, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for index, name in enumerate(("signature_header", "delivery_header",
+                                      "event_header")):
+            defaults = ", ".join(f"{scheme}: {headers[index]}" for scheme, headers in
+                                 _scheme_headers().items())
+            self.fields[name].help_text = f"Blank = the scheme's ({defaults})."
+
+
+def _scheme_headers():
+    return {
+        name: (s.signature_header, s.delivery_header, s.event_header)
+        for name, s in webhooks.SCHEMES.items()
+    }
+
+
+class RouteForm(forms.Form):
+    """One target of the source's deliveries; a blank row is no route."""
+
+    endpoint = forms.ChoiceField(required=False)
+    queue = forms.CharField(max_length=webhooks.MAX_QUEUE_LENGTH, required=False)
+    assignee = forms.CharField(max_length=200, required=False)
+    title_template = forms.CharField(
+        max_length=500, required=False,
+        help_text="Blank = derived, e.g. “pull_request opened acme/app#12: …”. "
+        "Fields: " + ", ".join("$" + name for name in webhooks.TITLE_FIELDS),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["endpoint"].choices = endpoint_choices(
+            "no route", active_only=True
+        )
+
+    def clean(self):
+        data = super().clean()
+        endpoint, queue = data.get("endpoint"), (data.get("queue") or "").strip()
+        if endpoint and not queue:
+            self.add_error("queue", "A route needs a queue.")
+        elif queue and not endpoint:
+            self.add_error("endpoint", "A route needs an endpoint.")
+        elif any(ch.isspace() for ch in queue):
+            self.add_error("queue", "A queue name has no spaces.")
+        data["queue"] = queue
+        return data
+
+    def spec(self):
+        """Return this row's RouteSpec, or None when the row is blank."""
+        data = self.cleaned_data
+        if not data.get("endpoint"):
+            return None
+        return webhooks.RouteSpec(data["endpoint"], data["queue"],
+                                  data["assignee"].strip(),
+                                  data["title_template"].strip())
+
+
+class BaseRouteFormSet(forms.BaseFormSet):
+    def clean(self):
+        if any(self.errors):
+            return
+        if not any(form.spec() for form in self.forms):
+            raise ValidationError("Add at least one route.")
+
+
+RouteFormSet = forms.formset_factory(
+    RouteForm, formset=BaseRouteFormSet, extra=3, max_num=MAX_ROUTES,
+    validate_max=True,
+)
+
+
+def _outcome_rows(delivery, endpoints):
+    """Return a delivery's per-target outcome with endpoint names, for display."""
+    rows = []
+    for target in delivery.outcome:
+        endpoint = endpoints.get(target.get("endpoint_id"))
+        rows.append({**target, "endpoint_name": endpoint.name if endpoint else "gone"})
+    return rows
+
+
+@require_GET
+@operator_view
+def webhook_list(request):
+    """List the sources with their routes and last deliveries."""
+    sources = WebhookSource.objects.prefetch_related("routes__endpoint")
+    endpoints = {str(e.id): e for e in Endpoint.objects.all()}
+    listed = []
+    for source in sources:
+        deliveries = webhooks.recent_deliveries(source, RECENT_DELIVERIES)
+        listed.append({
+            "source": source,
+            "headers": dict(zip(("signature", "delivery", "event"),
+                                webhooks.headers_of(source), strict=True)),
+            "routes": source.routes.all(),
+            "deliveries": [(d, _outcome_rows(d, endpoints)) for d in deliveries],
+        })
+    template = "board/webhooks.html"
+    if request.htmx and request.htmx.target == "sources":
+        template += "#sources"
+    return render(request, template, {"nav": "webhooks", "sources": listed})
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def webhook_create(request):
+    """Create a source with its routes; a generated secret is shown once."""
+    form = SourceForm(request.POST or None, initial={"scheme": "github"})
+    routes = RouteFormSet(request.POST or None, prefix="routes")
+    if request.method == "POST" and form.is_valid() and routes.is_valid():
+        data = form.cleaned_data
+        generated = not data["secret"]
+        secret = secrets.token_hex(32) if generated else data["secret"]
+        try:
+            source = webhooks.create_source(
+                data["slug"], secret,
+                [spec for spec in (f.spec() for f in routes.forms) if spec],
+                scheme=data["scheme"], signature_header=data["signature_header"],
+                delivery_header=data["delivery_header"],
+                event_header=data["event_header"],
+            )
+        except webhooks.InvalidSource as exc:
+            field = exc.field if exc.field in SOURCE_FIELDS else None
+            form.add_error(field, exc.detail if field else str(exc))
+        else:
+            if not generated:
+                messages.success(request, f"Created webhook source {source.slug}.")
+                return redirect("board:webhooks")
+            response = render(request, "board/webhooks_secret.html",
+                              {"nav": "webhooks", "source": source, "secret": secret,
+                               "path": f"/hooks/{source.slug}"}, status=201)
+            # The secret exists only in this response: keep it out of every cache.
+            response["Cache-Control"] = "no-store"
+            return response
+    status = 400 if request.method == "POST" else 200
+    return render(request, "board/webhooks_form.html",
+                  {"nav": "webhooks", "form": form, "routes": routes}, status=status)
+
+
+@require_POST
+@operator_view
+def webhook_delete(request, source_id):
+    """Delete a source, its routes and its log; its todos stay."""
+    deleted, _ = WebhookSource.objects.filter(id=source_id).delete()
+    if deleted:
+        messages.success(request, "Deleted the webhook source; its todos stay.")
+    else:
+        messages.warning(request, "That webhook source was already gone.")
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("board:webhooks"))
+    return redirect("board:webhooks")
