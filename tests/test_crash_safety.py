@@ -68,10 +68,10 @@ class SweepLoop:
             assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output()}"
             time.sleep(0.05)
 
-    def terminate(self, timeout=5):
-        """Send SIGTERM; return (exit status, seconds it took to exit)."""
+    def terminate(self, signum=signal.SIGTERM, timeout=5):
+        """Send SIGTERM (or signum); return (exit status, seconds it took to exit)."""
         sent = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(signum)
         status = self.process.wait(timeout=timeout)
         return status, time.monotonic() - sent
 
@@ -201,6 +201,18 @@ def test_sweep_loop_survives_losing_its_database_connection(
     )
     status, _ = loop.terminate()
     assert status == 0, loop.output()
+
+
+def test_sweep_loop_stops_on_sigint_with_status_zero(sweep_loop):
+    """SPEC: Graceful shutdown drains cleanly."""
+    loop = sweep_loop(interval="30")
+
+    status, seconds = loop.terminate(signal.SIGINT)
+
+    assert status == 0, loop.output()
+    assert seconds < 2, f"took {seconds:.2f} s to stop"
+    assert "signal=SIGINT" in loop.output()
+    assert "Traceback" not in loop.output()
 
 
 class Worker:

@@ -218,12 +218,13 @@ class Sweeper:
             )
         except (store.Unavailable, DatabaseError) as exc:
             self.failures += 1
+            cause = exc.__cause__ if isinstance(exc, store.Unavailable) else exc
             logger.warning(
                 "sweep pass failed; will reconnect",
                 extra={
                     "fields": {
-                        "error": type(exc).__name__,
-                        "detail": str(exc),
+                        "operation": getattr(exc, "operation", "sweep"),
+                        "error": type(cause or exc).__name__,
                         "failures": self.failures,
                     }
                 },
