@@ -4,6 +4,8 @@ Every knob is documented in the README ("Configuration").
 """
 
 import os
+import re
+import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -173,6 +175,9 @@ STORAGES = {
 }
 # Serve straight from static/ too, so tests and `make run` need no collectstatic.
 WHITENOISE_USE_FINDERS = True
+# Before collectstatic has run (tests, a fresh clone) STATIC_ROOT does not
+# exist yet, which is expected: the finders above serve every file meanwhile.
+warnings.filterwarnings("ignore", message=re.escape(f"No directory at: {STATIC_ROOT}"))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,0 +1,63 @@
+// Small behaviours of the Board; every page also works without them.
+(function () {
+  "use strict";
+
+  function checkboxes() {
+    return Array.from(document.querySelectorAll('input[name="ids"][form="bulk-form"]'));
+  }
+
+  function updateSelectionButton() {
+    const button = document.querySelector("[data-selection-button]");
+    if (!button) return;
+    const count = checkboxes().filter((box) => box.checked).length;
+    button.textContent = count ? `Retry selected (${count})` : "Retry selected";
+  }
+
+  document.addEventListener("change", (event) => {
+    const target = event.target;
+    if (target.matches("[data-select-all]")) {
+      checkboxes().forEach((box) => { box.checked = target.checked; });
+    }
+    if (target.matches("[data-select-all], input[name='ids']")) updateSelectionButton();
+  });
+
+  // A bulk action finished: its selection is spent.
+  document.body.addEventListener("selection-cleared", () => {
+    checkboxes().forEach((box) => { box.checked = false; });
+    const all = document.querySelector("[data-select-all]");
+    if (all) all.checked = false;
+    updateSelectionButton();
+  });
+
+  document.body.addEventListener("htmx:afterSettle", updateSelectionButton);
+
+  document.addEventListener("click", (event) => {
+    const copy = event.target.closest("[data-copy]");
+    if (copy) {
+      const field = document.querySelector(copy.dataset.copy);
+      field.select();
+      const done = () => { copy.textContent = "Copied"; };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(field.value).then(done, () => {
+          document.execCommand("copy");
+          done();
+        });
+      } else {
+        document.execCommand("copy");
+        done();
+      }
+      return;
+    }
+    const close = event.target.closest("[data-close-panel]");
+    if (close && window.htmx) {
+      // With htmx the panel just closes; without it the link reloads the list.
+      event.preventDefault();
+      const panel = close.closest("#bulk");
+      panel.outerHTML = '<div id="bulk"></div>';
+    }
+  });
+
+  document.addEventListener("focusin", (event) => {
+    if (event.target.matches("[data-select-on-focus]")) event.target.select();
+  });
+})();

@@ -1,0 +1,211 @@
+"""Forms of the operator Board: list filters, a hand-made todo, endpoints."""
+
+import json
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
+
+from todos import store
+from todos.models import Endpoint
+
+STATE_CHOICES = [
+    ("", "any state"),
+    ("pending", "pending"),
+    ("claimed", "claimed"),
+    ("retry_scheduled", "retry scheduled"),
+    ("dead_letter", "dead letter"),
+    ("failed", "failed (both)"),
+    ("done", "done"),
+]
+
+
+class OperatorLoginForm(AuthenticationForm):
+    """Django's login form, for staff only: the Board sees every tenant."""
+
+    def confirm_login_allowed(self, user):
+        super().confirm_login_allowed(user)
+        if not user.is_staff:
+            raise ValidationError(
+                "This account is not an operator (staff) account.", code="not_staff"
+            )
+
+
+def endpoint_choices(blank_label, *, active_only=False):
+    """Return (id, label) choices of the endpoints, revoked ones marked."""
+    endpoints = Endpoint.objects.select_related("owner")
+    if active_only:
+        endpoints = endpoints.filter(revoked_at__isnull=True)
+    choices = [("", blank_label)]
+    for endpoint in endpoints:
+        label = f"{endpoint.name} ({endpoint.owner.get_username()})"
+        if not endpoint.is_active:
+            label += " — revoked"
+        choices.append((str(endpoint.id), label))
+    return choices
+
+
+class TodoFilterForm(forms.Form):
+    """The list's filters; every field is optional and the URL carries them."""
+
+    endpoint = forms.ChoiceField(required=False)
+    queue = forms.CharField(required=False, max_length=200)
+    state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
+    assignee = forms.CharField(required=False, max_length=200)
+    owner = forms.CharField(required=False, max_length=200)
+    q = forms.CharField(required=False, max_length=200, label="Text")
+    after = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["endpoint"].choices = endpoint_choices("any endpoint")
+        self.fields["q"].widget.attrs["placeholder"] = "title or idempotency key"
+
+    def clean_after(self):
+        after = self.cleaned_data["after"]
+        if after:
+            try:
+                store.decode_cursor(after)
+            except ValueError:
+                raise ValidationError(
+                    "This page link is not valid; start over."
+                ) from None
+        return after
+
+    def store_filters(self):
+        """Return the keyword filters the store's list and bulk functions take."""
+        data = self.cleaned_data
+        return {
+            "endpoint_id": data["endpoint"] or None,
+            "queue": data["queue"].strip() or None,
+            "state": data["state"] or None,
+            "assignee": data["assignee"].strip() or None,
+            "owner": data["owner"].strip() or None,
+            "text": data["q"].strip() or None,
+        }
+
+    def is_filtered(self):
+        return any(self.store_filters().values())
+
+
+def parse_queues(raw):
+    """Turn "a, b" into ["a", "b"]; "*" alone grants every queue."""
+    queues = []
+    for name in raw.replace("\n", ",").split(","):
+        name = name.strip()
+        if name and name not in queues:
+            queues.append(name)
+    if not queues:
+        raise ValidationError("Name at least one queue, or * for every queue.")
+    if "*" in queues and len(queues) > 1:
+        raise ValidationError("* already grants every queue; leave it alone.")
+    for name in queues:
+        if len(name) > 200 or any(ch.isspace() for ch in name):
+            raise ValidationError(f"{name!r} is not a queue name (no spaces).")
+    return queues
+
+
+class QueuesField(forms.CharField):
+    """A comma-separated list of queue names, or *."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", 2000)
+        kwargs.setdefault(
+            "help_text", "Comma-separated queue names, or * for every queue."
+        )
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, list):
+            return ", ".join(value)
+        return value
+
+    def clean(self, value):
+        return parse_queues(super().clean(value))
+
+
+class EndpointCreateForm(forms.Form):
+    """A new endpoint: its name, the human who owns it, and its queue grant."""
+
+    name = forms.CharField(max_length=200)
+    owner = forms.ModelChoiceField(queryset=None, empty_label=None)
+    queues = QueuesField(initial="*")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["owner"].queryset = get_user_model().objects.filter(
+            is_active=True
+        ).order_by("username")
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise ValidationError("Give the endpoint a name.")
+        return name
+
+
+class GrantsForm(forms.Form):
+    """The queues an endpoint may use."""
+
+    queues = QueuesField()
+
+
+class TodoCreateForm(forms.Form):
+    """A todo made by hand, for any endpoint whose grant covers the queue."""
+
+    endpoint = forms.ChoiceField()
+    queue = forms.CharField(max_length=200)
+    title = forms.CharField(max_length=500, required=False)
+    payload = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="A JSON value; empty means {}.",
+    )
+    idempotency_key = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="A live todo with the same key on this endpoint is returned instead.",
+    )
+    assignee = forms.CharField(
+        max_length=200, required=False, help_text="Only this worker may claim it."
+    )
+    max_attempts = forms.IntegerField(min_value=1, max_value=1000, initial=5)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["endpoint"].choices = endpoint_choices(
+            "choose an endpoint", active_only=True
+        )
+
+    def clean_queue(self):
+        queue = self.cleaned_data["queue"].strip()
+        if not queue or any(ch.isspace() for ch in queue):
+            raise ValidationError("A queue name has no spaces.")
+        return queue
+
+    def clean_payload(self):
+        raw = self.cleaned_data["payload"].strip()
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(
+                f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+            ) from None
+
+    def clean(self):
+        data = super().clean()
+        endpoint_id, queue = data.get("endpoint"), data.get("queue")
+        if endpoint_id and queue:
+            endpoint = Endpoint.objects.filter(id=endpoint_id).first()
+            if endpoint is None or not endpoint.is_active:
+                self.add_error("endpoint", "This endpoint is gone or revoked.")
+            elif not endpoint.grants(queue):
+                self.add_error(
+                    "queue",
+                    f"{endpoint.name} is not granted {queue!r}; its agents could "
+                    "never claim it.",
+                )
+        return data

@@ -1,0 +1,516 @@
+"""The operator Board: pages and htmx fragments over the store's operator twins.
+
+Every view needs a staff login. A view renders its whole page, or, when htmx
+asks, only the fragment named after the target element (a ``{% partialdef %}``
+of the page's template). Actions answer htmx with the changed fragment plus an
+out-of-band notice, and a plain form post with a redirect and a message, so the
+Board works without JavaScript too. A ``Conflict`` is a notice, never an error
+page; an unreachable database is a 503 page.
+"""
+
+import json
+from functools import wraps
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.db import DatabaseError
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from todos import store
+from todos.board_forms import (
+    EndpointCreateForm,
+    GrantsForm,
+    OperatorLoginForm,
+    TodoCreateForm,
+    TodoFilterForm,
+)
+from todos.models import Endpoint
+
+PAGE_SIZE = 50
+ROWS_CHANGED = "rows-changed"
+COUNTS_CHANGED = "counts-changed"
+SELECTION_CLEARED = "selection-cleared"
+
+
+# --- Plumbing -------------------------------------------------------------------
+
+
+def operator_view(view):
+    """Require a staff login; show an outage as a 503 page, not a traceback."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        user = request.user
+        if not user.is_authenticated:
+            login = f"{reverse('board:login')}?{urlencode({'next': _here(request)})}"
+            if request.htmx:
+                # A fragment must not swap the login page into the list.
+                return HttpResponseClientRedirect(login)
+            return redirect(login)
+        if not (user.is_active and user.is_staff):
+            return render(request, "board/forbidden.html", status=403)
+        try:
+            return view(request, *args, **kwargs)
+        except (store.Unavailable, DatabaseError):
+            if request.htmx:
+                return _notices_only(
+                    request, [_notice("error", "The database is unavailable; "
+                                      "the page will catch up when it is back.")],
+                    status=503,
+                )
+            return render(request, "board/unavailable.html", status=503)
+
+    return wrapper
+
+
+def _here(request):
+    """Return the page the user is on (for htmx, the page, not the fragment)."""
+    if request.htmx and request.htmx.current_url_abs_path:
+        return request.htmx.current_url_abs_path
+    return request.get_full_path()
+
+
+def _next_url(request, default):
+    target = request.POST.get("next") or ""
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
+
+
+def _notice(level, text):
+    return {"level": level, "text": text}
+
+
+def _page(request, template, context, fragments=(), status=200):
+    """Render the page, or only the fragment htmx targets when it is one of ours."""
+    target = request.htmx.target if request.htmx else None
+    if target in fragments:
+        template = f"{template}#{target}"
+    return render(request, template, context, status=status)
+
+
+def _fragments(request, parts, notices=(), events=(), status=200):
+    """Answer htmx with fragments, the notices out of band, and client events."""
+    html = "".join(
+        render_to_string(template, context, request=request)
+        for template, context in parts
+    )
+    html += render_to_string(
+        "board/base.html#notices", {"notices": notices, "oob": True}, request=request
+    )
+    response = HttpResponse(html, status=status)
+    if events:
+        response["HX-Trigger"] = json.dumps(dict.fromkeys(events))
+    return response
+
+
+def _notices_only(request, notices, events=(), status=200):
+    response = _fragments(request, [], notices, events, status)
+    # Keep the target as it is; only the notice region changes.
+    response["HX-Reswap"] = "none"
+    return response
+
+
+def _flash(request, notices):
+    for notice in notices:
+        level = {"success": messages.SUCCESS, "warning": messages.WARNING}.get(
+            notice["level"], messages.ERROR
+        )
+        messages.add_message(request, level, notice["text"])
+
+
+def _endpoints_by_id():
+    return {str(e.id): e for e in Endpoint.objects.select_related("owner")}
+
+
+def _endpoint_or_none(endpoint_id):
+    return Endpoint.objects.select_related("owner").filter(id=endpoint_id).first()
+
+
+def _endpoint_missing(request):
+    return render(request, "board/not_found.html", {"what": "endpoint"}, status=404)
+
+
+def _age(seconds):
+    """Say how long ago, compactly: 42s, 5m 10s, 3h 4m, 2d 7h."""
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    for unit, size, sub_unit, sub_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "m", 60),
+        ("m", 60, "s", 1),
+    ):
+        if seconds >= size:
+            whole, rest = divmod(seconds, size)
+            return f"{whole}{unit} {rest // sub_size}{sub_unit}"
+    return f"{seconds}s"
+
+
+def _conflict_text(exc, verb):
+    if exc.detail == store.DUPLICATE_ON_RETRY:
+        return f"Could not {verb}: {exc.detail}."
+    return f"Could not {verb}: this todo is now {exc.state or 'elsewhere'}" + (
+        " (someone else got there first)." if exc.state else "."
+    )
+
+
+# --- Login ----------------------------------------------------------------------
+
+
+class LoginView(auth_views.LoginView):
+    authentication_form = OperatorLoginForm
+    redirect_authenticated_user = True
+
+
+logout_view = auth_views.LogoutView.as_view()
+
+
+# --- Overview -------------------------------------------------------------------
+
+
+@require_GET
+@operator_view
+def overview(request):
+    """Show counts per endpoint and queue, with stuck and failed work first."""
+    data = store.board_overview()
+    endpoints = _endpoints_by_id()
+    groups = {}
+    for row in data.rows:
+        groups.setdefault(row.endpoint_id, []).append(
+            {"counts": row, "age": _age(row.oldest_pending_seconds)}
+        )
+    sections = [
+        {"endpoint": endpoint, "endpoint_id": endpoint_id, "queues": groups.get(
+            endpoint_id, [])}
+        for endpoint_id, endpoint in endpoints.items()
+        if endpoint.is_active or endpoint_id in groups
+    ]
+    sections += [
+        {"endpoint": None, "endpoint_id": endpoint_id, "queues": queues}
+        for endpoint_id, queues in groups.items()
+        if endpoint_id not in endpoints
+    ]
+    context = {
+        "overview": data,
+        "sections": sections,
+        "oldest_pending": _age(
+            max((r.oldest_pending_seconds or 0 for r in data.rows), default=0) or None
+        ),
+        "checked_at": timezone.now(),
+        "cap": f"{data.cap:,}".replace(",", " "),
+        "nav": "overview",
+    }
+    return _page(request, "board/overview.html", context, fragments=("counts",))
+
+
+# --- Todo list ------------------------------------------------------------------
+
+
+def _query(form, **overrides):
+    """Return the list's query string for these filters (and page)."""
+    values = {
+        name: form.cleaned_data.get(name) or ""
+        for name in ("endpoint", "queue", "state", "assignee", "owner", "q")
+    }
+    values.update(overrides)
+    query = QueryDict(mutable=True)
+    query.update({name: value for name, value in values.items() if value})
+    return query.urlencode()
+
+
+@require_GET
+@operator_view
+def todo_list(request):
+    """List todos newest first with the filters in the URL; htmx polls the rows."""
+    form = TodoFilterForm(request.GET)
+    status, page, filters = 200, store.Page([], None), {}
+    if form.is_valid():
+        filters = form.store_filters()
+        page = store.list_todos_any_endpoint(
+            **filters, cursor=form.cleaned_data["after"] or None, limit=PAGE_SIZE
+        )
+    else:
+        status = 400
+    endpoints = _endpoints_by_id()
+    context = {
+        "form": form,
+        "rows": [{"todo": todo, "endpoint": endpoints.get(todo.endpoint_id)}
+                 for todo in page.todos],
+        "filtered": bool(filters) and any(filters.values()),
+        "first_query": _query(form) if form.is_valid() else "",
+        "next_query": (
+            _query(form, after=page.next_cursor) if page.next_cursor else None
+        ),
+        "paged": form.is_valid() and bool(form.cleaned_data["after"]),
+        "here": request.get_full_path(),
+        "nav": "todos",
+    }
+    return _page(request, "board/todo_list.html", context,
+                 fragments=("results", "rows"), status=status)
+
+
+# --- Todo detail and actions ----------------------------------------------------
+
+
+def _detail_context(todo):
+    endpoint = Endpoint.objects.select_related("owner").filter(id=todo.endpoint_id)
+    return {
+        "todo": todo,
+        "endpoint": endpoint.first(),
+        "events": store.todo_events_any_endpoint(todo.id),
+        "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
+        "result_json": (
+            None if todo.result is None
+            else json.dumps(todo.result, indent=2, sort_keys=True)
+        ),
+    }
+
+
+@require_GET
+@operator_view
+def todo_detail(request, todo_id):
+    """Show every field of a todo, its payload and result, and its history."""
+    try:
+        todo = store.get_todo_any_endpoint(todo_id)
+    except store.NotFound:
+        return render(request, "board/not_found.html", {"what": "todo"}, status=404)
+    return _page(request, "board/todo_detail.html", _detail_context(todo),
+                 fragments=("detail",))
+
+
+def _todo_action(request, todo_id, act, verb, done_text):
+    """Run one action on one todo and answer with the changed fragment."""
+    notices = []
+    try:
+        todo = act(todo_id, actor=f"operator:{request.user.get_username()}")
+        notices.append(_notice("success", done_text))
+    except store.Conflict as exc:
+        notices.append(_notice("warning", _conflict_text(exc, verb)))
+        todo = store.get_todo_any_endpoint(exc.todo_id)
+    except store.NotFound:
+        notices.append(_notice("error", "That todo no longer exists."))
+        todo = None
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect(_next_url(request, reverse("board:todos")))
+    if todo is None:
+        return _notices_only(request, notices)
+    events = (COUNTS_CHANGED,)
+    if request.htmx.target == "detail":
+        part = ("board/todo_detail.html#detail", _detail_context(todo))
+    else:
+        part = ("board/todo_list.html#row",
+                {"todo": todo, "endpoint": _endpoint_or_none(todo.endpoint_id)})
+    return _fragments(request, [part], notices, events)
+
+
+@require_POST
+@operator_view
+def todo_retry(request, todo_id):
+    """Requeue a failed todo now (dead letter or parked retry)."""
+    return _todo_action(request, todo_id, store.retry_todo_any_endpoint, "retry",
+                        "Retried: the todo is pending again.")
+
+
+@require_POST
+@operator_view
+def todo_release(request, todo_id):
+    """Hand a stuck claim back to the queue."""
+    return _todo_action(request, todo_id, store.release_todo_any_endpoint, "release",
+                        "Released: the claim is given back.")
+
+
+@require_POST
+@operator_view
+def todos_retry_selected(request):
+    """Retry the todos ticked in the list."""
+    ids = request.POST.getlist("ids")[:store.BULK_RETRY_LIMIT]
+    if not ids:
+        notices = [_notice("warning", "Tick the todos to retry first.")]
+    else:
+        retried, conflicts, missing = store.retry_many_any_endpoint(
+            ids, actor=f"operator:{request.user.get_username()}"
+        )
+        notices = [_notice("success", f"Retried {len(retried)} of {len(ids)}.")]
+        if conflicts:
+            notices.append(_notice(
+                "warning", f"{len(conflicts)} could not be retried: they were no "
+                "longer failed, or a live todo holds their idempotency key.",
+            ))
+        if missing:
+            notices.append(_notice("warning", f"{len(missing)} no longer exist."))
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect(_next_url(request, reverse("board:todos")))
+    return _notices_only(request, notices,
+                         events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED))
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def todos_retry_matching(request):
+    """Preview, then retry, every failed todo the list's filter matches."""
+    form = TodoFilterForm(request.GET if request.method == "GET" else request.POST)
+    if not form.is_valid():
+        return _page(request, "board/retry_matching.html",
+                     {"form": form, "count": 0}, fragments=("bulk",), status=400)
+    filters = form.store_filters()
+    list_url = f"{reverse('board:todos')}?{_query(form)}"
+    context = {"form": form, "list_url": list_url, "query": _query(form),
+               "limit": store.BULK_RETRY_LIMIT, "batch": store.BULK_RETRY_BATCH}
+    if request.method == "GET":
+        context["count"] = store.count_retryable_any_endpoint(**filters)
+        return _page(request, "board/retry_matching.html", context, fragments=("bulk",))
+    outcome = store.retry_matching_any_endpoint(
+        **filters, actor=f"operator:{request.user.get_username()}"
+    )
+    notices = [_notice("success", f"Retried {outcome.retried} matching todos.")]
+    if outcome.conflicts:
+        notices.append(_notice(
+            "warning", f"{len(outcome.conflicts)} were left failed: a live todo "
+            "holds their idempotency key.",
+        ))
+    if outcome.more:
+        notices.append(_notice(
+            "warning", "More failed todos still match; run the retry again.",
+        ))
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect(list_url)
+    context["outcome"] = outcome
+    return _fragments(request, [("board/retry_matching.html#bulk-done", context)],
+                      notices, events=(ROWS_CHANGED, COUNTS_CHANGED))
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def todo_create(request):
+    """Create a todo by hand for an endpoint."""
+    form = TodoCreateForm(request.POST or None,
+                          initial={"endpoint": request.GET.get("endpoint", "")})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        todo, created = store.create_todo_any_endpoint(
+            data["endpoint"], queue=data["queue"], title=data["title"],
+            payload=data["payload"], idempotency_key=data["idempotency_key"] or None,
+            assignee=data["assignee"] or None, max_attempts=data["max_attempts"],
+            actor=f"operator:{request.user.get_username()}",
+        )
+        if created:
+            messages.success(request, "Created the todo.")
+        else:
+            messages.warning(request, "A live todo already holds that idempotency "
+                             "key on this endpoint; here it is.")
+        return redirect("board:todo", todo_id=todo.id)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "board/todo_create.html",
+                  {"form": form, "nav": "todos"}, status=status)
+
+
+# --- Endpoints ------------------------------------------------------------------
+
+
+@require_GET
+@operator_view
+def endpoint_list(request):
+    """List the endpoints with their owners, grants and token prefixes."""
+    endpoints = Endpoint.objects.select_related("owner").order_by(
+        "revoked_at", "name", "created_at"
+    )
+    return render(request, "board/endpoints.html",
+                  {"endpoints": endpoints, "nav": "endpoints"})
+
+
+def _token_page(request, endpoint, token, created):
+    response = render(request, "board/endpoint_token.html",
+                      {"endpoint": endpoint, "token": token, "created": created,
+                       "nav": "endpoints"},
+                      status=201 if created else 200)
+    # The token exists only in this response: keep it out of every cache.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def endpoint_create(request):
+    """Create an endpoint and show its token, this once."""
+    form = EndpointCreateForm(request.POST or None, initial={"owner": request.user})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        endpoint = Endpoint(name=data["name"], owner=data["owner"],
+                            queues=data["queues"])
+        token = endpoint.set_new_token()
+        endpoint.save()
+        return _token_page(request, endpoint, token, created=True)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "board/endpoint_form.html",
+                  {"form": form, "nav": "endpoints"}, status=status)
+
+
+@require_POST
+@operator_view
+def endpoint_rotate(request, endpoint_id):
+    """Replace an endpoint's token; the old one stops working at once."""
+    endpoint = _endpoint_or_none(endpoint_id)
+    if endpoint is None:
+        return _endpoint_missing(request)
+    if not endpoint.is_active:
+        messages.warning(request, f"{endpoint.name} is revoked; its token stays dead.")
+        return redirect("board:endpoints")
+    token = endpoint.set_new_token()
+    endpoint.save(update_fields=["token_hash", "token_prefix"])
+    return _token_page(request, endpoint, token, created=False)
+
+
+@require_POST
+@operator_view
+def endpoint_revoke(request, endpoint_id):
+    """Revoke an endpoint: its token stops working; its todos stay for the record."""
+    endpoint = _endpoint_or_none(endpoint_id)
+    if endpoint is None:
+        return _endpoint_missing(request)
+    revoked = Endpoint.objects.filter(id=endpoint.id, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    notice = (
+        _notice("success", f"Revoked {endpoint.name}; its token no longer works.")
+        if revoked else _notice("warning", f"{endpoint.name} was already revoked.")
+    )
+    if not request.htmx:
+        _flash(request, [notice])
+        return redirect("board:endpoints")
+    endpoint.refresh_from_db()
+    return _fragments(request, [("board/endpoints.html#endpoint-row",
+                                 {"endpoint": endpoint})], [notice])
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def endpoint_grants(request, endpoint_id):
+    """Edit the queues an endpoint may use."""
+    endpoint = _endpoint_or_none(endpoint_id)
+    if endpoint is None:
+        return _endpoint_missing(request)
+    form = GrantsForm(request.POST or None, initial={"queues": endpoint.queues})
+    if request.method == "POST" and form.is_valid():
+        endpoint.queues = form.cleaned_data["queues"]
+        endpoint.save(update_fields=["queues"])
+        messages.success(request, f"{endpoint.name} may now use: "
+                         f"{', '.join(endpoint.queues)}.")
+        return redirect("board:endpoints")
+    status = 400 if request.method == "POST" else 200
+    return render(request, "board/endpoint_grants.html",
+                  {"form": form, "endpoint": endpoint, "nav": "endpoints"},
+                  status=status)
