@@ -2,9 +2,11 @@
 
 import json
 import socket
+import threading
 
 import pytest
 from django.db import connection
+from django.test import Client
 
 from todos import store, webhooks
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
@@ -371,3 +373,36 @@ def test_a_signed_body_postgresql_cannot_store_is_400_not_500(
     assert response.status_code == 400
     assert detail in response.json()["detail"]
     assert Todo.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_redeliveries_leave_one_todo_per_target(
+    endpoint, other_endpoint
+):
+    """SPEC: Redelivery to one target dedups only within that target."""
+    source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
+    WebhookRoute.objects.create(source=source, endpoint=other_endpoint, queue="github")
+    start = threading.Barrier(6)
+    answers = []
+
+    def redeliver():
+        start.wait()
+        try:
+            answers.append(deliver(Client()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=redeliver) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert [answer.status_code for answer in answers] == [202] * 6
+    created = [t for a in answers for t in a.json()["targets"] if t["created"]]
+    assert sorted(t["endpoint_id"] for t in created) == sorted(
+        [str(endpoint.id), str(other_endpoint.id)]
+    )
+    assert len(todos_of(endpoint)) == 1
+    assert len(todos_of(other_endpoint)) == 1
