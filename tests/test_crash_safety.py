@@ -325,7 +325,7 @@ def test_killed_workers_lose_no_work_and_never_share_a_lease(make_endpoint, swee
     SPEC: Repeated expiry dead-letters at the cap. Several worker processes
     drain one endpoint with 2-second leases while a sweep loop runs; workers
     are killed with SIGKILL while they hold a lease (always on a poison todo,
-    and on every fifth other claim).
+    and on every fourth other claim, four times).
     """
     endpoint = make_endpoint("crash-test")
     scope = store.Scope.for_endpoint(endpoint)
@@ -367,7 +367,7 @@ def test_killed_workers_lose_no_work_and_never_share_a_lease(make_endpoint, swee
             todo_id = words[1]
             if todo_id not in poison:
                 normal_claims += 1
-                if normal_claims % 5 or sum(kills[t] for t in normal) >= 4:
+                if normal_claims % 4 or sum(kills[t] for t in normal) >= 4:
                     continue
             worker.kill()
             # Count the kill only if it landed while the worker held the lease
