@@ -28,23 +28,33 @@ def board(client, operator):
 def source(endpoint, other_endpoint):
     source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
-    WebhookRoute.objects.create(source=source, endpoint=other_endpoint, queue="github",
-                                assignee="reviewer-bot")
+    WebhookRoute.objects.create(
+        source=source, endpoint=other_endpoint, queue="github", assignee="reviewer-bot"
+    )
     return source
 
 
 def deliver(client, delivery_id, event="issues"):
     body = json.dumps({"action": "opened", "number": 5}).encode()
     return client.post(
-        "/hooks/acme-app", data=body, content_type="application/json",
-        headers={"X-Hub-Signature-256": webhooks.sign(SECRET, body),
-                 "X-GitHub-Delivery": delivery_id, "X-GitHub-Event": event},
+        "/hooks/acme-app",
+        data=body,
+        content_type="application/json",
+        headers={
+            "X-Hub-Signature-256": webhooks.sign(SECRET, body),
+            "X-GitHub-Delivery": delivery_id,
+            "X-GitHub-Event": event,
+        },
     )
 
 
 def route_data(*routes):
-    data = {"routes-TOTAL_FORMS": "3", "routes-INITIAL_FORMS": "0",
-            "routes-MIN_NUM_FORMS": "0", "routes-MAX_NUM_FORMS": "10"}
+    data = {
+        "routes-TOTAL_FORMS": "3",
+        "routes-INITIAL_FORMS": "0",
+        "routes-MIN_NUM_FORMS": "0",
+        "routes-MAX_NUM_FORMS": "10",
+    }
     for index, (endpoint_id, queue) in enumerate(routes):
         data[f"routes-{index}-endpoint"] = str(endpoint_id)
         data[f"routes-{index}-queue"] = queue
@@ -89,8 +99,9 @@ def test_webhooks_page_lists_routes_and_each_deliverys_outcome_per_target(
 
 
 def test_webhooks_page_answers_htmx_with_only_the_sources_fragment(board, source):
-    response = board.get("/board/webhooks/",
-                         headers={"HX-Request": "true", "HX-Target": "sources"})
+    response = board.get(
+        "/board/webhooks/", headers={"HX-Request": "true", "HX-Target": "sources"}
+    )
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -101,8 +112,12 @@ def test_webhooks_page_answers_htmx_with_only_the_sources_fragment(board, source
 def test_creating_a_source_from_the_board_shows_a_generated_secret_once(
     board, endpoint, other_endpoint
 ):
-    form = {"slug": "from-board", "scheme": "github", "secret": "",
-            **route_data((endpoint.id, "github"), (other_endpoint.id, "github"))}
+    form = {
+        "slug": "from-board",
+        "scheme": "github",
+        "secret": "",
+        **route_data((endpoint.id, "github"), (other_endpoint.id, "github")),
+    }
 
     response = board.post("/board/webhooks/new/", form)
 
@@ -112,14 +127,20 @@ def test_creating_a_source_from_the_board_shows_a_generated_secret_once(
     assert len(source.secret) == 64
     assert source.secret in response.content.decode()
     assert [(r.endpoint_id, r.queue) for r in source.routes.order_by("id")] == [
-        (endpoint.id, "github"), (other_endpoint.id, "github")
+        (endpoint.id, "github"),
+        (other_endpoint.id, "github"),
     ]
     assert source.secret not in board.get("/board/webhooks/").content.decode()
 
 
 def test_creating_a_source_with_a_chosen_secret_never_echoes_it(board, endpoint):
-    form = {"slug": "chosen", "scheme": "hmac-sha256", "secret": "my-own-secret",
-            "delivery_header": "X-Billing-Id", **route_data((endpoint.id, "bills"))}
+    form = {
+        "slug": "chosen",
+        "scheme": "hmac-sha256",
+        "secret": "my-own-secret",
+        "delivery_header": "X-Billing-Id",
+        **route_data((endpoint.id, "bills")),
+    }
 
     response = board.post("/board/webhooks/new/", form, follow=True)
 
@@ -134,12 +155,18 @@ def test_creating_a_source_with_a_chosen_secret_never_echoes_it(board, endpoint)
     ("overrides", "routes", "message"),
     [
         ({}, [], "Add at least one route."),
-        ({"slug": "no spaces"}, [("{wide}", "github")],
-         "consisting of letters, numbers"),
+        (
+            {"slug": "no spaces"},
+            [("{wide}", "github")],
+            "consisting of letters, numbers",
+        ),
         ({}, [("{narrow}", "github")], "is not granted queue"),
         ({}, [("{wide}", "has space")], "A queue name has no spaces."),
-        ({"routes-0-title_template": "$bogus"}, [("{wide}", "github")],
-         "unknown fields bogus"),
+        (
+            {"routes-0-title_template": "$bogus"},
+            [("{wide}", "github")],
+            "unknown fields bogus",
+        ),
     ],
     ids=["no-route", "bad-slug", "ungranted", "queue-space", "bad-template"],
 )
@@ -148,8 +175,13 @@ def test_creating_a_bad_source_is_400_and_creates_nothing(
 ):
     wide, narrow = make_endpoint("wide"), make_endpoint("narrow", queues=("deploys",))
     ids = {"wide": wide.id, "narrow": narrow.id}
-    form = {"slug": "acme", "scheme": "github", "secret": "s",
-            **route_data(*[(e.format(**ids), q) for e, q in routes]), **overrides}
+    form = {
+        "slug": "acme",
+        "scheme": "github",
+        "secret": "s",
+        **route_data(*[(e.format(**ids), q) for e, q in routes]),
+        **overrides,
+    }
 
     response = board.post("/board/webhooks/new/", form)
 
@@ -161,8 +193,12 @@ def test_creating_a_bad_source_is_400_and_creates_nothing(
 def test_the_create_form_needs_a_csrf_token(operator, endpoint):
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(operator)
-    form = {"slug": "acme", "scheme": "github", "secret": "s",
-            **route_data((endpoint.id, "github"))}
+    form = {
+        "slug": "acme",
+        "scheme": "github",
+        "secret": "s",
+        **route_data((endpoint.id, "github")),
+    }
 
     response = strict.post("/board/webhooks/new/", form)
 

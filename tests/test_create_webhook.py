@@ -19,9 +19,16 @@ def create_webhook(*args):
 def test_create_webhook_prints_the_source_and_its_routes_as_json(
     endpoint, other_endpoint
 ):
-    out = create_webhook("acme-app", "--secret", "s3cret-value",
-                         "--route", f"{endpoint.id}:github",
-                         "--route", f"{other_endpoint.id}:github", "--json")
+    out = create_webhook(
+        "acme-app",
+        "--secret",
+        "s3cret-value",
+        "--route",
+        f"{endpoint.id}:github",
+        "--route",
+        f"{other_endpoint.id}:github",
+        "--json",
+    )
 
     described = json.loads(out)
     assert described["slug"] == "acme-app"
@@ -30,7 +37,8 @@ def test_create_webhook_prints_the_source_and_its_routes_as_json(
     assert described["signature_header"] == "X-Hub-Signature-256"
     assert described["delivery_header"] == "X-GitHub-Delivery"
     assert [(r["endpoint_id"], r["queue"]) for r in described["routes"]] == [
-        (str(endpoint.id), "github"), (str(other_endpoint.id), "github")
+        (str(endpoint.id), "github"),
+        (str(other_endpoint.id), "github"),
     ]
     assert "s3cret-value" not in out
     assert WebhookSource.objects.get(slug="acme-app").secret == "s3cret-value"
@@ -38,15 +46,26 @@ def test_create_webhook_prints_the_source_and_its_routes_as_json(
 
 def test_a_created_webhook_accepts_a_signed_delivery(client, endpoint, other_endpoint):
     """SPEC: Same delivery routed to two endpoints yields two todos."""
-    create_webhook("acme-app", "--secret", "s3cret-value",
-                   "--route", f"{endpoint.id}:github",
-                   "--route", f"{other_endpoint.id}:github")
+    create_webhook(
+        "acme-app",
+        "--secret",
+        "s3cret-value",
+        "--route",
+        f"{endpoint.id}:github",
+        "--route",
+        f"{other_endpoint.id}:github",
+    )
     body = b'{"action": "opened", "number": 3}'
 
     response = client.post(
-        "/hooks/acme-app", data=body, content_type="application/json",
-        headers={"X-Hub-Signature-256": webhooks.sign("s3cret-value", body),
-                 "X-GitHub-Delivery": "d-1", "X-GitHub-Event": "issues"},
+        "/hooks/acme-app",
+        data=body,
+        content_type="application/json",
+        headers={
+            "X-Hub-Signature-256": webhooks.sign("s3cret-value", body),
+            "X-GitHub-Delivery": "d-1",
+            "X-GitHub-Event": "issues",
+        },
     )
 
     assert response.status_code == 202
@@ -56,8 +75,15 @@ def test_a_created_webhook_accepts_a_signed_delivery(client, endpoint, other_end
 
 
 def test_create_webhook_prints_the_delivery_path_in_text(endpoint):
-    out = create_webhook("acme-app", "--secret", "s3cret-value",
-                         "--route", f"{endpoint.id}:github", "--assignee", "bot")
+    out = create_webhook(
+        "acme-app",
+        "--secret",
+        "s3cret-value",
+        "--route",
+        f"{endpoint.id}:github",
+        "--assignee",
+        "bot",
+    )
 
     assert "POST /hooks/acme-app" in out
     assert f"({endpoint.id}) → queue github, assigned to bot" in out
@@ -65,9 +91,18 @@ def test_create_webhook_prints_the_delivery_path_in_text(endpoint):
 
 
 def test_create_webhook_takes_the_generic_scheme_and_its_headers(endpoint):
-    out = create_webhook("billing", "--secret", "s3cret-value", "--scheme",
-                         "hmac-sha256", "--delivery-header", "X-Billing-Id",
-                         "--route", f"{endpoint.id}:invoices", "--json")
+    out = create_webhook(
+        "billing",
+        "--secret",
+        "s3cret-value",
+        "--scheme",
+        "hmac-sha256",
+        "--delivery-header",
+        "X-Billing-Id",
+        "--route",
+        f"{endpoint.id}:invoices",
+        "--json",
+    )
 
     described = json.loads(out)
     assert described["scheme"] == "hmac-sha256"
@@ -88,9 +123,17 @@ def test_create_webhook_takes_the_generic_scheme_and_its_headers(endpoint):
         ("acme", "{wide}:github", ["--title", "$nope"], "unknown fields nope"),
         ("acme", "{wide}:github", ["--delivery-header", "X Bad"], "header name"),
     ],
-    ids=["malformed-route", "malformed-endpoint", "unknown-endpoint",
-         "ungranted-queue", "revoked-endpoint", "bad-slug", "bad-template",
-         "unknown-template-field", "bad-header"],
+    ids=[
+        "malformed-route",
+        "malformed-endpoint",
+        "unknown-endpoint",
+        "ungranted-queue",
+        "revoked-endpoint",
+        "bad-slug",
+        "bad-template",
+        "unknown-template-field",
+        "bad-header",
+    ],
 )
 def test_create_webhook_rejects_bad_input_and_creates_nothing(
     make_endpoint, slug, route, extra, message
@@ -120,8 +163,15 @@ def test_create_webhook_refuses_a_taken_slug(endpoint):
 
 def test_create_webhook_refuses_two_routes_to_one_target(endpoint):
     with pytest.raises(CommandError, match="same endpoint and queue"):
-        create_webhook("acme", "--secret", "s", "--route", f"{endpoint.id}:github",
-                       "--route", f"{endpoint.id}:github")
+        create_webhook(
+            "acme",
+            "--secret",
+            "s",
+            "--route",
+            f"{endpoint.id}:github",
+            "--route",
+            f"{endpoint.id}:github",
+        )
 
 
 def test_create_webhook_needs_a_secret_and_a_route(endpoint, db):

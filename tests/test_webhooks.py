@@ -30,9 +30,18 @@ def source(endpoint, other_endpoint):
     return source
 
 
-def deliver(client, slug="acme-app", payload=PULL_REQUEST, *, delivery="d-1",
-            event="pull_request", secret=SECRET, body=None, headers=None,
-            content_type="application/json"):
+def deliver(
+    client,
+    slug="acme-app",
+    payload=PULL_REQUEST,
+    *,
+    delivery="d-1",
+    event="pull_request",
+    secret=SECRET,
+    body=None,
+    headers=None,
+    content_type="application/json",
+):
     """POST a delivery signed the way GitHub signs it."""
     body = json.dumps(payload).encode() if body is None else body
     signed = {
@@ -42,8 +51,9 @@ def deliver(client, slug="acme-app", payload=PULL_REQUEST, *, delivery="d-1",
     }
     signed.update(headers or {})
     signed = {name: value for name, value in signed.items() if value is not None}
-    return client.post(f"/hooks/{slug}", data=body, content_type=content_type,
-                       headers=signed)
+    return client.post(
+        f"/hooks/{slug}", data=body, content_type=content_type, headers=signed
+    )
 
 
 def todos_of(endpoint):
@@ -60,7 +70,8 @@ def test_same_delivery_routed_to_two_endpoints_yields_two_todos(
     answer = response.json()
     assert answer["status"] == "created"
     assert {t["endpoint_id"] for t in answer["targets"]} == {
-        str(endpoint.id), str(other_endpoint.id)
+        str(endpoint.id),
+        str(other_endpoint.id),
     }
     assert all(t["created"] and t["queue"] == "github" for t in answer["targets"])
     [todo_a], [todo_b] = todos_of(endpoint), todos_of(other_endpoint)
@@ -103,8 +114,12 @@ def test_redelivery_during_a_retry_window_collapses_onto_the_parked_retry(
     again = deliver(client).json()
 
     target_a = next(t for t in again["targets"] if t["endpoint_id"] == str(endpoint.id))
-    assert target_a == {"endpoint_id": str(endpoint.id), "queue": "github",
-                        "todo_id": parked.id, "created": False}
+    assert target_a == {
+        "endpoint_id": str(endpoint.id),
+        "queue": "github",
+        "todo_id": parked.id,
+        "created": False,
+    }
     assert len(todos_of(endpoint)) == 1
     # The parked retry's re-queue must not collide with a duplicate.
     time_travel(parked.id, next_retry_at=-3600)
@@ -152,8 +167,9 @@ def test_a_tampered_body_is_401_and_creates_nothing(client, source):
     signature = webhooks.sign(SECRET, json.dumps(PULL_REQUEST).encode())
     tampered = json.dumps({**PULL_REQUEST, "number": 13}).encode()
 
-    response = deliver(client, body=tampered,
-                       headers={"X-Hub-Signature-256": signature})
+    response = deliver(
+        client, body=tampered, headers={"X-Hub-Signature-256": signature}
+    )
 
     assert response.status_code == 401
     assert Todo.objects.count() == 0
@@ -181,8 +197,10 @@ def test_a_signed_body_that_is_not_json_is_400(client, source):
     response = deliver(client, body=b"{not json")
 
     assert response.status_code == 400
-    assert response.json() == {"error": "bad_request",
-                               "detail": "the body is not valid JSON"}
+    assert response.json() == {
+        "error": "bad_request",
+        "detail": "the body is not valid JSON",
+    }
     assert Todo.objects.count() == 0
 
 
@@ -206,8 +224,9 @@ def test_github_form_encoded_deliveries_are_accepted(client, source, endpoint):
 
     body = urlencode({"payload": json.dumps(PULL_REQUEST)}).encode()
 
-    response = deliver(client, body=body,
-                       content_type="application/x-www-form-urlencoded")
+    response = deliver(
+        client, body=body, content_type="application/x-www-form-urlencoded"
+    )
 
     assert response.status_code == 202
     assert todos_of(endpoint)[0].payload == PULL_REQUEST
@@ -227,17 +246,25 @@ def test_github_ping_is_logged_and_creates_no_todo(client, source):
 
 def test_the_generic_hmac_scheme_reads_its_own_headers(client, endpoint):
     source = WebhookSource.objects.create(
-        slug="billing", secret="generic", scheme="hmac-sha256",
-        signature_header="X-Billing-Signature", delivery_header="X-Billing-Id",
+        slug="billing",
+        secret="generic",
+        scheme="hmac-sha256",
+        signature_header="X-Billing-Signature",
+        delivery_header="X-Billing-Id",
     )
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="invoices")
     body = b'{"invoice": 7}'
     bare_digest = webhooks.sign("generic", body).removeprefix("sha256=")
 
     response = client.post(
-        "/hooks/billing", data=body, content_type="application/json",
-        headers={"X-Billing-Signature": bare_digest, "X-Billing-Id": "inv-7",
-                 "X-Event": "invoice.paid"},
+        "/hooks/billing",
+        data=body,
+        content_type="application/json",
+        headers={
+            "X-Billing-Signature": bare_digest,
+            "X-Billing-Id": "inv-7",
+            "X-Event": "invoice.paid",
+        },
     )
 
     assert response.status_code == 202
@@ -249,7 +276,10 @@ def test_the_generic_hmac_scheme_reads_its_own_headers(client, endpoint):
 def test_a_route_title_template_and_assignee_shape_the_todo(client, endpoint):
     source = WebhookSource.objects.create(slug="reviews", secret=SECRET)
     WebhookRoute.objects.create(
-        source=source, endpoint=endpoint, queue="reviews", assignee="reviewer-bot",
+        source=source,
+        endpoint=endpoint,
+        queue="reviews",
+        assignee="reviewer-bot",
         title_template="Review $repository#$number ($action) [$delivery]",
     )
 
@@ -271,9 +301,11 @@ def test_revoked_endpoints_and_ungranted_queues_are_skipped_not_failed(
     answer = deliver(client).json()
 
     skipped = {t["endpoint_id"]: t.get("skipped") for t in answer["targets"]}
-    assert skipped == {str(endpoint.id): None,
-                       str(other_endpoint.id): "endpoint revoked",
-                       str(narrow.id): "queue not granted"}
+    assert skipped == {
+        str(endpoint.id): None,
+        str(other_endpoint.id): "endpoint revoked",
+        str(narrow.id): "queue not granted",
+    }
     assert Todo.objects.count() == 1
 
 
@@ -347,8 +379,9 @@ def test_a_delivery_while_the_database_is_down_is_503(client):
 
 
 def test_a_slug_that_could_never_exist_is_a_json_404(client, db):
-    response = client.post("/hooks/not.a.slug", data=b"{}",
-                           content_type="application/json")
+    response = client.post(
+        "/hooks/not.a.slug", data=b"{}", content_type="application/json"
+    )
 
     assert response.status_code == 404
     assert response.json()["error"] == "not_found"
@@ -376,9 +409,7 @@ def test_a_signed_body_postgresql_cannot_store_is_400_not_500(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_redeliveries_leave_one_todo_per_target(
-    endpoint, other_endpoint
-):
+def test_concurrent_redeliveries_leave_one_todo_per_target(endpoint, other_endpoint):
     """SPEC: Redelivery to one target dedups only within that target."""
     source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")

@@ -23,8 +23,14 @@ from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookSource
 
 RECENT_DELIVERIES = 10
 MAX_ROUTES = 10
-SOURCE_FIELDS = ("slug", "secret", "scheme", "signature_header", "delivery_header",
-                 "event_header")
+SOURCE_FIELDS = (
+    "slug",
+    "secret",
+    "scheme",
+    "signature_header",
+    "delivery_header",
+    "event_header",
+)
 
 
 class SourceForm(forms.Form):
@@ -33,7 +39,9 @@ class SourceForm(forms.Form):
     slug = forms.SlugField(max_length=100, help_text="Deliveries go to /hooks/<slug>.")
     scheme = forms.ChoiceField(choices=WEBHOOK_SCHEMES)
     secret = forms.CharField(
-        max_length=webhooks.MAX_SECRET_LENGTH, required=False, strip=False,
+        max_length=webhooks.MAX_SECRET_LENGTH,
+        required=False,
+        strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
         help_text="The shared signing secret. Leave blank to generate one, shown once.",
     )
@@ -43,10 +51,13 @@ class SourceForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for index, name in enumerate(("signature_header", "delivery_header",
-                                      "event_header")):
-            defaults = ", ".join(f"{scheme}: {headers[index]}" for scheme, headers in
-                                 _scheme_headers().items())
+        for index, name in enumerate(
+            ("signature_header", "delivery_header", "event_header")
+        ):
+            defaults = ", ".join(
+                f"{scheme}: {headers[index]}"
+                for scheme, headers in _scheme_headers().items()
+            )
             self.fields[name].help_text = f"Blank = the scheme's ({defaults})."
 
 
@@ -64,16 +75,15 @@ class RouteForm(forms.Form):
     queue = forms.CharField(max_length=webhooks.MAX_QUEUE_LENGTH, required=False)
     assignee = forms.CharField(max_length=200, required=False)
     title_template = forms.CharField(
-        max_length=500, required=False,
+        max_length=500,
+        required=False,
         help_text="Blank = derived, e.g. “pull_request opened acme/app#12: …”. "
         "Fields: " + ", ".join("$" + name for name in webhooks.TITLE_FIELDS),
     )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["endpoint"].choices = endpoint_choices(
-            "no route", active_only=True
-        )
+        self.fields["endpoint"].choices = endpoint_choices("no route", active_only=True)
 
     def clean(self):
         data = super().clean()
@@ -92,9 +102,12 @@ class RouteForm(forms.Form):
         data = self.cleaned_data
         if not data.get("endpoint"):
             return None
-        return webhooks.RouteSpec(data["endpoint"], data["queue"],
-                                  data["assignee"].strip(),
-                                  data["title_template"].strip())
+        return webhooks.RouteSpec(
+            data["endpoint"],
+            data["queue"],
+            data["assignee"].strip(),
+            data["title_template"].strip(),
+        )
 
 
 class BaseRouteFormSet(forms.BaseFormSet):
@@ -106,7 +119,10 @@ class BaseRouteFormSet(forms.BaseFormSet):
 
 
 RouteFormSet = forms.formset_factory(
-    RouteForm, formset=BaseRouteFormSet, extra=3, max_num=MAX_ROUTES,
+    RouteForm,
+    formset=BaseRouteFormSet,
+    extra=3,
+    max_num=MAX_ROUTES,
     validate_max=True,
 )
 
@@ -129,13 +145,20 @@ def webhook_list(request):
     listed = []
     for source in sources:
         deliveries = webhooks.recent_deliveries(source, RECENT_DELIVERIES)
-        listed.append({
-            "source": source,
-            "headers": dict(zip(("signature", "delivery", "event"),
-                                webhooks.headers_of(source), strict=True)),
-            "routes": source.routes.all(),
-            "deliveries": [(d, _outcome_rows(d, endpoints)) for d in deliveries],
-        })
+        listed.append(
+            {
+                "source": source,
+                "headers": dict(
+                    zip(
+                        ("signature", "delivery", "event"),
+                        webhooks.headers_of(source),
+                        strict=True,
+                    )
+                ),
+                "routes": source.routes.all(),
+                "deliveries": [(d, _outcome_rows(d, endpoints)) for d in deliveries],
+            }
+        )
     template = "board/webhooks.html"
     if request.htmx and request.htmx.target == "sources":
         template += "#sources"
@@ -154,9 +177,11 @@ def webhook_create(request):
         secret = secrets.token_hex(32) if generated else data["secret"]
         try:
             source = webhooks.create_source(
-                data["slug"], secret,
+                data["slug"],
+                secret,
                 [spec for spec in (f.spec() for f in routes.forms) if spec],
-                scheme=data["scheme"], signature_header=data["signature_header"],
+                scheme=data["scheme"],
+                signature_header=data["signature_header"],
                 delivery_header=data["delivery_header"],
                 event_header=data["event_header"],
             )
@@ -167,15 +192,27 @@ def webhook_create(request):
             if not generated:
                 messages.success(request, f"Created webhook source {source.slug}.")
                 return redirect("board:webhooks")
-            response = render(request, "board/webhooks_secret.html",
-                              {"nav": "webhooks", "source": source, "secret": secret,
-                               "path": f"/hooks/{source.slug}"}, status=201)
+            response = render(
+                request,
+                "board/webhooks_secret.html",
+                {
+                    "nav": "webhooks",
+                    "source": source,
+                    "secret": secret,
+                    "path": f"/hooks/{source.slug}",
+                },
+                status=201,
+            )
             # The secret exists only in this response: keep it out of every cache.
             response["Cache-Control"] = "no-store"
             return response
     status = 400 if request.method == "POST" else 200
-    return render(request, "board/webhooks_form.html",
-                  {"nav": "webhooks", "form": form, "routes": routes}, status=status)
+    return render(
+        request,
+        "board/webhooks_form.html",
+        {"nav": "webhooks", "form": form, "routes": routes},
+        status=status,
+    )
 
 
 @require_POST

@@ -50,8 +50,10 @@ def receive(request, slug):
     try:
         return _receive(request, slug)
     except (store.Unavailable, DatabaseError):
-        logger.warning("webhook delivery failed: database unavailable",
-                       extra={"fields": {"source": slug}})
+        logger.warning(
+            "webhook delivery failed: database unavailable",
+            extra={"fields": {"source": slug}},
+        )
         return _error(503, "unavailable", "the database is unavailable; redeliver")
 
 
@@ -66,10 +68,13 @@ def _receive(request, slug):
     signature_header, _, _ = webhooks.headers_of(source)
     presented = request.headers.get(signature_header)
     if not webhooks.signature_valid(source, body, presented):
-        logger.warning("webhook delivery rejected: missing or wrong signature",
-                       extra={"fields": {"source": slug}})
-        return _error(401, "unauthorized",
-                      f"missing or wrong {signature_header} signature")
+        logger.warning(
+            "webhook delivery rejected: missing or wrong signature",
+            extra={"fields": {"source": slug}},
+        )
+        return _error(
+            401, "unauthorized", f"missing or wrong {signature_header} signature"
+        )
     try:
         delivery = webhooks.Delivery.parse(
             source, request.headers, body, request.content_type

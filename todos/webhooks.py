@@ -39,8 +39,16 @@ MAX_TITLE_LENGTH = 500
 MAX_QUEUE_LENGTH = 200
 MAX_SECRET_LENGTH = 200
 HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
-TITLE_FIELDS = ("event", "action", "repository", "number", "ref", "title",
-                "delivery", "source")
+TITLE_FIELDS = (
+    "event",
+    "action",
+    "repository",
+    "number",
+    "ref",
+    "title",
+    "delivery",
+    "source",
+)
 
 
 class BadDelivery(Exception):
@@ -262,8 +270,12 @@ class Target:
     skipped: str = ""
 
     def to_dict(self):
-        out = {"endpoint_id": self.endpoint_id, "queue": self.queue,
-               "todo_id": self.todo_id, "created": self.created}
+        out = {
+            "endpoint_id": self.endpoint_id,
+            "queue": self.queue,
+            "todo_id": self.todo_id,
+            "created": self.created,
+        }
         if self.skipped:
             out["skipped"] = self.skipped
         return out
@@ -293,7 +305,8 @@ def ingest(source, delivery):
     ``ping`` (sent when a hook is set up) is logged and creates no todo.
     """
     routes = list(
-        WebhookRoute.objects.filter(source=source).select_related("endpoint")
+        WebhookRoute.objects.filter(source=source)
+        .select_related("endpoint")
         # A fixed order, so concurrent redeliveries take dedupe slots in the
         # same order and wait on each other instead of deadlocking.
         .order_by("endpoint_id", "queue")
@@ -307,9 +320,15 @@ def ingest(source, delivery):
         _log(source, delivery, outcome)
     logger.info(
         "webhook delivery accepted",
-        extra={"fields": {"source": source.slug, "delivery": delivery.delivery_id,
-                          "event": delivery.event, "status": outcome.status,
-                          "targets": len(outcome.targets)}},
+        extra={
+            "fields": {
+                "source": source.slug,
+                "delivery": delivery.delivery_id,
+                "event": delivery.event,
+                "status": outcome.status,
+                "targets": len(outcome.targets),
+            }
+        },
     )
     return outcome
 
@@ -396,12 +415,23 @@ def parse_route(text):
     return RouteSpec(endpoint_id.strip(), queue.strip())
 
 
-def create_source(slug, secret, routes, *, scheme="github", signature_header="",
-                  delivery_header="", event_header=""):
+def create_source(
+    slug,
+    secret,
+    routes,
+    *,
+    scheme="github",
+    signature_header="",
+    delivery_header="",
+    event_header="",
+):
     """Validate and save a source with its routes, all or nothing."""
     _check_source(slug, secret, scheme)
-    headers = {"signature_header": signature_header,
-               "delivery_header": delivery_header, "event_header": event_header}
+    headers = {
+        "signature_header": signature_header,
+        "delivery_header": delivery_header,
+        "event_header": event_header,
+    }
     for field, name in headers.items():
         if name and not HEADER_NAME.fullmatch(name):
             raise InvalidSource(field, f"{name!r} is not an HTTP header name")
@@ -421,14 +451,19 @@ def create_source(slug, secret, routes, *, scheme="github", signature_header="",
             )
             for endpoint, route in checked:
                 WebhookRoute.objects.create(
-                    source=source, endpoint=endpoint, queue=route.queue,
-                    assignee=route.assignee, title_template=route.title_template,
+                    source=source,
+                    endpoint=endpoint,
+                    queue=route.queue,
+                    assignee=route.assignee,
+                    title_template=route.title_template,
                 )
     except IntegrityError:
         # Another operator took the slug between the check and the insert.
         raise taken from None
-    logger.info("webhook source created",
-                extra={"fields": {"source": slug, "routes": len(checked)}})
+    logger.info(
+        "webhook source created",
+        extra={"fields": {"source": slug, "routes": len(checked)}},
+    )
     return source
 
 
@@ -454,23 +489,26 @@ def _route_endpoint(route):
     try:
         endpoint_id = uuid.UUID(str(route.endpoint_id))
     except ValueError:
-        raise InvalidSource("route", f"{route.endpoint_id!r} is not an endpoint id"
-                            ) from None
+        raise InvalidSource(
+            "route", f"{route.endpoint_id!r} is not an endpoint id"
+        ) from None
     endpoint = Endpoint.objects.filter(id=endpoint_id).first()
     if endpoint is None:
         raise InvalidSource("route", f"no endpoint {endpoint_id}")
     if not endpoint.is_active:
         raise InvalidSource("route", f"endpoint {endpoint.name} is revoked")
     if not route.queue or len(route.queue) > MAX_QUEUE_LENGTH:
-        raise InvalidSource("route", f"a queue name of 1 to {MAX_QUEUE_LENGTH} "
-                            "characters is required")
+        raise InvalidSource(
+            "route", f"a queue name of 1 to {MAX_QUEUE_LENGTH} characters is required"
+        )
     if not endpoint.grants(route.queue):
         raise InvalidSource(
             "route", f"endpoint {endpoint.name} is not granted queue {route.queue!r}"
         )
     if len(route.assignee) > MAX_QUEUE_LENGTH:
-        raise InvalidSource("route", f"an assignee is at most {MAX_QUEUE_LENGTH} "
-                            "characters")
+        raise InvalidSource(
+            "route", f"an assignee is at most {MAX_QUEUE_LENGTH} characters"
+        )
     problem = title_template_error(route.title_template)
     if problem:
         raise InvalidSource("title_template", problem)

@@ -15,37 +15,68 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("slug", help="the source's name in /hooks/SLUG")
-        parser.add_argument("--secret", required=True,
-                            help="the shared signing secret the sender also holds")
-        parser.add_argument("--route", action="append", default=[],
-                            metavar="ENDPOINT_ID:QUEUE", required=True,
-                            help="a target of every delivery (repeat for more)")
-        parser.add_argument("--scheme", default="github",
-                            choices=sorted(webhooks.SCHEMES),
-                            help="how deliveries are signed (default: github)")
-        parser.add_argument("--assignee", default="",
-                            help="the worker every route's todos are assigned to")
-        parser.add_argument("--title", default="", metavar="TEMPLATE",
-                            help="title template over "
-                            + ", ".join("$" + f for f in webhooks.TITLE_FIELDS))
-        parser.add_argument("--signature-header", default="",
-                            help="header holding the signature (scheme default)")
-        parser.add_argument("--delivery-header", default="",
-                            help="header holding the delivery id (scheme default)")
-        parser.add_argument("--event-header", default="",
-                            help="header holding the event name (scheme default)")
-        parser.add_argument("--json", action="store_true",
-                            help="print the source as JSON")
+        parser.add_argument(
+            "--secret",
+            required=True,
+            help="the shared signing secret the sender also holds",
+        )
+        parser.add_argument(
+            "--route",
+            action="append",
+            default=[],
+            metavar="ENDPOINT_ID:QUEUE",
+            required=True,
+            help="a target of every delivery (repeat for more)",
+        )
+        parser.add_argument(
+            "--scheme",
+            default="github",
+            choices=sorted(webhooks.SCHEMES),
+            help="how deliveries are signed (default: github)",
+        )
+        parser.add_argument(
+            "--assignee",
+            default="",
+            help="the worker every route's todos are assigned to",
+        )
+        parser.add_argument(
+            "--title",
+            default="",
+            metavar="TEMPLATE",
+            help="title template over "
+            + ", ".join("$" + f for f in webhooks.TITLE_FIELDS),
+        )
+        parser.add_argument(
+            "--signature-header",
+            default="",
+            help="header holding the signature (scheme default)",
+        )
+        parser.add_argument(
+            "--delivery-header",
+            default="",
+            help="header holding the delivery id (scheme default)",
+        )
+        parser.add_argument(
+            "--event-header",
+            default="",
+            help="header holding the event name (scheme default)",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print the source as JSON"
+        )
 
     def handle(self, *args, **options):
         try:
             routes = [
-                webhooks.RouteSpec(spec.endpoint_id, spec.queue, options["assignee"],
-                                   options["title"])
+                webhooks.RouteSpec(
+                    spec.endpoint_id, spec.queue, options["assignee"], options["title"]
+                )
                 for spec in map(webhooks.parse_route, options["route"])
             ]
             source = webhooks.create_source(
-                options["slug"], options["secret"], routes,
+                options["slug"],
+                options["secret"],
+                routes,
                 scheme=options["scheme"],
                 signature_header=options["signature_header"],
                 delivery_header=options["delivery_header"],
@@ -68,8 +99,10 @@ class Command(BaseCommand):
         ]
         for route in described["routes"]:
             assignee = f", assigned to {route['assignee']}" if route["assignee"] else ""
-            lines.append(f"  Route:      {route['endpoint_name']} "
-                         f"({route['endpoint_id']}) → queue {route['queue']}{assignee}")
+            lines.append(
+                f"  Route:      {route['endpoint_name']} "
+                f"({route['endpoint_id']}) → queue {route['queue']}{assignee}"
+            )
         return "\n".join(lines)
 
 
