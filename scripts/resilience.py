@@ -1,0 +1,725 @@
+"""Resilience check: PostgreSQL restarts and dies under running agents; nothing is lost.
+
+    python scripts/resilience.py [--seconds 20] [--outage 3] [--workers 4] [--json]
+
+Everything runs on a throwaway PostgreSQL cluster of its own (a free port and a
+temporary data folder, through scripts/devdb.sh), never on the team's cluster,
+and the cluster is stopped and deleted on the way out, failure or not. On it:
+gunicorn serves Switchboard, ``manage.py sweep --loop`` sweeps, producer
+threads enqueue todos over HTTP (each with an idempotency key, retried until
+acknowledged, as an at-least-once producer would) and worker threads claim and
+complete them (a few "crash": they abandon their lease, which must lapse and be
+redelivered). Then:
+
+1. **Restart.** PostgreSQL is stopped mid-run for ``--outage`` seconds and
+   started again. While it is down the API must answer 503 with a JSON body
+   (never a 500 or an HTML page); after the start it must serve again within
+   seconds; the sweep loop must still be running and must still reap (a probe
+   todo, abandoned on an endpoint no worker serves, has to come back through the
+   reaper alone). Afterwards every acknowledged todo is accounted for from
+   ``todo_events``: done (or still live), none lost, none completed twice.
+2. **Statement timeout.** A complete blocked on a row lock outlives
+   ``statement_timeout``: the API answers 503 JSON, and the todo is still
+   claimed by its worker, who completes it afterwards.
+3. **Killed backend.** The same blocked complete has its backend killed with
+   ``pg_terminate_backend``: 503 JSON, the todo still claimed, and the next
+   request is served on a fresh connection.
+
+It prints the tally (todos created, completed, redelivered, lost) and each
+check's outcome; the exit status is 1 when a check failed.
+"""
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASE_SECONDS = 2
+STATEMENT_TIMEOUT_MS = 1500
+# The todos of the run may be claimed many times (crashes, claims whose answer
+# was lost in the outage); the cap must not dead-letter them.
+MAX_ATTEMPTS = 50
+
+
+@dataclass
+class Options:
+    seconds: float = 20.0
+    outage: float = 3.0
+    workers: int = 4
+    producers: int = 2
+    crash_rate: float = 0.05
+    drain_timeout: float = 40.0
+    seed: int = 8
+
+
+@dataclass
+class Report:
+    created: int = 0
+    completed: int = 0
+    redelivered: int = 0
+    lost: int = 0
+    completed_twice: int = 0
+    unfinished: int = 0
+    duplicate_rows: int = 0
+    crashes: int = 0
+    statuses: dict = field(default_factory=dict)
+    bad_responses: list = field(default_factory=list)
+    outage_seconds: float = 0.0
+    down_answers: dict = field(default_factory=dict)
+    recovery_seconds: float | None = None
+    sweep_alive_after_restart: bool = False
+    sweep_reaped_after_restart_seconds: float | None = None
+    sweep_exit_status: int | None = None
+    statement_timeout: dict = field(default_factory=dict)
+    killed_backend: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+
+    def check(self, ok, failure):
+        if not ok:
+            self.failures.append(failure)
+
+
+# --- Processes ------------------------------------------------------------------
+
+
+def free_port():
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Cluster:
+    """A throwaway PostgreSQL cluster run through scripts/devdb.sh."""
+
+    def __init__(self):
+        self.port = free_port()
+        # devdb.sh creates the folder (and, as root, hands it to postgres).
+        self.datadir = Path(tempfile.gettempdir()) / f"sb-resilience-{self.port}"
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/switchboard"
+
+    def _devdb(self, action):
+        env = dict(
+            os.environ,
+            SB_PG_PORT=str(self.port),
+            SB_PG_DATA=str(self.datadir),
+            SB_PG_DB="switchboard",
+        )
+        subprocess.run(
+            [str(ROOT / "scripts" / "devdb.sh"), action],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def start(self):
+        self._devdb("start")
+
+    def stop(self):
+        self._devdb("stop")
+
+    def destroy(self):
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+
+def app_env(url):
+    return dict(
+        os.environ,
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="board.settings",
+        SWITCHBOARD_STATEMENT_TIMEOUT_MS=str(STATEMENT_TIMEOUT_MS),
+        SWITCHBOARD_DB_CONNECT_TIMEOUT="1",
+        GUNICORN_WORKERS="2",
+        GUNICORN_THREADS="16",
+        GUNICORN_LOG_LEVEL="warning",
+        LOG_LEVEL="WARNING",
+    )
+
+
+def manage(url, *args):
+    """Run a management command against the cluster; return its stdout."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=app_env(url),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+def spawn(url, logdir, name, *args):
+    log = (logdir / f"{name}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=app_env(url),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    proc.log = log
+    return proc
+
+
+def stop_process(proc):
+    """SIGTERM a child, wait for it, and return its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    proc.log.close()
+    return proc.returncode
+
+
+# --- HTTP -----------------------------------------------------------------------
+
+
+class Api:
+    """A keep-alive JSON client of the agent API that tallies every answer."""
+
+    def __init__(self, port, token, report, lock):
+        self.port, self.report, self.lock = port, report, lock
+        self.headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {token}",
+        }
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def call(self, method, path, body=None):
+        """Return (status, JSON body); status 0 when the connection failed."""
+        try:
+            self.conn.request(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers=self.headers,
+            )
+            response = self.conn.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            self._tally(0, path, None)
+            return 0, None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        self._tally(response.status, path, data)
+        return response.status, data
+
+    def _tally(self, status, path, data):
+        with self.lock:
+            statuses = self.report.statuses
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+            clean = status in (200, 201, 404, 409) or (
+                status == 503
+                and isinstance(data, dict)
+                and data.get("error") == "unavailable"
+            )
+            if not clean and len(self.report.bad_responses) < 20:
+                self.report.bad_responses.append(f"{status} {path} {data!r:.200}")
+
+
+# --- Agents ---------------------------------------------------------------------
+
+
+class Run:
+    """The shared state of the producer and worker threads."""
+
+    def __init__(self, port, token, report, options):
+        self.port, self.token, self.report, self.options = port, token, report, options
+        self.lock = threading.Lock()
+        self.producing = threading.Event()
+        self.producing.set()
+        self.working = threading.Event()
+        self.working.set()
+        self.acknowledged = {}  # idempotency key -> todo id
+        self.completions = {}  # todo id -> acknowledged completes
+        self.random = random.Random(options.seed)
+
+    def api(self):
+        return Api(self.port, self.token, self.report, self.lock)
+
+    def produce(self, name):
+        api, number = self.api(), 0
+        while self.producing.is_set():
+            key = f"{name}-{number}"
+            # At-least-once ingestion: resend the same key until acknowledged.
+            while True:
+                status, data = api.call(
+                    "POST",
+                    "/api/v1/todos",
+                    {
+                        "queue": "work",
+                        "title": key,
+                        "idempotency_key": key,
+                        "max_attempts": MAX_ATTEMPTS,
+                    },
+                )
+                if status in (200, 201):
+                    with self.lock:
+                        self.acknowledged[key] = data["todo"]["id"]
+                    break
+                time.sleep(0.1)
+            number += 1
+            time.sleep(0.02)
+
+    def work(self, name):
+        api = self.api()
+        while self.working.is_set():
+            status, data = api.call(
+                "POST",
+                "/api/v1/todos/claim",
+                {"worker": name, "lease_seconds": LEASE_SECONDS},
+            )
+            if status != 200:
+                time.sleep(0.05)
+                continue
+            todo_id = data["todo"]["id"]
+            with self.lock:
+                crash = self.random.random() < self.options.crash_rate
+                if crash:
+                    self.report.crashes += 1
+            if not crash:
+                self.complete(api, name, todo_id)
+
+    def complete(self, api, name, todo_id):
+        """Complete until acknowledged, or until the lease is known to be lost."""
+        while True:
+            status, _ = api.call(
+                "POST", f"/api/v1/todos/{todo_id}/complete", {"worker": name}
+            )
+            if status == 200:
+                break
+            if status == 409:
+                # Either our complete committed but its answer was lost in the
+                # outage, or our lease lapsed and the todo went to someone else.
+                status, data = api.call("GET", f"/api/v1/todos/{todo_id}")
+                if status != 200:
+                    time.sleep(0.1)
+                    continue
+                todo = data["todo"]
+                if todo["state"] != "done" or todo["owner"] != name:
+                    return
+                break
+            time.sleep(0.1)
+        with self.lock:
+            self.completions[todo_id] = self.completions.get(todo_id, 0) + 1
+
+
+# --- The checks -----------------------------------------------------------------
+
+
+def outage(cluster, port, token, report, options):
+    """Stop PostgreSQL, probe the API while it is down, start it, time recovery."""
+    lock = threading.Lock()
+    probe = Api(port, token, Report(), lock)
+    cluster.stop()
+    down_at = time.monotonic()
+    answers = {}
+    while time.monotonic() - down_at < options.outage:
+        for method, path, body in (
+            ("GET", "/healthz", None),
+            ("POST", "/api/v1/todos/claim", {"worker": "probe"}),
+            ("POST", "/api/v1/todos", {"queue": "work", "title": "while down"}),
+        ):
+            status, data = probe.call(method, path, body)
+            error = (
+                data.get("error", data.get("status"))
+                if isinstance(data, dict)
+                else None
+            )
+            answers[f"{method} {path} -> {status} {error}"] = (
+                answers.get(f"{method} {path} -> {status} {error}", 0) + 1
+            )
+        time.sleep(0.2)
+    report.down_answers = answers
+    report.check(
+        answers and all(" -> 503 " in key for key in answers),
+        f"while PostgreSQL was down the API answered {sorted(answers)}",
+    )
+    cluster.start()
+    report.outage_seconds = round(time.monotonic() - down_at, 2)
+    started = time.monotonic()
+    while time.monotonic() - started < 30:
+        # A claim on a queue nobody fills: 404 means served, and takes nothing.
+        status, _ = probe.call(
+            "POST",
+            "/api/v1/todos/claim",
+            {"worker": "probe", "queue": "recovery-probe"},
+        )
+        if status == 404:
+            report.recovery_seconds = round(time.monotonic() - started, 2)
+            break
+        time.sleep(0.05)
+    report.check(
+        report.recovery_seconds is not None and report.recovery_seconds < 10,
+        f"the API did not serve again within 10 s ({report.recovery_seconds})",
+    )
+    return probe
+
+
+REAPED_SQL = "SELECT 1 FROM todo_events WHERE todo_id = %s AND actor = 'system:reaper'"
+
+
+def sweep_probe(cluster, port, probe_token, report, sweep):
+    """Abandon a todo on an endpoint no worker serves; only the reaper returns it."""
+    report.sweep_alive_after_restart = sweep.poll() is None
+    report.check(report.sweep_alive_after_restart, "the sweep loop died in the outage")
+    api = Api(port, probe_token, Report(), threading.Lock())
+    _, data = api.call("POST", "/api/v1/todos", {"queue": "probe", "title": "sweep"})
+    todo_id = data["todo"]["id"]
+    api.call("POST", "/api/v1/todos/claim", {"worker": "gone", "lease_seconds": 1})
+    started = time.monotonic()
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        while time.monotonic() - started < 15:
+            reaped = conn.execute(REAPED_SQL, [todo_id]).fetchone()
+            if reaped:
+                report.sweep_reaped_after_restart_seconds = round(
+                    time.monotonic() - started, 2
+                )
+                break
+            time.sleep(0.1)
+    report.check(
+        report.sweep_reaped_after_restart_seconds is not None,
+        "the sweep loop did not reap an expired lease after the restart",
+    )
+
+
+def blocked_complete(cluster, port, token, report, kill):
+    """Block a complete on a row lock; let the timeout fire or kill its backend."""
+    api = Api(port, token, Report(), threading.Lock())
+    _, data = api.call("POST", "/api/v1/todos", {"queue": "victims", "title": "victim"})
+    todo_id = data["todo"]["id"]
+    status, data = api.call(
+        "POST",
+        "/api/v1/todos/claim",
+        {"worker": "victim", "queue": "victims", "lease_seconds": 120},
+    )
+    outcome = {"claimed": status == 200 and data["todo"]["id"] == todo_id}
+    answer = {}
+    with (
+        psycopg.connect(cluster.url) as locker,
+        psycopg.connect(cluster.url, autocommit=True) as admin,
+    ):
+        locker.execute("SELECT 1 FROM todos WHERE id = %s FOR UPDATE", [todo_id])
+
+        def complete():
+            started = time.monotonic()
+            answer["status"], answer["body"] = api.call(
+                "POST", f"/api/v1/todos/{todo_id}/complete", {"worker": "victim"}
+            )
+            answer["seconds"] = round(time.monotonic() - started, 2)
+
+        thread = threading.Thread(target=complete)
+        thread.start()
+        if kill:
+            pid = None
+            for _ in range(200):
+                row = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%UPDATE todos%%'"
+                ).fetchone()
+                if row:
+                    pid = row[0]
+                    break
+                time.sleep(0.01)
+            outcome["terminated"] = bool(
+                pid
+                and admin.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[
+                    0
+                ]
+            )
+        thread.join(timeout=30)
+        locker.rollback()
+        state = admin.execute(
+            "SELECT state, owner FROM todos WHERE id = %s", [todo_id]
+        ).fetchone()
+    outcome.update(
+        status=answer.get("status"),
+        error=(answer.get("body") or {}).get("error"),
+        seconds=answer.get("seconds"),
+        state_after=list(state),
+    )
+    status, data = api.call(
+        "POST", f"/api/v1/todos/{todo_id}/complete", {"worker": "victim"}
+    )
+    outcome["complete_afterwards"] = status
+    name = "killed backend" if kill else "statement timeout"
+    report.check(outcome["claimed"], f"{name}: the victim todo was not claimed")
+    report.check(
+        outcome["status"] == 503 and outcome["error"] == "unavailable",
+        f"{name}: answered {outcome['status']} {answer.get('body')}",
+    )
+    report.check(
+        state == ("claimed", "victim"),
+        f"{name}: the todo was left {state}, not claimed by its worker",
+    )
+    report.check(status == 200, f"{name}: the complete afterwards answered {status}")
+    if kill:
+        report.check(outcome["terminated"], "killed backend: no blocked backend found")
+    return outcome
+
+
+ACCOUNTING_SQL = """
+SELECT t.id::text, t.idempotency_key, t.state,
+       count(*) FILTER (WHERE e.to_state = 'done') AS done_events,
+       count(*) FILTER (WHERE e.to_state = 'claimed') AS claims
+  FROM todos t JOIN endpoints p ON p.id = t.endpoint_id AND p.name = 'agents'
+  LEFT JOIN todo_events e ON e.todo_id = t.id
+ GROUP BY t.id
+"""
+
+
+def account(cluster, run, report):
+    """Tally every todo of the agents' endpoint from the database and its history."""
+    with psycopg.connect(cluster.url) as conn:
+        rows = conn.execute(ACCOUNTING_SQL).fetchall()
+    by_id = {row[0]: row for row in rows}
+    keys = {}
+    for row in rows:
+        keys.setdefault(row[1], []).append(row[0])
+    report.created = len(run.acknowledged)
+    report.duplicate_rows = sum(len(ids) - 1 for ids in keys.values() if len(ids) > 1)
+    report.completed = sum(1 for row in rows if row[2] == "done")
+    report.redelivered = sum(1 for row in rows if row[4] > 1)
+    report.completed_twice = sum(1 for row in rows if row[3] > 1)
+    report.lost = sum(
+        1 for todo_id in run.acknowledged.values() if todo_id not in by_id
+    )
+    report.unfinished = sum(1 for row in rows if row[2] != "done")
+    twice_acked = sum(1 for count in run.completions.values() if count > 1)
+    report.check(report.lost == 0, f"{report.lost} acknowledged todos are missing")
+    report.check(
+        report.completed_twice == 0,
+        f"{report.completed_twice} todos were completed twice",
+    )
+    report.check(
+        twice_acked == 0, f"{twice_acked} todos had two acknowledged completes"
+    )
+    report.check(
+        report.unfinished == 0,
+        f"{report.unfinished} todos were not done after the drain",
+    )
+    report.check(report.created > 0, "no todo was created")
+
+
+def wait_drained(cluster, timeout):
+    """Wait until no todo of the agents' endpoint is left undone."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            left = conn.execute(
+                "SELECT count(*) FROM todos t JOIN endpoints p ON p.id = t.endpoint_id"
+                " WHERE p.name = 'agents' AND t.state <> 'done'"
+            ).fetchone()[0]
+            if left == 0:
+                return
+            time.sleep(0.2)
+
+
+def run(options):
+    """Run every check on a throwaway cluster and return the Report."""
+    report = Report()
+    cluster = Cluster()
+    logdir = Path(tempfile.mkdtemp(prefix="sb-resilience-logs-"))
+    children = []
+    try:
+        cluster.start()
+        manage(cluster.url, "migrate", "--no-input", "-v", "0")
+        agents = json.loads(
+            manage(
+                cluster.url,
+                "create_endpoint",
+                "agents",
+                "--owner",
+                "resilience",
+                "--queues",
+                "*",
+                "--json",
+            )
+        )
+        probe = json.loads(
+            manage(
+                cluster.url,
+                "create_endpoint",
+                "sweep-probe",
+                "--owner",
+                "resilience",
+                "--queues",
+                "*",
+                "--json",
+            )
+        )
+        port = free_port()
+        server = spawn(
+            cluster.url,
+            logdir,
+            "gunicorn",
+            "-m",
+            "gunicorn",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+        )
+        children.append(server)
+        sweep = spawn(
+            cluster.url,
+            logdir,
+            "sweep",
+            "manage.py",
+            "sweep",
+            "--loop",
+            "--interval",
+            "0.5",
+        )
+        children.append(sweep)
+        wait_healthy(port, server)
+
+        state = Run(port, agents["token"], report, options)
+        threads = [
+            threading.Thread(target=state.produce, args=(f"p{n}",))
+            for n in range(options.producers)
+        ]
+        threads += [
+            threading.Thread(target=state.work, args=(f"w{n}",))
+            for n in range(options.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(options.seconds / 3)
+        outage(cluster, port, agents["token"], report, options)
+        sweep_probe(cluster, port, probe["token"], report, sweep)
+        remaining = options.seconds * 2 / 3 - report.outage_seconds
+        time.sleep(max(remaining, 1))
+        state.producing.clear()
+        for thread in threads[: options.producers]:
+            thread.join(timeout=60)
+        wait_drained(cluster, options.drain_timeout)
+        state.working.clear()
+        for thread in threads:
+            thread.join(timeout=60)
+        account(cluster, state, report)
+
+        report.statement_timeout = blocked_complete(
+            cluster, port, agents["token"], report, kill=False
+        )
+        report.killed_backend = blocked_complete(
+            cluster, port, agents["token"], report, kill=True
+        )
+        report.check(
+            not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
+        )
+        report.sweep_exit_status = stop_process(sweep)
+        report.check(
+            report.sweep_exit_status == 0,
+            f"sweep --loop exited {report.sweep_exit_status} on SIGTERM",
+        )
+    except Exception as exc:
+        report.failures.append(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for child in children:
+            stop_process(child)
+        cluster.destroy()
+        if not report.failures:
+            shutil.rmtree(logdir, ignore_errors=True)
+        else:
+            report.failures.append(f"logs kept in {logdir}")
+    return report
+
+
+def wait_healthy(port, server, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with status {server.returncode}")
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError("gunicorn did not become healthy")
+
+
+def print_report(report):
+    print(f"todos created:     {report.created}")
+    print(f"todos completed:   {report.completed}")
+    print(
+        f"redelivered:       {report.redelivered}  (crashed workers: {report.crashes})"
+    )
+    print(f"lost:              {report.lost}")
+    print(f"completed twice:   {report.completed_twice}")
+    print(f"duplicate rows:    {report.duplicate_rows}")
+    print(f"outage:            {report.outage_seconds} s; answers while down:")
+    for answer, count in sorted(report.down_answers.items()):
+        print(f"                     {count:4d} x {answer}")
+    print(f"serving again:     {report.recovery_seconds} s after the start")
+    print(
+        f"sweep loop:        alive after restart: {report.sweep_alive_after_restart};"
+        f" reaped a 1 s lease {report.sweep_reaped_after_restart_seconds} s after"
+        f" the claim; exit status on SIGTERM: {report.sweep_exit_status}"
+    )
+    for name, outcome in (
+        ("statement timeout", report.statement_timeout),
+        ("killed backend", report.killed_backend),
+    ):
+        print(f"{name + ':':19}{outcome}")
+    print(f"HTTP statuses:     {report.statuses}")
+    print(
+        "result:            "
+        + ("OK" if not report.failures else "FAILED: " + "; ".join(report.failures))
+    )
+
+
+def main():
+    parse = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = Options()
+    parse.add_argument("--seconds", type=float, default=defaults.seconds)
+    parse.add_argument("--outage", type=float, default=defaults.outage)
+    parse.add_argument("--workers", type=int, default=defaults.workers)
+    parse.add_argument("--producers", type=int, default=defaults.producers)
+    parse.add_argument("--crash-rate", type=float, default=defaults.crash_rate)
+    parse.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parse.parse_args()
+    options = Options(
+        seconds=args.seconds,
+        outage=args.outage,
+        workers=args.workers,
+        producers=args.producers,
+        crash_rate=args.crash_rate,
+    )
+    report = run(options)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print_report(report)
+    sys.exit(1 if report.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
