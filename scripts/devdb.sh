@@ -41,16 +41,17 @@ if [ -z "$bindir" ]; then
     fi
 fi
 
-# As root, every server-side command runs as `postgres`.
+# As root, every server-side command runs as `postgres`, from / since the
+# caller's folder may be one postgres cannot enter (every path here is absolute).
 if [ "$(id -u)" -eq 0 ]; then
-    as_server() { runuser -u postgres -- "$@"; }
+    as_server() { (cd / && runuser -u postgres -- "$@"); }
 else
     as_server() { "$@"; }
 fi
 
 pick_datadir() {
     if [ -n "${SB_PG_DATA:-}" ]; then
-        echo "$SB_PG_DATA"
+        realpath -m "$SB_PG_DATA"
         return
     fi
     # Root creates the folder and hands it to postgres, which then only needs to
