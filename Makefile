@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 
 export DJANGO_SETTINGS_MODULE := board.settings
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench resilience
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,16 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 
 test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv db ## Run the benchmarks on their own database (see docs/benchmarks.md).
+	$(BIN)/python bench/store_throughput.py $(BENCH_ARGS)
+	$(BIN)/python bench/http_throughput.py $(BENCH_ARGS)
+	$(BIN)/python bench/claim_latency.py
+	$(BIN)/python bench/enqueue_throughput.py $(BENCH_ARGS)
+	$(BIN)/python bench/doorbell_latency.py
+
+resilience: venv ## Restart PostgreSQL under running agents; count lost todos (must be 0).
+	$(BIN)/python scripts/resilience.py
 
 lint: venv ## Check style with ruff.
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

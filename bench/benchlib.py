@@ -33,13 +33,23 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:{port}/switchboard_bench"
 QUEUE = "bench"
 
 
+def default_url():
+    """Return the benchmark database: BENCH_DATABASE_URL, or switchboard_bench on
+    the server DATABASE_URL names, or on the project-local cluster."""
+    if os.environ.get("BENCH_DATABASE_URL"):
+        return os.environ["BENCH_DATABASE_URL"]
+    if os.environ.get("DATABASE_URL"):
+        parts = urlsplit(os.environ["DATABASE_URL"])
+        return urlunsplit(parts._replace(path="/switchboard_bench"))
+    return DEFAULT_URL.format(port=os.environ.get("SB_PG_PORT", "54329"))
+
+
 def parser(description):
     """Return an argument parser with the options every benchmark takes."""
     parse = argparse.ArgumentParser(description=description)
     parse.add_argument(
         "--database-url",
-        default=os.environ.get("BENCH_DATABASE_URL")
-        or DEFAULT_URL.format(port=os.environ.get("SB_PG_PORT", "54329")),
+        default=default_url(),
         help="the benchmark's own database; created and migrated when missing",
     )
     return parse
