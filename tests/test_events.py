@@ -1,0 +1,207 @@
+"""The doorbell stream, GET /api/v1/events, over a live server."""
+
+import contextlib
+import http.client
+import json
+import queue
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from todos import store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class EventStreamClient:
+    """Read a Server-Sent Events stream line by line on a background thread."""
+
+    def __init__(self, live_server, token):
+        url = urlsplit(live_server.url)
+        self.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        self.conn.request(
+            "GET",
+            "/api/v1/events",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "text/event-stream",
+            },
+        )
+        # Kept: a "Connection: close" response detaches the socket from conn.
+        self.sock = self.conn.sock
+        self.response = self.conn.getresponse()
+        self.lines = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        try:
+            while line := self.response.readline():
+                self.lines.put(line.decode().rstrip("\n"))
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+        self.lines.put(None)
+
+    def next_message(self, timeout):
+        """Return the next comment (":...") or event ({"event", "data"}), or None."""
+        deadline = time.monotonic() + timeout
+        fields = {}
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            if line.startswith(":"):
+                return line
+            if line == "":
+                if fields:
+                    return {
+                        "event": fields.get("event"),
+                        "data": json.loads(fields["data"]),
+                    }
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+
+    def events_within(self, seconds):
+        """Return the todo.ready events that arrive within the given seconds."""
+        deadline = time.monotonic() + seconds
+        events = []
+        while (remaining := deadline - time.monotonic()) > 0:
+            message = self.next_message(remaining)
+            if isinstance(message, dict):
+                events.append(message)
+        return events
+
+    def close(self):
+        # Shutting the socket down wakes the reader thread; the server notices
+        # on its next write.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.conn.close()
+        self.reader.join(timeout=5)
+
+
+@pytest.fixture
+def open_stream(live_server, settings):
+    # Short keep-alives make departed clients noticed fast.
+    settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS = 0.3
+    streams = []
+
+    def opener(endpoint):
+        stream = EventStreamClient(live_server, endpoint.token)
+        streams.append(stream)
+        return stream
+
+    yield opener
+    for stream in streams:
+        stream.close()
+    # A server notices a departed client at its next keep-alive: let every
+    # stream of this test end before the next one counts listeners.
+    wait_for_listeners(0)
+
+
+def listeners():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN switchboard_todo_ready%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+def wait_for_listeners(count, seconds=4):
+    deadline = time.monotonic() + seconds
+    while listeners() != count:
+        assert time.monotonic() < deadline, f"{listeners()} listeners, not {count}"
+        time.sleep(0.05)
+
+
+def test_the_stream_opens_with_a_comment_then_the_claimable_backlog(
+    open_stream, endpoint
+):
+    scope = store.Scope.for_endpoint(endpoint)
+    first, _ = store.create_todo(scope, queue="q")
+    second, _ = store.create_todo(scope, queue="r")
+    done, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, done.id, "w")
+    stream = open_stream(endpoint)
+    assert stream.response.status == 200
+    assert stream.response.getheader("Content-Type") == "text/event-stream"
+    assert stream.response.getheader("Cache-Control") == "no-cache"
+    assert stream.response.getheader("Content-Encoding") is None
+    assert stream.next_message(timeout=1) == ": connected"
+    backlog = [stream.next_message(timeout=1), stream.next_message(timeout=1)]
+    assert backlog == [
+        {
+            "event": "todo.ready",
+            "data": {"id": first.id, "endpoint_id": str(endpoint.id), "queue": "q"},
+        },
+        {
+            "event": "todo.ready",
+            "data": {"id": second.id, "endpoint_id": str(endpoint.id), "queue": "r"},
+        },
+    ]
+
+
+def test_doorbell_never_crosses_endpoints(open_stream, endpoint, other_endpoint):
+    """SPEC: Doorbell never crosses endpoints."""
+    stream_a, stream_b = open_stream(endpoint), open_stream(other_endpoint)
+    assert stream_a.next_message(timeout=1) == ": connected"
+    assert stream_b.next_message(timeout=1) == ": connected"
+    created_at = time.monotonic()
+    todo, _ = store.create_todo(store.Scope.for_endpoint(endpoint), queue="q")
+    ready = stream_a.next_message(timeout=1)
+    assert time.monotonic() - created_at < 1.0
+    assert ready == {
+        "event": "todo.ready",
+        "data": {"id": todo.id, "endpoint_id": str(endpoint.id), "queue": "q"},
+    }
+    assert stream_b.events_within(1.5) == []
+
+
+def test_the_stream_filters_by_the_queue_grant(open_stream, make_endpoint):
+    narrow = make_endpoint("narrow", queues=("a",))
+    stream = open_stream(narrow)
+    assert stream.next_message(timeout=1) == ": connected"
+    store.create_todo_any_endpoint(narrow.id, queue="b")
+    wanted, _ = store.create_todo_any_endpoint(narrow.id, queue="a")
+    events = stream.events_within(1.0)
+    assert [event["data"]["id"] for event in events] == [wanted.id]
+
+
+def test_the_stream_rings_for_a_release_and_a_retry(open_stream, endpoint):
+    scope = store.Scope.for_endpoint(endpoint)
+    todo, _ = store.create_todo(scope, queue="q", max_attempts=1)
+    store.claim_todo(scope, todo.id, "w")
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    store.release_todo(scope, todo.id, "w")  # at the cap: dead-letters, no ring
+    store.retry_todo(scope, todo.id)
+    events = stream.events_within(1.0)
+    assert [event["data"]["id"] for event in events] == [todo.id]
+
+
+def test_an_idle_stream_sends_keep_alive_comments(open_stream, endpoint):
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    assert stream.next_message(timeout=2.5) == ": keep-alive"
+
+
+def test_the_listen_connection_closes_when_the_client_leaves(open_stream, endpoint):
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    assert listeners() == 1
+    stream.close()
+    wait_for_listeners(0)
