@@ -128,45 +128,88 @@ def sweep_once_moved():
     return len(store.reap_expired()) + len(store.requeue_due_retries())
 
 
-def test_graceful_shutdown_drains_cleanly(scope, time_travel, sweep_loop):
-    """SPEC: Graceful shutdown drains cleanly."""
-    held = []
-    for number in range(4):
-        todo, _ = store.create_todo(scope, queue="jobs", title=f"held {number}")
-        held.append(
-            store.claim_todo(scope, todo.id, f"worker-{number}", lease_seconds=60)
+class Worker:
+    """One ``scripts/crash_workers.py`` process and the lines it prints."""
+
+    def __init__(self, name, endpoint_id, lines, lease=LEASE_SECONDS):
+        self.name = name
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "scripts/crash_workers.py",
+                "--endpoint",
+                endpoint_id,
+                "--name",
+                name,
+                "--lease",
+                str(lease),
+            ],
+            cwd=BASE_DIR,
+            env=child_env(name),
+            stdout=subprocess.PIPE,
+            text=True,
         )
-    crashed, _ = store.create_todo(scope, queue="jobs", title="crashed earlier")
+        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
+        self.reader.start()
+
+    def _read(self, lines):
+        for line in self.process.stdout:
+            lines.put((self, line.split()))
+
+    def kill(self, signum=signal.SIGKILL):
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        self.process.wait()
+
+
+def test_graceful_shutdown_drains_cleanly(scope, time_travel, sweep_loop):
+    """SPEC: Graceful shutdown drains cleanly.
+
+    Two worker processes hold leases (on todos that wedge them) when the sweep
+    loop and then the workers are told to stop.
+    """
+    for number in range(2):
+        store.create_todo(
+            scope, queue="jobs", title=f"wedges {number}", payload={"poison": True}
+        )
+    waiting, _ = store.create_todo(scope, queue="jobs", title="never claimed")
+    # Crashed earlier at its cap: only a sweep can move it (to the dead letters).
+    crashed, _ = store.create_todo(scope, queue="jobs", max_attempts=1)
     store.claim_todo(scope, crashed.id, "gone", lease_seconds=30)
     time_travel(crashed.id, lease_expires_at=-60)
-    waiting, _ = store.create_todo(scope, queue="jobs", title="never claimed")
+    lines = queue.Queue()
+    workers = [Worker(f"w{n}", scope.endpoint_id, lines, lease=60) for n in range(2)]
+    try:
+        held = {lines.get(timeout=20)[1][1] for _ in workers}
+        loop = sweep_loop()
+        wait_until(
+            lambda: store.get_todo(scope, crashed.id).state == "failed",
+            10,
+            "the sweep loop did not dead-letter the lapsed lease",
+        )
 
-    loop = sweep_loop()
-    # The loop is doing its job: the lapsed lease comes back.
-    wait_until(
-        lambda: store.get_todo(scope, crashed.id).state == "pending",
-        10,
-        "the sweep loop did not requeue the lapsed lease",
-    )
-
-    status, seconds = loop.terminate()
+        status, seconds = loop.terminate()
+    finally:
+        for worker in workers:
+            worker.kill(signal.SIGTERM)
 
     assert status == 0, loop.output()
     assert seconds < 2, f"took {seconds:.2f} s to stop"
     assert "sweep loop stopped" in loop.output() and "signal=SIGTERM" in loop.output()
-    # The loop touched no live lease; those workers still hold their todos.
-    for todo in held:
-        current = store.get_todo(scope, todo.id)
-        assert current.state == "claimed" and current.owner == todo.owner
+    # The loop left the live leases alone; the stopped workers still own them.
+    assert len(held) == 2
+    for todo_id in held:
+        current = store.get_todo(scope, todo_id)
+        assert current.state == "claimed" and current.owner in {"w0", "w1"}
     assert store.get_todo(scope, waiting.id).state == "pending"
     assert_consistent()
 
-    # After the shutdown the workers' leases lapse; crash safety requeues them.
-    for todo in held:
-        time_travel(todo.id, lease_expires_at=-61)
-    assert sweep_once_moved() == 4
-    for todo in held:
-        current = store.get_todo(scope, todo.id)
+    # Their leases lapse; crash safety requeues the todos for the next worker.
+    for todo_id in held:
+        time_travel(todo_id, lease_expires_at=-61)
+    assert sweep_once_moved() == 2
+    for todo_id in held:
+        current = store.get_todo(scope, todo_id)
         assert current.state == "pending" and current.attempt == 1
     assert_consistent()
 
@@ -213,40 +256,6 @@ def test_sweep_loop_stops_on_sigint_with_status_zero(sweep_loop):
     assert seconds < 2, f"took {seconds:.2f} s to stop"
     assert "signal=SIGINT" in loop.output()
     assert "Traceback" not in loop.output()
-
-
-class Worker:
-    """One ``scripts/crash_workers.py`` process and the lines it prints."""
-
-    def __init__(self, name, endpoint_id, lines):
-        self.name = name
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "scripts/crash_workers.py",
-                "--endpoint",
-                endpoint_id,
-                "--name",
-                name,
-                "--lease",
-                str(LEASE_SECONDS),
-            ],
-            cwd=BASE_DIR,
-            env=child_env(name),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
-        self.reader.start()
-
-    def _read(self, lines):
-        for line in self.process.stdout:
-            lines.put((self, line.split()))
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
 
 
 def check_history(todo, events, lease):
