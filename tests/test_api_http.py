@@ -1,0 +1,173 @@
+"""The agent API behind a real gunicorn: keep-alive after a 413, a database
+outage answered with 503, and an event stream that is not buffered.
+"""
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url(port=None):
+    settings = connection.settings_dict
+    return "postgres://{}@{}:{}/{}".format(
+        settings["USER"],
+        settings["HOST"] or "127.0.0.1",
+        port or settings["PORT"] or 5432,
+        settings["NAME"],
+    )
+
+
+def start_gunicorn(database):
+    """Start gunicorn (the project's config) on a free port; return (process, port)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database,
+        "DJANGO_SETTINGS_MODULE": "board.settings",
+        "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
+        "SWITCHBOARD_DB_CONNECT_TIMEOUT": "1",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "board.wsgi",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--threads",
+            "8",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("gunicorn did not start") from None
+            time.sleep(0.1)
+
+
+def stop(process):
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def gunicorn_port(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        process, port = start_gunicorn(database_url())
+    yield port
+    stop(process)
+
+
+@pytest.fixture(scope="module")
+def outage_port(django_db_setup, django_db_blocker):
+    """A gunicorn whose database is a closed port: an outage from the start."""
+    with django_db_blocker.unblock():
+        process, port = start_gunicorn(database_url(port=free_port()))
+    yield port
+    stop(process)
+
+
+def request(conn, method, path, token=None, body=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request(method, path, body, headers)
+    response = conn.getresponse()
+    return response, response.read()
+
+
+def test_a_keep_alive_client_can_go_on_after_a_413(gunicorn_port, endpoint):
+    conn = http.client.HTTPConnection("127.0.0.1", gunicorn_port, timeout=10)
+    response, _ = request(conn, "GET", "/api/v1/todos", endpoint.token)
+    assert response.status == 200
+    sock = conn.sock
+    for size in (300 * 1024, 2 * 1024 * 1024):
+        big = json.dumps({"queue": "q", "payload": "x" * size})
+        response, body = request(conn, "POST", "/api/v1/todos", endpoint.token, big)
+        assert response.status == 413
+        assert json.loads(body)["error"] == "payload_too_large"
+        assert response.getheader("Connection", "").lower() != "close"
+        # The same socket serves the next request: the body was drained.
+        response, body = request(
+            conn, "POST", "/api/v1/todos", endpoint.token, json.dumps({"queue": "q"})
+        )
+        assert response.status == 201, body
+        assert conn.sock is sock
+    conn.close()
+
+
+def test_the_api_answers_503_json_when_the_database_is_down(outage_port):
+    conn = http.client.HTTPConnection("127.0.0.1", outage_port, timeout=15)
+    token = "sb_" + "a" * 43
+    for method, path, body in [
+        ("GET", "/api/v1/todos", None),
+        ("POST", "/api/v1/todos", json.dumps({"queue": "q"})),
+        ("POST", "/api/v1/todos/claim", json.dumps({"worker": "w", "wait_seconds": 1})),
+        ("GET", "/api/v1/events", None),
+    ]:
+        response, raw = request(conn, method, path, token, body)
+        assert response.status == 503, (path, raw)
+        assert response.getheader("Content-Type") == "application/json"
+        assert json.loads(raw)["error"] == "unavailable"
+    response, raw = request(conn, "GET", "/healthz")
+    assert response.status == 503
+    response, raw = request(conn, "GET", "/api/v1/openapi.json")
+    assert response.status == 200 and json.loads(raw)["openapi"].startswith("3.")
+    conn.close()
+
+
+def test_the_event_stream_is_not_buffered_by_the_server(gunicorn_port, endpoint):
+    conn = http.client.HTTPConnection("127.0.0.1", gunicorn_port, timeout=5)
+    started = time.monotonic()
+    conn.request(
+        "GET",
+        "/api/v1/events",
+        headers={
+            "Authorization": f"Bearer {endpoint.token}",
+            "Accept-Encoding": "gzip",
+        },
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.getheader("Content-Encoding") is None
+    assert response.readline() == b": connected\n"
+    assert time.monotonic() - started < 1.0
+    assert response.readline() == b"\n"
+    assert response.readline() == b": keep-alive\n"
+    conn.close()
