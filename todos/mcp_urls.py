@@ -1,3 +1,9 @@
-"""Routes of the mcp surface."""
+"""Routes of the mcp surface: the Streamable HTTP transport at /mcp."""
 
-urlpatterns = []
+from django.urls import path
+
+from todos import mcp
+
+urlpatterns = [
+    path("mcp", mcp.endpoint, name="mcp"),
+]

@@ -1,0 +1,617 @@
+"""The MCP endpoint, driven by the official ``mcp`` SDK client over Streamable HTTP.
+
+The client tests run against a live server (pytest-django's ``live_server``,
+transactional) and one against a gunicorn process beside it, to show that a
+session is not held in any one process. The JSON-RPC edge cases go through
+Django's test client, in process.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from django.db import connection
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from todos import store
+from todos.mcp_tools import TOOLS
+from todos.models import McpSession
+
+live = pytest.mark.django_db(transaction=True)
+TOOL_NAMES = {
+    "list_todos",
+    "get_todo",
+    "create_todo",
+    "claim_next",
+    "claim_todo",
+    "heartbeat",
+    "complete_todo",
+    "fail_todo",
+    "release_todo",
+    "retry_todo",
+}
+
+
+@pytest.fixture(autouse=True)
+def quick_keepalive(settings):
+    # A stream notices an ended session or a gone client on its next wake-up.
+    settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS = 1
+
+
+class Doorbells:
+    """The todo.ready notifications one client session received."""
+
+    def __init__(self):
+        self.rings = []
+
+    async def __call__(self, params):
+        if isinstance(params.data, dict) and params.data.get("event") == "todo.ready":
+            self.rings.append(params.data)
+
+    async def wait_for(self, todo_id, timeout=10):
+        with anyio.fail_after(timeout):
+            while not any(ring["id"] == todo_id for ring in self.rings):
+                await anyio.sleep(0.05)
+
+
+@asynccontextmanager
+async def mcp_client(url, token, doorbells=None):
+    """Yield an initialized ClientSession of the endpoint with this token.
+
+    The session also carries ``mcp_session_id``, read from the server's answer.
+    """
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    minted = []
+
+    async def remember_session(response):
+        if "Mcp-Session-Id" in response.headers and not minted:
+            minted.append(response.headers["Mcp-Session-Id"])
+
+    http.event_hooks["response"].append(remember_session)
+    async with (
+        http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write, logging_callback=doorbells) as session,
+    ):
+        session.initialize_info = await session.initialize()
+        session.mcp_session_id = minted[0]
+        yield session
+
+
+async def call(session, tool, **arguments):
+    return await session.call_tool(tool, arguments)
+
+
+def run(main):
+    anyio.run(main)
+
+
+# --- The official client, against a live server ---------------------------------
+
+
+@live
+def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
+    live_server, endpoint
+):
+    """SPEC: Claimed todo is invisible to other consumers; Only the lease owner may
+    complete or fail."""
+    seen = {}
+
+    async def main():
+        async with mcp_client(live_server.url, endpoint.token) as session:
+            seen["version"] = session.initialize_info.protocol_version
+            seen["server"] = session.initialize_info.server_info.name
+            seen["tools"] = {tool.name for tool in (await session.list_tools()).tools}
+            created = await call(
+                session,
+                "create_todo",
+                queue="build",
+                title="ship",
+                payload={"ref": "main"},
+            )
+            seen["created"] = created.structured_content
+            claimed = await call(session, "claim_next", queue="build")
+            seen["claimed"] = claimed.structured_content["todo"]
+            todo_id = seen["claimed"]["id"]
+            seen["stranger"] = await call(
+                session, "heartbeat", todo_id=todo_id, worker="someone-else"
+            )
+            beat = await call(session, "heartbeat", todo_id=todo_id, lease_seconds=900)
+            seen["beat"] = beat.structured_content["todo"]
+            done = await call(
+                session, "complete_todo", todo_id=todo_id, result={"ok": True}
+            )
+            seen["done"] = done.structured_content["todo"]
+            seen["session_id"] = session.mcp_session_id
+
+    run(main)
+    assert seen["version"] == "2025-11-25"
+    assert seen["server"] == "switchboard"
+    assert seen["tools"] == TOOL_NAMES
+    assert seen["created"]["created"] is True
+    assert seen["created"]["todo"]["payload"] == {"ref": "main"}
+    claimed = seen["claimed"]
+    assert claimed["id"] == seen["created"]["todo"]["id"]
+    assert claimed["state"] == "claimed"
+    # With no worker given, the MCP session is the worker.
+    assert claimed["owner"] == seen["session_id"]
+    assert seen["stranger"].is_error
+    assert seen["stranger"].structured_content["error"] == "conflict"
+    assert seen["beat"]["lease_expires_at"] > claimed["lease_expires_at"]
+    assert seen["done"]["state"] == "done"
+    assert seen["done"]["result"] == {"ok": True}
+    # The client's DELETE on exit ended the session.
+    assert not McpSession.objects.filter(endpoint=endpoint).exists()
+
+
+@live
+def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
+    live_server, scope, other_endpoint
+):
+    """SPEC: A foreign todo id is indistinguishable from a nonexistent one"""
+    foreign, _ = store.create_todo(scope, queue="reviews", title="A's")
+    never_minted = str(uuid.uuid4())
+    answers = {}
+
+    async def main():
+        async with mcp_client(live_server.url, other_endpoint.token) as session:
+            for tool in (
+                "get_todo",
+                "claim_todo",
+                "heartbeat",
+                "complete_todo",
+                "fail_todo",
+                "release_todo",
+                "retry_todo",
+            ):
+                answers[tool] = [
+                    await call(session, tool, todo_id=todo_id)
+                    for todo_id in (foreign.id, never_minted, "not-a-uuid")
+                ]
+
+    run(main)
+    for tool, results in answers.items():
+        assert all(result.is_error for result in results), tool
+        texts = {result.content[0].text for result in results}
+        structured = {json.dumps(result.structured_content) for result in results}
+        assert len(texts) == 1 and len(structured) == 1, (tool, texts)
+        assert results[0].structured_content["error"] == "not_found"
+    assert store.get_todo(scope, foreign.id).state == "pending"
+
+
+@live
+def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
+    live_server, endpoint, other_endpoint
+):
+    """SPEC: Cross-endpoint queue collision is isolated; Doorbell never crosses
+    endpoints"""
+    a_bells, b_bells = Doorbells(), Doorbells()
+    seen = {}
+
+    async def main():
+        async with (
+            mcp_client(live_server.url, endpoint.token, a_bells) as a,
+            mcp_client(live_server.url, other_endpoint.token, b_bells) as b,
+        ):
+            a_todo = await call(a, "create_todo", queue="reviews", title="A's review")
+            a_id = a_todo.structured_content["todo"]["id"]
+            await a_bells.wait_for(a_id)
+            # B's stream is live: its own todo reaches it, and A's never did.
+            b_todo = await call(b, "create_todo", queue="reviews", title="B's review")
+            b_id = b_todo.structured_content["todo"]["id"]
+            await b_bells.wait_for(b_id)
+            seen["b_list"] = (
+                await call(b, "list_todos", queue="reviews")
+            ).structured_content
+            seen["b_claims"] = [
+                (await call(b, "claim_next", queue="reviews")).structured_content,
+                await call(b, "claim_next", queue="reviews"),
+            ]
+            seen["ids"] = a_id, b_id
+
+    run(main)
+    a_id, b_id = seen["ids"]
+    assert a_id in {ring["id"] for ring in a_bells.rings}
+    assert a_id not in {ring["id"] for ring in b_bells.rings}
+    assert {ring["endpoint_id"] for ring in b_bells.rings} == {str(other_endpoint.id)}
+    assert [todo["id"] for todo in seen["b_list"]["todos"]] == [b_id]
+    first, second = seen["b_claims"]
+    assert first["todo"]["id"] == b_id
+    assert second.is_error and second.structured_content["error"] == "not_found"
+
+
+@live
+def test_claim_next_waits_for_work_that_arrives_during_the_wait(live_server, endpoint):
+    """SPEC: Atomic Claim with FOR UPDATE SKIP LOCKED (a long poll, woken by the
+    doorbell)"""
+    seen = {}
+
+    async def main():
+        async with (
+            mcp_client(live_server.url, endpoint.token) as worker,
+            mcp_client(live_server.url, endpoint.token) as producer,
+        ):
+
+            async def claim():
+                started = time.monotonic()
+                result = await call(worker, "claim_next", queue="jobs", wait_seconds=15)
+                seen["claim"] = result, time.monotonic() - started
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(claim)
+                await anyio.sleep(0.5)
+                created = await call(producer, "create_todo", queue="jobs")
+                seen["created"] = created.structured_content["todo"]["id"]
+
+    run(main)
+    result, waited = seen["claim"]
+    assert not result.is_error
+    assert result.structured_content["todo"]["id"] == seen["created"]
+    assert 0.4 < waited < 5
+
+
+@live
+def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
+    live_server, make_endpoint
+):
+    """Bad arguments are tool errors a model can correct, not transport failures."""
+    narrow = make_endpoint("narrow", queues=("build",))
+    results = {}
+
+    async def main():
+        async with mcp_client(live_server.url, narrow.token) as session:
+            results["lease"] = await call(session, "claim_next", lease_seconds=0)
+            results["wait"] = await call(session, "claim_next", wait_seconds=21)
+            results["unknown"] = await call(session, "get_todo", id="x")
+            results["missing"] = await call(session, "create_todo", title="no queue")
+            results["grant"] = await call(session, "create_todo", queue="deploy")
+            results["empty"] = await call(session, "claim_next")
+
+    run(main)
+    assert all(result.is_error for result in results.values())
+    codes = {
+        name: result.structured_content["error"] for name, result in results.items()
+    }
+    assert codes == {
+        "lease": "bad_request",
+        "wait": "bad_request",
+        "unknown": "bad_request",
+        "missing": "bad_request",
+        "grant": "forbidden",
+        "empty": "not_found",
+    }
+    assert results["lease"].content[0].text.startswith("bad_request: lease_seconds:")
+    assert "id: not an argument of get_todo" in results["unknown"].content[0].text
+    assert "queue: is required" in results["missing"].content[0].text
+    assert "wait_seconds" in results["empty"].content[0].text
+
+
+# --- Sessions across processes --------------------------------------------------
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def gunicorn_server(live_server):
+    """Serve the app from a gunicorn process on the test database; yield its URL."""
+    db = connection.settings_dict
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
+        "GUNICORN_WORKERS": "1",
+        "GUNICORN_THREADS": "8",
+    }
+    root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+        ],
+        cwd=root,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx2.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "no gunicorn"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGQUIT)
+        process.wait(timeout=30)
+
+
+@live
+def test_a_session_minted_by_one_process_is_served_by_another(
+    live_server, gunicorn_server, endpoint, scope
+):
+    """Sessions live in PostgreSQL: any server process serves any session."""
+    headers = {
+        "Authorization": f"Bearer {endpoint.token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    seen = {}
+
+    async def main():
+        async with mcp_client(live_server.url, endpoint.token) as session:
+            headers["Mcp-Session-Id"] = session.mcp_session_id
+            async with httpx2.AsyncClient(
+                base_url=gunicorn_server, timeout=10
+            ) as other:
+                listed = await other.post(
+                    "/mcp",
+                    headers=headers,
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "tools/call",
+                        "params": {"name": "list_todos", "arguments": {}},
+                    },
+                )
+                seen["listed"] = listed.status_code, listed.json()
+                async with other.stream("GET", "/mcp", headers=headers) as stream:
+                    created = await call(session, "create_todo", queue="q")
+                    todo_id = created.structured_content["todo"]["id"]
+                    with anyio.fail_after(10):
+                        async for line in stream.aiter_lines():
+                            if line.startswith("data:") and todo_id in line:
+                                seen["ring"] = json.loads(line[5:])
+                                break
+                ended = await other.delete("/mcp", headers=headers)
+                seen["ended"] = ended.status_code
+            try:
+                await session.send_ping()
+            except MCPError as exc:
+                seen["after_delete"] = exc
+
+    run(main)
+    status, body = seen["listed"]
+    assert status == 200 and body["result"]["structuredContent"] == {
+        "todos": [],
+        "next_cursor": None,
+    }
+    assert seen["ring"]["method"] == "notifications/message"
+    assert seen["ring"]["params"]["data"]["event"] == "todo.ready"
+    assert seen["ended"] == 204
+    # The session the gunicorn process ended is gone for the live server too.
+    assert seen["after_delete"].error.data["error"] == "not_found"
+
+
+# --- The transport's answers to bad requests (in process) -----------------------
+
+
+@pytest.fixture
+def post(client, endpoint):
+    """Return post(body, session=None, **headers) -> response, raw body allowed."""
+
+    def send(body, session=None, token=endpoint.token, **headers):
+        data = body if isinstance(body, str | bytes) else json.dumps(body)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if session:
+            headers["Mcp-Session-Id"] = session
+        return client.post(
+            "/mcp", data=data, content_type="application/json", headers=headers
+        )
+
+    return send
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "pytest", "version": "1"},
+    },
+}
+
+
+@pytest.fixture
+def session_id(post):
+    response = post(INITIALIZE)
+    assert response.status_code == 200
+    return response["Mcp-Session-Id"]
+
+
+def rpc_error(response):
+    assert response["Content-Type"].startswith("application/json")
+    return response.json()["error"]["code"]
+
+
+def test_malformed_json_is_a_parse_error(post):
+    response = post('{"jsonrpc": "2.0", "id": 1, "method": ')
+    assert response.status_code == 400
+    assert rpc_error(response) == -32700
+    assert response.json()["id"] is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [{"jsonrpc": "2.0", "id": 1, "method": "ping"}],
+        {"id": 1, "method": "ping"},
+        {"jsonrpc": "1.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 1, "method": 7},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": True, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 1},
+        "42",
+    ],
+)
+def test_a_body_that_is_no_json_rpc_message_is_an_invalid_request(
+    post, session_id, body
+):
+    response = post(body, session=session_id)
+    assert response.status_code == 400
+    assert rpc_error(response) == -32600
+
+
+def test_unknown_method_is_method_not_found(post, session_id):
+    response = post(
+        {"jsonrpc": "2.0", "id": "a", "method": "resources/list"}, session=session_id
+    )
+    assert response.status_code == 200
+    assert response.json()["id"] == "a"
+    assert rpc_error(response) == -32601
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        [],
+        {},
+        {"name": 3},
+        {"name": "no_such_tool"},
+        {"name": "get_todo", "arguments": ["todo_id"]},
+    ],
+)
+def test_wrong_tools_call_params_are_invalid_params(post, session_id, params):
+    response = post(
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params},
+        session=session_id,
+    )
+    assert response.status_code == 200
+    assert rpc_error(response) == -32602
+
+
+def test_initialize_without_a_protocol_version_is_invalid_params(post):
+    response = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+    assert response.status_code == 200
+    assert rpc_error(response) == -32602
+    assert "Mcp-Session-Id" not in response
+
+
+def test_initialize_offers_the_newest_revision_for_an_unknown_one(post):
+    response = post(
+        {
+            **INITIALIZE,
+            "params": {**INITIALIZE["params"], "protocolVersion": "1999-01-01"},
+        }
+    )
+    assert response.json()["result"]["protocolVersion"] == "2025-11-25"
+    older = post(
+        {
+            **INITIALIZE,
+            "params": {**INITIALIZE["params"], "protocolVersion": "2025-06-18"},
+        }
+    )
+    assert older.json()["result"]["protocolVersion"] == "2025-06-18"
+
+
+@pytest.mark.parametrize("token", [None, "sb_not-a-real-token"])
+def test_a_missing_or_bad_token_is_401_json(post, token):
+    response = post(INITIALIZE, token=token)
+    assert response.status_code == 401
+    assert response.json()["error"]["data"]["error"] == "unauthorized"
+    assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_a_revoked_token_is_401(post, endpoint):
+    endpoint.revoked_at = endpoint.created_at
+    endpoint.save()
+    assert post(INITIALIZE).status_code == 401
+
+
+def test_messages_after_initialize_need_the_session(post, session_id):
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert post(ping).status_code == 400
+    assert post(ping, session=str(uuid.uuid4())).status_code == 404
+    assert post(ping, session="not-a-session").status_code == 404
+    ok = post(ping, session=session_id)
+    assert ok.status_code == 200 and ok.json() == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {},
+    }
+    assert ok["Mcp-Session-Id"] == session_id
+
+
+def test_a_session_is_bound_to_the_endpoint_that_minted_it(
+    post, session_id, other_endpoint
+):
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    response = post(ping, session=session_id, token=other_endpoint.token)
+    assert response.status_code == 404
+
+
+def test_notifications_are_accepted_with_202(post, session_id):
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    response = post(initialized, session=session_id)
+    assert response.status_code == 202
+    assert response.content == b""
+
+
+def test_an_unsupported_protocol_version_header_is_400(post, session_id):
+    response = post(
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        session=session_id,
+        **{"MCP-Protocol-Version": "2026-07-28"},
+    )
+    assert response.status_code == 400
+    assert rpc_error(response) == -32600
+
+
+def test_delete_ends_the_session(client, post, endpoint, session_id):
+    auth = {"Authorization": f"Bearer {endpoint.token}", "Mcp-Session-Id": session_id}
+    assert client.delete("/mcp", headers=auth).status_code == 204
+    assert client.delete("/mcp", headers=auth).status_code == 404
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert post(ping, session=session_id).status_code == 404
+
+
+def test_a_foreign_origin_is_refused(post):
+    response = post(INITIALIZE, Origin="http://evil.example")
+    assert response.status_code == 403
+
+
+def test_other_methods_and_media_types_are_refused(client, post, endpoint):
+    auth = {"Authorization": f"Bearer {endpoint.token}"}
+    assert client.put("/mcp", headers=auth).status_code == 405
+    form = client.post("/mcp", data={"a": "b"}, headers=auth)
+    assert form.status_code == 415
+
+
+def test_every_tool_has_an_object_schema_and_a_description():
+    for tool in TOOLS.values():
+        described = tool.to_dict()
+        assert described["inputSchema"]["type"] == "object"
+        assert len(described["description"]) > 40
+        assert set(described["inputSchema"]["required"]) <= set(
+            described["inputSchema"]["properties"]
+        )

@@ -1,0 +1,518 @@
+"""The MCP endpoint (CONTRACT §9): the Streamable HTTP transport at ``/mcp``.
+
+One path speaks JSON-RPC 2.0, in the MCP revisions of the ``initialize``
+handshake that the official SDKs' clients negotiate (2025-11-25, 2025-06-18):
+
+- ``POST`` carries one client message. ``initialize`` mints a session and
+  returns its id in ``Mcp-Session-Id``; every later message must carry it. A
+  request gets one JSON response; a notification or a response gets 202.
+- ``GET`` opens the session's event stream: the endpoint's doorbell, as
+  ``notifications/message`` (see ``doorbell_notification``).
+- ``DELETE`` ends the session.
+
+Every request needs the endpoint's bearer token, and a session belongs to the
+endpoint that minted it: another endpoint's token cannot use it. Sessions live
+in PostgreSQL (``McpSession``), so any gunicorn process serves any request of
+any session, and a DELETE ends a session everywhere.
+
+Three kinds of failure, three shapes: a message the transport cannot take (bad
+token, bad body, no session) is an HTTP error whose JSON-RPC error body has the
+CONTRACT's ``{"error", "detail"}`` as ``data``; a well-formed request that is
+wrong (unknown method, bad params) is a JSON-RPC error at 200; a tool whose
+work fails is a result with ``isError`` (``todos.mcp_tools``).
+"""
+
+import importlib.metadata
+import json
+import logging
+import uuid
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import psycopg
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.db.models.functions import Now
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.request import split_domain_port, validate_host
+from django.views.decorators.csrf import csrf_exempt
+
+from todos import mcp_tools, store
+from todos.api import api_error_for, authenticate
+from todos.doorbell import Doorbell
+from todos.models import McpSession
+
+logger = logging.getLogger("switchboard.mcp")
+
+# Newest first: offered when a client asks for a revision we do not speak.
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18")
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+# A session unused this long is gone; its client initializes a new one.
+SESSION_IDLE = timedelta(days=7)
+# last_seen_at is refreshed at most this often, so a request rarely writes.
+TOUCH_EVERY = timedelta(minutes=1)
+BACKLOG_LIMIT = 100
+LOG_LEVELS = (
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+)
+DOORBELL_LEVEL = "info"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+INSTRUCTIONS = (
+    "Switchboard is a durable work queue. Take work with claim_next: it leases one "
+    "todo to you. If the work takes long, call heartbeat before the lease lapses. "
+    "Finish with complete_todo, or fail_todo when it cannot be done; release_todo "
+    "hands it back unfinished. Your worker name defaults to this session's id, so "
+    "finish a todo in the session that claimed it, or pass the same worker name. "
+    "The session's event stream announces todos that become claimable as "
+    "notifications/message whose data.event is 'todo.ready'."
+)
+
+
+class TransportError(Exception):
+    """A message the transport refuses: an HTTP status and a JSON-RPC error body."""
+
+    def __init__(
+        self,
+        status,
+        code,
+        detail,
+        *,
+        error="bad_request",
+        message_id=None,
+        headers=None,
+    ):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.error = error
+        self.message_id = message_id
+        self.headers = headers or {}
+
+    def response(self):
+        body = _error_body(
+            self.message_id,
+            self.code,
+            f"{self.error}: {self.detail}",
+            {"error": self.error, "detail": self.detail},
+        )
+        response = JsonResponse(body, status=self.status, headers=self.headers)
+        response.error_code = self.error
+        return response
+
+
+class RpcError(Exception):
+    """A well-formed request that cannot be served: a JSON-RPC error at 200."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _error_body(message_id, code, message, data=None):
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": message_id, "error": error}
+
+
+def _accepts(request, media_type):
+    accept = request.headers.get("Accept", "")
+    return not accept or media_type in accept or "*/*" in accept
+
+
+def _check_origin(request):
+    """Refuse a browser page of another site (DNS rebinding): 403."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    domain, _ = split_domain_port(urlsplit(origin).netloc)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        raise TransportError(
+            403, INVALID_REQUEST, f"origin {origin!r} is not allowed", error="forbidden"
+        )
+
+
+# --- Sessions -------------------------------------------------------------------
+
+
+def _session(request, endpoint, message_id=None):
+    """Return the live session named by the request, of this endpoint."""
+    version = request.headers.get(VERSION_HEADER)
+    if version is not None and version not in PROTOCOL_VERSIONS:
+        raise TransportError(
+            400,
+            INVALID_REQUEST,
+            f"{VERSION_HEADER} {version!r} is not supported; "
+            f"this server speaks {', '.join(PROTOCOL_VERSIONS)}",
+            message_id=message_id,
+        )
+    raw = request.headers.get(SESSION_HEADER)
+    if not raw:
+        raise TransportError(
+            400,
+            INVALID_REQUEST,
+            f"the {SESSION_HEADER} header is required; call initialize first",
+            message_id=message_id,
+        )
+    try:
+        session_id = uuid.UUID(raw)
+    except ValueError:
+        session_id = None
+    # An ended, expired, malformed or foreign session id: all the same 404,
+    # which tells an MCP client to initialize a new session.
+    session = session_id and (
+        McpSession.objects.filter(
+            pk=session_id, endpoint=endpoint, last_seen_at__gte=Now() - SESSION_IDLE
+        ).first()
+    )
+    if not session:
+        raise TransportError(
+            404,
+            INVALID_REQUEST,
+            "no such session (it ended or expired); initialize a new one",
+            error="not_found",
+            message_id=message_id,
+        )
+    McpSession.objects.filter(
+        pk=session.pk, last_seen_at__lt=Now() - TOUCH_EVERY
+    ).update(last_seen_at=Now())
+    return session
+
+
+def _server_version():
+    try:
+        return importlib.metadata.version("switchboard")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a checkout that was never pip-installed.
+        return "dev"
+
+
+def _initialize(endpoint, message):
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(
+        params.get("protocolVersion"), str
+    ):
+        raise RpcError(INVALID_PARAMS, "params.protocolVersion: is required")
+    client = (
+        params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+    )
+    requested = params["protocolVersion"]
+    version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+    # Forget this endpoint's long-idle sessions while minting a new one.
+    McpSession.objects.filter(
+        endpoint=endpoint, last_seen_at__lt=Now() - SESSION_IDLE
+    ).delete()
+    session = McpSession.objects.create(
+        endpoint=endpoint,
+        protocol_version=version,
+        client_name=str(client.get("name", ""))[:200],
+        client_version=str(client.get("version", ""))[:100],
+    )
+    result = {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}, "logging": {}},
+        "serverInfo": {
+            "name": "switchboard",
+            "title": "Switchboard",
+            "version": _server_version(),
+        },
+        "instructions": INSTRUCTIONS,
+    }
+    return session, result
+
+
+# --- Requests -------------------------------------------------------------------
+
+
+def _is_id(value):
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _parse(request):
+    """Return the one JSON-RPC message of a POST and its kind."""
+    content_type = request.content_type or ""
+    if content_type != "application/json":
+        raise TransportError(
+            415,
+            INVALID_REQUEST,
+            "Content-Type must be application/json",
+            error="unsupported_media_type",
+        )
+    try:
+        message = json.loads(request.body)
+    except (ValueError, RecursionError):
+        raise TransportError(400, PARSE_ERROR, "the body is not valid JSON") from None
+    if isinstance(message, list):
+        raise TransportError(
+            400, INVALID_REQUEST, "JSON-RPC batches are not supported; send one message"
+        )
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise TransportError(
+            400,
+            INVALID_REQUEST,
+            'the body must be a JSON-RPC 2.0 object ("jsonrpc": "2.0")',
+        )
+    message_id = message.get("id")
+    if "method" in message:
+        if not isinstance(message["method"], str) or not message["method"]:
+            raise TransportError(
+                400,
+                INVALID_REQUEST,
+                "method: must be a string",
+                message_id=message_id if _is_id(message_id) else None,
+            )
+        if "id" not in message:
+            return message, "notification"
+        if not _is_id(message_id):
+            raise TransportError(
+                400, INVALID_REQUEST, "id: must be a string or an integer"
+            )
+        return message, "request"
+    if _is_id(message_id) and ("result" in message or "error" in message):
+        return message, "response"
+    raise TransportError(
+        400,
+        INVALID_REQUEST,
+        "the body is neither a request, a notification nor a response",
+    )
+
+
+def _dispatch(method, params, caller, session):
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        return {"tools": mcp_tools.tool_list()}
+    if method == "tools/call":
+        return _call_tool(params, caller)
+    if method == "logging/setLevel":
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            raise RpcError(
+                INVALID_PARAMS, f"params.level: must be one of {', '.join(LOG_LEVELS)}"
+            )
+        McpSession.objects.filter(pk=session.pk).update(log_level=level)
+        return {}
+    raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+
+def _call_tool(params, caller):
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise RpcError(INVALID_PARAMS, "params.name: must be the name of a tool")
+    tool = mcp_tools.TOOLS.get(name)
+    if tool is None:
+        raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; tools/list names them")
+    arguments = params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise RpcError(INVALID_PARAMS, "params.arguments: must be an object")
+    return mcp_tools.call(tool, arguments, caller)
+
+
+def _post(request, endpoint):
+    if not _accepts(request, "application/json"):
+        raise TransportError(
+            406,
+            INVALID_REQUEST,
+            "the client must accept application/json",
+            error="not_acceptable",
+        )
+    message, kind = _parse(request)
+    message_id = message.get("id")
+    params = message.get("params", {})
+    if kind == "request" and message["method"] == "initialize":
+        try:
+            session, result = _initialize(endpoint, message)
+        except RpcError as exc:
+            return JsonResponse(_error_body(message_id, exc.code, exc.message))
+        return JsonResponse(
+            {"jsonrpc": "2.0", "id": message_id, "result": result},
+            headers={SESSION_HEADER: str(session.id)},
+        )
+    session = _session(request, endpoint, message_id if kind == "request" else None)
+    headers = {SESSION_HEADER: str(session.id)}
+    if kind != "request":
+        # Notifications (initialized, cancelled, …) need no answer; a response
+        # would answer a server request, and this server sends none.
+        return HttpResponse(status=202, headers=headers)
+    caller = mcp_tools.Caller(
+        endpoint, store.Scope.for_endpoint(endpoint), str(session.id)
+    )
+    try:
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, "params: must be an object")
+        body = {
+            "jsonrpc": "2.0",
+            "id": message_id,
+            "result": _dispatch(message["method"], params, caller, session),
+        }
+    except RpcError as exc:
+        body = _error_body(message_id, exc.code, exc.message)
+    return JsonResponse(body, headers=headers)
+
+
+# --- The session's event stream -------------------------------------------------
+
+
+def doorbell_notification(ring):
+    """Return the notifications/message that announces a claimable todo.
+
+    A standard logging notification, so that every MCP client accepts it
+    (an unknown method would be dropped by the official SDK's client).
+    """
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {
+            "level": DOORBELL_LEVEL,
+            "logger": "switchboard.doorbell",
+            "data": {
+                "event": "todo.ready",
+                "id": str(ring["id"]),
+                "endpoint_id": str(ring["endpoint_id"]),
+                "queue": ring["queue"],
+            },
+        },
+    }
+
+
+def _wants_doorbell(log_level):
+    return LOG_LEVELS.index(log_level) <= LOG_LEVELS.index(DOORBELL_LEVEL)
+
+
+class SessionStream:
+    """The body of a session's GET stream.
+
+    Django calls ``close`` when the response ends, also when the client has
+    gone, and that closes the LISTEN connection. The stream ends by itself
+    when its session ends (DELETE, possibly in another process), checked on
+    every wake-up, and when the database goes away (the client reconnects).
+    """
+
+    def __init__(self, bell, session, backlog, keepalive_seconds):
+        self.bell = bell
+        self.session = session
+        self.backlog = backlog
+        self.keepalive_seconds = keepalive_seconds
+
+    def __iter__(self):
+        yield ": connected\n\n"
+        rings = [
+            {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
+            for t in self.backlog
+        ]
+        try:
+            while True:
+                if rings and _wants_doorbell(self.session.log_level):
+                    yield "".join(_event(doorbell_notification(ring)) for ring in rings)
+                else:
+                    # Writing is how a WSGI server learns that the client left.
+                    yield ": keep-alive\n\n"
+                rings = self.bell.wait(self.keepalive_seconds)
+                self.session = McpSession.objects.filter(pk=self.session.pk).first()
+                if self.session is None:
+                    return
+        except (
+            store.Unavailable,
+            OperationalError,
+            InterfaceError,
+            psycopg.OperationalError,
+        ) as exc:
+            logger.warning(
+                "mcp stream ended: database unavailable",
+                extra={"fields": {"error": type(exc).__name__}},
+            )
+
+    def close(self):
+        self.bell.close()
+
+
+def _event(message):
+    return f"event: message\ndata: {json.dumps(message)}\n\n"
+
+
+def _stream(request, endpoint):
+    if not _accepts(request, "text/event-stream"):
+        raise TransportError(
+            406,
+            INVALID_REQUEST,
+            "the client must accept text/event-stream",
+            error="not_acceptable",
+        )
+    session = _session(request, endpoint)
+    scope = store.Scope.for_endpoint(endpoint)
+    bell = Doorbell(scope)
+    # Listen before reading the backlog, so nothing turns ready unheard in
+    # between (a todo may then be announced twice; the claim settles it).
+    bell.open()
+    try:
+        backlog = store.pending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
+    except Exception:
+        bell.close()
+        raise
+    stream = SessionStream(
+        bell, session, backlog, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response[SESSION_HEADER] = str(session.id)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _delete(request, endpoint):
+    session = _session(request, endpoint)
+    McpSession.objects.filter(pk=session.pk).delete()
+    return HttpResponse(status=204)
+
+
+HANDLERS = {"POST": _post, "GET": _stream, "DELETE": _delete}
+
+
+@csrf_exempt
+def endpoint(request):
+    """Serve the MCP Streamable HTTP transport for the token's endpoint."""
+    try:
+        handler = HANDLERS.get(request.method)
+        if handler is None:
+            raise TransportError(
+                405,
+                INVALID_REQUEST,
+                "use POST, GET or DELETE on /mcp",
+                error="method_not_allowed",
+                headers={"Allow": "GET, POST, DELETE"},
+            )
+        _check_origin(request)
+        # The request log names the endpoint, as it does for the JSON API.
+        request.endpoint = authenticate(request)
+        return handler(request, request.endpoint)
+    except TransportError as exc:
+        return exc.response()
+    except Exception as exc:
+        error = api_error_for(exc)
+        if error is None:
+            raise
+        headers = {}
+        if error.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="switchboard"'
+        code = INTERNAL_ERROR if error.status >= 500 else INVALID_REQUEST
+        return TransportError(
+            error.status, code, error.detail, error=error.code, headers=headers
+        ).response()

@@ -1,0 +1,464 @@
+"""The MCP tools: the agent API's operations, described for a model.
+
+Each tool validates its arguments with the agent API's ``Fields`` and calls
+the same endpoint-scoped store function as the matching JSON view, so a tool
+and its view accept the same input and fail the same way. A failure the
+caller can act on (``NotFound``, ``Conflict``, a queue outside the grant, a
+bad argument) comes back as a tool result with ``isError`` set, whose text
+says what happened and what to do next; only an outage or a bug leaves the
+tool as a transport error.
+"""
+
+import json
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from todos import store
+from todos.api import (
+    MAX_ATTEMPTS_CAP,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_TITLE_LENGTH,
+    Fields,
+    api_error_for,
+    bad_request,
+)
+from todos.api_views import _wait_and_claim
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls a tool: the token's endpoint, its scope, and the MCP session."""
+
+    endpoint: object
+    scope: store.Scope
+    session_id: str
+
+    @property
+    def actor(self):
+        return f"agent:{self.endpoint.name}"
+
+
+class ToolArguments(Fields):
+    """The agent API's field validation, plus the defaults of an MCP session."""
+
+    def __init__(self, data, caller):
+        super().__init__(data)
+        self.caller = caller
+
+    def worker(self):
+        return self.text("worker") or self.caller.session_id
+
+    def todo_id(self):
+        return self.text("todo_id", required=True)
+
+
+# What a model may do next after each kind of failure.
+HINTS = {
+    "not_found": ("Check the todo_id: list_todos shows the todos of this endpoint."),
+    "conflict": (
+        "Call get_todo to see its state and owner. Only the worker that claimed a "
+        "todo may heartbeat, complete, fail or release it: pass the same worker "
+        "name you claimed it with."
+    ),
+    "forbidden": "Use a queue this endpoint is granted, or leave queue out.",
+    "bad_request": "Fix the argument and call the tool again.",
+}
+NO_WORK_HINT = (
+    "Nothing is claimable right now. Call claim_next again later, or pass "
+    "wait_seconds (up to 20) to wait for work to arrive."
+)
+
+
+def _ok(data):
+    return {
+        "content": [{"type": "text", "text": json.dumps(data, indent=2)}],
+        "structuredContent": data,
+        "isError": False,
+    }
+
+
+def _tool_error(code, detail, hint):
+    return {
+        "content": [{"type": "text", "text": f"{code}: {detail}. {hint}"}],
+        "structuredContent": {"error": code, "detail": detail},
+        "isError": True,
+    }
+
+
+def _todo(todo, **extra):
+    return _ok({"todo": todo.to_dict(), **extra})
+
+
+# --- Handlers: one store call each, like the JSON views -------------------------
+
+
+def list_todos(args, caller):
+    state = args.text("state")
+    if state is not None and state not in store.STATE_FILTERS:
+        raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
+    limit = args.integer("limit", minimum=1, maximum=200, default=50)
+    cursor = args.text("cursor", max_length=500, empty=True) or None
+    try:
+        page = store.list_todos(
+            caller.scope,
+            queue=args.text("queue"),
+            state=state,
+            limit=limit,
+            cursor=cursor,
+        )
+    except ValueError as exc:
+        raise bad_request(f"cursor: {exc}") from exc
+    return _ok(
+        {
+            "todos": [todo.to_dict() for todo in page.todos],
+            "next_cursor": page.next_cursor,
+        }
+    )
+
+
+def get_todo(args, caller):
+    return _todo(store.get_todo(caller.scope, args.todo_id()))
+
+
+def create_todo(args, caller):
+    todo, created = store.create_todo(
+        caller.scope,
+        queue=args.text("queue", required=True),
+        title=args.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
+        payload=args.json("payload"),
+        idempotency_key=args.text("idempotency_key", max_length=MAX_KEY_LENGTH),
+        assignee=args.text("assignee"),
+        max_attempts=args.integer(
+            "max_attempts",
+            minimum=1,
+            maximum=MAX_ATTEMPTS_CAP,
+            default=settings.SWITCHBOARD_MAX_ATTEMPTS,
+        ),
+        actor=caller.actor,
+    )
+    return _todo(todo, created=created)
+
+
+def claim_next(args, caller):
+    worker, queue, lease = args.worker(), args.text("queue"), args.lease_seconds()
+    wait = args.integer(
+        "wait_seconds",
+        minimum=0,
+        maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+        default=0,
+    )
+
+    def attempt():
+        return store.claim_next(caller.scope, worker, queue=queue, lease_seconds=lease)
+
+    try:
+        return _todo(attempt())
+    except store.NotFound:
+        if wait == 0:
+            raise
+    return _todo(_wait_and_claim(caller.scope, queue, wait, attempt))
+
+
+def claim_todo(args, caller):
+    todo_id, worker, lease = args.todo_id(), args.worker(), args.lease_seconds()
+    return _todo(store.claim_todo(caller.scope, todo_id, worker, lease_seconds=lease))
+
+
+def heartbeat(args, caller):
+    todo_id, worker, lease = args.todo_id(), args.worker(), args.lease_seconds()
+    return _todo(store.heartbeat(caller.scope, todo_id, worker, lease_seconds=lease))
+
+
+def complete_todo(args, caller):
+    todo_id, worker, result = args.todo_id(), args.worker(), args.json("result")
+    return _todo(store.complete_todo(caller.scope, todo_id, worker, result=result))
+
+
+def fail_todo(args, caller):
+    todo_id, worker = args.todo_id(), args.worker()
+    error = args.text("error", max_length=10_000, empty=True) or ""
+    return _todo(store.fail_todo(caller.scope, todo_id, worker, error=error))
+
+
+def release_todo(args, caller):
+    todo_id, worker = args.todo_id(), args.worker()
+    return _todo(store.release_todo(caller.scope, todo_id, worker))
+
+
+def retry_todo(args, caller):
+    return _todo(store.retry_todo(caller.scope, args.todo_id(), actor=caller.actor))
+
+
+# --- Schemas and descriptions ---------------------------------------------------
+
+TODO_ID = {
+    "type": "string",
+    "description": "The todo's id, as list_todos, create_todo or claim_next give it.",
+}
+WORKER = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_NAME_LENGTH,
+    "description": (
+        "Your worker name, stored as the todo's owner. Defaults to this MCP "
+        "session's id. Use the same name for every call on a todo you claimed."
+    ),
+}
+QUEUE = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+
+
+def _lease():
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": store.MAX_LEASE_SECONDS,
+        "description": (
+            "Seconds the claim stays yours without a heartbeat "
+            f"(default {settings.SWITCHBOARD_LEASE_SECONDS}). When it lapses the "
+            "todo goes back to the queue for another worker."
+        ),
+    }
+
+
+def _object(properties, required=()):
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    handler: object
+    read_only: bool = False
+    idempotent: bool = False
+
+    def schema(self):
+        return SCHEMAS[self.name]()
+
+    def to_dict(self):
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.schema(),
+            "annotations": {
+                "readOnlyHint": self.read_only,
+                "destructiveHint": False,
+                "idempotentHint": self.idempotent,
+                "openWorldHint": False,
+            },
+        }
+
+
+# Built per call, not at import: the lease default comes from settings.
+SCHEMAS = {
+    "list_todos": lambda: _object(
+        {
+            "queue": {**QUEUE, "description": "Only todos of this queue."},
+            "state": {
+                "type": "string",
+                "enum": list(store.STATE_FILTERS),
+                "description": (
+                    "Only todos in this state. failed splits into retry_scheduled "
+                    "(will be retried) and dead_letter (gave up)."
+                ),
+            },
+            "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+            "cursor": {
+                "type": "string",
+                "description": "next_cursor of the previous page: read the next one.",
+            },
+        }
+    ),
+    "get_todo": lambda: _object({"todo_id": TODO_ID}, ["todo_id"]),
+    "create_todo": lambda: _object(
+        {
+            "queue": {**QUEUE, "description": "The queue to put the todo in."},
+            "title": {
+                "type": "string",
+                "maxLength": MAX_TITLE_LENGTH,
+                "description": "A one-line summary of the work.",
+            },
+            "payload": {"description": "Any JSON the worker needs to do the work."},
+            "idempotency_key": {
+                "type": "string",
+                "maxLength": MAX_KEY_LENGTH,
+                "description": (
+                    "A key that makes the call safe to repeat: while a todo with this "
+                    "key is live, creating again returns it with created=false."
+                ),
+            },
+            "assignee": {
+                **QUEUE,
+                "description": "Only this worker may claim the todo.",
+            },
+            "max_attempts": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_ATTEMPTS_CAP,
+                "description": "Claims allowed before it dead-letters (default 5).",
+            },
+        },
+        ["queue"],
+    ),
+    "claim_next": lambda: _object(
+        {
+            "queue": {**QUEUE, "description": "Claim only from this queue."},
+            "worker": WORKER,
+            "lease_seconds": _lease(),
+            "wait_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 20,
+                "default": 0,
+                "description": "If nothing is claimable, wait this long for work.",
+            },
+        }
+    ),
+    "claim_todo": lambda: _object(
+        {"todo_id": TODO_ID, "worker": WORKER, "lease_seconds": _lease()}, ["todo_id"]
+    ),
+    "heartbeat": lambda: _object(
+        {"todo_id": TODO_ID, "worker": WORKER, "lease_seconds": _lease()}, ["todo_id"]
+    ),
+    "complete_todo": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "worker": WORKER,
+            "result": {"description": "Any JSON describing what was done."},
+        },
+        ["todo_id"],
+    ),
+    "fail_todo": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "worker": WORKER,
+            "error": {
+                "type": "string",
+                "maxLength": 10_000,
+                "description": "What went wrong, for whoever looks next.",
+            },
+        },
+        ["todo_id"],
+    ),
+    "release_todo": lambda: _object(
+        {"todo_id": TODO_ID, "worker": WORKER}, ["todo_id"]
+    ),
+    "retry_todo": lambda: _object({"todo_id": TODO_ID}, ["todo_id"]),
+}
+
+TOOLS = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            "list_todos",
+            "List todos",
+            "List this endpoint's todos, oldest first, optionally filtered by queue "
+            "and state. Returns {todos, next_cursor}; pass next_cursor back as cursor "
+            "for the next page. Use it to look around, not to take work: claim_next "
+            "does that safely.",
+            list_todos,
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "get_todo",
+            "Get a todo",
+            "Return one todo of this endpoint by id, with its state, owner, lease, "
+            "attempts, payload and result.",
+            get_todo,
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "create_todo",
+            "Create a todo",
+            "Put a new pending todo in a queue for some worker to claim. Returns "
+            "{todo, created}; with an idempotency_key, repeating the call while the "
+            "first todo is live returns that todo with created=false.",
+            create_todo,
+        ),
+        Tool(
+            "claim_next",
+            "Claim the next todo",
+            "Take the oldest claimable todo (of one queue, if given) and hold it "
+            "under a lease. Work on it, call heartbeat before the lease lapses if "
+            "you need longer, then complete_todo or fail_todo. When nothing is "
+            "claimable this is an error; pass wait_seconds to wait for work.",
+            claim_next,
+        ),
+        Tool(
+            "claim_todo",
+            "Claim a todo",
+            "Claim one specific pending todo by id and hold it under a lease.",
+            claim_todo,
+        ),
+        Tool(
+            "heartbeat",
+            "Extend a lease",
+            "Keep a todo you claimed: push its lease to now + lease_seconds. Call it "
+            "well before the lease lapses while the work goes on.",
+            heartbeat,
+            idempotent=True,
+        ),
+        Tool(
+            "complete_todo",
+            "Complete a todo",
+            "Mark a todo you claimed done, with an optional JSON result.",
+            complete_todo,
+        ),
+        Tool(
+            "fail_todo",
+            "Fail a todo",
+            "Report that a todo you claimed failed. Below its attempt cap it is "
+            "retried after a backoff; at the cap it becomes a dead letter.",
+            fail_todo,
+        ),
+        Tool(
+            "release_todo",
+            "Release a todo",
+            "Give a todo you claimed back to the queue now, unfinished, so another "
+            "worker can take it.",
+            release_todo,
+        ),
+        Tool(
+            "retry_todo",
+            "Retry a failed todo",
+            "Put a failed todo (dead letter or waiting for its retry) back in the "
+            "queue now.",
+            retry_todo,
+        ),
+    )
+}
+
+
+def tool_list():
+    """Return the tools as tools/list describes them."""
+    return [tool.to_dict() for tool in TOOLS.values()]
+
+
+def call(tool, arguments, caller):
+    """Run a tool; return its result, with domain failures as ``isError`` results.
+
+    An unavailable database is raised, for the transport to answer 503.
+    """
+    unknown = sorted(set(arguments) - set(tool.schema()["properties"]))
+    try:
+        if unknown:
+            raise bad_request(f"{', '.join(unknown)}: not an argument of {tool.name}")
+        return tool.handler(ToolArguments(arguments, caller), caller)
+    except Exception as exc:
+        error = api_error_for(exc)
+        if error is None or error.status >= 500:
+            raise
+        if tool.name == "claim_next" and isinstance(exc, store.NotFound):
+            return _tool_error(error.code, error.detail, NO_WORK_HINT)
+        return _tool_error(error.code, error.detail, HINTS.get(error.code, ""))
