@@ -280,6 +280,8 @@ def _cell(value):
 def write_results(name, data):
     """Write a benchmark's results as JSON under bench/results/ and return the path."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if "machine" in data:
+        data["machine"]["loadavg_at_end"] = list(os.getloadavg())
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"{name}-{stamp}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,204 @@
+"""Print the latest result of each benchmark as Markdown tables.
+
+    python bench/report.py            # the newest JSON of each benchmark
+    python bench/report.py FILE ...   # these result files
+
+docs/benchmarks.md quotes these tables; the JSON files stay in bench/results/.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NAMES = (
+    "store_throughput",
+    "http_throughput",
+    "claim_latency",
+    "enqueue_throughput",
+    "doorbell_latency",
+)
+
+
+def table(headers, rows):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def ratios(run):
+    return " ".join(f"{value:.2f}" for value in run.get("round_ratios", [run["ratio"]]))
+
+
+def store_throughput(data):
+    return table(
+        [
+            "workers",
+            "plain psycopg todos/s",
+            "store todos/s",
+            "store/plain (pooled)",
+            "per round",
+            "claim p50 ms plain / store",
+            "claim p99 ms plain / store",
+        ],
+        [
+            [
+                run["workers"],
+                run["plain"]["rate"],
+                run["store"]["rate"],
+                f"**{run['ratio']:.2f}**",
+                ratios(run),
+                f"{run['plain']['latency_ms']['claim']['p50']:.2f} / "
+                f"{run['store']['latency_ms']['claim']['p50']:.2f}",
+                f"{run['plain']['latency_ms']['claim']['p99']:.2f} / "
+                f"{run['store']['latency_ms']['claim']['p99']:.2f}",
+            ]
+            for run in data["runs"]
+        ],
+    )
+
+
+def http_throughput(data):
+    return table(
+        [
+            "clients",
+            "store todos/s",
+            "HTTP todos/s",
+            "HTTP/store (pooled)",
+            "per round",
+            "HTTP claim p50 / p99 ms",
+            "HTTP complete p50 ms",
+        ],
+        [
+            [
+                run["workers"],
+                run["store"]["rate"],
+                run["http"]["rate"],
+                f"**{run['ratio']:.2f}**",
+                ratios(run),
+                f"{run['http']['latency_ms']['claim']['p50']:.2f} / "
+                f"{run['http']['latency_ms']['claim']['p99']:.2f}",
+                run["http"]["latency_ms"]["complete"]["p50"],
+            ]
+            for run in data["runs"]
+        ],
+    )
+
+
+def claim_latency(data):
+    rows = []
+    for name, figures in data["tables"].items():
+        for mode in ("plain", "store"):
+            rows.append(
+                [
+                    f"{name} ({figures['backlog']:,} terminal rows)",
+                    mode,
+                    figures[mode]["p50"],
+                    figures[mode]["p99"],
+                    figures[mode]["mean"],
+                    figures["plan"]["buffers"],
+                ]
+            )
+    ratio_rows = [
+        [mode, f"**{r['p50']:.2f}**", f"**{r['p99']:.2f}**"]
+        for mode, r in data["backlog_over_empty"].items()
+    ]
+    plans = "\n".join(
+        f"- {name}: " + ", ".join(figures["plan"]["scans"])
+        for name, figures in data["tables"].items()
+    )
+    return "\n\n".join(
+        [
+            table(
+                ["table", "path", "p50 ms", "p99 ms", "mean ms", "plan buffers"], rows
+            ),
+            table(["path", "backlog/empty p50", "backlog/empty p99"], ratio_rows),
+            "Claim scan plan (EXPLAIN ANALYZE after the timed claims):\n\n" + plans,
+        ]
+    )
+
+
+def enqueue_throughput(data):
+    return table(
+        [
+            "workload",
+            "workers",
+            "plain creates/s",
+            "store creates/s",
+            "store/plain (pooled)",
+            "per round",
+            "new rows per create",
+            "create p50 ms plain / store",
+        ],
+        [
+            [
+                run["workload"],
+                run["workers"],
+                run["plain"]["rate"],
+                run["store"]["rate"],
+                f"**{run['ratio']:.2f}**",
+                ratios(run),
+                f"{run['store']['inserted'] / max(run['store']['done'], 1):.2f}",
+                f"{run['plain']['latency_ms']['create']['p50']:.2f} / "
+                f"{run['store']['latency_ms']['create']['p50']:.2f}",
+            ]
+            for run in data["runs"]
+        ],
+    )
+
+
+def doorbell_latency(data):
+    return table(
+        ["path", "p50 ms", "p99 ms", "mean ms"],
+        [
+            [
+                "store's create SQL → bare LISTEN connection notified (baseline)",
+                data["listen"]["p50"],
+                data["listen"]["p99"],
+                data["listen"]["mean"],
+            ],
+            [
+                "POST /api/v1/todos → waiting POST /api/v1/todos/claim returns",
+                data["http"]["p50"],
+                data["http"]["p99"],
+                data["http"]["mean"],
+            ],
+        ],
+    )
+
+
+def machine(data):
+    info = data["machine"]
+    return (
+        f"{info['cpus']} CPUs, load average {info['loadavg_at_start'][0]:.1f} at the"
+        f" start and {info.get('loadavg_at_end', [float('nan')])[0]:.1f} at the end,"
+        f" PostgreSQL {info['postgresql']} (fsync {info['fsync']},"
+        f" synchronous_commit {info['synchronous_commit']}), Python {info['python']}"
+    )
+
+
+def latest(name):
+    found = sorted(RESULTS.glob(f"{name}-*.json"))
+    return found[-1] if found else None
+
+
+def main():
+    paths = [Path(arg) for arg in sys.argv[1:]] or [
+        path for path in map(latest, NAMES) if path is not None
+    ]
+    for path in paths:
+        data = json.loads(path.read_text())
+        render = globals()[data["benchmark"]]
+        print(f"### {data['benchmark']} ({path.name})\n")
+        print(f"Machine: {machine(data)}.\n")
+        print(render(data) + "\n")
+
+
+if __name__ == "__main__":
+    main()
