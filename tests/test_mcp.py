@@ -21,7 +21,7 @@ import anyio
 import httpx2
 import pytest
 from django.db import connection
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -299,6 +299,31 @@ def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
     assert "wait_seconds" in results["empty"].content[0].text
 
 
+@live
+def test_the_sdk_high_level_client_falls_back_from_its_discover_probe(
+    live_server, endpoint
+):
+    """The SDK's Client first probes the stateless 2026 revision, then initializes."""
+    seen = {}
+
+    async def main():
+        http = create_mcp_http_client(
+            headers={"Authorization": f"Bearer {endpoint.token}"}
+        )
+        transport = streamable_http_client(f"{live_server.url}/mcp", http_client=http)
+        async with http, Client(transport) as client:
+            seen["version"] = client.protocol_version
+            seen["todos"] = (
+                await client.call_tool("list_todos", {})
+            ).structured_content
+
+    run(main)
+    assert seen == {
+        "version": "2025-11-25",
+        "todos": {"todos": [], "next_cursor": None},
+    }
+
+
 # --- Sessions across processes --------------------------------------------------
 
 
@@ -308,14 +333,15 @@ def _free_port():
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def gunicorn_server(live_server):
-    """Serve the app from a gunicorn process on the test database; yield its URL."""
+def _serve_with_gunicorn(database_port):
+    """Serve the app from a gunicorn process; yield its URL."""
     db = connection.settings_dict
     port = _free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{database_port}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "board.settings",
+        "SWITCHBOARD_DB_CONNECT_TIMEOUT": "1",
         "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
         "GUNICORN_WORKERS": "1",
         "GUNICORN_THREADS": "8",
@@ -341,8 +367,8 @@ def gunicorn_server(live_server):
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx2.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
+                httpx2.get(f"{url}/healthz", timeout=5)
+                break
             except httpx2.TransportError:
                 pass
             assert process.poll() is None and time.monotonic() < deadline, "no gunicorn"
@@ -351,6 +377,18 @@ def gunicorn_server(live_server):
     finally:
         process.send_signal(signal.SIGQUIT)
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def gunicorn_server(live_server):
+    """A gunicorn process on the test database, beside the live server."""
+    yield from _serve_with_gunicorn(connection.settings_dict["PORT"])
+
+
+@pytest.fixture
+def outage_server(db):
+    """A gunicorn process whose database is a closed port."""
+    yield from _serve_with_gunicorn(_free_port())
 
 
 @live
@@ -408,6 +446,22 @@ def test_a_session_minted_by_one_process_is_served_by_another(
     assert seen["ended"] == 204
     # The session the gunicorn process ended is gone for the live server too.
     assert seen["after_delete"].error.data["error"] == "not_found"
+
+
+def test_a_database_outage_is_503_with_a_json_rpc_error(outage_server):
+    headers = {
+        "Authorization": "Bearer sb_" + "a" * 43,
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Session-Id": str(uuid.uuid4()),
+    }
+    for method, body in [("POST", INITIALIZE), ("GET", None), ("DELETE", None)]:
+        response = httpx2.request(
+            method, f"{outage_server}/mcp", json=body, headers=headers, timeout=15
+        )
+        assert response.status_code == 503, (method, response.text)
+        error = response.json()["error"]
+        assert error["code"] == -32603
+        assert error["data"]["error"] == "unavailable"
 
 
 # --- The transport's answers to bad requests (in process) -----------------------
@@ -575,6 +629,16 @@ def test_notifications_are_accepted_with_202(post, session_id):
     response = post(initialized, session=session_id)
     assert response.status_code == 202
     assert response.content == b""
+
+
+def test_logging_set_level_is_kept_on_the_session(post, session_id):
+    """The doorbell is sent at level info: a client may turn it down."""
+    set_level = {"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel"}
+    ok = post({**set_level, "params": {"level": "warning"}}, session=session_id)
+    assert ok.json()["result"] == {}
+    assert McpSession.objects.get(pk=session_id).log_level == "warning"
+    wrong = post({**set_level, "params": {"level": "loud"}}, session=session_id)
+    assert rpc_error(wrong) == -32602
 
 
 def test_an_unsupported_protocol_version_header_is_400(post, session_id):
