@@ -215,3 +215,63 @@ def test_deleting_a_source_makes_its_hook_404_and_keeps_its_todos(board, source)
     assert WebhookSource.objects.count() == 0
     assert deliver(board, "d-2").status_code == 404
     assert Todo.objects.count() == 2
+
+
+def test_adding_a_route_from_the_board_fans_later_deliveries_out_to_it(
+    board, source, make_endpoint
+):
+    third = make_endpoint("agent-c", owner="carol")
+
+    response = board.post(
+        f"/board/webhooks/{source.id}/routes/new/",
+        {"endpoint": str(third.id), "queue": "triage", "assignee": ""},
+    )
+
+    assert response.status_code == 302
+    answer = deliver(board, "d-after").json()
+    assert (str(third.id), "triage") in {
+        (t["endpoint_id"], t["queue"]) for t in answer["targets"]
+    }
+    assert len(answer["targets"]) == 3
+    assert Todo.objects.filter(endpoint=third, queue="triage").count() == 1
+
+
+def test_adding_a_route_twice_is_400(board, source, endpoint):
+    response = board.post(
+        f"/board/webhooks/{source.id}/routes/new/",
+        {"endpoint": str(endpoint.id), "queue": "github"},
+    )
+
+    assert response.status_code == 400
+    assert "already routes to" in response.content.decode()
+    assert source.routes.count() == 2
+
+
+def test_removing_a_route_stops_deliveries_reaching_it(
+    board, source, endpoint, other_endpoint
+):
+    route = source.routes.get(endpoint=other_endpoint)
+
+    response = board.post(f"/board/webhooks/routes/{route.id}/delete/")
+
+    assert response.status_code == 302
+    answer = deliver(board, "d-after").json()
+    assert [t["endpoint_id"] for t in answer["targets"]] == [str(endpoint.id)]
+
+
+def test_rotating_a_secret_shows_the_new_one_once_and_retires_the_old(board, source):
+    response = board.post(f"/board/webhooks/{source.id}/rotate/")
+
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    source.refresh_from_db()
+    assert source.secret != SECRET
+    assert source.secret in response.content.decode()
+    assert deliver(board, "d-old-secret").status_code == 401
+
+
+def test_board_actions_on_a_missing_source_are_404(board, db):
+    missing = "00000000-0000-0000-0000-000000000000"
+
+    assert board.post(f"/board/webhooks/{missing}/rotate/").status_code == 404
+    assert board.get(f"/board/webhooks/{missing}/routes/new/").status_code == 404

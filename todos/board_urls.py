@@ -31,4 +31,10 @@ urlpatterns = [
     path("webhooks/new/", board_webhooks.webhook_create, name="webhook_create"),
     path("webhooks/<uuid:source_id>/delete/", board_webhooks.webhook_delete,
          name="webhook_delete"),
+    path("webhooks/<uuid:source_id>/rotate/", board_webhooks.webhook_rotate,
+         name="webhook_rotate"),
+    path("webhooks/<uuid:source_id>/routes/new/", board_webhooks.route_create,
+         name="webhook_route_create"),
+    path("webhooks/routes/<int:route_id>/delete/", board_webhooks.route_delete,
+         name="webhook_route_delete"),
 ]

@@ -2,11 +2,10 @@
 
 An operator sees what arrived at each source and what it became — per target,
 the todo it created or collapsed onto — creates a source with its routes (the
-same validation as ``create_webhook``), and deletes one. Staff login and the
+same validation as ``create_webhook``), adds and removes routes, rotates a
+secret, and deletes a source. Staff login and the
 outage page come from the Board's own ``operator_view``.
 """
-
-import secrets
 
 from django import forms
 from django.contrib import messages
@@ -19,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from todos import webhooks
 from todos.board_forms import endpoint_choices
 from todos.board_views import operator_view
-from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookSource
+from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookRoute, WebhookSource
 
 RECENT_DELIVERIES = 10
 MAX_ROUTES = 10
@@ -174,7 +173,7 @@ def webhook_create(request):
     if request.method == "POST" and form.is_valid() and routes.is_valid():
         data = form.cleaned_data
         generated = not data["secret"]
-        secret = secrets.token_hex(32) if generated else data["secret"]
+        secret = webhooks.new_secret() if generated else data["secret"]
         try:
             source = webhooks.create_source(
                 data["slug"],
@@ -192,20 +191,7 @@ def webhook_create(request):
             if not generated:
                 messages.success(request, f"Created webhook source {source.slug}.")
                 return redirect("board:webhooks")
-            response = render(
-                request,
-                "board/webhooks_secret.html",
-                {
-                    "nav": "webhooks",
-                    "source": source,
-                    "secret": secret,
-                    "path": f"/hooks/{source.slug}",
-                },
-                status=201,
-            )
-            # The secret exists only in this response: keep it out of every cache.
-            response["Cache-Control"] = "no-store"
-            return response
+            return _secret_page(request, source, secret, created=True)
     status = 400 if request.method == "POST" else 200
     return render(
         request,
@@ -213,6 +199,91 @@ def webhook_create(request):
         {"nav": "webhooks", "form": form, "routes": routes},
         status=status,
     )
+
+
+def _secret_page(request, source, secret, created):
+    response = render(
+        request,
+        "board/webhooks_secret.html",
+        {
+            "nav": "webhooks",
+            "source": source,
+            "secret": secret,
+            "created": created,
+            "path": f"/hooks/{source.slug}",
+        },
+        status=201 if created else 200,
+    )
+    # The secret exists only in this response: keep it out of every cache.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _source_missing(request):
+    return render(
+        request, "board/not_found.html", {"what": "webhook source"}, status=404
+    )
+
+
+@require_POST
+@operator_view
+def webhook_rotate(request, source_id):
+    """Replace a source's secret and show it once; the old one stops at once."""
+    source = WebhookSource.objects.filter(id=source_id).first()
+    if source is None:
+        return _source_missing(request)
+    secret = webhooks.new_secret()
+    WebhookSource.objects.filter(id=source.id).update(secret=secret)
+    return _secret_page(request, source, secret, created=False)
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def route_create(request, source_id):
+    """Add a route to an existing source."""
+    source = WebhookSource.objects.filter(id=source_id).first()
+    if source is None:
+        return _source_missing(request)
+    form = RouteForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        spec = form.spec()
+        if spec is None:
+            form.add_error("endpoint", "Choose the endpoint to route to.")
+        else:
+            try:
+                webhooks.add_route(source, spec)
+            except webhooks.InvalidSource as exc:
+                form.add_error(None, exc.detail)
+            else:
+                messages.success(
+                    request, f"{source.slug} now also routes to queue {spec.queue}."
+                )
+                return redirect("board:webhooks")
+    status = 400 if request.method == "POST" else 200
+    return render(
+        request,
+        "board/webhooks_route_form.html",
+        {"nav": "webhooks", "form": form, "source": source},
+        status=status,
+    )
+
+
+@require_POST
+@operator_view
+def route_delete(request, route_id):
+    """Remove one route; deliveries stop reaching it, its todos stay."""
+    deleted, _ = WebhookRoute.objects.filter(id=route_id).delete()
+    if deleted:
+        messages.success(request, "Removed the route; its todos stay.")
+    else:
+        messages.warning(request, "That route was already gone.")
+    return _back_to_list(request)
+
+
+def _back_to_list(request):
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("board:webhooks"))
+    return redirect("board:webhooks")
 
 
 @require_POST
@@ -224,6 +295,4 @@ def webhook_delete(request, source_id):
         messages.success(request, "Deleted the webhook source; its todos stay.")
     else:
         messages.warning(request, "That webhook source was already gone.")
-    if request.htmx:
-        return HttpResponseClientRedirect(reverse("board:webhooks"))
-    return redirect("board:webhooks")
+    return _back_to_list(request)

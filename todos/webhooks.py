@@ -17,6 +17,7 @@ import hmac
 import json
 import logging
 import re
+import secrets
 import string
 import uuid
 from dataclasses import dataclass
@@ -465,6 +466,38 @@ def create_source(
         extra={"fields": {"source": slug, "routes": len(checked)}},
     )
     return source
+
+
+def add_route(source, route):
+    """Validate and add one route to an existing source."""
+    endpoint = _route_endpoint(route)
+    duplicate = InvalidSource(
+        "route", f"{source.slug} already routes to {endpoint.name} · {route.queue}"
+    )
+    if source.routes.filter(endpoint=endpoint, queue=route.queue).exists():
+        raise duplicate
+    try:
+        with transaction.atomic():
+            added = WebhookRoute.objects.create(
+                source=source,
+                endpoint=endpoint,
+                queue=route.queue,
+                assignee=route.assignee,
+                title_template=route.title_template,
+            )
+    except IntegrityError:
+        # Another operator added the same target between the check and the insert.
+        raise duplicate from None
+    logger.info(
+        "webhook route added",
+        extra={"fields": {"source": source.slug, "queue": route.queue}},
+    )
+    return added
+
+
+def new_secret():
+    """Return a fresh signing secret: 256 random bits, as hex."""
+    return secrets.token_hex(32)
 
 
 def _check_source(slug, secret, scheme):
