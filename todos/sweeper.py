@@ -30,16 +30,22 @@ logger = logging.getLogger("switchboard.sweep")
 SLEEP_SLICE_SECONDS = 0.1
 
 
-def positive_int(raw):
-    """Parse a command-line count that must be at least 1."""
+# A batch is one statement; past this size it holds its row locks too long.
+MAX_BATCH_SIZE = 100_000
+
+
+def batch_size_arg(raw):
+    """Parse a command-line batch size: 1 to MAX_BATCH_SIZE."""
     try:
         value = int(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a whole number, not {raw!r}"
         ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if not 1 <= value <= MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {MAX_BATCH_SIZE}, not {value}"
+        )
     return value
 
 

@@ -6,11 +6,13 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 from todos import store
-from todos.sweeper import positive_int
+from todos.sweeper import batch_size_arg
 
 logger = logging.getLogger("switchboard.sweep")
 
 PURGE_BATCH = 5000
+# A century: beyond it the cutoff leaves PostgreSQL's timestamp range.
+MAX_DAYS = 36500
 
 
 def days(raw):
@@ -19,8 +21,10 @@ def days(raw):
         value = int(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected whole days, not {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    if not 0 <= value <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {MAX_DAYS} days, not {value}"
+        )
     return value
 
 
@@ -43,7 +47,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=batch_size_arg,
             metavar="N",
             default=PURGE_BATCH,
             help=f"Todos deleted per statement (default {PURGE_BATCH}).",

@@ -5,7 +5,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 from todos import store
-from todos.sweeper import drain, positive_int
+from todos.sweeper import batch_size_arg, drain
 
 logger = logging.getLogger("switchboard.sweep")
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=batch_size_arg,
             metavar="N",
             default=store.SWEEP_BATCH,
             help=f"Todos moved per statement (default {store.SWEEP_BATCH}).",

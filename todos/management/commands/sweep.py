@@ -6,8 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 from todos import store
 from todos.sweeper import (
     Sweeper,
+    batch_size_arg,
     log_pass,
-    positive_int,
     positive_seconds,
     sweep_once,
 )
@@ -39,7 +39,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=batch_size_arg,
             metavar="N",
             default=store.SWEEP_BATCH,
             help=f"Todos moved per statement (default {store.SWEEP_BATCH}).",
