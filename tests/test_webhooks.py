@@ -391,12 +391,13 @@ def test_a_slug_that_could_never_exist_is_a_json_404(client, db):
     ("body", "detail"),
     [
         (b'{"n": NaN}', "not valid JSON"),
+        (b'{"n": 1e999}', "numbers must be finite"),
         (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
         (b'{"message": "nul \\u0000 inside"}', "NUL characters"),
         (b'{"message": "lone \\ud800"}', "lone surrogates"),
         (b"\xff\xfe", "not UTF-8"),
     ],
-    ids=["nan", "deep-nesting", "nul", "lone-surrogate", "not-utf8"],
+    ids=["nan", "overflow", "deep-nesting", "nul", "lone-surrogate", "not-utf8"],
 )
 def test_a_signed_body_postgresql_cannot_store_is_400_not_500(
     client, source, body, detail

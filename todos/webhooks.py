@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import re
 import secrets
 import string
@@ -99,7 +100,8 @@ def signature_valid(source, body, presented):
     """Check a presented signature against the body, in constant time."""
     if not presented:
         return False
-    presented = presented.strip()
+    # Hex digits and the prefix are case-insensitive.
+    presented = presented.strip().lower()
     if not presented.startswith("sha256="):
         if SCHEMES[source.scheme].prefix_required:
             return False
@@ -107,7 +109,7 @@ def signature_valid(source, body, presented):
     expected = sign(source.secret, body)
     # Bytes, so a non-ASCII header compares unequal instead of raising.
     return hmac.compare_digest(
-        expected.encode("ascii"), presented.lower().encode("utf-8", "replace")
+        expected.encode("ascii"), presented.encode("utf-8", "replace")
     )
 
 
@@ -193,6 +195,9 @@ def _unstorable(value):
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return "strings must be valid Unicode (no lone surrogates)"
+        elif isinstance(item, float) and not math.isfinite(item):
+            # json.loads reads 1e999 as infinity, which jsonb has no form for.
+            return "numbers must be finite"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
