@@ -24,6 +24,10 @@ STATE_CHOICES = [
 class OperatorLoginForm(AuthenticationForm):
     """Django's login form, for staff only: the Board sees every tenant."""
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
     def confirm_login_allowed(self, user):
         super().confirm_login_allowed(user)
         if not user.is_staff:
@@ -46,7 +50,15 @@ def endpoint_choices(blank_label, *, active_only=False):
     return choices
 
 
-class TodoFilterForm(forms.Form):
+class BoardForm(forms.Form):
+    """A form whose labels read as labels, without Django's trailing colon."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+class TodoFilterForm(BoardForm):
     """The list's filters; every field is optional and the URL carries them."""
 
     endpoint = forms.ChoiceField(required=False)
@@ -125,7 +137,7 @@ class QueuesField(forms.CharField):
         return parse_queues(super().clean(value))
 
 
-class EndpointCreateForm(forms.Form):
+class EndpointCreateForm(BoardForm):
     """A new endpoint: its name, the human who owns it, and its queue grant."""
 
     name = forms.CharField(max_length=200)
@@ -145,13 +157,13 @@ class EndpointCreateForm(forms.Form):
         return name
 
 
-class GrantsForm(forms.Form):
+class GrantsForm(BoardForm):
     """The queues an endpoint may use."""
 
     queues = QueuesField()
 
 
-class TodoCreateForm(forms.Form):
+class TodoCreateForm(BoardForm):
     """A todo made by hand, for any endpoint whose grant covers the queue."""
 
     endpoint = forms.ChoiceField()
