@@ -7,6 +7,7 @@ read PostgreSQL's clock.
 import json
 import threading
 import time
+from collections import Counter
 
 import psycopg
 import pytest
@@ -220,6 +221,36 @@ def test_background_sweep_spans_tenants_without_a_scope(make_endpoint, time_trav
     for ring in rings:
         assert ring["endpoint_id"] == woken[ring["id"]]
         assert ring["queue"] == "reviews"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_sweepers_move_each_todo_once(scope, time_travel):
+    """Several sweepers at once move each expired lease exactly once (SKIP LOCKED)."""
+    todos = [claimed_then_expired(scope, time_travel) for _ in range(60)]
+    results = []
+    start = threading.Barrier(3)
+
+    def sweeper():
+        try:
+            start.wait()
+            results.append(sweep_once(batch_size=5))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweeper) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sum(result.requeued for result in results) == 60
+    reaped = Counter(
+        TodoEvent.objects.filter(actor="system:reaper").values_list(
+            "todo_id", flat=True
+        )
+    )
+    assert len(reaped) == 60 and set(reaped.values()) == {1}
+    assert {store.get_todo(scope, t.id).state for t in todos} == {"pending"}
 
 
 @pytest.mark.django_db(transaction=True)

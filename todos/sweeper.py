@@ -29,7 +29,6 @@ logger = logging.getLogger("switchboard.sweep")
 # How long one sleep slice lasts: the longest a stop request waits.
 SLEEP_SLICE_SECONDS = 0.1
 
-
 # A batch is one statement; past this size it holds its row locks too long.
 MAX_BATCH_SIZE = 100_000
 
