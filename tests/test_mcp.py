@@ -23,7 +23,6 @@ import pytest
 from django.db import connection
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from todos import store
@@ -73,7 +72,10 @@ async def mcp_client(url, token, doorbells=None):
 
     The session also carries ``mcp_session_id``, read from the server's answer.
     """
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=httpx2.Timeout(30, read=300),
+    )
     minted = []
 
     async def remember_session(response):
@@ -307,9 +309,7 @@ def test_the_sdk_high_level_client_falls_back_from_its_discover_probe(
     seen = {}
 
     async def main():
-        http = create_mcp_http_client(
-            headers={"Authorization": f"Bearer {endpoint.token}"}
-        )
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {endpoint.token}"})
         transport = streamable_http_client(f"{live_server.url}/mcp", http_client=http)
         async with http, Client(transport) as client:
             seen["version"] = client.protocol_version
@@ -662,6 +662,12 @@ def test_delete_ends_the_session(client, post, endpoint, session_id):
 def test_a_foreign_origin_is_refused(post):
     response = post(INITIALIZE, Origin="http://evil.example")
     assert response.status_code == 403
+
+
+def test_a_body_over_the_limit_is_413(post):
+    response = post({**INITIALIZE, "padding": "x" * (300 * 1024)})
+    assert response.status_code == 413
+    assert response.json()["error"]["data"]["error"] == "payload_too_large"
 
 
 def test_other_methods_and_media_types_are_refused(client, post, endpoint):
