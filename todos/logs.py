@@ -14,6 +14,14 @@ def _fields(record):
     return fields if isinstance(fields, dict) else {}
 
 
+def _text_value(value):
+    """Render a value for key=value text, quoting it when it would split."""
+    text = str(value)
+    if not text or any(ch in text for ch in ' ="\n\t'):
+        return json.dumps(text)
+    return text
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record):
         entry = {
@@ -31,7 +39,9 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record):
         ts = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        pairs = " ".join(f"{key}={value}" for key, value in _fields(record).items())
+        pairs = " ".join(
+            f"{key}={_text_value(value)}" for key, value in _fields(record).items()
+        )
         line = f"{ts} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
         if pairs:
             line = f"{line} {pairs}"
