@@ -421,15 +421,21 @@ def test_a_session_minted_by_one_process_is_served_by_another(
                 )
                 seen["listed"] = listed.status_code, listed.json()
                 async with other.stream("GET", "/mcp", headers=headers) as stream:
+                    lines = stream.aiter_lines()
                     created = await call(session, "create_todo", queue="q")
                     todo_id = created.structured_content["todo"]["id"]
                     with anyio.fail_after(10):
-                        async for line in stream.aiter_lines():
+                        async for line in lines:
                             if line.startswith("data:") and todo_id in line:
                                 seen["ring"] = json.loads(line[5:])
                                 break
-                ended = await other.delete("/mcp", headers=headers)
-                seen["ended"] = ended.status_code
+                    # Ended through the live server, the session's stream on
+                    # the gunicorn process ends too.
+                    async with httpx2.AsyncClient(base_url=live_server.url) as first:
+                        ended = await first.delete("/mcp", headers=headers)
+                    seen["ended"] = ended.status_code
+                    with anyio.fail_after(10):
+                        seen["rest"] = [line async for line in lines]
             try:
                 await session.send_ping()
             except MCPError as exc:
@@ -444,7 +450,7 @@ def test_a_session_minted_by_one_process_is_served_by_another(
     assert seen["ring"]["method"] == "notifications/message"
     assert seen["ring"]["params"]["data"]["event"] == "todo.ready"
     assert seen["ended"] == 204
-    # The session the gunicorn process ended is gone for the live server too.
+    assert not any(line.startswith("data:") for line in seen["rest"])
     assert seen["after_delete"].error.data["error"] == "not_found"
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import connection
 from django.db.models.functions import Now
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import split_domain_port, validate_host
@@ -397,6 +397,12 @@ def _wants_doorbell(log_level):
     return LOG_LEVELS.index(log_level) <= LOG_LEVELS.index(DOORBELL_LEVEL)
 
 
+# Read on the stream's own LISTEN connection (notifications that arrive
+# meanwhile wait in its backlog), so that a stream holds one database
+# connection, not two, for as long as its client stays.
+SESSION_LEVEL_SQL = "SELECT log_level FROM mcp_sessions WHERE id = %s"
+
+
 class SessionStream:
     """The body of a session's GET stream.
 
@@ -408,11 +414,15 @@ class SessionStream:
 
     def __init__(self, bell, session, backlog, keepalive_seconds):
         self.bell = bell
-        self.session = session
+        self.session_id = session.pk
+        self.log_level = session.log_level
         self.backlog = backlog
         self.keepalive_seconds = keepalive_seconds
 
     def __iter__(self):
+        if not connection.in_atomic_block:
+            # The request's own connection is done with; the stream may last hours.
+            connection.close()
         yield ": connected\n\n"
         rings = [
             {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
@@ -420,21 +430,19 @@ class SessionStream:
         ]
         try:
             while True:
-                if rings and _wants_doorbell(self.session.log_level):
+                if rings and _wants_doorbell(self.log_level):
                     yield "".join(_event(doorbell_notification(ring)) for ring in rings)
                 else:
                     # Writing is how a WSGI server learns that the client left.
                     yield ": keep-alive\n\n"
                 rings = self.bell.wait(self.keepalive_seconds)
-                self.session = McpSession.objects.filter(pk=self.session.pk).first()
-                if self.session is None:
+                row = self.bell.conn.execute(
+                    SESSION_LEVEL_SQL, [self.session_id]
+                ).fetchone()
+                if row is None:
                     return
-        except (
-            store.Unavailable,
-            OperationalError,
-            InterfaceError,
-            psycopg.OperationalError,
-        ) as exc:
+                self.log_level = row[0]
+        except psycopg.OperationalError as exc:
             logger.warning(
                 "mcp stream ended: database unavailable",
                 extra={"fields": {"error": type(exc).__name__}},
