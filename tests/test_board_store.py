@@ -155,3 +155,28 @@ def test_retry_many_sorts_results_into_retried_conflicts_and_missing(scope):
     assert [t.id for t in retried] == [dead.id]
     assert [c.todo_id for c in conflicts] == [pending.id]
     assert len(missing) == 2
+
+
+def plan(sql, params):
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        lines = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("RESET enable_seqscan")
+    return lines
+
+
+def test_overview_dead_letter_count_reads_only_the_dead_letter_index(db):
+    sql = store.TERMINAL_OVERVIEW_SQL.format(state=store.STATE_FILTERS["dead_letter"])
+
+    assert "Index Only Scan using todos_dead_letter_idx" in plan(sql, {"cap": 10})
+
+
+def test_newest_first_list_walks_the_created_index_instead_of_sorting(db):
+    sql = (f"SELECT {store.TODO_COLUMNS} FROM todos WHERE TRUE"
+           " ORDER BY created_at DESC, id DESC LIMIT 51")
+
+    lines = plan(sql, {})
+
+    assert "todos_created_idx" in lines
+    assert "Sort" not in lines
