@@ -107,19 +107,27 @@ def setup_django(url):
 
 
 def ensure_endpoint(url, name="bench"):
-    """Return (endpoint_id, token) of a fresh endpoint granted every queue."""
-    setup_django(url)
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-
-    from todos.models import Endpoint
-
-    owner, _ = get_user_model().objects.get_or_create(username="bench")
-    endpoint = Endpoint(name=name, owner=owner, queues=["*"])
-    token = endpoint.set_new_token()
-    endpoint.save()
-    connection.close()
-    return str(endpoint.id), token
+    """Create an endpoint granted every queue; return (endpoint_id, token)."""
+    created = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "create_endpoint",
+            name,
+            "--owner",
+            "bench",
+            "--queues",
+            "*",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=django_env(url),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    endpoint = json.loads(created.stdout)
+    return endpoint["endpoint_id"], endpoint["token"]
 
 
 def reset_todos(url):

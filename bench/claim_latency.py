@@ -2,13 +2,15 @@
 
     python bench/claim_latency.py --backlog 1000000 --pending 5 --claims 2000
 
-Two tables are measured in the same run: "empty" holds only a few pending
-todos; "backlog" holds the same few pending todos behind ``--backlog`` terminal
-rows (done, and some dead letters) of the same endpoint and queue. Each
-iteration times one claim, then completes the todo and enqueues a replacement
-(untimed), so the queue always holds ``--pending`` claimable todos. The claim
-runs through ``store.claim_next`` and, as the baseline, as the store's SQL on a
-bare psycopg connection. The claim scan's plan is recorded for both tables.
+Two databases are measured at the same time, so both see the same load on the
+machine: "empty" (``<database>_empty``) holds only a few pending todos;
+"backlog" holds the same few pending todos behind ``--backlog`` terminal rows
+(done, and some dead letters) of the same endpoint and queue. One process per
+database times ``--claims`` claims through ``store.claim_next`` and as many of
+the store's SQL on a bare psycopg connection (the baseline), taking turns and
+paced so the two processes do not saturate the cores. After each timed claim
+the todo is completed and a replacement enqueued (untimed), so the queue always
+holds ``--pending`` claimable todos. The claim scan's plan is recorded for both.
 """
 
 import json
@@ -151,19 +153,28 @@ def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
     return store_claim, plain_claim
 
 
-def time_claims(url, claims, warmup, store_claim, plain_claim):
-    """Warm up, analyze, then time store and plain claims taking turns."""
+def latency_worker(index, urls, endpoint_ids, sqls, claims, warmup, pace):
+    """Return a loop timing store and plain claims, taking turns, on one database."""
+    url, endpoint_id = urls[index], endpoint_ids[index]
+    store_claim, plain_claim = claimers(url, endpoint_id, *sqls)
     for number in range(warmup):
         (store_claim if number % 2 else plain_claim)(number)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE todos")
-    latencies = {"store": [], "plain": []}
-    for number in range(2 * claims):
-        if number % 2:
-            latencies["store"].append(store_claim(number))
-        else:
-            latencies["plain"].append(plain_claim(number))
-    return latencies
+
+    def run(stop_at):
+        latencies = {"store": [], "plain": []}
+        for number in range(2 * claims):
+            if time.perf_counter() > stop_at:
+                break
+            if number % 2:
+                latencies["store"].append(store_claim(number))
+            else:
+                latencies["plain"].append(plain_claim(number))
+            time.sleep(pace)
+        return {"done": len(latencies["store"]), "latencies": latencies}
+
+    return run
 
 
 def main():
@@ -177,29 +188,51 @@ def main():
         default=200,
         help="untimed claims before ANALYZE and the timed ones",
     )
+    parse.add_argument(
+        "--pace",
+        type=float,
+        default=0.002,
+        help="seconds to pause between claims, so the two timing processes leave "
+        "the cores to PostgreSQL",
+    )
     args = parse.parse_args()
 
-    url = args.database_url
-    benchlib.prepare_database(url)
-    endpoint_id, _ = benchlib.ensure_endpoint(url)
+    urls = (args.database_url + "_empty", args.database_url)
+    endpoint_ids = []
+    for url in urls:
+        benchlib.prepare_database(url)
+        endpoint_ids.append(benchlib.ensure_endpoint(url)[0])
+    benchlib.setup_django(args.database_url)
     from todos import store
 
     sqls = (store.CLAIM_NEXT_SQL, store.COMPLETE_SQL[0], store.CREATE_SQL)
-    both = claimers(url, endpoint_id, *sqls)
-    info = benchlib.machine(url)
-    tables = {}
-    for table, backlog in (("empty", 0), ("backlog", args.backlog)):
-        print(f"{table}: {backlog:,} terminal rows, {args.pending} pending", flush=True)
+    info = benchlib.machine(args.database_url)
+    names = ("empty", "backlog")
+    backlogs = (0, args.backlog)
+    for name, url, endpoint_id, backlog in zip(
+        names, urls, endpoint_ids, backlogs, strict=True
+    ):
+        print(f"{name}: {backlog:,} terminal rows, {args.pending} pending", flush=True)
         build_table(url, endpoint_id, backlog, args.pending)
-        latencies = time_claims(url, args.claims, args.warmup, *both)
+    print(f"timing {args.claims} claims per path on both tables at once", flush=True)
+    outcomes = benchlib.run_processes(
+        latency_worker,
+        2,
+        3600,
+        (urls, endpoint_ids, sqls, args.claims, args.warmup, args.pace),
+    )
+    tables = {}
+    for name, url, endpoint_id, backlog, outcome in zip(
+        names, urls, endpoint_ids, backlogs, outcomes, strict=True
+    ):
         plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_NEXT_SQL))
-        tables[table] = {
+        tables[name] = {
             "backlog": backlog,
             "plan": plan,
-            "store": benchlib.summary(latencies["store"]),
-            "plain": benchlib.summary(latencies["plain"]),
+            "store": benchlib.summary(outcome["latencies"]["store"]),
+            "plain": benchlib.summary(outcome["latencies"]["plain"]),
         }
-        print(f"  plan: {plan['scans']}, {plan['buffers']} buffers", flush=True)
+        print(f"  {name} plan: {plan['scans']}, {plan['buffers']} buffers", flush=True)
 
     ratios = {
         mode: {

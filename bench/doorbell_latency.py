@@ -114,6 +114,7 @@ def main():
     url = args.database_url
     benchlib.prepare_database(url)
     endpoint_id, token = benchlib.ensure_endpoint(url)
+    benchlib.setup_django(url)
     from todos import store
 
     info = benchlib.machine(url)

@@ -124,6 +124,7 @@ def main():
     url = args.database_url
     benchlib.prepare_database(url)
     endpoint_id, _ = benchlib.ensure_endpoint(url)
+    benchlib.setup_django(url)
     from todos import store
 
     sql = (store.CREATE_SQL, store.LIVE_DUPLICATE_SQL)

@@ -123,6 +123,7 @@ def main():
     url = args.database_url
     benchlib.prepare_database(url)
     endpoint_id, _ = benchlib.ensure_endpoint(url)
+    benchlib.setup_django(url)
     from django.conf import settings
 
     from todos import store
