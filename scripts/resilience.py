@@ -109,8 +109,9 @@ class Cluster:
 
     def __init__(self):
         self.port = free_port()
-        # devdb.sh creates the folder (and, as root, hands it to postgres).
-        self.datadir = Path(tempfile.gettempdir()) / f"sb-resilience-{self.port}"
+        # devdb.sh creates the folder (and, as root, hands it to postgres, which
+        # must be able to reach it: so /tmp, not a private TMPDIR).
+        self.datadir = Path("/tmp") / f"sb-resilience-{self.port}"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/switchboard"
 
     def _devdb(self, action):
