@@ -56,7 +56,7 @@ class ToolArguments(Fields):
 
 # What a model may do next after each kind of failure.
 HINTS = {
-    "not_found": ("Check the todo_id: list_todos shows the todos of this endpoint."),
+    "not_found": "Check the todo_id: list_todos shows the todos of this endpoint.",
     "conflict": (
         "Call get_todo to see its state and owner. Only the worker that claimed a "
         "todo may heartbeat, complete, fail or release it: pass the same worker "
@@ -287,7 +287,10 @@ SCHEMAS = {
                 "maxLength": MAX_TITLE_LENGTH,
                 "description": "A one-line summary of the work.",
             },
-            "payload": {"description": "Any JSON the worker needs to do the work."},
+            "payload": {
+                "type": "object",
+                "description": "What the worker needs to do the work.",
+            },
             "idempotency_key": {
                 "type": "string",
                 "maxLength": MAX_KEY_LENGTH,
@@ -333,7 +336,10 @@ SCHEMAS = {
         {
             "todo_id": TODO_ID,
             "worker": WORKER,
-            "result": {"description": "Any JSON describing what was done."},
+            "result": {
+                "type": "object",
+                "description": 'What was done, e.g. {"summary": "…", "url": "…"}.',
+            },
         },
         ["todo_id"],
     ),
