@@ -128,8 +128,11 @@ def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
             claimed = await call(session, "claim_next", queue="build")
             seen["claimed"] = claimed.structured_content["todo"]
             todo_id = seen["claimed"]["id"]
+            seen["second_claim"] = await call(
+                session, "claim_next", queue="build", worker="someone-else"
+            )
             seen["stranger"] = await call(
-                session, "heartbeat", todo_id=todo_id, worker="someone-else"
+                session, "complete_todo", todo_id=todo_id, worker="someone-else"
             )
             beat = await call(session, "heartbeat", todo_id=todo_id, lease_seconds=900)
             seen["beat"] = beat.structured_content["todo"]
@@ -150,6 +153,7 @@ def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
     assert claimed["state"] == "claimed"
     # With no worker given, the MCP session is the worker.
     assert claimed["owner"] == seen["session_id"]
+    assert seen["second_claim"].structured_content["error"] == "not_found"
     assert seen["stranger"].is_error
     assert seen["stranger"].structured_content["error"] == "conflict"
     assert seen["beat"]["lease_expires_at"] > claimed["lease_expires_at"]
@@ -392,6 +396,7 @@ def outage_server(db):
 
 
 @live
+@pytest.mark.slow
 def test_a_session_minted_by_one_process_is_served_by_another(
     live_server, gunicorn_server, endpoint, scope
 ):
@@ -454,6 +459,7 @@ def test_a_session_minted_by_one_process_is_served_by_another(
     assert seen["after_delete"].error.data["error"] == "not_found"
 
 
+@pytest.mark.slow
 def test_a_database_outage_is_503_with_a_json_rpc_error(outage_server):
     headers = {
         "Authorization": "Bearer sb_" + "a" * 43,
