@@ -215,10 +215,12 @@ def merge(outcomes):
     for item in outcomes:
         for name, values in item.get("latencies", {}).items():
             latencies.setdefault(name, []).extend(values)
+    cpu = sum(item.get("cpu", 0.0) for item in outcomes)
     return {
         "done": done,
         "elapsed": elapsed,
         "rate": done / elapsed if elapsed else 0.0,
+        "client_cpu_ms_per_todo": cpu / done * 1000 if done else float("nan"),
         "dry": sum(item.get("dry", 0) for item in outcomes),
         "latency_ms": {name: summary(values) for name, values in latencies.items()},
     }
@@ -343,7 +345,8 @@ def free_port():
 def gunicorn(url, port=None, **env):
     """Serve Switchboard with gunicorn (gunicorn.conf.py) against ``url``.
 
-    Yields the port once /healthz answers 200; stops the server on exit.
+    Yields a Server (its port, and the CPU its processes used) once /healthz
+    answers 200; stops the server on exit.
     """
     port = port or free_port()
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -366,7 +369,7 @@ def gunicorn(url, port=None, **env):
     )
     try:
         wait_healthy(port, server)
-        yield port
+        yield Server(port, server.pid)
     finally:
         server.terminate()
         try:
@@ -375,6 +378,28 @@ def gunicorn(url, port=None, **env):
             server.kill()
             server.wait()
         log.close()
+
+
+class Server:
+    """A running gunicorn: where it listens, and how much CPU it has used."""
+
+    def __init__(self, port, pid):
+        self.port = port
+        self.pid = pid
+
+    def cpu_seconds(self):
+        """Return the user+system CPU seconds of the master and its workers."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(stat.parent.name), int(fields[1])
+            if self.pid in (pid, ppid):
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
 
 
 def wait_healthy(port, server=None, timeout=30):

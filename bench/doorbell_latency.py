@@ -119,8 +119,8 @@ def main():
 
     info = benchlib.machine(url)
     benchlib.reset_todos(url)
-    with benchlib.gunicorn(url) as port:
-        http = http_samples(url, port, token, args.samples)
+    with benchlib.gunicorn(url) as server:
+        http = http_samples(url, server.port, token, args.samples)
     listen = listen_samples(url, endpoint_id, args.samples, store.CREATE_SQL)
     figures = {"listen": benchlib.summary(listen), "http": benchlib.summary(http)}
     benchlib.print_table(

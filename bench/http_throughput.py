@@ -42,14 +42,31 @@ def http_worker(index, port, token):
     return lambda stop_at: store_throughput.drain(stop_at, claim, complete)
 
 
-def measure(url, endpoint_id, port, token, mode, workers, seconds):
-    """Fill the queue and run one mode (store or http) with N workers."""
+def measure(url, endpoint_id, server, token, mode, workers, seconds):
+    """Fill the queue and run one mode (store or http) with N workers.
+
+    The application's CPU per todo is the workers' own for "store", and
+    gunicorn's (master and workers) for "http", where the clients only speak HTTP.
+    """
     if mode == "store":
-        return store_throughput.measure(url, endpoint_id, "store", workers, seconds, ())
+        figures = store_throughput.measure(
+            url, endpoint_id, "store", workers, seconds, ()
+        )
+        figures["app_cpu_ms_per_todo"] = figures["client_cpu_ms_per_todo"]
+        return figures
     benchlib.reset_todos(url)
     benchlib.fill_pending(url, endpoint_id, int(max(10_000, 1_500 * seconds * workers)))
-    outcomes = benchlib.run_processes(http_worker, workers, seconds, (port, token))
-    return benchlib.merge(outcomes)
+    before = server.cpu_seconds()
+    outcomes = benchlib.run_processes(
+        http_worker, workers, seconds, (server.port, token)
+    )
+    figures = benchlib.merge(outcomes)
+    figures["app_cpu_ms_per_todo"] = (
+        (server.cpu_seconds() - before) / figures["done"] * 1000
+        if figures["done"]
+        else float("nan")
+    )
+    return figures
 
 
 def main():
@@ -69,7 +86,7 @@ def main():
     endpoint_id, token = benchlib.ensure_endpoint(url)
     info = benchlib.machine(url)
     runs = []
-    with benchlib.gunicorn(url) as port:
+    with benchlib.gunicorn(url) as server:
         started = time.perf_counter()
         for number, workers in enumerate(args.workers):
             runs.append(
@@ -79,7 +96,7 @@ def main():
                         args.rounds,
                         number,
                         lambda mode, workers=workers: measure(
-                            url, endpoint_id, port, token, mode, workers, args.seconds
+                            url, endpoint_id, server, token, mode, workers, args.seconds
                         ),
                         f"{workers} clients",
                         modes=("store", "http"),
@@ -98,6 +115,8 @@ def main():
             run["http"]["latency_ms"]["claim"]["p50"],
             run["http"]["latency_ms"]["claim"]["p99"],
             run["http"]["latency_ms"]["complete"]["p50"],
+            run["store"]["app_cpu_ms_per_todo"],
+            run["http"]["app_cpu_ms_per_todo"],
         ]
         for run in runs
     ]
@@ -112,6 +131,8 @@ def main():
             "http claim p50",
             "http claim p99",
             "http complete p50",
+            "store CPU ms/todo",
+            "gunicorn CPU ms/todo",
         ],
         rows,
     )

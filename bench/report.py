@@ -36,6 +36,10 @@ def ratios(run):
     return " ".join(f"{value:.2f}" for value in run.get("round_ratios", [run["ratio"]]))
 
 
+def cpu(figures, name):
+    return f"{figures[name]:.2f}" if name in figures else "–"
+
+
 def store_throughput(data):
     return table(
         [
@@ -46,6 +50,7 @@ def store_throughput(data):
             "per round",
             "claim p50 ms plain / store",
             "claim p99 ms plain / store",
+            "client CPU ms/todo plain / store",
         ],
         [
             [
@@ -58,6 +63,8 @@ def store_throughput(data):
                 f"{run['store']['latency_ms']['claim']['p50']:.2f}",
                 f"{run['plain']['latency_ms']['claim']['p99']:.2f} / "
                 f"{run['store']['latency_ms']['claim']['p99']:.2f}",
+                f"{cpu(run['plain'], 'client_cpu_ms_per_todo')} / "
+                f"{cpu(run['store'], 'client_cpu_ms_per_todo')}",
             ]
             for run in data["runs"]
         ],
@@ -74,6 +81,7 @@ def http_throughput(data):
             "per round",
             "HTTP claim p50 / p99 ms",
             "HTTP complete p50 ms",
+            "app CPU ms/todo: store / gunicorn",
         ],
         [
             [
@@ -85,6 +93,8 @@ def http_throughput(data):
                 f"{run['http']['latency_ms']['claim']['p50']:.2f} / "
                 f"{run['http']['latency_ms']['claim']['p99']:.2f}",
                 run["http"]["latency_ms"]["complete"]["p50"],
+                f"{cpu(run['store'], 'app_cpu_ms_per_todo')} / "
+                f"{cpu(run['http'], 'app_cpu_ms_per_todo')}",
             ]
             for run in data["runs"]
         ],

@@ -73,8 +73,9 @@ def plain_worker(index, url, endpoint_id, claim_sql, complete_sql, lease):
 
 
 def drain(stop_at, claim, complete):
-    """Claim and complete until the deadline; time each call."""
+    """Claim and complete until the deadline; time each call and the CPU used."""
     claims, completes, done, dry = [], [], 0, 0
+    cpu = time.process_time()
     while (start := time.perf_counter()) < stop_at:
         todo_id = claim()
         claimed = time.perf_counter()
@@ -89,6 +90,7 @@ def drain(stop_at, claim, complete):
     return {
         "done": done,
         "dry": dry,
+        "cpu": time.process_time() - cpu,
         "latencies": {"claim": claims, "complete": completes},
     }
 
