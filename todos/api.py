@@ -29,6 +29,7 @@ MAX_TITLE_LENGTH = 1000
 # The dedupe index is a btree: a key must stay far below its ~2.7 kB row limit.
 MAX_KEY_LENGTH = 200
 MAX_ATTEMPTS_CAP = 1000
+MAX_ERROR_LENGTH = 10_000
 # An oversized body is read and thrown away up to this bound, so a keep-alive
 # client that is still sending gets its 413 and the connection stays usable.
 # Beyond it the server closes the connection rather than read on.
@@ -210,6 +211,9 @@ class Fields:
                 value = int(value, 10)
             except ValueError:
                 raise bad_request(f"{name}: must be an integer") from None
+        if isinstance(value, float) and value.is_integer():
+            # JSON has one number type: 30.0 is the integer 30 to JSON Schema.
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad_request(f"{name}: must be an integer")
         if not minimum <= value <= maximum:

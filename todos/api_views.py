@@ -13,6 +13,7 @@ from django.http import JsonResponse
 from todos import store
 from todos.api import (
     MAX_ATTEMPTS_CAP,
+    MAX_ERROR_LENGTH,
     MAX_KEY_LENGTH,
     MAX_TITLE_LENGTH,
     Fields,
@@ -37,7 +38,7 @@ def todos(request):
     if state is not None and state not in store.STATE_FILTERS:
         raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
     limit = query.integer("limit", minimum=1, maximum=200, default=50)
-    cursor = query.text("cursor", max_length=500)
+    cursor = query.text("cursor", max_length=500, empty=True) or None
     try:
         page = store.list_todos(
             request.scope,
@@ -159,7 +160,7 @@ def fail(request, todo_id):
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
     body = request.body_fields
     worker = body.worker()
-    error = body.text("error", max_length=10_000, empty=True) or ""
+    error = body.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
     return todo_response(store.fail_todo(request.scope, todo_id, worker, error=error))
 
 

@@ -70,7 +70,10 @@ class RequestLogMiddleware:
             and response.status_code >= 400
             and not response.get("Content-Type", "").startswith("application/json")
         ):
+            allow = response.get("Allow")
             response = _json_error(response.status_code)
+            if allow:
+                response["Allow"] = allow
         self._log(request, response, time.monotonic() - started)
         return response
 

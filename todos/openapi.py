@@ -6,9 +6,9 @@ and tests/test_schemathesis.py checks the running API against it.
 
 from django.conf import settings
 from django.http import JsonResponse
-from django.views.decorators.http import require_GET
 
 from todos import api, store
+from todos.api import api_view
 
 TODO_ID = {
     "name": "todo_id",
@@ -17,7 +17,14 @@ TODO_ID = {
     "schema": {"type": "string", "format": "uuid"},
 }
 
-NAME = {"type": "string", "minLength": 1, "maxLength": api.MAX_NAME_LENGTH}
+# PostgreSQL text and jsonb cannot hold NUL: such strings are refused with 400.
+NO_NUL = "^[^\\u0000]*$"
+NAME = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": api.MAX_NAME_LENGTH,
+    "pattern": NO_NUL,
+}
 NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 
 TODO_SCHEMA = {
@@ -128,14 +135,30 @@ def _body(properties, required=()):
     return {"required": True, **_json(schema)}
 
 
+# An optional field may also be null, which means the same as leaving it out.
+OPTIONAL_NAME = {**NAME, "type": ["string", "null"]}
 LEASE = {
-    "type": "integer",
+    "type": ["integer", "null"],
     "minimum": 1,
     "maximum": store.MAX_LEASE_SECONDS,
     "description": "Lease (visibility timeout); default SWITCHBOARD_LEASE_SECONDS.",
 }
 WORKER = {**NAME, "description": "The claimant's name, stored as the todo's owner."}
-JSON_VALUE = {"description": "Any JSON value."}
+JSON_VALUE = {"$ref": "#/components/schemas/JsonValue"}
+# Any JSON value PostgreSQL's jsonb can store: no NUL in a string or a key.
+JSON_VALUE_SCHEMA = {
+    "description": "Any JSON value; no string or key may contain NUL.",
+    "anyOf": [
+        {"type": ["number", "boolean", "null"]},
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "array", "items": JSON_VALUE},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": JSON_VALUE,
+        },
+    ],
+}
 
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
@@ -159,16 +182,21 @@ def build_document():
     """Return the OpenAPI document as a dict."""
     create_properties = {
         "queue": NAME,
-        "title": {"type": "string", "maxLength": api.MAX_TITLE_LENGTH},
+        "title": {
+            "type": ["string", "null"],
+            "maxLength": api.MAX_TITLE_LENGTH,
+            "pattern": NO_NUL,
+        },
         "payload": JSON_VALUE,
         "idempotency_key": {
             "type": ["string", "null"],
             "minLength": 1,
             "maxLength": api.MAX_KEY_LENGTH,
+            "pattern": NO_NUL,
         },
-        "assignee": {**NAME, "type": ["string", "null"]},
+        "assignee": OPTIONAL_NAME,
         "max_attempts": {
-            "type": "integer",
+            "type": ["integer", "null"],
             "minimum": 1,
             "maximum": api.MAX_ATTEMPTS_CAP,
             "default": 5,
@@ -237,10 +265,10 @@ def build_document():
                 "requestBody": _body(
                     {
                         "worker": WORKER,
-                        "queue": NAME,
+                        "queue": OPTIONAL_NAME,
                         "lease_seconds": LEASE,
                         "wait_seconds": {
-                            "type": "integer",
+                            "type": ["integer", "null"],
                             "minimum": 0,
                             "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
                             "default": 0,
@@ -280,7 +308,14 @@ def build_document():
         "/api/v1/todos/{todo_id}/fail": _transition(
             "Fail the caller's claimed todo (retry window, or dead letter at the cap).",
             "fail_todo",
-            {"worker": WORKER, "error": {"type": "string", "maxLength": 10000}},
+            {
+                "worker": WORKER,
+                "error": {
+                    "type": ["string", "null"],
+                    "maxLength": api.MAX_ERROR_LENGTH,
+                    "pattern": NO_NUL,
+                },
+            },
         ),
         "/api/v1/todos/{todo_id}/release": _transition(
             "Give the caller's lease back now.", "release_todo", {"worker": WORKER}
@@ -348,6 +383,7 @@ def build_document():
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Todo": TODO_SCHEMA,
+                "JsonValue": JSON_VALUE_SCHEMA,
                 "Error": ERROR_SCHEMA,
                 "TodoEnvelope": {
                     "type": "object",
@@ -375,7 +411,7 @@ def build_document():
     }
 
 
-@require_GET
+@api_view("GET", authenticated=False)
 def openapi_json(request):
     """Serve the OpenAPI document; it needs no token."""
     return JsonResponse(build_document())

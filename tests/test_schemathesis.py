@@ -1,0 +1,67 @@
+"""Property-based conformance: the running API against its own OpenAPI document.
+
+Schemathesis generates requests from /api/v1/openapi.json and sends them, with
+a valid endpoint token, to a live server on the test database. Every response
+must be documented, match its schema, and never be a 5xx.
+"""
+
+import pytest
+import schemathesis
+from django.contrib.auth import get_user_model
+from hypothesis import HealthCheck, settings
+
+from todos import openapi, tokens
+from todos.models import Endpoint
+
+pytestmark = pytest.mark.slow
+
+# The event stream never ends, so it cannot be called and validated as a whole;
+# tests/test_events.py covers it.
+schema = schemathesis.openapi.from_dict(openapi.build_document()).exclude(
+    path="/api/v1/events"
+)
+
+
+# One token for the whole run, known before any case is generated: schemathesis
+# applies it as the bearer scheme, and leaves it off when a negative case is
+# about missing auth. Each test stores an endpoint with this token's hash.
+TOKEN = tokens.generate_token()
+
+
+@schema.auth()
+class EndpointToken:
+    def get(self, case, context):
+        return TOKEN
+
+    def set(self, case, data, context):
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+
+@pytest.fixture
+def token_endpoint(db):
+    owner, _ = get_user_model().objects.get_or_create(username="fuzzer")
+    return Endpoint.objects.create(
+        name="fuzzer", owner=owner, queues=["*"], token_hash=tokens.hash_token(TOKEN)
+    )
+
+
+@schema.parametrize()
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
+)
+def test_the_api_conforms_to_its_openapi_document(case, live_server, token_endpoint):
+    if case.query and case.query.get("cursor"):
+        # A cursor is opaque: only one this API issued is valid, and a random
+        # string is rightly a 400 (tests/test_api.py pages with real ones).
+        del case.query["cursor"]
+    if isinstance(case.body, dict) and case.body.get("wait_seconds"):
+        # Each generated long poll would wait out its seconds on an empty queue;
+        # tests/test_longpoll.py covers waiting, this run covers the shapes.
+        case.body["wait_seconds"] = 0
+    case.call_and_validate(base_url=live_server.url)
