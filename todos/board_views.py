@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -59,7 +59,9 @@ def operator_view(view):
             return render(request, "board/forbidden.html", status=403)
         try:
             return view(request, *args, **kwargs)
-        except (store.Unavailable, DatabaseError):
+        except (store.Unavailable, OperationalError, InterfaceError):
+            # The ORM's endpoint queries fail this way too; anything else is a bug
+            # and should surface as one.
             if request.htmx:
                 return _notices_only(
                     request, [_notice("error", "The database is unavailable; "
@@ -255,6 +257,7 @@ def todo_list(request):
         "paged": form.is_valid() and bool(form.cleaned_data["after"]),
         "here": request.get_full_path(),
         "nav": "todos",
+        "now": timezone.now(),
     }
     return _page(request, "board/todo_list.html", context,
                  fragments=("results", "rows"), status=status)
@@ -311,7 +314,8 @@ def _todo_action(request, todo_id, act, verb, done_text):
         part = ("board/todo_detail.html#detail", _detail_context(todo))
     else:
         part = ("board/todo_list.html#row",
-                {"todo": todo, "endpoint": _endpoint_or_none(todo.endpoint_id)})
+                {"todo": todo, "endpoint": _endpoint_or_none(todo.endpoint_id),
+                 "now": timezone.now()})
     return _fragments(request, [part], notices, events)
 
 
