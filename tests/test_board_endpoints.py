@@ -140,3 +140,13 @@ def test_endpoint_pages_require_a_staff_login(client, endpoint):
 
     assert response.status_code == 302
     assert Endpoint.objects.get(id=endpoint.id).is_active
+
+
+def test_an_empty_post_shows_the_required_fields(board, endpoint):
+    created = board.post("/board/endpoints/new/")
+    grants = board.post(f"/board/endpoints/{endpoint.id}/grants/")
+    todo = board.post("/board/todos/new/")
+
+    for response in (created, grants, todo):
+        assert response.status_code == 400
+        assert b"This field is required" in response.content

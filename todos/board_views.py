@@ -89,6 +89,11 @@ def _next_url(request, default):
     return default
 
 
+def _posted(request):
+    """Return the POST data to bind a form to, even when it is empty."""
+    return request.POST if request.method == "POST" else None
+
+
 def _notice(level, text):
     return {"level": level, "text": text}
 
@@ -401,7 +406,7 @@ def todos_retry_matching(request):
 @operator_view
 def todo_create(request):
     """Create a todo by hand for an endpoint."""
-    form = TodoCreateForm(request.POST or None,
+    form = TodoCreateForm(_posted(request),
                           initial={"endpoint": request.GET.get("endpoint", "")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -450,7 +455,7 @@ def _token_page(request, endpoint, token, created):
 @operator_view
 def endpoint_create(request):
     """Create an endpoint and show its token, this once."""
-    form = EndpointCreateForm(request.POST or None, initial={"owner": request.user})
+    form = EndpointCreateForm(_posted(request), initial={"owner": request.user})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         endpoint = Endpoint(name=data["name"], owner=data["owner"],
@@ -507,7 +512,7 @@ def endpoint_grants(request, endpoint_id):
     endpoint = _endpoint_or_none(endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
-    form = GrantsForm(request.POST or None, initial={"queues": endpoint.queues})
+    form = GrantsForm(_posted(request), initial={"queues": endpoint.queues})
     if request.method == "POST" and form.is_valid():
         endpoint.queues = form.cleaned_data["queues"]
         endpoint.save(update_fields=["queues"])
