@@ -85,8 +85,15 @@ def load(url, count):
         conn.execute("TRUNCATE todos, todo_events")
         started = time.perf_counter()
         conn.execute("SET statement_timeout = 0")
-        conn.execute(LOAD_SQL, {"count": count, "endpoints": ENDPOINTS,
-                                "queues": list(QUEUES), "queue_count": len(QUEUES)})
+        conn.execute(
+            LOAD_SQL,
+            {
+                "count": count,
+                "endpoints": ENDPOINTS,
+                "queues": list(QUEUES),
+                "queue_count": len(QUEUES),
+            },
+        )
         conn.execute("VACUUM (ANALYZE) todos")
         print(f"loaded {count:,} todos in {time.perf_counter() - started:.1f} s")
 
@@ -97,8 +104,9 @@ def ensure_endpoints_and_operator():
     from todos.models import Endpoint
 
     users = get_user_model().objects
-    operator, _ = users.get_or_create(username="board-bench",
-                                      defaults={"is_staff": True})
+    operator, _ = users.get_or_create(
+        username="board-bench", defaults={"is_staff": True}
+    )
     for index in range(ENDPOINTS):
         name = f"board-bench-{index}"
         if not Endpoint.objects.filter(name=name).exists():
@@ -151,17 +159,29 @@ def main():
 
     pages = [
         ("overview", "/board/", None),
-        ("overview counts (htmx poll)", "/board/", {"HX-Request": "true",
-                                                     "HX-Target": "counts"}),
+        (
+            "overview counts (htmx poll)",
+            "/board/",
+            {"HX-Request": "true", "HX-Target": "counts"},
+        ),
         ("list, no filter", "/board/todos/", None),
-        ("list rows (htmx poll)", "/board/todos/", {"HX-Request": "true",
-                                                    "HX-Target": "rows"}),
+        (
+            "list rows (htmx poll)",
+            "/board/todos/",
+            {"HX-Request": "true", "HX-Target": "rows"},
+        ),
         ("list, dead letters", "/board/todos/?state=dead_letter", None),
-        ("list, endpoint + queue + pending",
-         f"/board/todos/?endpoint={endpoint.id}&queue=reviews&state=pending", None),
+        (
+            "list, endpoint + queue + pending",
+            f"/board/todos/?endpoint={endpoint.id}&queue=reviews&state=pending",
+            None,
+        ),
         ("list, text search", "/board/todos/?q=delivery-4242", None),
-        ("retry-matching preview (dead letters)",
-         "/board/todos/retry-matching/?state=dead_letter", None),
+        (
+            "retry-matching preview (dead letters)",
+            "/board/todos/retry-matching/?state=dead_letter",
+            None,
+        ),
     ]
     print(f"\nServer time over {args.todos:,} todos, {args.rounds} rounds each")
     print(f"{'page':<42} {'median ms':>10} {'p95 ms':>8}  status")

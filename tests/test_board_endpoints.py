@@ -38,8 +38,10 @@ def test_endpoint_list_shows_owner_grants_and_only_a_token_prefix(board, make_en
 def test_create_endpoint_shows_its_token_once(board, operator):
     assert board.get("/board/endpoints/new/").status_code == 200
 
-    response = board.post("/board/endpoints/new/", {
-        "name": "release-agent", "owner": operator.pk, "queues": "deploys, reviews"})
+    response = board.post(
+        "/board/endpoints/new/",
+        {"name": "release-agent", "owner": operator.pk, "queues": "deploys, reviews"},
+    )
 
     assert response.status_code == 201
     assert response["Cache-Control"] == "no-store"
@@ -52,14 +54,18 @@ def test_create_endpoint_shows_its_token_once(board, operator):
     assert b"data-copy" in response.content
 
 
-@pytest.mark.parametrize(("queues", "error"), [
-    ("", "This field is required"),
-    ("a b", "is not a queue name"),
-    ("*, extra", "already grants every queue"),
-])
+@pytest.mark.parametrize(
+    ("queues", "error"),
+    [
+        ("", "This field is required"),
+        ("a b", "is not a queue name"),
+        ("*, extra", "already grants every queue"),
+    ],
+)
 def test_create_endpoint_explains_bad_fields(board, operator, queues, error):
-    response = board.post("/board/endpoints/new/", {
-        "name": "  ", "owner": operator.pk, "queues": queues})
+    response = board.post(
+        "/board/endpoints/new/", {"name": "  ", "owner": operator.pk, "queues": queues}
+    )
 
     assert response.status_code == 400
     assert error in response.content.decode()
@@ -87,8 +93,10 @@ def test_rotate_of_a_revoked_endpoint_is_refused(board, endpoint):
 
 
 def test_revoke_re_renders_the_row_and_kills_the_token(board, endpoint):
-    response = board.post(f"/board/endpoints/{endpoint.id}/revoke/", headers={
-        "HX-Request": "true", "HX-Target": f"endpoint-{endpoint.id}"})
+    response = board.post(
+        f"/board/endpoints/{endpoint.id}/revoke/",
+        headers={"HX-Request": "true", "HX-Target": f"endpoint-{endpoint.id}"},
+    )
 
     html = response.content.decode()
     assert html.lstrip().startswith(f'<tr id="endpoint-{endpoint.id}" class="revoked"')
@@ -108,8 +116,11 @@ def test_grants_form_edits_the_queues(board, endpoint):
     page = board.get(f"/board/endpoints/{endpoint.id}/grants/")
     assert 'value="*"' in page.content.decode()
 
-    response = board.post(f"/board/endpoints/{endpoint.id}/grants/",
-                          {"queues": "github,\nreviews"}, follow=True)
+    response = board.post(
+        f"/board/endpoints/{endpoint.id}/grants/",
+        {"queues": "github,\nreviews"},
+        follow=True,
+    )
 
     endpoint.refresh_from_db()
     assert endpoint.queues == ["github", "reviews"]

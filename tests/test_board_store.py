@@ -7,8 +7,13 @@ from todos import store
 
 def failed(scope, *, dead, title="t", key=None, queue="q"):
     """Create a todo and fail it once: dead-lettered or parked for a retry."""
-    todo, _ = store.create_todo(scope, queue=queue, title=title, idempotency_key=key,
-                                max_attempts=1 if dead else 5)
+    todo, _ = store.create_todo(
+        scope,
+        queue=queue,
+        title=title,
+        idempotency_key=key,
+        max_attempts=1 if dead else 5,
+    )
     store.claim_todo(scope, todo.id, "w")
     return store.fail_todo(scope, todo.id, "w", error="boom")
 
@@ -30,7 +35,11 @@ def test_overview_counts_each_state_per_endpoint_and_queue(scope, other_scope):
     rows = {(row.endpoint_id, row.queue): row for row in overview.rows}
     mine = rows[(scope.endpoint_id, "reviews")]
     assert (mine.pending, mine.claimed, mine.retry_scheduled, mine.dead_letter) == (
-        2, 1, 1, 1)
+        2,
+        1,
+        1,
+        1,
+    )
     assert mine.done == 0
     theirs = rows[(other_scope.endpoint_id, "reviews")]
     assert (theirs.pending, theirs.done) == (0, 1)
@@ -103,7 +112,10 @@ def test_retry_matching_requeues_every_match_in_batches(scope):
         assert store.get_todo(scope, todo.id).state == "pending"
         last = store.todo_events_any_endpoint(todo.id)[-1]
         assert (last.from_state, last.to_state, last.actor) == (
-            "failed", "pending", "op:ann")
+            "failed",
+            "pending",
+            "op:ann",
+        )
     assert store.get_todo(scope, other.id).is_dead_letter
 
 
@@ -173,8 +185,10 @@ def test_overview_dead_letter_count_reads_only_the_dead_letter_index(db):
 
 
 def test_newest_first_list_walks_the_created_index_instead_of_sorting(db):
-    sql = (f"SELECT {store.TODO_COLUMNS} FROM todos WHERE TRUE"
-           " ORDER BY created_at DESC, id DESC LIMIT 51")
+    sql = (
+        f"SELECT {store.TODO_COLUMNS} FROM todos WHERE TRUE"
+        " ORDER BY created_at DESC, id DESC LIMIT 51"
+    )
 
     lines = plan(sql, {})
 

@@ -29,8 +29,9 @@ def board(client, operator):
 
 
 def dead_letter(scope, title="broken", queue="q", key=None):
-    todo, _ = store.create_todo(scope, queue=queue, title=title, max_attempts=1,
-                                idempotency_key=key)
+    todo, _ = store.create_todo(
+        scope, queue=queue, title=title, max_attempts=1, idempotency_key=key
+    )
     store.claim_todo(scope, todo.id, "worker-1")
     return store.fail_todo(scope, todo.id, "worker-1", error="TimeoutError: slow API")
 
@@ -42,8 +43,14 @@ def claimed(scope, title="busy"):
 
 # --- Login ----------------------------------------------------------------------
 
-BOARD_PAGES = ["/board/", "/board/todos/", "/board/todos/new/", "/board/endpoints/",
-               "/board/endpoints/new/", "/board/todos/retry-matching/"]
+BOARD_PAGES = [
+    "/board/",
+    "/board/todos/",
+    "/board/todos/new/",
+    "/board/endpoints/",
+    "/board/endpoints/new/",
+    "/board/todos/retry-matching/",
+]
 
 
 @pytest.mark.parametrize("url", BOARD_PAGES)
@@ -55,13 +62,19 @@ def test_every_page_requires_a_login(client, db, url):
 
 
 def test_an_htmx_request_without_a_login_redirects_the_whole_page(client, db):
-    response = client.get("/board/todos/", headers={
-        "HX-Request": "true", "HX-Target": "rows",
-        "HX-Current-URL": "http://testserver/board/todos/?state=done"})
+    response = client.get(
+        "/board/todos/",
+        headers={
+            "HX-Request": "true",
+            "HX-Target": "rows",
+            "HX-Current-URL": "http://testserver/board/todos/?state=done",
+        },
+    )
 
     assert response.status_code == 200
     assert response["HX-Redirect"] == (
-        "/board/login/?next=%2Fboard%2Ftodos%2F%3Fstate%3Ddone")
+        "/board/login/?next=%2Fboard%2Ftodos%2F%3Fstate%3Ddone"
+    )
 
 
 def test_actions_require_a_login(client, scope):
@@ -76,8 +89,10 @@ def test_actions_require_a_login(client, scope):
 def test_login_page_logs_a_staff_user_in_and_out(client, operator):
     assert client.get("/board/login/").status_code == 200
 
-    response = client.post("/board/login/", {
-        "username": "ops", "password": "a-long-password", "next": "/board/todos/"})
+    response = client.post(
+        "/board/login/",
+        {"username": "ops", "password": "a-long-password", "next": "/board/todos/"},
+    )
     assert response.status_code == 302
     assert response["Location"] == "/board/todos/"
     assert client.get("/board/").status_code == 200
@@ -89,8 +104,9 @@ def test_login_page_logs_a_staff_user_in_and_out(client, operator):
 def test_login_refuses_a_user_who_is_not_staff(client, db):
     get_user_model().objects.create_user("agent-owner", password="a-long-password")
 
-    response = client.post("/board/login/", {
-        "username": "agent-owner", "password": "a-long-password"})
+    response = client.post(
+        "/board/login/", {"username": "agent-owner", "password": "a-long-password"}
+    )
 
     assert response.status_code == 200
     assert b"not an operator" in response.content
@@ -119,8 +135,11 @@ def test_posts_need_the_csrf_token_that_htmx_sends_in_a_header(operator, scope):
     assert refused.status_code == 403
     assert store.get_todo(scope, todo.id).is_dead_letter
 
-    accepted = client.post(f"/board/todos/{todo.id}/retry/",
-                           HTTP_X_CSRFTOKEN=token, **htmx(f"todo-{todo.id}"))
+    accepted = client.post(
+        f"/board/todos/{todo.id}/retry/",
+        HTTP_X_CSRFTOKEN=token,
+        **htmx(f"todo-{todo.id}"),
+    )
     assert accepted.status_code == 200
     assert store.get_todo(scope, todo.id).state == "pending"
 
@@ -190,15 +209,17 @@ def test_list_filters_to_dead_letters(board, scope):
     assert 'option value="dead_letter" selected' in html
 
 
-def test_list_filters_by_endpoint_queue_worker_and_text(board, scope, other_scope,
-                                                        other_endpoint):
+def test_list_filters_by_endpoint_queue_worker_and_text(
+    board, scope, other_scope, other_endpoint
+):
     busy = claimed(scope, title="Deploy api v2")
     store.create_todo(scope, queue="other", title="Deploy worker")
     theirs, _ = store.create_todo(other_scope, queue="q", title="Deploy api v3")
 
     by_owner = board.get("/board/todos/?owner=worker-1&q=deploy").content.decode()
     by_endpoint = board.get(
-        f"/board/todos/?endpoint={other_endpoint.id}&queue=q").content.decode()
+        f"/board/todos/?endpoint={other_endpoint.id}&queue=q"
+    ).content.decode()
 
     assert f"todo-{busy.id}" in by_owner and "Deploy worker" not in by_owner
     assert f"todo-{theirs.id}" in by_endpoint and "Deploy api v2" not in by_endpoint
@@ -259,9 +280,14 @@ def test_list_shows_an_empty_state(board, db):
 
 
 def test_detail_shows_fields_payload_error_and_history(board, scope):
-    todo, _ = store.create_todo(scope, queue="q", title="Review PR 7",
-                                payload={"pr": 7, "repo": "acme/x"},
-                                idempotency_key="gh-123", max_attempts=1)
+    todo, _ = store.create_todo(
+        scope,
+        queue="q",
+        title="Review PR 7",
+        payload={"pr": 7, "repo": "acme/x"},
+        idempotency_key="gh-123",
+        max_attempts=1,
+    )
     store.claim_todo(scope, todo.id, "claude-1")
     store.fail_todo(scope, todo.id, "claude-1", error="diff too large")
 
@@ -334,8 +360,11 @@ def test_a_conflict_without_javascript_redirects_back_with_a_message(board, scop
     todo = dead_letter(scope)
     store.retry_todo(scope, todo.id)
 
-    response = board.post(f"/board/todos/{todo.id}/retry/",
-                          {"next": "/board/todos/?state=dead_letter"}, follow=True)
+    response = board.post(
+        f"/board/todos/{todo.id}/retry/",
+        {"next": "/board/todos/?state=dead_letter"},
+        follow=True,
+    )
 
     assert response.redirect_chain == [("/board/todos/?state=dead_letter", 302)]
     assert b"now pending" in response.content
@@ -344,15 +373,17 @@ def test_a_conflict_without_javascript_redirects_back_with_a_message(board, scop
 def test_retry_without_javascript_redirects_to_a_safe_next_only(board, scope):
     todo = dead_letter(scope)
 
-    response = board.post(f"/board/todos/{todo.id}/retry/",
-                          {"next": "https://evil.example/"})
+    response = board.post(
+        f"/board/todos/{todo.id}/retry/", {"next": "https://evil.example/"}
+    )
 
     assert response["Location"] == "/board/todos/"
 
 
 def test_retry_of_a_vanished_todo_only_shows_a_notice(board, db):
-    response = board.post("/board/todos/00000000-0000-0000-0000-000000000000/retry/",
-                          **htmx("todo-x"))
+    response = board.post(
+        "/board/todos/00000000-0000-0000-0000-000000000000/retry/", **htmx("todo-x")
+    )
 
     assert response["HX-Reswap"] == "none"
     assert b"no longer exists" in response.content
@@ -363,7 +394,7 @@ def test_release_hands_a_stuck_claim_back(board, scope):
 
     response = board.post(f"/board/todos/{todo.id}/release/", **htmx(f"todo-{todo.id}"))
 
-    assert b"class=\"row-pending\"" in response.content
+    assert b'class="row-pending"' in response.content
     assert store.get_todo(scope, todo.id).owner is None
 
 
@@ -386,8 +417,9 @@ def test_retry_selected_retries_the_ticked_todos(board, scope):
     first, second = dead_letter(scope, "one"), dead_letter(scope, "two")
     pending, _ = store.create_todo(scope, queue="q")
 
-    response = board.post("/board/todos/retry/",
-                          {"ids": [first.id, second.id, pending.id]}, **HTMX)
+    response = board.post(
+        "/board/todos/retry/", {"ids": [first.id, second.id, pending.id]}, **HTMX
+    )
 
     html = response.content.decode()
     assert "Retried 2 of 3" in html and "1 could not be retried" in html
@@ -397,8 +429,7 @@ def test_retry_selected_retries_the_ticked_todos(board, scope):
 
 
 def test_retry_selected_with_nothing_ticked_says_so(board, db):
-    response = board.post("/board/todos/retry/", {"next": "/board/todos/"},
-                          follow=True)
+    response = board.post("/board/todos/retry/", {"next": "/board/todos/"}, follow=True)
 
     assert b"Tick the todos to retry first" in response.content
 
@@ -408,12 +439,16 @@ def test_retry_matching_previews_the_count_then_retries_on_confirmation(board, s
         dead_letter(scope, f"dead {i}", queue="reviews")
     dead_letter(scope, "elsewhere", queue="deploys")
 
-    preview = board.get("/board/todos/retry-matching/?queue=reviews&state=dead_letter",
-                        **htmx("bulk"))
+    preview = board.get(
+        "/board/todos/retry-matching/?queue=reviews&state=dead_letter", **htmx("bulk")
+    )
     assert store.count_retryable_any_endpoint(state="dead_letter") == 4  # untouched
 
-    done = board.post("/board/todos/retry-matching/",
-                      {"queue": "reviews", "state": "dead_letter"}, **htmx("bulk"))
+    done = board.post(
+        "/board/todos/retry-matching/",
+        {"queue": "reviews", "state": "dead_letter"},
+        **htmx("bulk"),
+    )
 
     preview_html, done_html = preview.content.decode(), done.content.decode()
     assert preview_html.lstrip().startswith('<section id="bulk"')
@@ -427,8 +462,9 @@ def test_retry_matching_page_works_without_javascript(board, scope):
     dead_letter(scope)
 
     page = board.get("/board/todos/retry-matching/?state=dead_letter")
-    done = board.post("/board/todos/retry-matching/", {"state": "dead_letter"},
-                      follow=True)
+    done = board.post(
+        "/board/todos/retry-matching/", {"state": "dead_letter"}, follow=True
+    )
 
     assert b"<html" in page.content and b"Retry 1 failed todo?" in page.content
     assert done.redirect_chain[-1][0] == "/board/todos/?state=dead_letter"
@@ -454,10 +490,18 @@ def test_retry_matching_rejects_a_bad_filter(board, db):
 def test_create_todo_by_hand_then_see_it(board, endpoint):
     assert board.get("/board/todos/new/").status_code == 200
 
-    response = board.post("/board/todos/new/", {
-        "endpoint": endpoint.id, "queue": "reviews", "title": "Check the docs",
-        "payload": '{"pr": 12}', "idempotency_key": "manual-1", "max_attempts": 3,
-    }, follow=True)
+    response = board.post(
+        "/board/todos/new/",
+        {
+            "endpoint": endpoint.id,
+            "queue": "reviews",
+            "title": "Check the docs",
+            "payload": '{"pr": 12}',
+            "idempotency_key": "manual-1",
+            "max_attempts": 3,
+        },
+        follow=True,
+    )
 
     todo = response.context["todo"]
     assert (todo.queue, todo.payload, todo.max_attempts) == ("reviews", {"pr": 12}, 3)
@@ -465,13 +509,21 @@ def test_create_todo_by_hand_then_see_it(board, endpoint):
     assert store.todo_events_any_endpoint(todo.id)[0].actor == "operator:ops"
 
 
-def test_create_todo_with_a_live_duplicate_key_shows_the_existing_one(board, scope,
-                                                                      endpoint):
+def test_create_todo_with_a_live_duplicate_key_shows_the_existing_one(
+    board, scope, endpoint
+):
     existing, _ = store.create_todo(scope, queue="q", idempotency_key="k")
 
-    response = board.post("/board/todos/new/", {
-        "endpoint": endpoint.id, "queue": "q", "idempotency_key": "k",
-        "max_attempts": 5}, follow=True)
+    response = board.post(
+        "/board/todos/new/",
+        {
+            "endpoint": endpoint.id,
+            "queue": "q",
+            "idempotency_key": "k",
+            "max_attempts": 5,
+        },
+        follow=True,
+    )
 
     assert response.context["todo"].id == existing.id
     assert b"already holds that idempotency key" in response.content
@@ -480,9 +532,15 @@ def test_create_todo_with_a_live_duplicate_key_shows_the_existing_one(board, sco
 def test_create_todo_explains_bad_fields(board, make_endpoint):
     narrow = make_endpoint("narrow", queues=("reviews",))
 
-    response = board.post("/board/todos/new/", {
-        "endpoint": narrow.id, "queue": "deploys", "payload": "{oops",
-        "max_attempts": 0})
+    response = board.post(
+        "/board/todos/new/",
+        {
+            "endpoint": narrow.id,
+            "queue": "deploys",
+            "payload": "{oops",
+            "max_attempts": 0,
+        },
+    )
 
     html = response.content.decode()
     assert response.status_code == 400

@@ -21,16 +21,24 @@ from todos import board_demo, store
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"Debian's chromium is not installed at {CHROMIUM} "
-                       "(scripts/system-deps.sh installs it)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"Debian's chromium is not installed at {CHROMIUM} "
+        "(scripts/system-deps.sh installs it)",
+    ),
     pytest.mark.django_db(transaction=True),
 ]
 
@@ -40,8 +48,9 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM,
-                                             args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
         yield browser
         browser.close()
 
@@ -57,8 +66,9 @@ def page(browser, live_server):
 
 @pytest.fixture
 def demo(db):
-    get_user_model().objects.create_user("operator", password="switchboard-demo",
-                                         is_staff=True)
+    get_user_model().objects.create_user(
+        "operator", password="switchboard-demo", is_staff=True
+    )
     return board_demo.seed()
 
 
@@ -80,9 +90,11 @@ UPDATE todo_events e SET at = e.at + make_interval(secs => %(base)s + 60 * (r.n 
 
 def age_demo():
     with connection.cursor() as cursor:
-        cursor.execute("SELECT t.id, count(e.id) FROM todos t JOIN todo_events e"
-                       " ON e.todo_id = t.id GROUP BY t.id, t.created_at"
-                       " ORDER BY t.created_at")
+        cursor.execute(
+            "SELECT t.id, count(e.id) FROM todos t JOIN todo_events e"
+            " ON e.todo_id = t.id GROUP BY t.id, t.created_at"
+            " ORDER BY t.created_at"
+        )
         todos = cursor.fetchall()
         for position, (todo_id, events) in enumerate(todos):
             base = -(len(todos) - position) * 2300
@@ -123,7 +135,8 @@ def test_log_in_filter_to_dead_letters_and_retry_a_row_in_place(page, demo):
 
     row.locator(".badge-pending").wait_for()
     assert page.locator("#notices").inner_text().strip() == (
-        "Retried: the todo is pending again.")
+        "Retried: the todo is pending again."
+    )
     assert still_same_document(page)
     (todo,) = store.list_todos_any_endpoint(text="to production").todos
     assert todo.state == "pending"
@@ -214,6 +227,7 @@ def test_pages_fit_a_laptop_and_a_phone(page, demo, tmp_path):
         for name, path in pages.items():
             page.goto(path)
             overflow = page.evaluate(
-                "document.documentElement.scrollWidth - window.innerWidth")
+                "document.documentElement.scrollWidth - window.innerWidth"
+            )
             assert overflow <= 0, f"{name} scrolls sideways on a {size_name}"
             page.screenshot(path=out / f"{name}-{size_name}.png", full_page=True)

@@ -146,9 +146,9 @@ class EndpointCreateForm(BoardForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["owner"].queryset = get_user_model().objects.filter(
-            is_active=True
-        ).order_by("username")
+        self.fields["owner"].queryset = (
+            get_user_model().objects.filter(is_active=True).order_by("username")
+        )
 
     def clean_name(self):
         name = self.cleaned_data["name"].strip()

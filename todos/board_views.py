@@ -64,8 +64,14 @@ def operator_view(view):
             # and should surface as one.
             if request.htmx:
                 return _notices_only(
-                    request, [_notice("error", "The database is unavailable; "
-                                      "the page will catch up when it is back.")],
+                    request,
+                    [
+                        _notice(
+                            "error",
+                            "The database is unavailable; "
+                            "the page will catch up when it is back.",
+                        )
+                    ],
                     status=503,
                 )
             return render(request, "board/unavailable.html", status=503)
@@ -198,8 +204,11 @@ def overview(request):
             {"counts": row, "age": _age(row.oldest_pending_seconds)}
         )
     sections = [
-        {"endpoint": endpoint, "endpoint_id": endpoint_id, "queues": groups.get(
-            endpoint_id, [])}
+        {
+            "endpoint": endpoint,
+            "endpoint_id": endpoint_id,
+            "queues": groups.get(endpoint_id, []),
+        }
         for endpoint_id, endpoint in endpoints.items()
         if endpoint.is_active or endpoint_id in groups
     ]
@@ -252,8 +261,10 @@ def todo_list(request):
     endpoints = _endpoints_by_id()
     context = {
         "form": form,
-        "rows": [{"todo": todo, "endpoint": endpoints.get(todo.endpoint_id)}
-                 for todo in page.todos],
+        "rows": [
+            {"todo": todo, "endpoint": endpoints.get(todo.endpoint_id)}
+            for todo in page.todos
+        ],
         "filtered": bool(filters) and any(filters.values()),
         "first_query": _query(form) if form.is_valid() else "",
         "next_query": (
@@ -264,8 +275,13 @@ def todo_list(request):
         "nav": "todos",
         "now": timezone.now(),
     }
-    return _page(request, "board/todo_list.html", context,
-                 fragments=("results", "rows"), status=status)
+    return _page(
+        request,
+        "board/todo_list.html",
+        context,
+        fragments=("results", "rows"),
+        status=status,
+    )
 
 
 # --- Todo detail and actions ----------------------------------------------------
@@ -279,7 +295,8 @@ def _detail_context(todo):
         "events": store.todo_events_any_endpoint(todo.id),
         "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
         "result_json": (
-            None if todo.result is None
+            None
+            if todo.result is None
             else json.dumps(todo.result, indent=2, sort_keys=True)
         ),
     }
@@ -293,8 +310,9 @@ def todo_detail(request, todo_id):
         todo = store.get_todo_any_endpoint(todo_id)
     except store.NotFound:
         return render(request, "board/not_found.html", {"what": "todo"}, status=404)
-    return _page(request, "board/todo_detail.html", _detail_context(todo),
-                 fragments=("detail",))
+    return _page(
+        request, "board/todo_detail.html", _detail_context(todo), fragments=("detail",)
+    )
 
 
 def _todo_action(request, todo_id, act, verb, done_text):
@@ -318,9 +336,14 @@ def _todo_action(request, todo_id, act, verb, done_text):
     if request.htmx.target == "detail":
         part = ("board/todo_detail.html#detail", _detail_context(todo))
     else:
-        part = ("board/todo_list.html#row",
-                {"todo": todo, "endpoint": _endpoint_or_none(todo.endpoint_id),
-                 "now": timezone.now()})
+        part = (
+            "board/todo_list.html#row",
+            {
+                "todo": todo,
+                "endpoint": _endpoint_or_none(todo.endpoint_id),
+                "now": timezone.now(),
+            },
+        )
     return _fragments(request, [part], notices, events)
 
 
@@ -328,23 +351,33 @@ def _todo_action(request, todo_id, act, verb, done_text):
 @operator_view
 def todo_retry(request, todo_id):
     """Requeue a failed todo now (dead letter or parked retry)."""
-    return _todo_action(request, todo_id, store.retry_todo_any_endpoint, "retry",
-                        "Retried: the todo is pending again.")
+    return _todo_action(
+        request,
+        todo_id,
+        store.retry_todo_any_endpoint,
+        "retry",
+        "Retried: the todo is pending again.",
+    )
 
 
 @require_POST
 @operator_view
 def todo_release(request, todo_id):
     """Hand a stuck claim back to the queue."""
-    return _todo_action(request, todo_id, store.release_todo_any_endpoint, "release",
-                        "Released: the claim is given back.")
+    return _todo_action(
+        request,
+        todo_id,
+        store.release_todo_any_endpoint,
+        "release",
+        "Released: the claim is given back.",
+    )
 
 
 @require_POST
 @operator_view
 def todos_retry_selected(request):
     """Retry the todos ticked in the list."""
-    ids = request.POST.getlist("ids")[:store.BULK_RETRY_LIMIT]
+    ids = request.POST.getlist("ids")[: store.BULK_RETRY_LIMIT]
     if not ids:
         notices = [_notice("warning", "Tick the todos to retry first.")]
     else:
@@ -353,17 +386,21 @@ def todos_retry_selected(request):
         )
         notices = [_notice("success", f"Retried {len(retried)} of {len(ids)}.")]
         if conflicts:
-            notices.append(_notice(
-                "warning", f"{len(conflicts)} could not be retried: they were no "
-                "longer failed, or a live todo holds their idempotency key.",
-            ))
+            notices.append(
+                _notice(
+                    "warning",
+                    f"{len(conflicts)} could not be retried: they were no "
+                    "longer failed, or a live todo holds their idempotency key.",
+                )
+            )
         if missing:
             notices.append(_notice("warning", f"{len(missing)} no longer exist."))
     if not request.htmx:
         _flash(request, notices)
         return redirect(_next_url(request, reverse("board:todos")))
-    return _notices_only(request, notices,
-                         events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED))
+    return _notices_only(
+        request, notices, events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED)
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -372,12 +409,22 @@ def todos_retry_matching(request):
     """Preview, then retry, every failed todo the list's filter matches."""
     form = TodoFilterForm(request.GET if request.method == "GET" else request.POST)
     if not form.is_valid():
-        return _page(request, "board/retry_matching.html",
-                     {"form": form, "count": 0}, fragments=("bulk",), status=400)
+        return _page(
+            request,
+            "board/retry_matching.html",
+            {"form": form, "count": 0},
+            fragments=("bulk",),
+            status=400,
+        )
     filters = form.store_filters()
     list_url = f"{reverse('board:todos')}?{_query(form)}"
-    context = {"form": form, "list_url": list_url, "query": _query(form),
-               "limit": store.BULK_RETRY_LIMIT, "batch": store.BULK_RETRY_BATCH}
+    context = {
+        "form": form,
+        "list_url": list_url,
+        "query": _query(form),
+        "limit": store.BULK_RETRY_LIMIT,
+        "batch": store.BULK_RETRY_BATCH,
+    }
     if request.method == "GET":
         context["count"] = store.count_retryable_any_endpoint(**filters)
         return _page(request, "board/retry_matching.html", context, fragments=("bulk",))
@@ -386,45 +433,64 @@ def todos_retry_matching(request):
     )
     notices = [_notice("success", f"Retried {outcome.retried} matching todos.")]
     if outcome.conflicts:
-        notices.append(_notice(
-            "warning", f"{len(outcome.conflicts)} were left failed: a live todo "
-            "holds their idempotency key.",
-        ))
+        notices.append(
+            _notice(
+                "warning",
+                f"{len(outcome.conflicts)} were left failed: a live todo "
+                "holds their idempotency key.",
+            )
+        )
     if outcome.more:
-        notices.append(_notice(
-            "warning", "More failed todos still match; run the retry again.",
-        ))
+        notices.append(
+            _notice(
+                "warning",
+                "More failed todos still match; run the retry again.",
+            )
+        )
     if not request.htmx:
         _flash(request, notices)
         return redirect(list_url)
     context["outcome"] = outcome
-    return _fragments(request, [("board/retry_matching.html#bulk-done", context)],
-                      notices, events=(ROWS_CHANGED, COUNTS_CHANGED))
+    return _fragments(
+        request,
+        [("board/retry_matching.html#bulk-done", context)],
+        notices,
+        events=(ROWS_CHANGED, COUNTS_CHANGED),
+    )
 
 
 @require_http_methods(["GET", "POST"])
 @operator_view
 def todo_create(request):
     """Create a todo by hand for an endpoint."""
-    form = TodoCreateForm(_posted(request),
-                          initial={"endpoint": request.GET.get("endpoint", "")})
+    form = TodoCreateForm(
+        _posted(request), initial={"endpoint": request.GET.get("endpoint", "")}
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         todo, created = store.create_todo_any_endpoint(
-            data["endpoint"], queue=data["queue"], title=data["title"],
-            payload=data["payload"], idempotency_key=data["idempotency_key"] or None,
-            assignee=data["assignee"] or None, max_attempts=data["max_attempts"],
+            data["endpoint"],
+            queue=data["queue"],
+            title=data["title"],
+            payload=data["payload"],
+            idempotency_key=data["idempotency_key"] or None,
+            assignee=data["assignee"] or None,
+            max_attempts=data["max_attempts"],
             actor=f"operator:{request.user.get_username()}",
         )
         if created:
             messages.success(request, "Created the todo.")
         else:
-            messages.warning(request, "A live todo already holds that idempotency "
-                             "key on this endpoint; here it is.")
+            messages.warning(
+                request,
+                "A live todo already holds that idempotency "
+                "key on this endpoint; here it is.",
+            )
         return redirect("board:todo", todo_id=todo.id)
     status = 400 if request.method == "POST" else 200
-    return render(request, "board/todo_create.html",
-                  {"form": form, "nav": "todos"}, status=status)
+    return render(
+        request, "board/todo_create.html", {"form": form, "nav": "todos"}, status=status
+    )
 
 
 # --- Endpoints ------------------------------------------------------------------
@@ -437,15 +503,18 @@ def endpoint_list(request):
     endpoints = Endpoint.objects.select_related("owner").order_by(
         "revoked_at", "name", "created_at"
     )
-    return render(request, "board/endpoints.html",
-                  {"endpoints": endpoints, "nav": "endpoints"})
+    return render(
+        request, "board/endpoints.html", {"endpoints": endpoints, "nav": "endpoints"}
+    )
 
 
 def _token_page(request, endpoint, token, created):
-    response = render(request, "board/endpoint_token.html",
-                      {"endpoint": endpoint, "token": token, "created": created,
-                       "nav": "endpoints"},
-                      status=201 if created else 200)
+    response = render(
+        request,
+        "board/endpoint_token.html",
+        {"endpoint": endpoint, "token": token, "created": created, "nav": "endpoints"},
+        status=201 if created else 200,
+    )
     # The token exists only in this response: keep it out of every cache.
     response["Cache-Control"] = "no-store"
     return response
@@ -458,14 +527,19 @@ def endpoint_create(request):
     form = EndpointCreateForm(_posted(request), initial={"owner": request.user})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        endpoint = Endpoint(name=data["name"], owner=data["owner"],
-                            queues=data["queues"])
+        endpoint = Endpoint(
+            name=data["name"], owner=data["owner"], queues=data["queues"]
+        )
         token = endpoint.set_new_token()
         endpoint.save()
         return _token_page(request, endpoint, token, created=True)
     status = 400 if request.method == "POST" else 200
-    return render(request, "board/endpoint_form.html",
-                  {"form": form, "nav": "endpoints"}, status=status)
+    return render(
+        request,
+        "board/endpoint_form.html",
+        {"form": form, "nav": "endpoints"},
+        status=status,
+    )
 
 
 @require_POST
@@ -495,14 +569,18 @@ def endpoint_revoke(request, endpoint_id):
     )
     notice = (
         _notice("success", f"Revoked {endpoint.name}; its token no longer works.")
-        if revoked else _notice("warning", f"{endpoint.name} was already revoked.")
+        if revoked
+        else _notice("warning", f"{endpoint.name} was already revoked.")
     )
     if not request.htmx:
         _flash(request, [notice])
         return redirect("board:endpoints")
     endpoint.refresh_from_db()
-    return _fragments(request, [("board/endpoints.html#endpoint-row",
-                                 {"endpoint": endpoint})], [notice])
+    return _fragments(
+        request,
+        [("board/endpoints.html#endpoint-row", {"endpoint": endpoint})],
+        [notice],
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -516,10 +594,14 @@ def endpoint_grants(request, endpoint_id):
     if request.method == "POST" and form.is_valid():
         endpoint.queues = form.cleaned_data["queues"]
         endpoint.save(update_fields=["queues"])
-        messages.success(request, f"{endpoint.name} may now use: "
-                         f"{', '.join(endpoint.queues)}.")
+        messages.success(
+            request, f"{endpoint.name} may now use: {', '.join(endpoint.queues)}."
+        )
         return redirect("board:endpoints")
     status = 400 if request.method == "POST" else 200
-    return render(request, "board/endpoint_grants.html",
-                  {"form": form, "endpoint": endpoint, "nav": "endpoints"},
-                  status=status)
+    return render(
+        request,
+        "board/endpoint_grants.html",
+        {"form": form, "endpoint": endpoint, "nav": "endpoints"},
+        status=status,
+    )
