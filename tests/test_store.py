@@ -87,6 +87,7 @@ def test_create_makes_a_pending_todo_with_defaults(scope, endpoint):
 
 
 def test_create_keeps_payload_assignee_and_max_attempts(scope):
+    """SPEC requirement: Bounded Retries via max_attempts (a per-todo cap)."""
     todo = new(scope, payload={"pr": 7, "tags": ["a"]}, assignee="w9", max_attempts=2)
     again = store.get_todo(scope, todo.id)
     assert again.payload == {"pr": 7, "tags": ["a"]}
@@ -94,11 +95,13 @@ def test_create_keeps_payload_assignee_and_max_attempts(scope):
 
 
 def test_create_rejects_max_attempts_below_one(scope):
+    """SPEC requirement: Bounded Retries via max_attempts"""
     with pytest.raises(ValueError):
         store.create_todo(scope, queue="q", max_attempts=0)
 
 
 def test_create_outside_the_queue_grant_is_refused(make_endpoint):
+    """SPEC requirement: Endpoint Ownership (Tenant Isolation): the queue grant."""
     narrow = store.Scope.for_endpoint(make_endpoint("narrow", queues=("a",)))
     with pytest.raises(store.QueueNotGranted):
         store.create_todo(narrow, queue="b")
@@ -230,6 +233,7 @@ def test_dead_letter_is_claimed_only_after_an_explicit_retry(scope, time_travel)
 
 
 def test_claim_next_takes_the_oldest_pending_todo_first(scope):
+    """SPEC requirement: Atomic Claim (ordered by created_at)."""
     first, second, third = new(scope), new(scope), new(scope)
     assert [store.claim_next(scope, "w").id for _ in range(3)] == [
         first.id,
@@ -239,6 +243,7 @@ def test_claim_next_takes_the_oldest_pending_todo_first(scope):
 
 
 def test_claim_next_sets_owner_lease_claimed_at_and_increments_attempt(scope):
+    """SPEC requirement: Atomic Claim (owner, lease, claimed_at, attempt++)."""
     todo = new(scope)
     taken = store.claim_next(scope, "worker-7", lease_seconds=90)
     assert taken.id == todo.id
@@ -248,11 +253,13 @@ def test_claim_next_sets_owner_lease_claimed_at_and_increments_attempt(scope):
 
 
 def test_claim_next_with_no_pending_work_is_not_found(scope):
+    """SPEC requirement: Atomic Claim (no work -> ErrNotFound)."""
     with pytest.raises(store.NotFound):
         store.claim_next(scope, "w1")
 
 
 def test_claim_lease_defaults_to_the_configured_server_value(scope, settings):
+    """SPEC requirement: Visibility Window, Lease, and Heartbeat (default TTL)."""
     settings.SWITCHBOARD_LEASE_SECONDS = 123
     new(scope)
     taken = store.claim_next(scope, "w1")
@@ -261,6 +268,7 @@ def test_claim_lease_defaults_to_the_configured_server_value(scope, settings):
 
 @pytest.mark.parametrize("lease", [0, -5, store.MAX_LEASE_SECONDS + 1])
 def test_claim_rejects_a_lease_out_of_range(scope, lease):
+    """SPEC requirement: Visibility Window, Lease, and Heartbeat (TTL per claim)."""
     todo = new(scope)
     with pytest.raises(ValueError):
         store.claim_next(scope, "w1", lease_seconds=lease)
@@ -277,6 +285,7 @@ def test_claim_todo_of_a_claimed_todo_conflicts(scope):
 
 
 def test_claim_todo_of_a_never_minted_id_is_not_found(scope):
+    """SPEC requirement: Atomic Claim (nonexistent -> ErrNotFound)."""
     with pytest.raises(store.NotFound):
         store.claim_todo(scope, NEVER_MINTED, "w1")
 
@@ -300,6 +309,7 @@ def test_claim_next_passes_over_others_assignments_to_pool_work(scope):
 
 
 def test_claim_respects_the_queue_grant(make_endpoint):
+    """SPEC requirement: Atomic Claim (scope covers the queue)."""
     narrow_endpoint = make_endpoint("narrow", queues=("a",))
     narrow = store.Scope.for_endpoint(narrow_endpoint)
     outside, _ = store.create_todo_any_endpoint(narrow_endpoint.id, queue="b")
@@ -314,6 +324,7 @@ def test_claim_respects_the_queue_grant(make_endpoint):
 
 
 def test_claim_next_filters_by_queue(scope):
+    """SPEC requirement: Endpoint Ownership (queue is an intra-endpoint filter)."""
     new(scope, queue="a")
     b = new(scope, queue="b")
     assert store.claim_next(scope, "w1", queue="b").id == b.id
@@ -335,6 +346,7 @@ def test_claimed_todo_with_a_live_lease_is_invisible_to_other_consumers(scope):
 
 
 def test_heartbeat_extends_the_lease_only_for_its_owner(scope):
+    """SPEC requirement: Visibility Window, Lease, and Heartbeat (only the owner)."""
     todo = claimed(scope, "w1")
     with pytest.raises(store.Conflict):
         store.heartbeat(scope, todo.id, "w2", lease_seconds=900)
@@ -345,6 +357,11 @@ def test_heartbeat_extends_the_lease_only_for_its_owner(scope):
 
 
 def test_heartbeat_keeps_a_lapsing_lease_out_of_the_claim_scan(scope, time_travel):
+    """SPEC requirement: Visibility Window, Lease, and Heartbeat
+
+    The owner may renew a lapsed lease until another claimant takes it (as SQS
+    accepts a receipt handle until the message is received again).
+    """
     todo = claimed(scope, "w1")
     time_travel(todo.id, lease_expires_at=-1000)
     store.heartbeat(scope, todo.id, "w1", lease_seconds=300)
@@ -577,6 +594,7 @@ def test_release_at_the_cap_dead_letters_like_an_expiry(scope):
 
 
 def test_operator_release_frees_anyones_claim(scope):
+    """SPEC requirement: Endpoint Ownership (operator twins)."""
     todo = claimed(scope, "stuck")
     released = store.release_todo_any_endpoint(todo.id, actor="ops")
     assert released.state == "pending"
@@ -623,6 +641,7 @@ def test_retry_of_a_dead_letter_conflicts_when_a_live_todo_holds_its_key(scope):
 
 
 def test_operator_retry_requeues_any_endpoints_dead_letter(scope):
+    """SPEC requirement: Endpoint Ownership (operator twins)."""
     todo = dead_letter(scope)
     assert store.retry_todo_any_endpoint(todo.id).state == "pending"
 
@@ -855,6 +874,7 @@ def test_a_malformed_or_unknown_endpoint_scope_owns_nothing(scope, endpoint_id):
 
 
 def test_operator_twins_see_every_endpoint(scope, other_scope):
+    """SPEC requirement: Endpoint Ownership (operator twins see every tenant)."""
     mine, theirs = new(scope), new(other_scope)
     assert store.get_todo_any_endpoint(theirs.id) == theirs
     page = store.list_todos_any_endpoint(newest_first=False)
@@ -944,6 +964,7 @@ def test_a_rejected_transition_writes_no_history(scope):
 
 
 def test_list_pages_oldest_first_with_a_keyset_cursor(scope):
+    """SPEC requirement: Endpoint Ownership (ListTodos, keyset cursor)."""
     made = [new(scope, title=str(n)) for n in range(5)]
     seen, cursor = [], None
     for _page in range(3):
@@ -955,6 +976,7 @@ def test_list_pages_oldest_first_with_a_keyset_cursor(scope):
 
 
 def test_list_filters_by_queue_and_state(scope, time_travel):
+    """SPEC requirement: Todo Lifecycle State Machine (failed splits in two)."""
     pending = new(scope, queue="a")
     taken = claimed(scope, queue="b")
     waiting = parked(scope, time_travel, queue="b")
@@ -982,6 +1004,7 @@ def test_list_filters_by_queue_and_state(scope, time_travel):
     ],
 )
 def test_list_rejects_bad_arguments_with_value_error(scope, bad):
+    """CONTRACT §5: bad list arguments are the caller's error, not the database's."""
     with pytest.raises(ValueError):
         store.list_todos(scope, **bad)
 
@@ -990,6 +1013,7 @@ def test_list_rejects_bad_arguments_with_value_error(scope, bad):
 
 
 def test_every_store_connection_runs_under_the_statement_timeout(db, settings):
+    """SPEC requirement: Database Operation Standards (every call honours a timeout)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT setting::int FROM pg_settings WHERE name = 'statement_timeout'"
@@ -1000,7 +1024,10 @@ def test_every_store_connection_runs_under_the_statement_timeout(db, settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_store_call_stuck_past_the_timeout_raises_unavailable(make_endpoint):
-    """A statement that waits past the timeout is cancelled, never left hanging."""
+    """SPEC requirement: Database Operation Standards (context/timeout honoured).
+
+    A statement that waits past the timeout is cancelled, never left hanging.
+    """
     import psycopg
     from django.db import connections
 
