@@ -171,17 +171,14 @@ def _session(request, endpoint, message_id=None):
             message_id=message_id,
         )
     try:
-        session_id = uuid.UUID(raw)
+        session = McpSession.objects.filter(
+            pk=uuid.UUID(raw), endpoint=endpoint, last_seen_at__gte=Now() - SESSION_IDLE
+        ).first()
     except ValueError:
-        session_id = None
+        session = None
     # An ended, expired, malformed or foreign session id: all the same 404,
     # which tells an MCP client to initialize a new session.
-    session = session_id and (
-        McpSession.objects.filter(
-            pk=session_id, endpoint=endpoint, last_seen_at__gte=Now() - SESSION_IDLE
-        ).first()
-    )
-    if not session:
+    if session is None:
         raise TransportError(
             404,
             INVALID_REQUEST,
