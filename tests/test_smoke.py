@@ -12,3 +12,10 @@ def test_create_then_claim_round_trip(scope):
     assert created
     claimed = store.claim_next(scope, "w1")
     assert claimed.id == todo.id and claimed.state == "claimed"
+
+
+def test_migrations_match_the_models(db):
+    """The schema the migrations build is the one the models describe."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)

@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from todos import store
 
@@ -1047,3 +1047,55 @@ def test_a_store_call_stuck_past_the_timeout_raises_unavailable(make_endpoint):
             connection.close()
         locker.rollback()
     assert store.heartbeat(scope, todo.id, "w1").owner == "w1"
+
+
+# --- Schema ---------------------------------------------------------------------
+
+
+def index_definition(name):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_indexdef(%s::regclass)", [name])
+        return cursor.fetchone()[0]
+
+
+def test_dedupe_index_predicate_is_exactly_the_live_row_definition(db):
+    """SPEC: Redelivery during a backoff window does not duplicate
+
+    The partial UNIQUE index's predicate is the SPEC's live-row definition.
+    """
+    assert index_definition("todos_dedupe_idx") == (
+        "CREATE UNIQUE INDEX todos_dedupe_idx ON public.todos USING btree"
+        " (endpoint_id, idempotency_key) WHERE ((idempotency_key IS NOT NULL)"
+        " AND (state <> 'done'::text)"
+        " AND ((state <> 'failed'::text) OR (next_retry_at IS NOT NULL)))"
+    )
+
+
+def test_claim_index_holds_only_pending_rows(db):
+    """SPEC: Claim never scans terminal rows"""
+    assert index_definition("todos_pending_claim_idx").endswith(
+        "(endpoint_id, created_at) WHERE (state = 'pending'::text)"
+    )
+
+
+@pytest.mark.parametrize("state", ["lost", "PENDING", "retrying"])
+def test_the_state_check_rejects_states_outside_the_four(scope, state):
+    """SPEC: Only defined transitions are honored (exactly four states)."""
+    todo = new(scope)
+    with (
+        pytest.raises(IntegrityError),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("UPDATE todos SET state = %s WHERE id = %s", [state, todo.id])
+    assert store.get_todo(scope, todo.id).state == "pending"
+
+
+def test_every_todo_is_pinned_to_an_endpoint(db):
+    """SPEC: Cross-endpoint queue collision is isolated (endpoint_id NOT NULL)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT is_nullable, data_type FROM information_schema.columns"
+            " WHERE table_name = 'todos' AND column_name = 'endpoint_id'"
+        )
+        assert cursor.fetchone() == ("NO", "uuid")
