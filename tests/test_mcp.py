@@ -240,6 +240,30 @@ def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
 
 
 @live
+def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
+    live_server, endpoint
+):
+    quiet_bells, loud_bells = Doorbells(), Doorbells()
+    seen = {}
+
+    async def main():
+        async with (
+            mcp_client(live_server.url, endpoint.token, quiet_bells) as quiet,
+            mcp_client(live_server.url, endpoint.token, loud_bells) as loud,
+        ):
+            await quiet.set_logging_level("warning")
+            created = await call(loud, "create_todo", queue="q")
+            seen["id"] = created.structured_content["todo"]["id"]
+            await loud_bells.wait_for(seen["id"])
+            # Past a keep-alive, the quiet stream has surely had its chance.
+            await anyio.sleep(1.5)
+
+    run(main)
+    assert [ring["id"] for ring in loud_bells.rings] == [seen["id"]]
+    assert quiet_bells.rings == []
+
+
+@live
 def test_claim_next_waits_for_work_that_arrives_during_the_wait(live_server, endpoint):
     """SPEC: Atomic Claim with FOR UPDATE SKIP LOCKED (a long poll, woken by the
     doorbell)"""
@@ -651,6 +675,20 @@ def test_logging_set_level_is_kept_on_the_session(post, session_id):
     assert McpSession.objects.get(pk=session_id).log_level == "warning"
     wrong = post({**set_level, "params": {"level": "loud"}}, session=session_id)
     assert rpc_error(wrong) == -32602
+
+
+def test_a_session_idle_for_a_week_is_gone(post, session_id, endpoint):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE mcp_sessions SET last_seen_at = now() - interval '8 days'"
+            " WHERE id = %s",
+            [session_id],
+        )
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert post(ping, session=session_id).status_code == 404
+    # The endpoint's next initialize forgets it.
+    post(INITIALIZE)
+    assert not McpSession.objects.filter(pk=session_id).exists()
 
 
 def test_an_unsupported_protocol_version_header_is_400(post, session_id):
