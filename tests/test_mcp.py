@@ -624,6 +624,14 @@ def test_initialize_offers_the_newest_revision_for_an_unknown_one(post):
     assert older.json()["result"]["protocolVersion"] == "2025-06-18"
 
 
+def test_initialize_stores_an_unstorable_client_name_cleaned(post):
+    params = {**INITIALIZE["params"], "clientInfo": {"name": "a\x00b\ud800", "v": 1}}
+    response = post({**INITIALIZE, "params": params})
+    assert response.status_code == 200
+    session = McpSession.objects.get(pk=response["Mcp-Session-Id"])
+    assert session.client_name == "ab?"
+
+
 @pytest.mark.parametrize("token", [None, "sb_not-a-real-token"])
 def test_a_missing_or_bad_token_is_401_json(post, token):
     response = post(INITIALIZE, token=token)

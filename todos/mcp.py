@@ -200,6 +200,13 @@ def _server_version():
         return "dev"
 
 
+def _storable(value, max_length):
+    """Return a client-given label as text PostgreSQL stores (no NUL, no lone
+    surrogates), cut to length: it is only shown, never matched."""
+    text = str(value)[:max_length].replace("\x00", "")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _initialize(endpoint, message):
     params = message.get("params")
     if not isinstance(params, dict) or not isinstance(
@@ -218,8 +225,8 @@ def _initialize(endpoint, message):
     session = McpSession.objects.create(
         endpoint=endpoint,
         protocol_version=version,
-        client_name=str(client.get("name", ""))[:200],
-        client_version=str(client.get("version", ""))[:100],
+        client_name=_storable(client.get("name", ""), 200),
+        client_version=_storable(client.get("version", ""), 100),
     )
     result = {
         "protocolVersion": version,
