@@ -600,6 +600,38 @@ def test_wrong_tools_call_params_are_invalid_params(post, session_id, params):
     assert rpc_error(response) == -32602
 
 
+@pytest.mark.parametrize(
+    "tool, arguments",
+    [
+        ("get_todo", {"todo_id": "a\x00b"}),
+        ("get_todo", {"todo_id": ""}),
+        ("get_todo", {"todo_id": 12}),
+        ("get_todo", {"todo_id": "x" * 5000}),
+        ("list_todos", {"limit": 5.5}),
+        ("list_todos", {"limit": 10**40}),
+        ("list_todos", {"cursor": "not-a-cursor"}),
+        ("list_todos", {"state": ["pending"]}),
+        ("create_todo", {"queue": "q", "payload": {"\ud800": 1}}),
+        ("create_todo", {"queue": "q", "max_attempts": 0}),
+        ("claim_next", {"worker": "\ud800"}),
+        ("claim_next", {"lease_seconds": True}),
+        ("fail_todo", {"todo_id": str(uuid.uuid4()), "error": 7}),
+    ],
+)
+def test_nasty_tool_arguments_are_tool_errors_never_a_500(
+    post, session_id, tool, arguments
+):
+    call_tool = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    response = post(
+        {**call_tool, "params": {"name": tool, "arguments": arguments}},
+        session=session_id,
+    )
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"] in {"bad_request", "not_found"}
+
+
 def test_initialize_without_a_protocol_version_is_invalid_params(post):
     response = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
     assert response.status_code == 200
