@@ -521,6 +521,13 @@ def test_a_wrong_method_answers_json_405(agent):
     assert response["Allow"] == "GET, POST"
 
 
+def test_a_disallowed_host_answers_json_400_not_an_html_page(agent):
+    response = agent.client.get(
+        "/api/v1/todos", HTTP_HOST="evil.example", HTTP_AUTHORIZATION="Bearer x"
+    )
+    assert_error(response, 400, "bad_request")
+
+
 def test_a_post_needs_no_csrf_token(endpoint):
     strict = Client(enforce_csrf_checks=True)
     response = strict.post(

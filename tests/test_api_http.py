@@ -132,6 +132,35 @@ def test_a_keep_alive_client_can_go_on_after_a_413(gunicorn_port, endpoint):
     conn.close()
 
 
+def test_a_chunked_body_is_read_and_bounded_too(gunicorn_port, endpoint):
+    conn = http.client.HTTPConnection("127.0.0.1", gunicorn_port, timeout=10)
+    headers = {
+        "Authorization": f"Bearer {endpoint.token}",
+        "Content-Type": "application/json",
+    }
+    body = json.dumps({"queue": "q", "title": "chunked"}).encode()
+    conn.request(
+        "POST",
+        "/api/v1/todos",
+        iter([body[:5], body[5:]]),
+        headers,
+        encode_chunked=True,
+    )
+    response = conn.getresponse()
+    assert response.status == 201
+    assert json.loads(response.read())["todo"]["title"] == "chunked"
+    sock = conn.sock
+    big = json.dumps({"queue": "q", "payload": "x" * (300 * 1024)}).encode()
+    chunks = (big[i : i + 8192] for i in range(0, len(big), 8192))
+    conn.request("POST", "/api/v1/todos", chunks, headers, encode_chunked=True)
+    response = conn.getresponse()
+    assert response.status == 413
+    assert json.loads(response.read())["error"] == "payload_too_large"
+    response, _ = request(conn, "GET", "/api/v1/todos", endpoint.token)
+    assert response.status == 200 and conn.sock is sock
+    conn.close()
+
+
 def test_the_api_answers_503_json_when_the_database_is_down(outage_port):
     conn = http.client.HTTPConnection("127.0.0.1", outage_port, timeout=15)
     token = "sb_" + "a" * 43

@@ -111,9 +111,8 @@ def _content_length(request):
         raise bad_request("the Content-Length header is not a number") from exc
 
 
-def _drain(request, length):
+def _drain(stream, length):
     """Read and discard an oversized body, up to DRAIN_LIMIT_BYTES."""
-    stream = request.META.get("wsgi.input")
     remaining = min(length, DRAIN_LIMIT_BYTES)
     while stream is not None and remaining > 0:
         chunk = stream.read(min(remaining, 64 * 1024))
@@ -122,17 +121,35 @@ def _drain(request, length):
         remaining -= len(chunk)
 
 
+def _raw_body(request):
+    """Return the body's bytes, or raise 413 (after draining) when over the limit."""
+    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
+    stream = request.META.get("wsgi.input")
+    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        # Django reads only Content-Length bodies. A server that de-chunks and
+        # ends wsgi.input (gunicorn) lets the body be read here, bounded;
+        # elsewhere a read past the body would block on a keep-alive socket.
+        if not request.META.get("wsgi.input_terminated"):
+            raise bad_request("body: send it with a Content-Length header")
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            _drain(stream, DRAIN_LIMIT_BYTES)
+            raise too_large()
+        return raw
+    length = _content_length(request)
+    if length > limit:
+        _drain(stream, length)
+        raise too_large()
+    return request.body
+
+
 def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
 def read_json_body(request):
     """Return the request's JSON object body ({} when empty), or raise 400/413."""
-    length = _content_length(request)
-    if length > settings.SWITCHBOARD_MAX_BODY_BYTES:
-        _drain(request, length)
-        raise too_large()
-    raw = request.body
+    raw = _raw_body(request)
     if not raw.strip():
         return {}
     try:
