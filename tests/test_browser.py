@@ -231,3 +231,16 @@ def test_pages_fit_a_laptop_and_a_phone(page, demo, tmp_path):
             )
             assert overflow <= 0, f"{name} scrolls sideways on a {size_name}"
             page.screenshot(path=out / f"{name}-{size_name}.png", full_page=True)
+
+
+def test_a_refused_action_says_so_instead_of_failing_silently(page, demo):
+    log_in(page, "/board/todos/?state=dead_letter")
+    page.context.clear_cookies(name="csrftoken")
+
+    row = page.locator("#rows tr", has_text="Deploy api v2.14.0 to production")
+    row.get_by_role("button", name="Retry").click()
+
+    page.get_by_text("The Board refused that (HTTP 403)").wait_for()
+    assert row.locator(".badge-dead_letter").count() == 1
+    (todo,) = store.list_todos_any_endpoint(text="to production").todos
+    assert todo.is_dead_letter

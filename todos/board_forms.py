@@ -65,7 +65,7 @@ class TodoFilterForm(BoardForm):
     queue = forms.CharField(required=False, max_length=200)
     state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     assignee = forms.CharField(required=False, max_length=200)
-    owner = forms.CharField(required=False, max_length=200)
+    owner = forms.CharField(required=False, max_length=200, label="Worker")
     q = forms.CharField(required=False, max_length=200, label="Text")
     after = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
 

@@ -31,6 +31,35 @@
 
   document.body.addEventListener("htmx:afterSettle", updateSelectionButton);
 
+  // htmx swaps nothing from an error response, so show its notice here (the
+  // 503 of an outage carries one); anything else (a 403 from an expired CSRF
+  // token, a 500) or a lost connection still deserves a word, not silence.
+  function say(text) {
+    const notices = document.getElementById("notices");
+    if (!notices) return;
+    const notice = document.createElement("p");
+    notice.className = "notice notice-error";
+    notice.textContent = text;
+    notices.replaceChildren(notice);
+  }
+
+  document.body.addEventListener("htmx:responseError", (event) => {
+    const status = event.detail.xhr.status;
+    const answer = new DOMParser().parseFromString(event.detail.xhr.responseText, "text/html");
+    const notice = answer.querySelector("#notices .notice");
+    if (notice) {
+      say(notice.textContent.trim());
+      return;
+    }
+    say(status === 403
+      ? "The Board refused that (HTTP 403): reload the page and try again."
+      : `That did not work (HTTP ${status}). Reload the page and try again.`);
+  });
+
+  document.body.addEventListener("htmx:sendError", () => {
+    say("Switchboard did not answer. Check the connection; the page will catch up.");
+  });
+
   document.addEventListener("click", (event) => {
     const copy = event.target.closest("[data-copy]");
     if (copy) {
