@@ -262,6 +262,12 @@ def test_list_filters_by_queue_and_state(agent):
     assert [t["id"] for t in claimed] == [a["id"]]
 
 
+def test_list_of_a_queue_outside_the_grant_is_403(make_endpoint):
+    narrow = Agent(make_endpoint("narrow", queues=("a",)))
+    assert narrow.get("/api/v1/todos", queue="a").status_code == 200
+    assert_error(narrow.get("/api/v1/todos", queue="b"), 403, "forbidden")
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [

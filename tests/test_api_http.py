@@ -197,6 +197,7 @@ def test_the_event_stream_is_not_buffered_by_the_server(gunicorn_port, endpoint)
     assert response.getheader("Content-Encoding") is None
     assert response.readline() == b": connected\n"
     assert time.monotonic() - started < 1.0
+    assert response.readline() == b"retry: 3000\n"
     assert response.readline() == b"\n"
     assert response.readline() == b": keep-alive\n"
     conn.close()

@@ -34,6 +34,7 @@ class EventStreamClient:
         self.sock = self.conn.sock
         self.response = self.conn.getresponse()
         self.lines = queue.Queue()
+        self.retry = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -62,7 +63,7 @@ class EventStreamClient:
             if line.startswith(":"):
                 return line
             if line == "":
-                if fields:
+                if "data" in fields:
                     return {
                         "event": fields.get("event"),
                         "data": json.loads(fields["data"]),
@@ -70,6 +71,8 @@ class EventStreamClient:
                 continue
             name, _, value = line.partition(":")
             fields[name] = value.strip()
+            if name == "retry":
+                self.retry = value.strip()
 
     def events_within(self, seconds):
         """Return the todo.ready events that arrive within the given seconds."""
@@ -205,3 +208,30 @@ def test_the_listen_connection_closes_when_the_client_leaves(open_stream, endpoi
     assert listeners() == 1
     stream.close()
     wait_for_listeners(0)
+
+
+def test_the_stream_asks_clients_to_reconnect_after_three_seconds(
+    open_stream, endpoint
+):
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    assert stream.next_message(timeout=0.5) in (None, ": keep-alive")
+    assert stream.retry == "3000"
+
+
+def test_the_stream_ends_cleanly_when_its_database_connection_dies(
+    open_stream, endpoint
+):
+    from django.db import connection
+
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN switchboard_todo_ready%%'"
+        )
+    messages = [stream.next_message(timeout=2) for _ in range(3)]
+    assert ": the database is unavailable; reconnect shortly" in messages
+    assert messages[-1] is None  # and then the stream ended

@@ -39,10 +39,13 @@ def todos(request):
         raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
     limit = query.integer("limit", minimum=1, maximum=200, default=50)
     cursor = query.text("cursor", max_length=500, empty=True) or None
+    queue = query.text("queue")
+    if queue is not None and not request.scope.covers(queue):
+        raise store.QueueNotGranted(queue)
     try:
         page = store.list_todos(
             request.scope,
-            queue=query.text("queue"),
+            queue=queue,
             state=state,
             limit=limit,
             cursor=cursor,

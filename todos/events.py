@@ -8,7 +8,9 @@ not a lease: the agent still claims, and may lose the race to another worker.
 """
 
 import json
+import logging
 
+import psycopg
 from django.conf import settings
 from django.http import StreamingHttpResponse
 
@@ -16,7 +18,10 @@ from todos import store
 from todos.api import api_view
 from todos.doorbell import Doorbell
 
+logger = logging.getLogger("switchboard.events")
+
 BACKLOG_LIMIT = 100
+RECONNECT_MILLISECONDS = 3000
 
 
 def _event(ring):
@@ -37,13 +42,29 @@ class EventStream:
         self.keepalive_seconds = keepalive_seconds
 
     def __iter__(self):
-        yield ": connected\n\n"
+        # "retry" tells an EventSource how long to wait before reconnecting.
+        yield f": connected\nretry: {RECONNECT_MILLISECONDS}\n\n"
         for todo in self.backlog:
             yield _event(
                 {"id": todo.id, "endpoint_id": todo.endpoint_id, "queue": todo.queue}
             )
         while True:
-            rings = self.bell.wait(self.keepalive_seconds, stop_after=BACKLOG_LIMIT)
+            try:
+                rings = self.bell.wait(self.keepalive_seconds, stop_after=BACKLOG_LIMIT)
+            except psycopg.Error as exc:
+                # The headers are long gone, so no 503: end the stream cleanly
+                # and let the client reconnect once the database is back.
+                logger.warning(
+                    "event stream ended: doorbell connection lost",
+                    extra={
+                        "fields": {
+                            "endpoint_id": self.bell.scope.endpoint_id,
+                            "error": type(exc).__name__,
+                        }
+                    },
+                )
+                yield ": the database is unavailable; reconnect shortly\n\n"
+                return
             if not rings:
                 # Writing is how a WSGI server learns that the client left.
                 yield ": keep-alive\n\n"

@@ -238,7 +238,7 @@ def build_document():
                         "description": "A page of todos.",
                         **_json(_ref("TodoPage")),
                     },
-                    **_errors("400", "401", "503"),
+                    **_errors("400", "401", "403", "503"),
                 },
             },
             "post": {
