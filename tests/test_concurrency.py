@@ -57,7 +57,13 @@ def drain(scope, worker, start):
         connection.close()
 
 
-def drain_in_process(scope, worker, start, results):
+def drain_in_process(database_name, scope, worker, start, results):
+    """Run ``drain`` in a freshly spawned interpreter on the test database."""
+    import django
+    from django.conf import settings
+
+    django.setup()
+    settings.DATABASES["default"]["NAME"] = database_name
     results.put((worker, drain(scope, worker, start)))
 
 
@@ -102,7 +108,7 @@ def test_threads_claim_every_todo_exactly_once(make_endpoint):
     endpoint = make_endpoint("threads")
     scope = store.Scope.for_endpoint(endpoint)
     seed(endpoint.id, TODOS)
-    start = threading.Barrier(CLAIMANTS)
+    start = threading.Barrier(CLAIMANTS, timeout=60)
     results = {}
 
     def run(worker):
@@ -122,13 +128,18 @@ def test_processes_claim_every_todo_exactly_once(make_endpoint):
     endpoint = make_endpoint("processes")
     scope = store.Scope.for_endpoint(endpoint)
     seed(endpoint.id, TODOS)
-    # A forked child must open its own connection, never share the parent's.
-    connections.close_all()
-    context = multiprocessing.get_context("fork")
-    start = context.Barrier(CLAIMANTS)
+    # Spawned, not forked: forking a process that runs threads (pytest's, the
+    # other tests') can deadlock the child. Each child opens its own connection
+    # to the test database, whose name only this process knows.
+    database_name = connection.settings_dict["NAME"]
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(CLAIMANTS, timeout=60)
     queue = context.Queue()
     workers = [
-        context.Process(target=drain_in_process, args=(scope, f"w{n}", start, queue))
+        context.Process(
+            target=drain_in_process,
+            args=(database_name, scope, f"w{n}", start, queue),
+        )
         for n in range(CLAIMANTS)
     ]
     for worker in workers:
@@ -173,7 +184,7 @@ def test_threads_share_lapsed_leases_and_due_retries_without_doubles(
             """,
             [str(endpoint.id)],
         )
-    start = threading.Barrier(CLAIMANTS + 1)
+    start = threading.Barrier(CLAIMANTS + 1, timeout=60)
     results = {}
 
     def run(worker):
@@ -229,7 +240,7 @@ def test_concurrent_duplicate_deliveries_collapse_to_one_todo(make_endpoint):
     """SPEC: Duplicate delivery collapses to one todo (under concurrency)."""
     endpoint = make_endpoint("dedup")
     scope = store.Scope.for_endpoint(endpoint)
-    start = threading.Barrier(CLAIMANTS)
+    start = threading.Barrier(CLAIMANTS, timeout=60)
     outcomes = []
 
     def deliver():
