@@ -299,36 +299,50 @@ def write_results(name, data):
     return path
 
 
-def paired_rounds(rounds, first, measure, label, modes=("plain", "store")):
-    """Run ``measure(mode)`` for both modes, ``rounds`` times.
+def alternate(stop_at, slice_seconds, modes):
+    """Run the steps of several modes in turns of ``slice_seconds`` until the deadline.
 
-    The order alternates from round to round (starting with ``first``), so a
-    drift in the machine's load does not always favour the same mode. Returns
-    the figures of the round with the median store/plain ratio, every round's
-    ratio, and the pooled ratio (all work of the second mode over all work of
-    the first), which is the steadier one when the machine is shared.
+    ``modes`` maps a mode's name to its step: a callable that does one unit of
+    work and returns {latency name: seconds}, or None when there was no work.
+    The turn is chosen from the wall clock, so every worker process switches at
+    the same moment: all modes see the same load on the machine, at the same
+    number of workers, on the same database. Returns each mode's counts,
+    latencies and CPU seconds.
     """
-    base, subject = modes
-    results = []
-    for number in range(rounds):
-        order = modes if (first + number) % 2 == 0 else modes[::-1]
-        figures = {}
-        for mode in order:
-            figures[mode] = measure(mode)
-            print(f"  {label}, {mode}: {figures[mode]['rate']:,.0f}/s", flush=True)
-        figures["ratio"] = figures[subject]["rate"] / figures[base]["rate"]
-        results.append(figures)
-    ordered = sorted(results, key=lambda figures: figures["ratio"])
-    median = ordered[len(ordered) // 2]
-    pooled = sum(figures[subject]["rate"] for figures in results) / sum(
-        figures[base]["rate"] for figures in results
-    )
-    return {
-        **median,
-        "median_round_ratio": median["ratio"],
-        "ratio": pooled,
-        "round_ratios": [figures["ratio"] for figures in results],
-    }
+    names = list(modes)
+    stats = {name: {"done": 0, "dry": 0, "cpu": 0.0, "latencies": {}} for name in names}
+    while time.perf_counter() < stop_at:
+        name = names[int(time.time() / slice_seconds) % len(names)]
+        mode = stats[name]
+        cpu = time.process_time()
+        timings = modes[name]()
+        mode["cpu"] += time.process_time() - cpu
+        if timings is None:
+            mode["dry"] += 1
+            time.sleep(0.001)
+            continue
+        mode["done"] += 1
+        for key, seconds in timings.items():
+            mode["latencies"].setdefault(key, []).append(seconds)
+    return {"modes": stats}
+
+
+def merge_modes(outcomes):
+    """Merge the workers' outcomes of ``alternate``, mode by mode.
+
+    A mode's rate is its work over its share of the wall time (each mode held
+    the turn for an equal share).
+    """
+    names = list(outcomes[0]["modes"])
+    merged = {}
+    for name in names:
+        figures = merge(
+            [{**item["modes"][name], "elapsed": item["elapsed"]} for item in outcomes]
+        )
+        share = figures["elapsed"] / len(names)
+        figures["rate"] = figures["done"] / share if share else 0.0
+        merged[name] = figures
+    return merged
 
 
 # --- The HTTP API under gunicorn ------------------------------------------------

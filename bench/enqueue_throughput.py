@@ -1,16 +1,21 @@
 """Enqueue throughput, without and with idempotency keys, next to plain psycopg.
 
-    python bench/enqueue_throughput.py --workers 1,4 --seconds 5
+    python bench/enqueue_throughput.py --workers 1,4 --seconds 6
 
 Three workloads, each through ``store.create_todo`` ("store") and as the
-store's own SQL on a bare psycopg connection ("plain"), in the same run:
+store's own SQL on a bare psycopg connection ("plain"):
 
 - ``no-key``: every create inserts a row;
 - ``unique-keys``: every create carries a fresh idempotency key;
 - ``duplicates``: every key is sent twice in a row, so half the creates
   collapse onto the live todo (the insert does nothing, one read returns it).
+
+As in bench/store_throughput.py, each of the N processes holds both paths and
+they take turns of ``--slice`` seconds on the wall clock, so both paths run with
+the same N, on the same database, under the same load.
 """
 
+import json
 import time
 import uuid
 
@@ -19,105 +24,101 @@ import benchlib
 WORKLOADS = ("no-key", "unique-keys", "duplicates")
 
 
-def key_for(workload, worker, number):
-    """Return the idempotency key of the number-th create of a worker, or None."""
-    if workload == "no-key":
-        return None
-    if workload == "unique-keys":
-        return f"{worker}-{number}"
-    return f"{worker}-{number // 2}"
+def keys(workload, prefix):
+    """Yield the idempotency key of each successive create (None for no key)."""
+    number = 0
+    while True:
+        if workload == "no-key":
+            yield None
+        elif workload == "unique-keys":
+            yield f"{prefix}-{number}"
+        else:
+            yield f"{prefix}-{number // 2}"
+        number += 1
 
 
-def store_worker(index, url, endpoint_id, workload):
-    """Return a loop that enqueues through todos.store."""
+def store_step(url, endpoint_id, workload, prefix):
+    """Return a step that enqueues one todo through todos.store."""
     benchlib.setup_django(url)
     from django.db import connection
 
     from todos import store
 
     scope = store.Scope(endpoint_id, None)
-    worker = f"store-{index}"
     connection.ensure_connection()
+    next_key = keys(workload, prefix)
 
-    def create(number):
+    def step():
+        started = time.perf_counter()
         _, created = store.create_todo(
             scope,
             queue=benchlib.QUEUE,
-            title=f"t {number}",
-            payload={"n": number},
-            idempotency_key=key_for(workload, worker, number),
+            title="t",
+            payload={"n": 1},
+            idempotency_key=next(next_key),
         )
-        return created
+        return {"create": time.perf_counter() - started, "inserted": float(created)}
 
-    return lambda stop_at: enqueue(stop_at, create)
+    return step
 
 
-def plain_worker(index, url, endpoint_id, workload, create_sql, duplicate_sql):
-    """Return a loop that runs the store's create SQL on a bare psycopg connection."""
-    import json
-
+def plain_step(url, endpoint_id, workload, prefix, create_sql, duplicate_sql):
+    """Return a step that runs the store's create SQL on a bare psycopg connection."""
     import psycopg
 
     conn = psycopg.connect(url, autocommit=True)
-    worker = f"plain-{index}"
+    next_key = keys(workload, prefix)
 
-    def create(number):
+    def step():
+        started = time.perf_counter()
         params = {
             "id": str(uuid.uuid4()),
             "endpoint_id": endpoint_id,
             "queue": benchlib.QUEUE,
-            "title": f"t {number}",
-            "payload": json.dumps({"n": number}),
+            "title": "t",
+            "payload": json.dumps({"n": 1}),
             "assignee": None,
             "max_attempts": 5,
-            "idempotency_key": key_for(workload, worker, number),
+            "idempotency_key": next(next_key),
             "actor": "",
             "event_error": "",
         }
-        if conn.execute(create_sql, params).fetchone() is not None:
-            return True
-        if conn.execute(duplicate_sql, params).fetchone() is None:
+        created = conn.execute(create_sql, params).fetchone() is not None
+        if not created and conn.execute(duplicate_sql, params).fetchone() is None:
             raise RuntimeError("a duplicate create found no live todo")
-        return False
+        return {"create": time.perf_counter() - started, "inserted": float(created)}
 
-    return lambda stop_at: enqueue(stop_at, create)
-
-
-def enqueue(stop_at, create):
-    """Create until the deadline; count the calls and the rows inserted."""
-    latencies, inserted, number = [], 0, 0
-    while (start := time.perf_counter()) < stop_at:
-        inserted += create(number)
-        latencies.append(time.perf_counter() - start)
-        number += 1
-    return {"done": number, "inserted": inserted, "latencies": {"create": latencies}}
+    return step
 
 
-def measure(url, endpoint_id, mode, workload, workers, seconds, sql):
-    """Empty the table, run one mode of one workload, return the merged figures."""
+def worker(index, url, endpoint_id, workload, sql, slice_seconds):
+    """Return a loop that alternates the store and plain paths."""
+    modes = {
+        "plain": plain_step(url, endpoint_id, workload, f"plain-{index}", *sql),
+        "store": store_step(url, endpoint_id, workload, f"store-{index}"),
+    }
+    return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
+
+
+def measure(url, endpoint_id, workload, workers, seconds, sql, slice_seconds):
+    """Empty the table, run one workload with N workers, return each path's figures."""
     benchlib.reset_todos(url)
-    if mode == "store":
-        outcomes = benchlib.run_processes(
-            store_worker, workers, seconds, (url, endpoint_id, workload)
-        )
-    else:
-        outcomes = benchlib.run_processes(
-            plain_worker, workers, seconds, (url, endpoint_id, workload, *sql)
-        )
-    figures = benchlib.merge(outcomes)
-    figures["inserted"] = sum(item["inserted"] for item in outcomes)
+    outcomes = benchlib.run_processes(
+        worker, workers, seconds, (url, endpoint_id, workload, sql, slice_seconds)
+    )
+    figures = benchlib.merge_modes(outcomes)
+    for mode in figures.values():
+        # "inserted" was recorded as a 0/1 sample per create; its mean is the share.
+        mode["new_rows_per_create"] = mode["latency_ms"].pop("inserted")["mean"] / 1000
     return figures
 
 
 def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 4])
-    parse.add_argument("--seconds", type=float, default=5)
+    parse.add_argument("--seconds", type=float, default=6)
     parse.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="repeat each pair of runs; the median round counts",
+        "--slice", type=float, default=0.5, help="seconds per turn of one path"
     )
     args = parse.parse_args()
 
@@ -130,23 +131,21 @@ def main():
     sql = (store.CREATE_SQL, store.LIVE_DUPLICATE_SQL)
     info = benchlib.machine(url)
     runs = []
-    for number, (workload, workers) in enumerate(
-        (w, n) for w in WORKLOADS for n in args.workers
-    ):
-        runs.append(
-            {
-                "workload": workload,
-                "workers": workers,
-                **benchlib.paired_rounds(
-                    args.rounds,
-                    number,
-                    lambda mode, workload=workload, workers=workers: measure(
-                        url, endpoint_id, mode, workload, workers, args.seconds, sql
-                    ),
-                    f"{workload}, {workers} workers",
-                ),
-            }
-        )
+    for workload in WORKLOADS:
+        for workers in args.workers:
+            figures = measure(
+                url, endpoint_id, workload, workers, args.seconds, sql, args.slice
+            )
+            ratio = figures["store"]["rate"] / figures["plain"]["rate"]
+            runs.append(
+                {"workload": workload, "workers": workers, **figures, "ratio": ratio}
+            )
+            print(
+                f"  {workload}, {workers} workers: plain "
+                f"{figures['plain']['rate']:,.0f}/s, store "
+                f"{figures['store']['rate']:,.0f}/s, ratio {ratio:.2f}",
+                flush=True,
+            )
 
     rows = [
         [
@@ -155,7 +154,7 @@ def main():
             run["plain"]["rate"],
             run["store"]["rate"],
             f"{run['ratio']:.2f}",
-            f"{run['store']['inserted'] / max(run['store']['done'], 1):.2f}",
+            f"{run['store']['new_rows_per_create']:.2f}",
             run["plain"]["latency_ms"]["create"]["p50"],
             run["store"]["latency_ms"]["create"]["p50"],
             run["store"]["latency_ms"]["create"]["p99"],
@@ -163,7 +162,8 @@ def main():
         for run in runs
     ]
     benchlib.print_table(
-        f"enqueue throughput, {args.seconds:g} s per run (creates/s; create ms)",
+        f"enqueue throughput, {args.seconds:g} s per run, paths alternating every "
+        f"{args.slice:g} s (creates/s; create ms)",
         [
             "workload",
             "workers",
@@ -183,6 +183,7 @@ def main():
             "benchmark": "enqueue_throughput",
             "machine": info,
             "seconds": args.seconds,
+            "slice": args.slice,
             "runs": runs,
         },
     )

@@ -1,27 +1,26 @@
 """Claim+complete throughput through the HTTP API under gunicorn, next to the store.
 
-    python bench/http_throughput.py --workers 1,4,8 --seconds 5
+    python bench/http_throughput.py --workers 1,4,8 --seconds 10
 
 gunicorn serves Switchboard with the project's gunicorn.conf.py (gthread
 workers; GUNICORN_WORKERS and GUNICORN_THREADS apply) against the benchmark
-database. N client processes, each with one keep-alive connection, loop on
-``POST /api/v1/todos/claim`` then ``POST /api/v1/todos/<id>/complete``. The
-store-level loop of bench/store_throughput.py runs in the same run with the
-same N, in alternating order; the ratio http/store is the cost of the web tier
-(HTTP parsing, token lookup, JSON, request log) on this machine. The server and
-the clients share the machine's cores with PostgreSQL, as they would on one box.
+database. N client processes loop: claim the next todo, complete it. Each
+holds both paths and they take turns of ``--slice`` seconds on the wall clock
+(as in bench/store_throughput.py): "http" sends ``POST /api/v1/todos/claim``
+and ``POST /api/v1/todos/<id>/complete`` over one keep-alive connection;
+"store" calls the store directly in the client process. The ratio http/store
+is the cost of the web tier (HTTP, token lookup, JSON, request log) on this
+machine, where gunicorn, the clients and PostgreSQL share the cores. The CPU
+per todo is the client's own for "store" and gunicorn's for "http".
 """
-
-import time
 
 import benchlib
 import store_throughput
 
 
-def http_worker(index, port, token):
-    """Return a loop that claims and completes over one keep-alive connection."""
+def http_step(port, token, worker):
+    """Return a step that claims and completes over one keep-alive connection."""
     client = benchlib.Client(port, token)
-    worker = f"http-{index}"
     client.request("GET", "/api/v1/todos?limit=1")
 
     def claim():
@@ -39,32 +38,33 @@ def http_worker(index, port, token):
         if status != 200:
             raise RuntimeError(f"complete answered {status}: {data}")
 
-    return lambda stop_at: store_throughput.drain(stop_at, claim, complete)
+    return lambda: store_throughput.timed(claim, complete)
 
 
-def measure(url, endpoint_id, server, token, mode, workers, seconds):
-    """Fill the queue and run one mode (store or http) with N workers.
+def worker(index, url, endpoint_id, port, token, slice_seconds):
+    """Return a loop that alternates the store and HTTP paths."""
+    name = f"w{index}"
+    modes = {
+        "store": store_throughput.store_step(url, endpoint_id, name),
+        "http": http_step(port, token, name),
+    }
+    return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
 
-    The application's CPU per todo is the workers' own for "store", and
-    gunicorn's (master and workers) for "http", where the clients only speak HTTP.
-    """
-    if mode == "store":
-        figures = store_throughput.measure(
-            url, endpoint_id, "store", workers, seconds, ()
-        )
-        figures["app_cpu_ms_per_todo"] = figures["client_cpu_ms_per_todo"]
-        return figures
+
+def measure(url, endpoint_id, server, token, workers, seconds, slice_seconds):
+    """Fill the queue, run N alternating clients, and return each path's figures."""
     benchlib.reset_todos(url)
-    benchlib.fill_pending(url, endpoint_id, int(max(10_000, 1_500 * seconds * workers)))
+    benchlib.fill_pending(url, endpoint_id, int(max(20_000, 2_000 * seconds * workers)))
     before = server.cpu_seconds()
     outcomes = benchlib.run_processes(
-        http_worker, workers, seconds, (server.port, token)
+        worker, workers, seconds, (url, endpoint_id, server.port, token, slice_seconds)
     )
-    figures = benchlib.merge(outcomes)
-    figures["app_cpu_ms_per_todo"] = (
-        (server.cpu_seconds() - before) / figures["done"] * 1000
-        if figures["done"]
-        else float("nan")
+    server_cpu = server.cpu_seconds() - before
+    figures = benchlib.merge_modes(outcomes)
+    store, http = figures["store"], figures["http"]
+    store["app_cpu_ms_per_todo"] = store["client_cpu_ms_per_todo"]
+    http["app_cpu_ms_per_todo"] = (
+        server_cpu / http["done"] * 1000 if http["done"] else float("nan")
     )
     return figures
 
@@ -72,12 +72,9 @@ def measure(url, endpoint_id, server, token, mode, workers, seconds):
 def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 4, 8])
-    parse.add_argument("--seconds", type=float, default=5)
+    parse.add_argument("--seconds", type=float, default=10)
     parse.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="repeat each pair of runs; the median round counts",
+        "--slice", type=float, default=0.5, help="seconds per turn of one path"
     )
     args = parse.parse_args()
 
@@ -87,23 +84,17 @@ def main():
     info = benchlib.machine(url)
     runs = []
     with benchlib.gunicorn(url) as server:
-        started = time.perf_counter()
-        for number, workers in enumerate(args.workers):
-            runs.append(
-                {
-                    "workers": workers,
-                    **benchlib.paired_rounds(
-                        args.rounds,
-                        number,
-                        lambda mode, workers=workers: measure(
-                            url, endpoint_id, server, token, mode, workers, args.seconds
-                        ),
-                        f"{workers} clients",
-                        modes=("store", "http"),
-                    ),
-                }
+        for workers in args.workers:
+            figures = measure(
+                url, endpoint_id, server, token, workers, args.seconds, args.slice
             )
-        print(f"  measured in {time.perf_counter() - started:.0f} s", flush=True)
+            ratio = figures["http"]["rate"] / figures["store"]["rate"]
+            runs.append({"workers": workers, **figures, "ratio": ratio})
+            print(
+                f"  {workers} clients: store {figures['store']['rate']:,.0f}/s, "
+                f"http {figures['http']['rate']:,.0f}/s, ratio {ratio:.2f}",
+                flush=True,
+            )
 
     rows = [
         [
@@ -142,6 +133,7 @@ def main():
             "benchmark": "http_throughput",
             "machine": info,
             "seconds": args.seconds,
+            "slice": args.slice,
             "gunicorn": {"config": "gunicorn.conf.py"},
             "runs": runs,
         },

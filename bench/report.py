@@ -32,10 +32,6 @@ def _cell(value):
     return str(value)
 
 
-def ratios(run):
-    return " ".join(f"{value:.2f}" for value in run.get("round_ratios", [run["ratio"]]))
-
-
 def cpu(figures, name):
     return f"{figures[name]:.2f}" if name in figures else "–"
 
@@ -46,8 +42,7 @@ def store_throughput(data):
             "workers",
             "plain psycopg todos/s",
             "store todos/s",
-            "store/plain (pooled)",
-            "per round",
+            "store/plain",
             "claim p50 ms plain / store",
             "claim p99 ms plain / store",
             "client CPU ms/todo plain / store",
@@ -58,7 +53,6 @@ def store_throughput(data):
                 run["plain"]["rate"],
                 run["store"]["rate"],
                 f"**{run['ratio']:.2f}**",
-                ratios(run),
                 f"{run['plain']['latency_ms']['claim']['p50']:.2f} / "
                 f"{run['store']['latency_ms']['claim']['p50']:.2f}",
                 f"{run['plain']['latency_ms']['claim']['p99']:.2f} / "
@@ -77,8 +71,7 @@ def http_throughput(data):
             "clients",
             "store todos/s",
             "HTTP todos/s",
-            "HTTP/store (pooled)",
-            "per round",
+            "HTTP/store",
             "HTTP claim p50 / p99 ms",
             "HTTP complete p50 ms",
             "app CPU ms/todo: store / gunicorn",
@@ -89,7 +82,6 @@ def http_throughput(data):
                 run["store"]["rate"],
                 run["http"]["rate"],
                 f"**{run['ratio']:.2f}**",
-                ratios(run),
                 f"{run['http']['latency_ms']['claim']['p50']:.2f} / "
                 f"{run['http']['latency_ms']['claim']['p99']:.2f}",
                 run["http"]["latency_ms"]["complete"]["p50"],
@@ -141,8 +133,7 @@ def enqueue_throughput(data):
             "workers",
             "plain creates/s",
             "store creates/s",
-            "store/plain (pooled)",
-            "per round",
+            "store/plain",
             "new rows per create",
             "create p50 ms plain / store",
         ],
@@ -153,8 +144,7 @@ def enqueue_throughput(data):
                 run["plain"]["rate"],
                 run["store"]["rate"],
                 f"**{run['ratio']:.2f}**",
-                ratios(run),
-                f"{run['store']['inserted'] / max(run['store']['done'], 1):.2f}",
+                f"{run['store']['new_rows_per_create']:.2f}",
                 f"{run['plain']['latency_ms']['create']['p50']:.2f} / "
                 f"{run['store']['latency_ms']['create']['p50']:.2f}",
             ]

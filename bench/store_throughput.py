@@ -3,11 +3,13 @@
     python bench/store_throughput.py --workers 1,2,4,8 --seconds 10
 
 For each worker count, N processes drain one queue: claim the next todo,
-complete it, repeat. "store" runs ``store.claim_next`` + ``store.complete_todo``
-through Django's connection; "plain" runs the very same two SQL statements
-(the store's constants, the same parameters) on a bare psycopg connection. Both
-run against the same database in the same run, in alternating order; the ratio
-store/plain is the figure to compare across machines.
+complete it, repeat. Each process holds both paths and takes turns of
+``--slice`` seconds, switching on the wall clock so all N switch together:
+"store" runs ``store.claim_next`` + ``store.complete_todo`` through Django's
+connection; "plain" runs the very same two SQL statements (the store's
+constants, the same parameters) on a bare psycopg connection. Both paths thus
+run with the same N, on the same database and queue, under the same load from
+the rest of the machine; the ratio store/plain is the figure to compare.
 """
 
 import time
@@ -15,15 +17,14 @@ import time
 import benchlib
 
 
-def store_worker(index, url, endpoint_id):
-    """Return a loop that claims and completes through todos.store."""
+def store_step(url, endpoint_id, worker):
+    """Return a step that claims and completes one todo through todos.store."""
     benchlib.setup_django(url)
     from django.db import connection
 
     from todos import store
 
     scope = store.Scope(endpoint_id, None)
-    worker = f"store-{index}"
     connection.ensure_connection()
 
     def claim():
@@ -35,15 +36,14 @@ def store_worker(index, url, endpoint_id):
     def complete(todo_id):
         store.complete_todo(scope, todo_id, worker)
 
-    return lambda stop_at: drain(stop_at, claim, complete)
+    return lambda: timed(claim, complete)
 
 
-def plain_worker(index, url, endpoint_id, claim_sql, complete_sql, lease):
-    """Return a loop that runs the store's SQL on a bare psycopg connection."""
+def plain_step(url, endpoint_id, worker, claim_sql, complete_sql, lease):
+    """Return a step that runs the store's SQL on a bare psycopg connection."""
     import psycopg
 
     conn = psycopg.connect(url, autocommit=True)
-    worker = f"plain-{index}"
     scope = {"endpoint_id": endpoint_id, "queues": None}
     claim_params = {
         **scope,
@@ -69,56 +69,46 @@ def plain_worker(index, url, endpoint_id, claim_sql, complete_sql, lease):
         if conn.execute(complete_sql, params).fetchone() is None:
             raise RuntimeError(f"complete matched no row: {todo_id}")
 
-    return lambda stop_at: drain(stop_at, claim, complete)
+    return lambda: timed(claim, complete)
 
 
-def drain(stop_at, claim, complete):
-    """Claim and complete until the deadline; time each call and the CPU used."""
-    claims, completes, done, dry = [], [], 0, 0
-    cpu = time.process_time()
-    while (start := time.perf_counter()) < stop_at:
-        todo_id = claim()
-        claimed = time.perf_counter()
-        if todo_id is None:
-            dry += 1
-            time.sleep(0.001)
-            continue
-        complete(todo_id)
-        claims.append(claimed - start)
-        completes.append(time.perf_counter() - claimed)
-        done += 1
-    return {
-        "done": done,
-        "dry": dry,
-        "cpu": time.process_time() - cpu,
-        "latencies": {"claim": claims, "complete": completes},
+def timed(claim, complete):
+    """Claim and complete one todo; return the two latencies, or None if no work."""
+    start = time.perf_counter()
+    todo_id = claim()
+    claimed = time.perf_counter()
+    if todo_id is None:
+        return None
+    complete(todo_id)
+    return {"claim": claimed - start, "complete": time.perf_counter() - claimed}
+
+
+def worker(index, url, endpoint_id, sql, slice_seconds):
+    """Return a loop that alternates the store and plain paths."""
+    name = f"w{index}"
+    modes = {
+        "plain": plain_step(url, endpoint_id, name, *sql),
+        "store": store_step(url, endpoint_id, name),
     }
+    return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
 
 
-def measure(url, endpoint_id, mode, workers, seconds, sql):
-    """Fill the queue, run one mode with N workers, and return the merged figures."""
+def measure(url, endpoint_id, workers, seconds, sql, slice_seconds):
+    """Fill the queue, run N alternating workers, and return each path's figures."""
     benchlib.reset_todos(url)
-    benchlib.fill_pending(url, endpoint_id, int(max(20_000, 4_000 * seconds * workers)))
-    if mode == "store":
-        outcomes = benchlib.run_processes(
-            store_worker, workers, seconds, (url, endpoint_id)
-        )
-    else:
-        outcomes = benchlib.run_processes(
-            plain_worker, workers, seconds, (url, endpoint_id, *sql)
-        )
-    return benchlib.merge(outcomes)
+    benchlib.fill_pending(url, endpoint_id, int(max(20_000, 3_000 * seconds * workers)))
+    outcomes = benchlib.run_processes(
+        worker, workers, seconds, (url, endpoint_id, sql, slice_seconds)
+    )
+    return benchlib.merge_modes(outcomes)
 
 
 def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 2, 4, 8])
-    parse.add_argument("--seconds", type=float, default=5)
+    parse.add_argument("--seconds", type=float, default=10)
     parse.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="repeat each pair of runs; the median round counts",
+        "--slice", type=float, default=0.5, help="seconds per turn of one path"
     )
     args = parse.parse_args()
 
@@ -137,40 +127,34 @@ def main():
     )
     info = benchlib.machine(url)
     runs = []
-    for number, workers in enumerate(args.workers):
-        # Alternate which mode goes first, so drift (autovacuum, the other
-        # tenants of the machine) does not always favour the same one.
-        runs.append(
-            {
-                "workers": workers,
-                **benchlib.paired_rounds(
-                    args.rounds,
-                    number,
-                    lambda mode, workers=workers: measure(
-                        url, endpoint_id, mode, workers, args.seconds, sql
-                    ),
-                    f"{workers} workers",
-                ),
-            }
+    for workers in args.workers:
+        figures = measure(url, endpoint_id, workers, args.seconds, sql, args.slice)
+        ratio = figures["store"]["rate"] / figures["plain"]["rate"]
+        runs.append({"workers": workers, **figures, "ratio": ratio})
+        print(
+            f"  {workers} workers: plain {figures['plain']['rate']:,.0f}/s, "
+            f"store {figures['store']['rate']:,.0f}/s, ratio {ratio:.2f}",
+            flush=True,
         )
 
-    rows = []
-    for run in runs:
-        store_fig, plain_fig = run["store"], run["plain"]
-        rows.append(
-            [
-                run["workers"],
-                plain_fig["rate"],
-                store_fig["rate"],
-                f"{run['ratio']:.2f}",
-                plain_fig["latency_ms"]["claim"]["p50"],
-                store_fig["latency_ms"]["claim"]["p50"],
-                plain_fig["latency_ms"]["claim"]["p99"],
-                store_fig["latency_ms"]["claim"]["p99"],
-            ]
-        )
+    rows = [
+        [
+            run["workers"],
+            run["plain"]["rate"],
+            run["store"]["rate"],
+            f"{run['ratio']:.2f}",
+            run["plain"]["latency_ms"]["claim"]["p50"],
+            run["store"]["latency_ms"]["claim"]["p50"],
+            run["plain"]["latency_ms"]["claim"]["p99"],
+            run["store"]["latency_ms"]["claim"]["p99"],
+            run["plain"]["client_cpu_ms_per_todo"],
+            run["store"]["client_cpu_ms_per_todo"],
+        ]
+        for run in runs
+    ]
     benchlib.print_table(
-        f"claim+complete throughput, {args.seconds:g} s per run (todos/s; claim ms)",
+        f"claim+complete throughput, {args.seconds:g} s per worker count, paths "
+        f"alternating every {args.slice:g} s (todos/s; ms)",
         [
             "workers",
             "plain/s",
@@ -180,6 +164,8 @@ def main():
             "store p50",
             "plain p99",
             "store p99",
+            "plain CPU",
+            "store CPU",
         ],
         rows,
     )
@@ -192,6 +178,7 @@ def main():
             "benchmark": "store_throughput",
             "machine": info,
             "seconds": args.seconds,
+            "slice": args.slice,
             "runs": runs,
         },
     )
