@@ -1,3 +1,9 @@
+import importlib
+import inspect
+import re
+
+import pytest
+
 from todos import store
 
 
@@ -19,3 +25,19 @@ def test_migrations_match_the_models(db):
     from django.core.management import call_command
 
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+AGENT_FACING_MODULES = ("api", "api_views", "events", "mcp", "mcp_tools")
+
+
+@pytest.mark.parametrize("module_name", AGENT_FACING_MODULES)
+def test_the_agent_facing_path_never_calls_an_operator_twin(module_name):
+    """SPEC requirement: Endpoint Ownership (Tenant Isolation)
+
+    The agent-facing path MUST NOT call an *AnyEndpoint variant: every name it
+    uses from the store is a scoped one.
+    """
+    module = importlib.import_module(f"todos.{module_name}")
+    source = inspect.getsource(module)
+    assert "store" in source
+    assert not re.findall(r"\w*_any_endpoint\b|\w*ANY_SQL\b", source)
