@@ -178,6 +178,25 @@ def test_every_write_verb_answers_413_for_an_oversized_body(agent, path):
     assert_error(response, 413, "payload_too_large")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/todos",
+        "/api/v1/todos/claim",
+        "/api/v1/todos/{id}/claim",
+        "/api/v1/todos/{id}/heartbeat",
+        "/api/v1/todos/{id}/complete",
+        "/api/v1/todos/{id}/fail",
+        "/api/v1/todos/{id}/release",
+        "/api/v1/todos/{id}/retry",
+    ],
+)
+def test_every_write_verb_answers_400_for_a_body_that_is_not_json(agent, path):
+    todo = agent.create()
+    response = agent.post(path.format(id=todo["id"]), raw="{'worker': 'w'}")
+    assert assert_error(response, 400, "bad_request").startswith("body")
+
+
 # --- Auth -----------------------------------------------------------------------
 
 ROUTES = [
