@@ -61,6 +61,7 @@ def todos(request):
 
 
 def create(request):
+    """Enqueue a todo: 201, or 200 when it collapsed onto a live duplicate."""
     body = request.body_fields
     todo, created = store.create_todo(
         request.scope,
