@@ -50,6 +50,7 @@ demo: migrate ## Ensure the demo operator login and demo endpoint; print them.
 run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 	$(BIN)/python manage.py collectstatic --no-input -v 0
 	@echo "Sweeps: run '$(BIN)/python manage.py sweep --loop' beside it to requeue expired leases."
+	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/)."
 	$(BIN)/gunicorn board.wsgi -c gunicorn.conf.py --bind $(HOST):$(PORT)
 
 test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
@@ -71,5 +72,6 @@ lint: venv ## Check style with ruff.
 fmt: venv ## Format with ruff.
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
-clean: db-stop ## Stop the database and remove .venv and .pgdata.
-	rm -rf $(VENV) .pgdata
+clean: ## Stop the database, delete its data (.pgdata or its temp folder) and .venv.
+	@scripts/devdb.sh destroy
+	rm -rf $(VENV)

@@ -3,6 +3,7 @@
 #
 #   scripts/devdb.sh start    initdb if needed, start (or reuse) the cluster, create the db
 #   scripts/devdb.sh stop     stop the cluster if it runs
+#   scripts/devdb.sh destroy  stop it and delete its data folder (wherever it lives)
 #   scripts/devdb.sh status   say where the cluster lives and whether it runs
 #   scripts/devdb.sh psql     open psql on the project database
 #
@@ -113,10 +114,11 @@ stop() {
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
+    destroy) stop; rm -rf "$datadir"; log "removed $datadir" ;;
     status)
         if running; then echo "running: $datadir on 127.0.0.1:$port"; else echo "stopped: $datadir"; fi
         ;;
     psql) exec "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres "$dbname" ;;
     bindir) echo "$bindir" ;;
-    *) echo "usage: $0 start|stop|status|psql|bindir" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|destroy|status|psql|bindir" >&2; exit 2 ;;
 esac
