@@ -41,8 +41,10 @@ db: ## Start (or reuse) the project-local PostgreSQL, unless DATABASE_URL is set
 db-stop: ## Stop the project-local PostgreSQL.
 	@scripts/devdb.sh stop
 
+# Migrations may build indexes over the whole table: the per-request statement
+# timeout must not cancel them halfway.
 migrate: venv db ## Apply the database migrations.
-	$(BIN)/python manage.py migrate --no-input -v 0
+	SWITCHBOARD_STATEMENT_TIMEOUT_MS=0 $(BIN)/python manage.py migrate --no-input -v 0
 
 demo: migrate ## Ensure the demo operator login and demo endpoint; print them.
 	@$(BIN)/python manage.py ensure_demo
