@@ -91,12 +91,29 @@ def claims_per_todo(endpoint_id):
         return dict(cursor.fetchall())
 
 
+def histories_that_disagree_with_their_row(endpoint_id):
+    """Return the todos whose last history row does not end in their state."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT t.id::text FROM todos t
+             WHERE t.endpoint_id = %s
+               AND t.state IS DISTINCT FROM (
+                   SELECT e.to_state FROM todo_events e
+                    WHERE e.todo_id = t.id ORDER BY e.id DESC LIMIT 1)
+            """,
+            [str(endpoint_id)],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
 def assert_each_claimed_exactly_once(endpoint_id, taken_by_worker):
     taken = [todo_id for ids in taken_by_worker.values() for todo_id in ids]
     assert len(taken) == TODOS, "every todo claimed"
     assert len(set(taken)) == TODOS, "no todo claimed twice"
     assert state_counts(endpoint_id) == {"done": TODOS}, "none left"
     assert set(claims_per_todo(endpoint_id).values()) == {1}
+    assert histories_that_disagree_with_their_row(endpoint_id) == []
     # Claims do not serialize behind a global lock: every claimant got work.
     assert all(taken_by_worker[f"w{n}"] for n in range(CLAIMANTS)), {
         worker: len(ids) for worker, ids in taken_by_worker.items()
@@ -212,6 +229,70 @@ def test_threads_share_lapsed_leases_and_due_retries_without_doubles(
     # A pre-set claim (the crashed worker's) is not in the history; the drain's
     # claim is, exactly once per todo.
     assert set(claims_per_todo(endpoint.id).values()) == {1}
+    assert histories_that_disagree_with_their_row(endpoint.id) == []
+
+
+def test_a_lapsed_owner_and_its_rescuers_never_both_win_a_todo(make_endpoint):
+    """SPEC: Only the lease owner may complete or fail (under concurrency).
+
+    A slow worker completes todos whose leases lapsed while rescuers claim them
+    through the claim scan: each todo goes to exactly one of them.
+    """
+    endpoint = make_endpoint("rescue")
+    scope = store.Scope.for_endpoint(endpoint)
+    seed(endpoint.id, TODOS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE todos SET state = 'claimed', owner = 'slow', attempt = 1,
+                             claimed_at = now() - interval '10 minutes',
+                             lease_expires_at = now() - interval '1 minute'
+             WHERE endpoint_id = %s
+            """,
+            [str(endpoint.id)],
+        )
+        cursor.execute(
+            "SELECT id::text FROM todos WHERE endpoint_id = %s ORDER BY created_at",
+            [str(endpoint.id)],
+        )
+        todo_ids = [row[0] for row in cursor.fetchall()]
+    # Few rescuers, and the slow worker walks from the newest end while the
+    # claim scan takes the oldest first: they meet, and race, in the middle.
+    rescuers = 3
+    start = threading.Barrier(rescuers + 1, timeout=60)
+    completed_by_slow, refused_to_slow, rescued = [], [], {}
+
+    def slow():
+        start.wait()
+        try:
+            for todo_id in reversed(todo_ids):
+                try:
+                    store.complete_todo(scope, todo_id, "slow")
+                    completed_by_slow.append(todo_id)
+                except store.Conflict:
+                    refused_to_slow.append(todo_id)
+        finally:
+            connection.close()
+
+    def rescuer(worker):
+        rescued[worker] = drain(scope, worker, start)
+
+    threads = [threading.Thread(target=slow)] + [
+        threading.Thread(target=rescuer, args=(f"r{n}",)) for n in range(rescuers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    by_rescuers = [todo_id for ids in rescued.values() for todo_id in ids]
+    assert len(by_rescuers) == len(set(by_rescuers))
+    assert completed_by_slow and by_rescuers, "both sides won some"
+    assert not set(completed_by_slow) & set(by_rescuers), "a todo won twice"
+    assert sorted(completed_by_slow + by_rescuers) == sorted(todo_ids)
+    assert sorted(refused_to_slow) == sorted(by_rescuers)
+    assert state_counts(endpoint.id) == {"done": TODOS}
+    assert histories_that_disagree_with_their_row(endpoint.id) == []
 
 
 def test_a_claim_skips_a_row_locked_by_another_claimant_instead_of_waiting(
