@@ -92,8 +92,10 @@ start() {
             exit 1
         fi
         log "starting PostgreSQL on 127.0.0.1:$port (data: $datadir)"
+        # TCP only: every client here connects to 127.0.0.1, and a Unix socket
+        # in a deep checkout would exceed the 107-byte socket path limit.
         as_server "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
-            -o "-p $port -k $datadir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${SB_PG_FSYNC:-on}" \
+            -o "-p $port -c unix_socket_directories='' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${SB_PG_FSYNC:-on}" \
             start >/dev/null
     fi
     for _ in $(seq 1 60); do pg_ready && break; sleep 0.5; done
