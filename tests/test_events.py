@@ -174,6 +174,22 @@ def test_doorbell_never_crosses_endpoints(open_stream, endpoint, other_endpoint)
     assert stream_b.events_within(1.5) == []
 
 
+def test_a_ring_arrives_at_once_with_the_default_keep_alive(
+    open_stream, endpoint, settings
+):
+    """A ring is sent when it rings, not at the next keep-alive."""
+    # Long enough that waiting for the keep-alive would show, short enough
+    # that the server notices the departed client before the fixture's check.
+    settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS = 1.5
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    created_at = time.monotonic()
+    todo, _ = store.create_todo(store.Scope.for_endpoint(endpoint), queue="q")
+    ready = stream.next_message(timeout=3)
+    assert time.monotonic() - created_at < 1.0
+    assert ready["data"]["id"] == todo.id
+
+
 def test_the_stream_filters_by_the_queue_grant(open_stream, make_endpoint):
     narrow = make_endpoint("narrow", queues=("a",))
     stream = open_stream(narrow)

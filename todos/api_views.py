@@ -5,8 +5,6 @@ caller's scope, and renders the todo; ``todos.api.api_view`` does the token
 auth, the body parsing and the error mapping.
 """
 
-import time
-
 from django.conf import settings
 from django.http import JsonResponse
 
@@ -21,11 +19,7 @@ from todos.api import (
     bad_request,
     todo_response,
 )
-from todos.doorbell import Doorbell
-
-# A waiting claim also retries on this beat: a lapsed lease or an elapsed retry
-# window becomes claimable with no ring until a sweep moves it.
-LONG_POLL_RECHECK_SECONDS = 5
+from todos.doorbell import claim_when_ready
 
 
 @api_view("GET", "POST")
@@ -109,24 +103,7 @@ def claim_next(request):
     except store.NotFound:
         if wait == 0:
             raise
-    return todo_response(_wait_and_claim(request.scope, queue, wait, attempt))
-
-
-def _wait_and_claim(scope, queue, wait, attempt):
-    """Claim as soon as the doorbell rings for this scope, until the deadline."""
-    deadline = time.monotonic() + wait
-    bell_scope = store.Scope(scope.endpoint_id, (queue,)) if queue else scope
-    # Listen before the next try, so a todo created between the first try and
-    # the LISTEN cannot slip by unheard.
-    with Doorbell(bell_scope) as bell:
-        while True:
-            try:
-                return attempt()
-            except store.NotFound:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-            bell.wait(min(remaining, LONG_POLL_RECHECK_SECONDS))
+    return todo_response(claim_when_ready(request.scope, queue, wait, attempt))
 
 
 @api_view("POST")

@@ -18,7 +18,7 @@ import time
 import psycopg
 from django.db import connections
 
-from todos.store import DOORBELL_CHANNEL
+from todos.store import DOORBELL_CHANNEL, NotFound, Scope
 
 logger = logging.getLogger("switchboard.doorbell")
 
@@ -69,22 +69,60 @@ class Doorbell:
         return self.scope.covers(ring.get("queue"))
 
     def wait(self, timeout, stop_after=1):
-        """Return up to ``stop_after`` rings of this scope, waiting up to ``timeout`` s.
+        """Wait up to ``timeout`` s for rings of this scope.
 
-        Returns an empty list when nothing of this scope rang in time. Rings of
-        other endpoints are dropped here and never returned.
+        Returns as soon as one has rung, together with any others already
+        delivered (at most ``stop_after``), or an empty list at the timeout.
+        Rings of other endpoints are dropped here and never returned.
         """
         deadline = time.monotonic() + max(timeout, 0)
         rings = []
-        while len(rings) < stop_after:
+        while not rings:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                return rings
+            rings.extend(self._receive(remaining, 1))
+        # Drain what is already here, without waiting for more.
+        while len(rings) < stop_after:
+            more = self._receive(0, stop_after - len(rings))
+            if not more:
                 break
-            for notify in self.conn.notifies(timeout=remaining, stop_after=1):
-                ring = parse(notify.payload)
-                if ring is not None and self.matches(ring):
-                    rings.append(ring)
+            rings.extend(more)
         return rings
+
+    def _receive(self, timeout, limit):
+        """Return this scope's rings among up to ``limit`` notifications."""
+        received = []
+        for notify in self.conn.notifies(timeout=timeout, stop_after=limit):
+            ring = parse(notify.payload)
+            if ring is not None and self.matches(ring):
+                received.append(ring)
+        return received
+
+
+# How often a long poll re-tries the claim while no ring comes: a lapsed lease
+# or an elapsed retry window becomes claimable without ringing.
+LONG_POLL_RECHECK_SECONDS = 5
+
+
+def claim_when_ready(scope, queue, wait, attempt):
+    """Call ``attempt`` until it claims, waking on this scope's rings, for ``wait`` s.
+
+    ``attempt`` raises ``store.NotFound`` while there is no claimable work; the
+    last NotFound propagates at the deadline. The LISTEN starts before the
+    next try, so a todo that turns ready in between cannot slip by unheard.
+    """
+    deadline = time.monotonic() + wait
+    bell_scope = Scope(scope.endpoint_id, (queue,)) if queue else scope
+    with Doorbell(bell_scope) as bell:
+        while True:
+            try:
+                return attempt()
+            except NotFound:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+            bell.wait(min(remaining, LONG_POLL_RECHECK_SECONDS))
 
 
 def parse(payload):

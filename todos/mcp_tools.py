@@ -24,7 +24,7 @@ from todos.api import (
     api_error_for,
     bad_request,
 )
-from todos.api_views import _wait_and_claim
+from todos.doorbell import claim_when_ready
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def claim_next(args, caller):
     except store.NotFound:
         if wait == 0:
             raise
-    return _todo(_wait_and_claim(caller.scope, queue, wait, attempt))
+    return _todo(claim_when_ready(caller.scope, queue, wait, attempt))
 
 
 def claim_todo(args, caller):
