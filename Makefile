@@ -64,6 +64,7 @@ bench: venv db ## Run the benchmarks on their own database (see docs/benchmarks.
 	$(BIN)/python bench/claim_latency.py
 	$(BIN)/python bench/enqueue_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/doorbell_latency.py
+	$(BIN)/python bench/profile_api.py
 
 resilience: venv ## Restart PostgreSQL under running agents; count lost todos (must be 0).
 	$(BIN)/python scripts/resilience.py
