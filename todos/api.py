@@ -9,9 +9,7 @@ pieces (``authenticate``, ``api_error_for``, ``error_response``, ``Fields``).
 """
 
 import functools
-import json
 import logging
-import math
 
 import psycopg
 from django.conf import settings
@@ -20,7 +18,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import auth, store
+from todos import auth, jsonvalues, store
 
 logger = logging.getLogger("switchboard.api")
 
@@ -143,17 +141,13 @@ def _raw_body(request):
     return request.body
 
 
-def _reject_constant(name):
-    raise ValueError(f"{name} is not JSON")
-
-
 def read_json_body(request):
     """Return the request's JSON object body ({} when empty), or raise 400/413."""
     raw = _raw_body(request)
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw, parse_constant=_reject_constant)
+        data = jsonvalues.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise bad_request("body: not valid JSON") from exc
     if not isinstance(data, dict):
@@ -161,33 +155,11 @@ def read_json_body(request):
     return data
 
 
-def _storable_text_problem(value):
-    """Say why PostgreSQL cannot store a string, or None when it can."""
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must be valid Unicode (no lone surrogates)"
-    return None
-
-
 def check_storable_json(name, value):
     """Raise 400 unless PostgreSQL's jsonb can store the value as it is."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            problem = _storable_text_problem(item)
-            if problem:
-                raise bad_request(f"{name}: strings {problem}")
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise bad_request(f"{name}: numbers must be finite")
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    problem = jsonvalues.unstorable(value)
+    if problem:
+        raise bad_request(f"{name}: {problem}")
     return value
 
 
@@ -214,7 +186,7 @@ class Fields:
             raise bad_request(f"{name}: must not be empty")
         if len(value) > max_length:
             raise bad_request(f"{name}: must be at most {max_length} characters")
-        problem = _storable_text_problem(value)
+        problem = jsonvalues.text_problem(value)
         if problem:
             raise bad_request(f"{name}: {problem}")
         return value

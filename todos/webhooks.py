@@ -14,9 +14,7 @@ set up by an operator.
 
 import hashlib
 import hmac
-import json
 import logging
-import math
 import re
 import secrets
 import string
@@ -28,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
-from todos import store
+from todos import jsonvalues, store
 from todos.models import Endpoint, WebhookDelivery, WebhookRoute, WebhookSource
 
 logger = logging.getLogger("switchboard.webhooks")
@@ -170,40 +168,13 @@ def _decode_body(body, content_type):
             raise BadDelivery("a form-encoded delivery needs a 'payload' field")
         text = values[0]
     try:
-        payload = json.loads(text, parse_constant=_reject_constant)
+        payload = jsonvalues.loads(text)
     except (ValueError, RecursionError):
         raise BadDelivery("the body is not valid JSON") from None
-    problem = _unstorable(payload)
+    problem = jsonvalues.unstorable(payload)
     if problem:
         raise BadDelivery(f"the body cannot be stored as a payload: {problem}")
     return payload
-
-
-def _reject_constant(name):
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unstorable(value):
-    """Say why PostgreSQL's jsonb would refuse a decoded body, or None."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return "strings must not contain NUL characters"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "strings must be valid Unicode (no lone surrogates)"
-        elif isinstance(item, float) and not math.isfinite(item):
-            # json.loads reads 1e999 as infinity, which jsonb has no form for.
-            return "numbers must be finite"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
 
 
 # --- Titles ---------------------------------------------------------------------
