@@ -155,6 +155,13 @@ class WebhookSource(models.Model):
     class Meta:
         db_table = "webhook_sources"
         ordering = ["slug"]
+        constraints = [
+            # Verification looks the scheme up by name: refuse unknown ones.
+            models.CheckConstraint(
+                condition=models.Q(scheme__in=[key for key, _ in WEBHOOK_SCHEMES]),
+                name="webhook_sources_scheme_check",
+            ),
+        ]
 
     def __str__(self):
         return self.slug
