@@ -69,6 +69,7 @@ def main():
 
     url = args.database_url
     benchlib.prepare_database(url)
+    info = benchlib.machine(url)
     endpoint_id, token = benchlib.ensure_endpoint(url)
     benchlib.reset_todos(url)
     benchlib.fill_pending(url, endpoint_id, 4 * args.todos + 1000)
@@ -130,7 +131,7 @@ def main():
         "profile_api",
         {
             "benchmark": "profile_api",
-            "machine": benchlib.machine(url),
+            "machine": info,
             "todos": args.todos,
             "cpu_ms_per_todo": cpu,
             "shares": shares,

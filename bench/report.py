@@ -17,6 +17,7 @@ NAMES = (
     "claim_latency",
     "enqueue_throughput",
     "doorbell_latency",
+    "profile_api",
 )
 
 
@@ -167,6 +168,18 @@ def doorbell_latency(data):
         ["path", "p50 ms", "p99 ms", "mean ms"],
         [[name, s["p50"], s["p99"], s["mean"]] for name, s in rows],
     )
+
+
+def profile_api(data):
+    cpu = data["cpu_ms_per_todo"]
+    rows = [
+        ["store alone (baseline)", cpu["store"], ""],
+        ["WSGI app: claim + complete requests", cpu["api"], "100 %"],
+    ] + [
+        [label, cpu["api"] * share, f"{share:.0%}"]
+        for label, share in data["shares"].items()
+    ]
+    return table(["path", "CPU ms/todo", "share of the API's CPU"], rows)
 
 
 def machine(data):
