@@ -260,7 +260,7 @@ def test_a_lapsed_owner_and_its_rescuers_never_both_win_a_todo(make_endpoint):
     # claim scan takes the oldest first: they meet, and race, in the middle.
     rescuers = 3
     start = threading.Barrier(rescuers + 1, timeout=60)
-    completed_by_slow, refused_to_slow, rescued = [], [], {}
+    completed_by_slow, refused_to_slow, lost_by_rescuers, rescued = [], [], [], {}
 
     def slow():
         start.wait()
@@ -275,7 +275,25 @@ def test_a_lapsed_owner_and_its_rescuers_never_both_win_a_todo(make_endpoint):
             connection.close()
 
     def rescuer(worker):
-        rescued[worker] = drain(scope, worker, start)
+        taken = []
+        start.wait()
+        try:
+            while True:
+                try:
+                    todo = store.claim_next(scope, worker, queue="pool")
+                except store.NotFound:
+                    break
+                # Work a moment with the lease held: the slow worker's complete
+                # must not slip in while the rescuer owns it.
+                time.sleep(0.002)
+                try:
+                    store.complete_todo(scope, todo.id, worker)
+                    taken.append(todo.id)
+                except store.Conflict:
+                    lost_by_rescuers.append(todo.id)
+        finally:
+            connection.close()
+        rescued[worker] = taken
 
     threads = [threading.Thread(target=slow)] + [
         threading.Thread(target=rescuer, args=(f"r{n}",)) for n in range(rescuers)
@@ -285,6 +303,7 @@ def test_a_lapsed_owner_and_its_rescuers_never_both_win_a_todo(make_endpoint):
     for thread in threads:
         thread.join(timeout=120)
     assert not any(thread.is_alive() for thread in threads)
+    assert lost_by_rescuers == [], "a claimed todo was taken from its owner"
     by_rescuers = [todo_id for ids in rescued.values() for todo_id in ids]
     assert len(by_rescuers) == len(set(by_rescuers))
     assert completed_by_slow and by_rescuers, "both sides won some"
