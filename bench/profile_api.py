@@ -76,11 +76,11 @@ def main():
     benchlib.setup_django(url)
     from todos import store
 
+    call = wsgi_caller(token)
     # The request log is written as in production, to a file-like sink rather
-    # than this terminal.
+    # than this terminal (after the WSGI app's setup, which configures logging).
     for handler in logging.getLogger("switchboard").handlers:
         handler.setStream(io.StringIO())
-    call = wsgi_caller(token)
     scope = store.Scope(endpoint_id, None)
 
     def through_api(count):
