@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -299,6 +300,18 @@ def write_results(name, data):
     return path
 
 
+def turn_of(names, slice_index):
+    """Return the mode whose turn a slice is: a shuffle every process agrees on.
+
+    Each pair of slices holds each mode once, in an order drawn from the slice
+    number, so no periodic activity elsewhere on the machine can keep falling
+    on the same mode.
+    """
+    order = list(names)
+    random.Random(slice_index // len(names)).shuffle(order)
+    return order[slice_index % len(names)]
+
+
 def alternate(stop_at, slice_seconds, modes):
     """Run the steps of several modes in turns of ``slice_seconds`` until the deadline.
 
@@ -307,31 +320,35 @@ def alternate(stop_at, slice_seconds, modes):
     The turn is chosen from the wall clock, so every worker process switches at
     the same moment: all modes see the same load on the machine, at the same
     number of workers, on the same database. Returns each mode's counts,
-    latencies and CPU seconds.
+    latencies, CPU seconds and wall seconds.
     """
     names = list(modes)
-    stats = {name: {"done": 0, "dry": 0, "cpu": 0.0, "latencies": {}} for name in names}
-    while time.perf_counter() < stop_at:
-        name = names[int(time.time() / slice_seconds) % len(names)]
+    stats = {
+        name: {"done": 0, "dry": 0, "cpu": 0.0, "seconds": 0.0, "latencies": {}}
+        for name in names
+    }
+    while (started := time.perf_counter()) < stop_at:
+        name = turn_of(names, int(time.time() / slice_seconds))
         mode = stats[name]
         cpu = time.process_time()
         timings = modes[name]()
-        mode["cpu"] += time.process_time() - cpu
         if timings is None:
             mode["dry"] += 1
             time.sleep(0.001)
-            continue
-        mode["done"] += 1
-        for key, seconds in timings.items():
-            mode["latencies"].setdefault(key, []).append(seconds)
+        else:
+            mode["done"] += 1
+            for key, seconds in timings.items():
+                mode["latencies"].setdefault(key, []).append(seconds)
+        mode["cpu"] += time.process_time() - cpu
+        mode["seconds"] += time.perf_counter() - started
     return {"modes": stats}
 
 
 def merge_modes(outcomes):
     """Merge the workers' outcomes of ``alternate``, mode by mode.
 
-    A mode's rate is its work over its share of the wall time (each mode held
-    the turn for an equal share).
+    A mode's rate is its work over the wall time it held the turn (the mean
+    over the workers, which switch together).
     """
     names = list(outcomes[0]["modes"])
     merged = {}
@@ -339,8 +356,9 @@ def merge_modes(outcomes):
         figures = merge(
             [{**item["modes"][name], "elapsed": item["elapsed"]} for item in outcomes]
         )
-        share = figures["elapsed"] / len(names)
-        figures["rate"] = figures["done"] / share if share else 0.0
+        held = statistics.fmean(item["modes"][name]["seconds"] for item in outcomes)
+        figures["seconds"] = held
+        figures["rate"] = figures["done"] / held if held else 0.0
         merged[name] = figures
     return merged
 
