@@ -1,6 +1,6 @@
 """Enqueue throughput, without and with idempotency keys, next to plain psycopg.
 
-    python bench/enqueue_throughput.py --workers 1,4 --seconds 6
+    python bench/enqueue_throughput.py --workers 1,4 --seconds 10
 
 Three workloads, each through ``store.create_todo`` ("store") and as the
 store's own SQL on a bare psycopg connection ("plain"):
@@ -116,7 +116,7 @@ def measure(url, endpoint_id, workload, workers, seconds, sql, slice_seconds):
 def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 4])
-    parse.add_argument("--seconds", type=float, default=6)
+    parse.add_argument("--seconds", type=float, default=10)
     parse.add_argument(
         "--slice", type=float, default=0.5, help="seconds per turn of one path"
     )
