@@ -67,8 +67,10 @@ class Todo(models.Model):
     """A durable work item; its lifecycle is driven only by ``todos.store``."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of its own: todos_endpoint_list_idx leads with endpoint_id and
+    # serves the foreign key's checks; a second index costs WAL on every write.
     endpoint = models.ForeignKey(
-        Endpoint, on_delete=models.PROTECT, db_column="endpoint_id"
+        Endpoint, on_delete=models.PROTECT, db_column="endpoint_id", db_index=False
     )
     queue = models.TextField()
     title = models.TextField(default="", blank=True)
