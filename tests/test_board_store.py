@@ -1,5 +1,7 @@
 """The store's Board section: overview counts, the bulk-retry preview and pass."""
 
+import re
+
 from django.db import connection
 
 from todos import store
