@@ -27,7 +27,9 @@ def env_bool(name, default=False):
         return True
     if lowered in {"0", "false", "no", "off"}:
         return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {raw!r}")
+    raise ImproperlyConfigured(
+        f"{name} must be a boolean (1/0, true/false), not {raw!r}"
+    )
 
 
 def env_int(name, default, minimum=None, maximum=None):
@@ -147,9 +149,13 @@ STATEMENT_TIMEOUT_MS = env_int("SWITCHBOARD_STATEMENT_TIMEOUT_MS", 5000, 0)
 _db["OPTIONS"]["options"] = (
     _db["OPTIONS"].get("options", "") + f" -c statement_timeout={STATEMENT_TIMEOUT_MS}"
 ).strip()
-_db["OPTIONS"].setdefault("connect_timeout", env_int("SWITCHBOARD_DB_CONNECT_TIMEOUT", 3, 1))
+_db["OPTIONS"].setdefault(
+    "connect_timeout", env_int("SWITCHBOARD_DB_CONNECT_TIMEOUT", 3, 1)
+)
 _db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
 _db["CONN_HEALTH_CHECKS"] = True
+# The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
+SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
 _db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -169,9 +175,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {
-        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
-    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 # Serve straight from static/ too, so tests and `make run` need no collectstatic.
 WHITENOISE_USE_FINDERS = True
@@ -219,7 +223,15 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "switchboard": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
-        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "switchboard": {
+            "handlers": ["console"],
+            "level": LOG_LEVEL,
+            "propagate": False,
+        },
+        "django.request": {
+            "handlers": ["console"],
+            "level": "ERROR",
+            "propagate": False,
+        },
     },
 }

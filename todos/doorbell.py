@@ -16,6 +16,7 @@ import logging
 import time
 
 import psycopg
+from django.conf import settings
 from django.db import connections
 
 from todos.store import DOORBELL_CHANNEL, NotFound, Scope
@@ -24,6 +25,12 @@ logger = logging.getLogger("switchboard.doorbell")
 
 
 def _connect():
+    # Behind a transaction-mode pooler LISTEN is lost between transactions, so
+    # the doorbell may have a connection string of its own (session mode, or
+    # PostgreSQL itself).
+    url = settings.SWITCHBOARD_LISTEN_DATABASE_URL
+    if url:
+        return psycopg.connect(url, autocommit=True)
     params = connections["default"].get_connection_params()
     # Django's cursor class and adapters are for its own connections.
     for key in ("cursor_factory", "context", "prepare_threshold"):

@@ -1,0 +1,63 @@
+"""The doorbell listener itself: filtering, prompt wakeups, its own connection."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from todos import store
+from todos.doorbell import Doorbell
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create_later(scope, seconds=0.2, count=1, queue="q"):
+    def create():
+        for _ in range(count):
+            store.create_todo(scope, queue=queue)
+        connection.close()
+
+    timer = threading.Timer(seconds, create)
+    timer.start()
+    return timer
+
+
+def test_wait_returns_at_the_first_ring_with_those_already_delivered(scope):
+    with Doorbell(scope) as bell:
+        started = time.monotonic()
+        create_later(scope, count=3).join()
+        rings = bell.wait(5, stop_after=10)
+        assert time.monotonic() - started < 1.5
+        assert 1 <= len(rings) <= 3
+        time.sleep(0.2)
+        rest = bell.wait(1, stop_after=10)
+    assert len(rings) + len(rest) == 3
+
+
+def test_wait_drops_rings_of_other_endpoints_and_of_ungranted_queues(
+    scope, other_scope, make_endpoint
+):
+    narrow = store.Scope.for_endpoint(make_endpoint("narrow", queues=("a",)))
+    with Doorbell(narrow) as bell:
+        create_later(other_scope, queue="a").join()
+        create_later(narrow, queue="b").join()
+        assert bell.wait(0.8) == []
+        create_later(narrow, queue="a").join()
+        assert [ring["queue"] for ring in bell.wait(2)] == ["a"]
+
+
+def test_the_doorbell_may_listen_through_a_connection_string_of_its_own(
+    scope, settings
+):
+    params = connection.get_connection_params()
+    settings.SWITCHBOARD_LISTEN_DATABASE_URL = (
+        f"postgresql://{params['user']}@{params['host']}:{params['port']}"
+        f"/{params['dbname']}?application_name=switchboard-doorbell"
+    )
+    with Doorbell(scope) as bell:
+        assert bell.conn.info.parameter_status("application_name") == (
+            "switchboard-doorbell"
+        )
+        create_later(scope).join()
+        assert len(bell.wait(2)) == 1
