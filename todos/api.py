@@ -215,6 +215,14 @@ class Fields:
     def lease_seconds(self):
         return self.integer("lease_seconds", minimum=1, maximum=store.MAX_LEASE_SECONDS)
 
+    def wait_seconds(self):
+        return self.integer(
+            "wait_seconds",
+            minimum=0,
+            maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+            default=0,
+        )
+
     def worker(self):
         return self.text("worker", required=True)
 

@@ -87,22 +87,11 @@ def claim_next(request):
     body = request.body_fields
     worker = body.worker()
     queue = body.text("queue")
-    lease = body.lease_seconds()
-    wait = body.integer(
-        "wait_seconds",
-        minimum=0,
-        maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-        default=0,
-    )
+    lease, wait = body.lease_seconds(), body.wait_seconds()
 
     def attempt():
         return store.claim_next(request.scope, worker, queue=queue, lease_seconds=lease)
 
-    try:
-        return todo_response(attempt())
-    except store.NotFound:
-        if wait == 0:
-            raise
     return todo_response(claim_when_ready(request.scope, queue, wait, attempt))
 
 

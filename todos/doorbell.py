@@ -116,10 +116,16 @@ def claim_when_ready(scope, queue, wait, attempt):
     """Call ``attempt`` until it claims, waking on this scope's rings, for ``wait`` s.
 
     ``attempt`` raises ``store.NotFound`` while there is no claimable work; the
-    last NotFound propagates at the deadline. The LISTEN starts before the
-    next try, so a todo that turns ready in between cannot slip by unheard.
+    last NotFound propagates at the deadline (at once when ``wait`` is 0). The
+    first try needs no LISTEN; after a miss the LISTEN starts before the next
+    try, so a todo that turns ready in between cannot slip by unheard.
     """
     deadline = time.monotonic() + wait
+    try:
+        return attempt()
+    except NotFound:
+        if wait <= 0:
+            raise
     bell_scope = Scope(scope.endpoint_id, (queue,)) if queue else scope
     with Doorbell(bell_scope) as bell:
         while True:

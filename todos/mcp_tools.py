@@ -143,21 +143,11 @@ def create_todo(args, caller):
 
 def claim_next(args, caller):
     worker, queue, lease = args.worker(), args.text("queue"), args.lease_seconds()
-    wait = args.integer(
-        "wait_seconds",
-        minimum=0,
-        maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-        default=0,
-    )
+    wait = args.wait_seconds()
 
     def attempt():
         return store.claim_next(caller.scope, worker, queue=queue, lease_seconds=lease)
 
-    try:
-        return _todo(attempt())
-    except store.NotFound:
-        if wait == 0:
-            raise
     return _todo(claim_when_ready(caller.scope, queue, wait, attempt))
 
 
