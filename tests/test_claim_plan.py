@@ -15,6 +15,11 @@ from django.db import connection, transaction
 from todos import store
 
 TERMINAL_ROWS = 100_000
+# Enough pending work that only the pending index, already in created_at order,
+# is cheap for the claim: an index that must sort the endpoint's live rows is not
+# (with a handful of live rows every live-only index costs the same, and the
+# planner's pick between them would depend on the statistics of the day).
+PENDING_BACKLOG = 2_000
 
 # Partial indexes that hold no terminal row (see migration 0002).
 LIVE_ONLY_INDEXES = {
@@ -27,7 +32,8 @@ LIVE_ONLY_INDEXES = {
 
 @pytest.fixture
 def backlog(scope, other_scope):
-    """100 000 done and dead-lettered todos, half in the caller's own endpoint."""
+    """100 000 done and dead-lettered todos, half in the caller's own endpoint,
+    beside its live ones: one claimed, one parked, and 3 + 2 000 pending."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -59,6 +65,16 @@ def backlog(scope, other_scope):
         store.create_todo(scope, queue="q", title=f"new {n}")[0] for n in range(3)
     ]
     with connection.cursor() as cursor:
+        # Younger pending work queued behind those three.
+        cursor.execute(
+            """
+            INSERT INTO todos (id, endpoint_id, queue, title, state, created_at)
+            SELECT gen_random_uuid(), %(mine)s, 'q', 'later ' || n, 'pending',
+                   now() + interval '1 hour' + n * interval '1 millisecond'
+              FROM generate_series(1, %(rows)s) AS n
+            """,
+            {"mine": scope.endpoint_id, "rows": PENDING_BACKLOG},
+        )
         cursor.execute("ANALYZE todos")
     yield pending
     # ANALYZE writes the table's size into pg_class in place, past this test's
@@ -189,8 +205,8 @@ def test_claim_reads_a_handful_of_rows_and_pages_not_the_backlog(scope, backlog)
         + node.get("Rows Removed by Index Recheck", 0)
         for node in scans
     )
-    # The caller's endpoint holds five live todos beside its 50 000 terminal
-    # ones; each scan may at most read those.
+    # A claim reads the row it takes (and the few redeliverable candidates),
+    # never the 50 000 terminal rows of its endpoint nor its pending backlog.
     assert rows_read <= 10, rows_read
     touched = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
     assert table_pages > 1000
@@ -203,5 +219,4 @@ def test_claim_with_a_backlog_takes_the_oldest_pending_todo(scope, backlog):
     """SPEC: Claim never scans terminal rows (and still claims the right row)."""
     taken = [store.claim_next(scope, "w1").id for _ in backlog]
     assert taken == [todo.id for todo in backlog]
-    with pytest.raises(store.NotFound):
-        store.claim_next(scope, "w1")
+    assert store.claim_next(scope, "w1").title == "later 1"
