@@ -47,13 +47,12 @@ migrate: venv db ## Apply the database migrations.
 	SWITCHBOARD_STATEMENT_TIMEOUT_MS=0 $(BIN)/python manage.py migrate --no-input -v 0
 
 demo: migrate ## Ensure the demo operator login and demo endpoint; print them.
-	@$(BIN)/python manage.py ensure_demo
+	@$(BIN)/python manage.py ensure_demo --url http://$(HOST):$(PORT)
 
 run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 	$(BIN)/python manage.py collectstatic --no-input -v 0
-	@echo "Sweeps: run '$(BIN)/python manage.py sweep --loop' beside it to requeue expired leases."
-	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/)."
-	$(BIN)/gunicorn board.wsgi -c gunicorn.conf.py --bind $(HOST):$(PORT)
+	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/), with the sweep loop beside it."
+	@scripts/serve.sh $(BIN) $(HOST):$(PORT)
 
 test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -17,4 +17,7 @@ graceful_timeout = 25
 keepalive = 75
 accesslog = None
 errorlog = "-"
+# gunicorn 27's control socket lives at ~/.gunicorn/gunicorn.ctl, shared by every
+# instance a user starts; Switchboard does not use it.
+control_socket_disable = True
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")

@@ -105,6 +105,9 @@ class Todo(models.Model):
             ),
         ]
 
+    def __str__(self):
+        return f"{self.queue}: {self.title or self.id}"
+
 
 class TodoEvent(models.Model):
     """One lifecycle transition of a todo: the audit trail the Board shows."""
@@ -126,6 +129,9 @@ class TodoEvent(models.Model):
     class Meta:
         db_table = "todo_events"
         indexes = [models.Index(fields=["todo", "id"], name="todo_events_todo_idx")]
+
+    def __str__(self):
+        return f"{self.todo_id}: {self.from_state or 'new'} -> {self.to_state}"
 
 
 # --- Webhooks -------------------------------------------------------------------

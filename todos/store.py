@@ -27,8 +27,14 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError
-from django.db import connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 
 logger = logging.getLogger("switchboard.store")
 
@@ -78,7 +84,9 @@ class Unavailable(StoreError):
     """The database could not be reached or did not answer in time."""
 
     def __init__(self, operation, cause):
-        super().__init__(f"{operation}: database unavailable ({cause.__class__.__name__})")
+        super().__init__(
+            f"{operation}: database unavailable ({cause.__class__.__name__})"
+        )
         self.detail = "the database is unavailable; try again shortly"
         self.operation = operation
 
@@ -295,7 +303,8 @@ def _scoped_call(scope, scoped_sql, any_sql, params):
 EVENT_INSERT = """
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
-    SELECT id, endpoint_id, from_state, state, attempt, %(actor)s, %(event_error)s, now()
+    SELECT id, endpoint_id, from_state, state, attempt, %(actor)s, %(event_error)s,
+           now()
       FROM moved
 """
 
@@ -315,13 +324,13 @@ LOOKUP_STATE_SQL, LOOKUP_STATE_ANY_SQL = _variants(
 
 def _classify_miss(scope, todo_id, needed):
     """After a zero-row transition: NotFound if absent here, else Conflict."""
-    sql, params = _scoped_call(scope, LOOKUP_STATE_SQL, LOOKUP_STATE_ANY_SQL, {"id": todo_id})
+    sql, params = _scoped_call(
+        scope, LOOKUP_STATE_SQL, LOOKUP_STATE_ANY_SQL, {"id": todo_id}
+    )
     row = _run("classify", sql, params, fetch="one")
     if row is None:
         raise NotFound(todo_id=todo_id)
-    raise Conflict(
-        f"todo is {row[0]}; {needed}", todo_id=todo_id, state=row[0]
-    )
+    raise Conflict(f"todo is {row[0]}; {needed}", todo_id=todo_id, state=row[0])
 
 
 def _transition(operation, scope, todo_id, sql_pair, params, needed):
@@ -380,11 +389,22 @@ def create_todo(
     max_attempts=None,
     actor="",
 ):
-    """Enqueue a todo; return (todo, created). A live duplicate returns created=False."""
+    """Enqueue a todo; return (todo, created).
+
+    A live duplicate (same endpoint and idempotency key) returns created=False.
+    """
     if not scope.covers(queue):
         raise QueueNotGranted(queue)
-    return _create(_scope_params(scope)["endpoint_id"], queue, title, payload,
-                   idempotency_key, assignee, max_attempts, actor)
+    return _create(
+        _scope_params(scope)["endpoint_id"],
+        queue,
+        title,
+        payload,
+        idempotency_key,
+        assignee,
+        max_attempts,
+        actor,
+    )
 
 
 def create_todo_any_endpoint(
@@ -402,12 +422,14 @@ def create_todo_any_endpoint(
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
         raise NotFound("no such endpoint")
-    return _create(endpoint, queue, title, payload, idempotency_key, assignee,
-                   max_attempts, actor)
+    return _create(
+        endpoint, queue, title, payload, idempotency_key, assignee, max_attempts, actor
+    )
 
 
-def _create(endpoint_id, queue, title, payload, idempotency_key, assignee,
-            max_attempts, actor):
+def _create(
+    endpoint_id, queue, title, payload, idempotency_key, assignee, max_attempts, actor
+):
     max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else int(max_attempts)
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
@@ -503,8 +525,9 @@ def decode_cursor(cursor):
     return created_at, _uuid(todo_id)
 
 
-def _filter_conditions(*, endpoint_id=None, queue=None, state=None, assignee=None,
-                       owner=None, text=None):
+def _filter_conditions(
+    *, endpoint_id=None, queue=None, state=None, assignee=None, owner=None, text=None
+):
     """Return (conditions, params) of the list filters; None when none can match."""
     if state and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
@@ -521,15 +544,28 @@ def _filter_conditions(*, endpoint_id=None, queue=None, state=None, assignee=Non
     if state:
         conditions.append(STATE_FILTERS[state])
     if text:
-        params["text"] = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace(
-            "_", "\\_"
-        ) + "%"
+        params["text"] = (
+            "%"
+            + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            + "%"
+        )
         conditions.append("(title ILIKE %(text)s OR idempotency_key ILIKE %(text)s)")
     return conditions, params
 
 
-def _list(scope, *, endpoint_id=None, queue=None, state=None, assignee=None,
-          owner=None, text=None, limit=50, cursor=None, newest_first=False):
+def _list(
+    scope,
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    limit=50,
+    cursor=None,
+    newest_first=False,
+):
     if state is not None and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
     limit = int(limit)
@@ -542,8 +578,14 @@ def _list(scope, *, endpoint_id=None, queue=None, state=None, assignee=None,
         except NotFound:
             return Page([], None)
         conditions.append(SCOPED)
-    filters = _filter_conditions(endpoint_id=endpoint_id, queue=queue, state=state,
-                                 assignee=assignee, owner=owner, text=text)
+    filters = _filter_conditions(
+        endpoint_id=endpoint_id,
+        queue=queue,
+        state=state,
+        assignee=assignee,
+        owner=owner,
+        text=text,
+    )
     if filters is None:
         return Page([], None)
     conditions.extend(filters[0])
@@ -572,13 +614,31 @@ def list_todos(scope, *, queue=None, state=None, limit=50, cursor=None):
     return _list(scope, queue=queue, state=state, limit=limit, cursor=cursor)
 
 
-def list_todos_any_endpoint(*, endpoint_id=None, queue=None, state=None,
-                            assignee=None, owner=None, text=None, limit=50,
-                            cursor=None, newest_first=True):
+def list_todos_any_endpoint(
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    limit=50,
+    cursor=None,
+    newest_first=True,
+):
     """Return a page of any endpoint's todos with the Board's filters."""
-    return _list(None, endpoint_id=endpoint_id, queue=queue, state=state,
-                 assignee=assignee, owner=owner, text=text, limit=limit,
-                 cursor=cursor, newest_first=newest_first)
+    return _list(
+        None,
+        endpoint_id=endpoint_id,
+        queue=queue,
+        state=state,
+        assignee=assignee,
+        owner=owner,
+        text=text,
+        limit=limit,
+        cursor=cursor,
+        newest_first=newest_first,
+    )
 
 
 EVENTS_SQL = """
@@ -609,7 +669,8 @@ CLAIM_UPDATE = f"""
 moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
-           claimed_at = now(), lease_expires_at = now() + make_interval(secs => %(lease)s::int),
+           claimed_at = now(),
+           lease_expires_at = now() + make_interval(secs => %(lease)s::int),
            next_retry_at = NULL, updated_at = now()
       FROM candidate c
      WHERE t.id = c.id
@@ -689,11 +750,21 @@ def claim_todo_any_endpoint(todo_id, worker, *, lease_seconds=None):
 
 
 def _claim_one(scope, todo_id, worker, lease_seconds):
-    params = {"worker": worker, "actor": worker, "event_error": "",
-              "lease": _lease(lease_seconds)}
-    return _transition("claim_todo", scope, todo_id, (CLAIM_ONE_SQL, CLAIM_ONE_ANY_SQL),
-                       params, "only a pending todo (or a lapsed or due one) "
-                       "assigned to nobody or to this worker can be claimed")
+    params = {
+        "worker": worker,
+        "actor": worker,
+        "event_error": "",
+        "lease": _lease(lease_seconds),
+    }
+    return _transition(
+        "claim_todo",
+        scope,
+        todo_id,
+        (CLAIM_ONE_SQL, CLAIM_ONE_ANY_SQL),
+        params,
+        "only a pending todo (or a lapsed or due one) "
+        "assigned to nobody or to this worker can be claimed",
+    )
 
 
 # --- Owner transitions ----------------------------------------------------------
@@ -722,8 +793,12 @@ HEARTBEAT_SQL = _owner_transition(
 
 def heartbeat(scope, todo_id, worker, *, lease_seconds=None):
     """Extend the owner's lease to now + lease_seconds (SQS ChangeMessageVisibility)."""
-    params = {"worker": worker, "actor": worker, "event_error": "",
-              "lease": _lease(lease_seconds)}
+    params = {
+        "worker": worker,
+        "actor": worker,
+        "event_error": "",
+        "lease": _lease(lease_seconds),
+    }
     return _transition("heartbeat", scope, todo_id, HEARTBEAT_SQL, params, OWNED)
 
 
@@ -735,8 +810,12 @@ COMPLETE_SQL = _owner_transition(
 
 def complete_todo(scope, todo_id, worker, *, result=None):
     """Mark the owner's claimed todo done, storing its result."""
-    params = {"worker": worker, "actor": worker, "event_error": "",
-              "result": None if result is None else json.dumps(result)}
+    params = {
+        "worker": worker,
+        "actor": worker,
+        "event_error": "",
+        "result": None if result is None else json.dumps(result),
+    }
     return _transition("complete_todo", scope, todo_id, COMPLETE_SQL, params, OWNED)
 
 
@@ -755,13 +834,18 @@ FAIL_SQL = _owner_transition(
 
 def fail_todo(scope, todo_id, worker, *, error=""):
     """Fail the owner's claimed todo: schedule a retry, or dead-letter at the cap."""
-    params = {"worker": worker, "actor": worker, "event_error": error or "",
-              "error": error or ""}
+    params = {
+        "worker": worker,
+        "actor": worker,
+        "event_error": error or "",
+        "error": error or "",
+    }
     return _transition("fail_todo", scope, todo_id, FAIL_SQL, params, OWNED)
 
 
 # Release hands the lease back now, with the outcome its expiry would have had.
-RELEASE_SET = """state = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+RELEASE_SET = """state = CASE WHEN attempt < max_attempts THEN 'pending'
+                     ELSE 'failed' END,
         owner = CASE WHEN attempt < max_attempts THEN NULL ELSE owner END,
         last_error = CASE WHEN attempt < max_attempts THEN last_error
                           ELSE 'released at the attempt cap' END,
@@ -788,8 +872,14 @@ SELECT {TODO_COLUMNS}, {DOORBELL} FROM moved
 def release_todo_any_endpoint(todo_id, *, actor="operator"):
     """Release a stuck claim whoever holds it (operator Board)."""
     params = {"actor": actor, "event_error": "released by an operator"}
-    return _transition("release_todo", None, todo_id, (RELEASE_ANY_SQL, RELEASE_ANY_SQL),
-                       params, "only a claimed todo can be released")
+    return _transition(
+        "release_todo",
+        None,
+        todo_id,
+        (RELEASE_ANY_SQL, RELEASE_ANY_SQL),
+        params,
+        "only a claimed todo can be released",
+    )
 
 
 # --- Retry ----------------------------------------------------------------------
@@ -826,11 +916,19 @@ def _retry(scope, todo_id, actor):
     try:
         # A savepoint, so a dedupe collision does not poison a caller's transaction.
         with transaction.atomic():
-            return _transition("retry_todo", scope, todo_id, (RETRY_SQL, RETRY_ANY_SQL),
-                               params, "only a failed todo can be retried")
+            return _transition(
+                "retry_todo",
+                scope,
+                todo_id,
+                (RETRY_SQL, RETRY_ANY_SQL),
+                params,
+                "only a failed todo can be retried",
+            )
     except IntegrityError as exc:
         # A dead letter left the dedupe index; a newer live todo took its key.
-        raise Conflict(DUPLICATE_ON_RETRY, todo_id=_uuid(todo_id), state="failed") from exc
+        raise Conflict(
+            DUPLICATE_ON_RETRY, todo_id=_uuid(todo_id), state="failed"
+        ) from exc
 
 
 # --- Doorbell -------------------------------------------------------------------
@@ -849,8 +947,10 @@ def pending_doorbell_todos(scope, *, limit=100):
         params = {**_scope_params(scope), "limit": int(limit)}
     except NotFound:
         return []
-    return [Todo.from_row(row) for row in _run("pending_doorbell_todos",
-                                               PENDING_DOORBELL_SQL, params)]
+    return [
+        Todo.from_row(row)
+        for row in _run("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
+    ]
 
 
 NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
@@ -862,8 +962,12 @@ def publish_todo_ready(todo):
     payload = json.dumps(
         {"id": str(todo.id), "endpoint_id": str(todo.endpoint_id), "queue": todo.queue}
     )
-    _run("publish_todo_ready", NOTIFY_SQL,
-         {"channel": DOORBELL_CHANNEL, "payload": payload}, fetch="one")
+    _run(
+        "publish_todo_ready",
+        NOTIFY_SQL,
+        {"channel": DOORBELL_CHANNEL, "payload": payload},
+        fetch="one",
+    )
 
 
 # --- Sweeps (system-wide: no endpoint predicate, by design) ---------------------
@@ -881,14 +985,16 @@ WITH expired AS (
        FOR UPDATE SKIP LOCKED
 ), moved AS (
     UPDATE todos t
-       SET state = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END,
+       SET state = CASE WHEN t.attempt < t.max_attempts THEN 'pending'
+                        ELSE 'failed' END,
            owner = CASE WHEN t.attempt < t.max_attempts THEN NULL ELSE t.owner END,
            last_error = CASE WHEN t.attempt < t.max_attempts THEN t.last_error
                              ELSE 'lease expired at the attempt cap' END,
            lease_expires_at = NULL, next_retry_at = NULL, updated_at = now()
       FROM expired e
      WHERE t.id = e.id
- RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, 'claimed'::text AS from_state
+ RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt,
+           'claimed'::text AS from_state
 ), history AS ({EVENT_INSERT})
 SELECT id, endpoint_id, queue, state, {DOORBELL} FROM moved
 """
@@ -896,7 +1002,11 @@ SELECT id, endpoint_id, queue, state, {DOORBELL} FROM moved
 
 def reap_expired(*, limit=SWEEP_BATCH):
     """Requeue (or dead-letter at the cap) one batch of expired leases."""
-    params = {"limit": int(limit), "actor": "system:reaper", "event_error": "lease expired"}
+    params = {
+        "limit": int(limit),
+        "actor": "system:reaper",
+        "event_error": "lease expired",
+    }
     rows = _run("reap_expired", REAP_EXPIRED_SQL, params)
     return [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
 
@@ -914,7 +1024,8 @@ WITH due AS (
            next_retry_at = NULL, updated_at = now()
       FROM due d
      WHERE t.id = d.id
- RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, 'failed'::text AS from_state
+ RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt,
+           'failed'::text AS from_state
 ), history AS ({EVENT_INSERT})
 SELECT id, endpoint_id, queue, state, {DOORBELL} FROM moved
 """
@@ -944,12 +1055,16 @@ DELETE FROM todos t USING doomed d WHERE t.id = d.id
 
 
 def purge_terminal(older_than_days, *, limit=5000):
-    """Delete one batch of terminal todos older than the given days; return the count."""
+    """Delete one batch of terminal todos older than the given days; return how many."""
     days = int(older_than_days)
     if days < 0:
         raise ValueError("older_than_days must not be negative")
-    return _run("purge_terminal", PURGE_TERMINAL_SQL,
-                {"days": days, "limit": int(limit)}, fetch="count")
+    return _run(
+        "purge_terminal",
+        PURGE_TERMINAL_SQL,
+        {"days": days, "limit": int(limit)},
+        fetch="count",
+    )
 
 
 # --- Board (operator) -----------------------------------------------------------
@@ -1032,7 +1147,9 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
         "board_overview", LIVE_OVERVIEW_SQL, {}
     ):
         line(endpoint_id, queue).update(
-            pending=pending, claimed=claimed, retry_scheduled=retry,
+            pending=pending,
+            claimed=claimed,
+            retry_scheduled=retry,
             oldest_pending_seconds=None if age is None else float(age),
         )
     for endpoint_id, queue, lapsed in _run("board_overview", LAPSED_OVERVIEW_SQL, {}):
@@ -1045,12 +1162,20 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
             line(endpoint_id, queue)[name] = count
             total += count
         capped[name] = total > cap
-    rows = sorted((QueueCounts(**values) for values in counts.values()),
-                  key=lambda row: (row.endpoint_id, row.queue))
+    rows = sorted(
+        (QueueCounts(**values) for values in counts.values()),
+        key=lambda row: (row.endpoint_id, row.queue),
+    )
     totals = {
         name: sum(getattr(row, name) for row in rows)
-        for name in ("pending", "claimed", "lapsed", "retry_scheduled",
-                     "dead_letter", "done")
+        for name in (
+            "pending",
+            "claimed",
+            "lapsed",
+            "retry_scheduled",
+            "dead_letter",
+            "done",
+        )
     }
     for name, over in capped.items():
         if over:
@@ -1124,12 +1249,15 @@ SELECT c.created_at, c.id FROM todos c
  LIMIT %(batch)s
 """
 
-KEYSET_START = (datetime.fromisoformat("0001-01-01T00:00:00+00:00"),
-                str(uuid.UUID(int=0)))
+KEYSET_START = (
+    datetime.fromisoformat("0001-01-01T00:00:00+00:00"),
+    str(uuid.UUID(int=0)),
+)
 
 
-def retry_matching_any_endpoint(*, actor="operator", limit=BULK_RETRY_LIMIT,
-                                batch=BULK_RETRY_BATCH, **filters):
+def retry_matching_any_endpoint(
+    *, actor="operator", limit=BULK_RETRY_LIMIT, batch=BULK_RETRY_BATCH, **filters
+):
     """Requeue every failed todo a filter matches, batch by batch (operator Board).
 
     Each batch commits on its own, so a large retry never holds thousands of
@@ -1148,8 +1276,12 @@ def retry_matching_any_endpoint(*, actor="operator", limit=BULK_RETRY_LIMIT,
     retried, conflicts = 0, []
     while retried < limit:
         size = min(int(batch), limit - retried)
-        bound = {**params, "batch": size, "after_created": after[0],
-                 "after_id": after[1]}
+        bound = {
+            **params,
+            "batch": size,
+            "after_created": after[0],
+            "after_id": after[1],
+        }
         try:
             with transaction.atomic():
                 rows = _run("retry_matching", batch_sql, bound)

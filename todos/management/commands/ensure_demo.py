@@ -20,7 +20,16 @@ class Command(BaseCommand):
         ".switchboard-demo-token (git-ignored, mode 600) so restarts reuse it."
     )
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--url",
+            default="http://127.0.0.1:8000",
+            help="Where the server will listen, for the printed links "
+            "(default http://127.0.0.1:8000).",
+        )
+
     def handle(self, *args, **options):
+        base = options["url"].rstrip("/")
         username = os.environ.get("SWITCHBOARD_DEMO_USER", "operator")
         password = os.environ.get("SWITCHBOARD_DEMO_PASSWORD", "switchboard")
         user_model = get_user_model()
@@ -44,18 +53,22 @@ class Command(BaseCommand):
         TOKEN_FILE.write_text(token + "\n")
         TOKEN_FILE.chmod(0o600)
 
-        login = f"{username} / {password}" if created else f"{username} (password unchanged)"
+        login = (
+            f"{username} / {password}"
+            if created or user.check_password(password)
+            else f"{username} (its password was changed since)"
+        )
         self.stdout.write(
             "\n".join(
                 [
                     "",
                     "Switchboard is ready.",
-                    "  Board:          http://127.0.0.1:8000/board/",
+                    f"  Board:          {base}/board/",
                     f"  Operator login: {login}",
                     f"  Demo endpoint:  {endpoint.id} (every queue)",
                     f"  Endpoint token: {token}",
                     "  Try:  curl -s -H 'Authorization: Bearer <token>' "
-                    "http://127.0.0.1:8000/api/v1/todos",
+                    f"{base}/api/v1/todos",
                     "",
                 ]
             )
