@@ -138,9 +138,12 @@ def test_retry_matching_leaves_a_dead_letter_whose_key_a_live_todo_holds(scope):
     assert created
     movable = failed(scope, dead=True, key="delivery-2")
 
+    assert store.count_retryable_any_endpoint() == 1
+    assert store.count_key_held_any_endpoint() == 1
+
     outcome = store.retry_matching_any_endpoint()
 
-    assert outcome.retried == 1
+    assert (outcome.retried, outcome.key_held, outcome.more) == (1, 1, False)
     assert store.get_todo(scope, dead.id).is_dead_letter
     assert store.get_todo(scope, movable.id).state == "pending"
     assert store.get_todo(scope, newer.id).state == "pending"

@@ -477,6 +477,28 @@ def test_retry_matching_with_no_match_says_nothing_to_retry(board, db):
     assert b"Nothing to retry" in response.content
 
 
+def test_retry_matching_says_which_dead_letters_a_live_duplicate_holds_back(
+    board, scope
+):
+    dead_letter(scope, "old delivery", key="delivery-7")
+    store.create_todo(scope, queue="q", idempotency_key="delivery-7")
+    dead_letter(scope, "movable", key="delivery-8")
+
+    preview = board.get(
+        "/board/todos/retry-matching/?state=dead_letter", **htmx("bulk")
+    )
+    done = board.post(
+        "/board/todos/retry-matching/", {"state": "dead_letter"}, **htmx("bulk")
+    )
+
+    preview_html, done_html = preview.content.decode(), done.content.decode()
+    assert "Retry 1 failed todo?" in preview_html
+    assert "1 more dead letter will stay failed" in preview_html
+    assert "Retried 1 todo" in done_html
+    assert "1 dead letter stayed failed" in done_html
+    assert "More failed todos still match" not in done_html
+
+
 def test_retry_matching_rejects_a_bad_filter(board, db):
     response = board.post("/board/todos/retry-matching/", {"state": "bogus"})
 

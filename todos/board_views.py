@@ -17,6 +17,7 @@ from django.contrib.auth import views as auth_views
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -427,6 +428,7 @@ def todos_retry_matching(request):
     }
     if request.method == "GET":
         context["count"] = store.count_retryable_any_endpoint(**filters)
+        context["key_held"] = store.count_key_held_any_endpoint(**filters)
         return _page(request, "board/retry_matching.html", context, fragments=("bulk",))
     outcome = store.retry_matching_any_endpoint(
         **filters, actor=f"operator:{request.user.get_username()}"
@@ -438,6 +440,14 @@ def todos_retry_matching(request):
                 "warning",
                 f"{len(outcome.conflicts)} were left failed: a live todo "
                 "holds their idempotency key.",
+            )
+        )
+    if outcome.key_held:
+        notices.append(
+            _notice(
+                "warning",
+                f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} left "
+                "failed: a newer live todo holds the same idempotency key.",
             )
         )
     if outcome.more:

@@ -1183,21 +1183,44 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
     return Overview(rows, totals, capped, cap)
 
 
+# A dead letter whose idempotency key a newer live todo holds: its requeue
+# would collide in todos_dedupe_idx, so a bulk retry leaves it (and says so).
+KEY_HELD_ELSEWHERE = """EXISTS (
+    SELECT 1 FROM todos l
+     WHERE c.next_retry_at IS NULL AND c.idempotency_key IS NOT NULL
+       AND l.endpoint_id = c.endpoint_id
+       AND l.idempotency_key = c.idempotency_key
+       AND l.id <> c.id AND l.state <> 'done'
+       AND (l.state <> 'failed' OR l.next_retry_at IS NOT NULL))"""
+
 RETRYABLE_COUNT_SQL = """
 SELECT count(*) FROM (
-    SELECT 1 FROM todos WHERE state = 'failed' AND {where} LIMIT %(cap)s + 1
+    SELECT 1 FROM todos c WHERE c.state = 'failed' AND {where} AND {held}
+     LIMIT %(cap)s + 1
 ) capped
 """
 
 
-def count_retryable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
-    """Count the failed todos a filter matches, up to cap + 1 (the bulk preview)."""
+def _count_failed(held, cap, filters):
     found = _filter_conditions(**filters)
     if found is None:
         return 0
     conditions, params = found
-    sql = RETRYABLE_COUNT_SQL.format(where=" AND ".join(conditions) or "TRUE")
+    sql = RETRYABLE_COUNT_SQL.format(
+        where=" AND ".join(conditions) or "TRUE", held=held
+    )
     return _run("count_retryable", sql, {**params, "cap": int(cap)}, fetch="one")[0]
+
+
+def count_retryable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+    """Count the failed todos a bulk retry of this filter would move, up to cap + 1."""
+    return _count_failed(f"NOT {KEY_HELD_ELSEWHERE}", cap, filters)
+
+
+def count_key_held_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+    """Count the matching dead letters a bulk retry must leave, up to cap + 1:
+    a newer live todo holds their idempotency key."""
+    return _count_failed(KEY_HELD_ELSEWHERE, cap, filters)
 
 
 @dataclass(frozen=True)
@@ -1208,6 +1231,8 @@ class BulkRetry:
     retried: int
     conflicts: list
     more: bool
+    # Matching dead letters left failed because a live todo holds their key.
+    key_held: int = 0
 
 
 # One batch of a bulk retry, in keyset order after the last batch. A dead
@@ -1219,13 +1244,7 @@ WITH candidate AS (
     SELECT c.id FROM todos c
      WHERE c.state = 'failed' AND {{where}}
        AND (c.created_at, c.id) > (%(after_created)s, %(after_id)s::uuid)
-       AND NOT EXISTS (
-           SELECT 1 FROM todos l
-            WHERE c.next_retry_at IS NULL AND c.idempotency_key IS NOT NULL
-              AND l.endpoint_id = c.endpoint_id
-              AND l.idempotency_key = c.idempotency_key
-              AND l.id <> c.id AND l.state <> 'done'
-              AND (l.state <> 'failed' OR l.next_retry_at IS NOT NULL))
+       AND NOT {KEY_HELD_ELSEWHERE}
      ORDER BY c.created_at, c.id
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
@@ -1300,10 +1319,11 @@ def retry_matching_any_endpoint(
         else:
             retried += len(rows)
         if len(rows) < size:
-            return BulkRetry(retried, conflicts, False)
+            break
         after = (rows[-1][0], str(rows[-1][1]))
-    more = count_retryable_any_endpoint(cap=1, **filters) > 0
-    return BulkRetry(retried, conflicts, more)
+    more = retried >= limit and count_retryable_any_endpoint(cap=1, **filters) > 0
+    held = count_key_held_any_endpoint(**filters)
+    return BulkRetry(retried, conflicts, more, held)
 
 
 def retry_many_any_endpoint(todo_ids, *, actor="operator"):
