@@ -269,6 +269,51 @@ def api_view(*methods, authenticated=True):
     return decorate
 
 
+def list_page(scope, fields):
+    """List a scope's todos from validated fields (queue, state, limit, cursor).
+
+    Shared by the JSON view and the MCP tool, so both accept the same input.
+    Returns the response body: ``{"todos": [...], "next_cursor": ...}``.
+    """
+    state = fields.text("state")
+    if state is not None and state not in store.STATE_FILTERS:
+        raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
+    limit = fields.integer("limit", minimum=1, maximum=200, default=50)
+    cursor = fields.text("cursor", max_length=500, empty=True) or None
+    try:
+        page = store.list_todos(
+            scope, queue=fields.text("queue"), state=state, limit=limit, cursor=cursor
+        )
+    except ValueError as exc:
+        raise bad_request(f"cursor: {exc}") from exc
+    return {
+        "todos": [todo.to_dict() for todo in page.todos],
+        "next_cursor": page.next_cursor,
+    }
+
+
+def create_todo(scope, fields, *, actor):
+    """Enqueue a todo from validated fields; return (todo, created).
+
+    Shared by the JSON view and the MCP tool, so both accept the same input.
+    """
+    return store.create_todo(
+        scope,
+        queue=fields.text("queue", required=True),
+        title=fields.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
+        payload=fields.json("payload"),
+        idempotency_key=fields.text("idempotency_key", max_length=MAX_KEY_LENGTH),
+        assignee=fields.text("assignee"),
+        max_attempts=fields.integer(
+            "max_attempts",
+            minimum=1,
+            maximum=MAX_ATTEMPTS_CAP,
+            default=settings.SWITCHBOARD_MAX_ATTEMPTS,
+        ),
+        actor=actor,
+    )
+
+
 def todo_response(todo, status=200, **extra):
     """Render one todo as ``{"todo": {...}, **extra}``."""
     response = JsonResponse({"todo": todo.to_dict(), **extra}, status=status)

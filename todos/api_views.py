@@ -5,18 +5,15 @@ caller's scope, and renders the todo; ``todos.api.api_view`` does the token
 auth, the body parsing and the error mapping.
 """
 
-from django.conf import settings
 from django.http import JsonResponse
 
 from todos import store
 from todos.api import (
-    MAX_ATTEMPTS_CAP,
     MAX_ERROR_LENGTH,
-    MAX_KEY_LENGTH,
-    MAX_TITLE_LENGTH,
     Fields,
     api_view,
-    bad_request,
+    create_todo,
+    list_page,
     todo_response,
 )
 from todos.doorbell import claim_when_ready
@@ -28,49 +25,16 @@ def todos(request):
     if request.method == "POST":
         return create(request)
     query = Fields(request.GET, from_query=True)
-    state = query.text("state")
-    if state is not None and state not in store.STATE_FILTERS:
-        raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
-    limit = query.integer("limit", minimum=1, maximum=200, default=50)
-    cursor = query.text("cursor", max_length=500, empty=True) or None
     queue = query.text("queue")
     if queue is not None and not request.scope.covers(queue):
         raise store.QueueNotGranted(queue)
-    try:
-        page = store.list_todos(
-            request.scope,
-            queue=queue,
-            state=state,
-            limit=limit,
-            cursor=cursor,
-        )
-    except ValueError as exc:
-        raise bad_request(f"cursor: {exc}") from exc
-    return JsonResponse(
-        {
-            "todos": [todo.to_dict() for todo in page.todos],
-            "next_cursor": page.next_cursor,
-        }
-    )
+    return JsonResponse(list_page(request.scope, query))
 
 
 def create(request):
     """Enqueue a todo: 201, or 200 when it collapsed onto a live duplicate."""
-    body = request.body_fields
-    todo, created = store.create_todo(
-        request.scope,
-        queue=body.text("queue", required=True),
-        title=body.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
-        payload=body.json("payload"),
-        idempotency_key=body.text("idempotency_key", max_length=MAX_KEY_LENGTH),
-        assignee=body.text("assignee"),
-        max_attempts=body.integer(
-            "max_attempts",
-            minimum=1,
-            maximum=MAX_ATTEMPTS_CAP,
-            default=settings.SWITCHBOARD_MAX_ATTEMPTS,
-        ),
-        actor=f"agent:{request.endpoint.name}",
+    todo, created = create_todo(
+        request.scope, request.body_fields, actor=f"agent:{request.endpoint.name}"
     )
     return todo_response(todo, status=201 if created else 200, created=created)
 

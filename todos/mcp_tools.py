@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from todos import store
+from todos import api, store
 from todos.api import (
     MAX_ATTEMPTS_CAP,
     MAX_KEY_LENGTH,
@@ -95,27 +95,7 @@ def _todo(todo, **extra):
 
 
 def list_todos(args, caller):
-    state = args.text("state")
-    if state is not None and state not in store.STATE_FILTERS:
-        raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
-    limit = args.integer("limit", minimum=1, maximum=200, default=50)
-    cursor = args.text("cursor", max_length=500, empty=True) or None
-    try:
-        page = store.list_todos(
-            caller.scope,
-            queue=args.text("queue"),
-            state=state,
-            limit=limit,
-            cursor=cursor,
-        )
-    except ValueError as exc:
-        raise bad_request(f"cursor: {exc}") from exc
-    return _ok(
-        {
-            "todos": [todo.to_dict() for todo in page.todos],
-            "next_cursor": page.next_cursor,
-        }
-    )
+    return _ok(api.list_page(caller.scope, args))
 
 
 def get_todo(args, caller):
@@ -123,21 +103,7 @@ def get_todo(args, caller):
 
 
 def create_todo(args, caller):
-    todo, created = store.create_todo(
-        caller.scope,
-        queue=args.text("queue", required=True),
-        title=args.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
-        payload=args.json("payload"),
-        idempotency_key=args.text("idempotency_key", max_length=MAX_KEY_LENGTH),
-        assignee=args.text("assignee"),
-        max_attempts=args.integer(
-            "max_attempts",
-            minimum=1,
-            maximum=MAX_ATTEMPTS_CAP,
-            default=settings.SWITCHBOARD_MAX_ATTEMPTS,
-        ),
-        actor=caller.actor,
-    )
+    todo, created = api.create_todo(caller.scope, args, actor=caller.actor)
     return _todo(todo, created=created)
 
 
