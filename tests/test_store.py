@@ -1099,3 +1099,9 @@ def test_every_todo_is_pinned_to_an_endpoint(db):
             " WHERE table_name = 'todos' AND column_name = 'endpoint_id'"
         )
         assert cursor.fetchone() == ("NO", "uuid")
+
+
+def test_a_new_todo_was_updated_when_it_was_created(scope):
+    todo = new(scope)
+
+    assert todo.updated_at == todo.created_at

@@ -357,8 +357,13 @@ WITH moved AS (
                        created_at, updated_at)
     SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb,
            'pending', %(assignee)s, 0, %(max_attempts)s, %(idempotency_key)s, '',
-           clock_timestamp(), now()
-      FROM endpoints e WHERE e.id = %(endpoint_id)s
+           clock.at, clock.at
+      FROM endpoints e,
+           -- The wall clock, not the transaction's start: todos created in one
+           -- transaction (a webhook fan-out) keep their order. One reading,
+           -- so a new todo's updated_at equals its created_at.
+           (SELECT clock_timestamp() AS at) clock
+     WHERE e.id = %(endpoint_id)s
     ON CONFLICT (endpoint_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL
           AND state <> 'done'
