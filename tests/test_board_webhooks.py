@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from todos import webhooks
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
+from todos.webhooks import core as webhooks
 
 SECRET = "board-secret"
 

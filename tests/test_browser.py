@@ -16,7 +16,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from todos import board_demo, store
+from todos import store
+from todos.ui import demo as board_demo
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 

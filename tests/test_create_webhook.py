@@ -6,8 +6,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from todos import store, webhooks
+from todos import store
 from todos.models import WebhookRoute, WebhookSource
+from todos.webhooks import core as webhooks
 
 
 def create_webhook(*args):

@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from todos import store
-from todos.mcp_tools import TOOLS
+from todos.mcp.tools import TOOLS
 from todos.models import McpSession
 
 live = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,8 @@ import schemathesis
 from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, settings
 
-from todos import openapi, tokens
+from todos import tokens
+from todos.api import openapi
 from todos.models import Endpoint
 
 pytestmark = pytest.mark.slow

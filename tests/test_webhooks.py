@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from todos import store, webhooks
+from todos import store
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
+from todos.webhooks import core as webhooks
 
 SECRET = "it's-a-secret-to-everybody"
 

@@ -6,8 +6,8 @@ from todos import health
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
-    path("api/v1/", include("todos.api_urls")),
-    path("board/", include("todos.board_urls")),
-    path("hooks/", include("todos.hooks_urls")),
-    path("", include("todos.mcp_urls")),
+    path("api/v1/", include("todos.api.urls")),
+    path("board/", include("todos.ui.urls")),
+    path("hooks/", include("todos.webhooks.urls")),
+    path("", include("todos.mcp.urls")),
 ]

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from todos import webhooks
+from todos.webhooks import core as webhooks
 
 
 class Command(BaseCommand):

@@ -26,14 +26,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from todos import store
-from todos.board_forms import (
+from todos.models import Endpoint
+from todos.ui.forms import (
     EndpointCreateForm,
     GrantsForm,
     OperatorLoginForm,
     TodoCreateForm,
     TodoFilterForm,
 )
-from todos.models import Endpoint
 
 PAGE_SIZE = 50
 ROWS_CHANGED = "rows-changed"

@@ -1,14 +1,14 @@
 """The agent JSON API (CONTRACT §5): thin views over the endpoint-scoped store.
 
 Each view reads its validated fields, calls one store function with the
-caller's scope, and renders the todo; ``todos.api.api_view`` does the token
+caller's scope, and renders the todo; ``todos.api.core.api_view`` does the token
 auth, the body parsing and the error mapping.
 """
 
 from django.http import JsonResponse
 
 from todos import store
-from todos.api import (
+from todos.api.core import (
     MAX_ERROR_LENGTH,
     Fields,
     api_view,

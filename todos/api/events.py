@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 
 from todos import store
-from todos.api import api_view
+from todos.api.core import api_view
 from todos.doorbell import Doorbell
 
 logger = logging.getLogger("switchboard.events")

@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from todos import mcp
+from todos.mcp import transport
 
 urlpatterns = [
-    path("mcp", mcp.endpoint, name="mcp"),
+    path("mcp", transport.endpoint, name="mcp"),
 ]

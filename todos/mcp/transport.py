@@ -19,7 +19,7 @@ Three kinds of failure, three shapes: a message the transport cannot take (bad
 token, bad body, no session) is an HTTP error whose JSON-RPC error body has the
 CONTRACT's ``{"error", "detail"}`` as ``data``; a well-formed request that is
 wrong (unknown method, bad params) is a JSON-RPC error at 200; a tool whose
-work fails is a result with ``isError`` (``todos.mcp_tools``).
+work fails is a result with ``isError`` (``todos.mcp.tools``).
 """
 
 import importlib.metadata
@@ -37,9 +37,10 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import mcp_tools, store
-from todos.api import api_error_for, authenticate
+from todos import store
+from todos.api.core import api_error_for, authenticate
 from todos.doorbell import Doorbell
+from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
 
 logger = logging.getLogger("switchboard.mcp")

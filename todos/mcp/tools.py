@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from todos import api, store
-from todos.api import (
+from todos import store
+from todos.api import core as api
+from todos.api.core import (
     MAX_ATTEMPTS_CAP,
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,

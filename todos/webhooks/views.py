@@ -14,8 +14,9 @@ from django.db import DatabaseError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import store, webhooks
+from todos import store
 from todos.models import WebhookSource
+from todos.webhooks import core as webhooks
 
 logger = logging.getLogger("switchboard.webhooks")
 

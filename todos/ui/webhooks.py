@@ -15,10 +15,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from todos import webhooks
-from todos.board_forms import endpoint_choices
-from todos.board_views import operator_view
 from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookRoute, WebhookSource
+from todos.ui.forms import endpoint_choices
+from todos.ui.views import operator_view
+from todos.webhooks import core as webhooks
 
 RECENT_DELIVERIES = 10
 MAX_ROUTES = 10

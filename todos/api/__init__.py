@@ -1,0 +1,1 @@
+"""The agent JSON API: token-authenticated views over the store."""

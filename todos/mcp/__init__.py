@@ -1,0 +1,1 @@
+"""MCP: the agent API as tools over the Streamable HTTP transport."""

@@ -1,0 +1,1 @@
+"""The operator Board: HTMX pages over the store's operator twins."""

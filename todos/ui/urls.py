@@ -1,0 +1,59 @@
+"""Routes of the operator Board (under /board/)."""
+
+from django.urls import path
+
+from todos.ui import views, webhooks
+
+app_name = "board"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("todos/", views.todo_list, name="todos"),
+    path("todos/new/", views.todo_create, name="todo_create"),
+    path("todos/retry/", views.todos_retry_selected, name="retry_selected"),
+    path("todos/retry-matching/", views.todos_retry_matching, name="retry_matching"),
+    path("todos/<str:todo_id>/", views.todo_detail, name="todo"),
+    path("todos/<str:todo_id>/retry/", views.todo_retry, name="todo_retry"),
+    path("todos/<str:todo_id>/release/", views.todo_release, name="todo_release"),
+    path("endpoints/", views.endpoint_list, name="endpoints"),
+    path("endpoints/new/", views.endpoint_create, name="endpoint_create"),
+    path(
+        "endpoints/<uuid:endpoint_id>/rotate/",
+        views.endpoint_rotate,
+        name="endpoint_rotate",
+    ),
+    path(
+        "endpoints/<uuid:endpoint_id>/revoke/",
+        views.endpoint_revoke,
+        name="endpoint_revoke",
+    ),
+    path(
+        "endpoints/<uuid:endpoint_id>/grants/",
+        views.endpoint_grants,
+        name="endpoint_grants",
+    ),
+    path("webhooks/", webhooks.webhook_list, name="webhooks"),
+    path("webhooks/new/", webhooks.webhook_create, name="webhook_create"),
+    path(
+        "webhooks/<uuid:source_id>/delete/",
+        webhooks.webhook_delete,
+        name="webhook_delete",
+    ),
+    path(
+        "webhooks/<uuid:source_id>/rotate/",
+        webhooks.webhook_rotate,
+        name="webhook_rotate",
+    ),
+    path(
+        "webhooks/<uuid:source_id>/routes/new/",
+        webhooks.route_create,
+        name="webhook_route_create",
+    ),
+    path(
+        "webhooks/routes/<int:route_id>/delete/",
+        webhooks.route_delete,
+        name="webhook_route_delete",
+    ),
+]

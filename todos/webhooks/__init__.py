@@ -1,0 +1,1 @@
+"""Webhooks: signed deliveries from providers, fanned out to endpoints as todos."""
