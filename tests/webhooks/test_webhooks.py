@@ -190,7 +190,7 @@ def test_a_body_over_256_kib_is_413_and_creates_nothing(client, source):
     response = deliver(client, body=body)
 
     assert response.status_code == 413
-    assert response.json()["error"] == "too_large"
+    assert response.json()["error"] == "payload_too_large"
     assert Todo.objects.count() == 0
 
 
