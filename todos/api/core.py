@@ -334,6 +334,9 @@ def claim_batch(scope, worker, queue, lease, wait, limit):
 
 def _failure(exc):
     """Render a per-item failure of a batch: its status, code and detail."""
+    if isinstance(exc, ValueError):
+        # The store refused an item's arguments (the views check them first).
+        exc = bad_request(str(exc))
     error = exc if isinstance(exc, ApiError) else api_error_for(exc)
     if error is None:
         raise exc
