@@ -169,7 +169,7 @@ def test_claim_rejects_a_bad_max_todos_with_400_naming_it(agent, value):
 def test_batch_answers_each_action_with_the_status_of_its_single_call(
     agent, other_agent
 ):
-    """Mixed outcomes: 200, 404 (never minted, foreign, malformed), 409, 400."""
+    """Mixed outcomes: 200, 404 (never minted, foreign, malformed), 409."""
     for _ in range(4):
         agent.create()
     claimed = claim_next(agent, max_todos=4)["todos"]
@@ -182,33 +182,31 @@ def test_batch_answers_each_action_with_the_status_of_its_single_call(
             "id": claimed[0]["id"],
             "lease_token": claimed[0]["lease_token"],
             "result": {"n": 1},
-        },  # noqa: E501
+        },
         {
             "op": "fail",
             "id": claimed[1]["id"],
             "lease_token": claimed[1]["lease_token"],
             "error": "boom",
-        },  # noqa: E501
+        },
         {
             "op": "heartbeat",
             "id": claimed[2]["id"],
             "lease_token": claimed[2]["lease_token"],
             "lease_seconds": 900,
-        },  # noqa: E501
+        },
         {"op": "release", "id": claimed[3]["id"], "worker": "w1"},
         {"op": "complete", "id": never, "worker": "w1"},
         {"op": "complete", "id": foreign["id"], "worker": "w1"},
         {"op": "complete", "id": "not-a-uuid", "worker": "w1"},
         {"op": "complete", "id": pending["id"], "worker": "w1"},
         {"op": "complete", "id": claimed[0]["id"], "lease_token": "stale"},
-        {"op": "heartbeat", "id": claimed[2]["id"], "worker": "w1", "lease_seconds": 0},  # noqa: E501
-        {"op": "complete", "id": claimed[2]["id"]},
     ]
     response = agent.post("/api/v1/todos/batch", {"actions": actions})
     assert response.status_code == 200, response.content
     results = response.json()["results"]
     assert [r["status"] for r in results] == [
-        200, 200, 200, 200, 404, 404, 404, 409, 409, 400, 400,
+        200, 200, 200, 200, 404, 404, 404, 409, 409,
     ]  # fmt: skip
     assert [r["id"] for r in results] == [a["id"] for a in actions]
     assert results[0]["todo"]["state"] == "done"
@@ -220,9 +218,7 @@ def test_batch_answers_each_action_with_the_status_of_its_single_call(
     never_result, foreign_result = dict(results[4]), dict(results[5])
     never_result.pop("id"), foreign_result.pop("id")
     assert never_result == foreign_result, "a foreign id must look never-minted"
-    assert results[9]["error"] == "bad_request"
-    assert results[9]["detail"].startswith("actions[9].lease_seconds")
-    assert results[10]["detail"].startswith("actions[10].worker")
+    assert results[7]["error"] == results[8]["error"] == "conflict"
     assert other_agent.get(f"/api/v1/todos/{foreign['id']}").json()["todo"][
         "state"
     ] == ("pending")
@@ -265,6 +261,29 @@ def _claimed_ids(agent, count):
             "actions[1].op",
         ),
         ([{"id": "FIRST", "worker": "w1"}], "actions[0].op"),
+        (
+            [
+                {"op": "complete", "id": "FIRST", "worker": "w1"},
+                {"op": "heartbeat", "id": "FIRST", "worker": "w1", "lease_seconds": 0},
+            ],
+            "actions[1].lease_seconds",
+        ),
+        (
+            [
+                {"op": "complete", "id": "FIRST", "worker": "w1"},
+                {"op": "complete", "id": "FIRST"},
+            ],
+            "actions[1].worker",
+        ),
+        ([{"op": "complete", "id": 7, "worker": "w1"}], "actions[0].id"),
+        (
+            [{"op": "complete", "id": "FIRST", "lease_token": ["x"]}],
+            "actions[0].lease_token",
+        ),
+        (
+            [{"op": "complete", "id": "FIRST", "worker": "w1", "result": "a\u0000"}],
+            "actions[0].result",
+        ),
     ],
 )
 def test_a_malformed_batch_gets_400_naming_the_field_and_applies_nothing(
@@ -340,26 +359,16 @@ def test_batch_create_dedups_within_one_batch_and_across_batches(agent):
     assert second[0]["status"] == 200
 
 
-def test_batch_create_reports_a_bad_item_and_creates_the_others(make_endpoint):
+def test_batch_create_answers_a_queue_outside_the_grant_per_item(make_endpoint):
     narrow = Agent(make_endpoint("narrow", queues=("q",)))
     response = narrow.post(
         "/api/v1/todos",
-        {
-            "todos": [
-                {"queue": "q", "title": "ok"},
-                {"queue": "q", "max_attempts": 0},
-                {"queue": "elsewhere"},
-                {"title": "no queue"},
-            ]
-        },
+        {"todos": [{"queue": "q", "title": "ok"}, {"queue": "elsewhere"}]},
     )
     assert response.status_code == 200, response.content
     results = response.json()["results"]
-    assert results[0]["created"] is True
-    assert results[1]["status"] == 400 and results[1]["error"] == "bad_request"
-    assert results[1]["detail"].startswith("todos[1].max_attempts")
-    assert results[2]["status"] == 403 and results[2]["error"] == "forbidden"
-    assert results[3]["detail"].startswith("todos[3].queue")
+    assert results[0]["created"] is True and results[0]["status"] == 201
+    assert results[1]["status"] == 403 and results[1]["error"] == "forbidden"
     assert len(narrow.get("/api/v1/todos").json()["todos"]) == 1
 
 
@@ -370,6 +379,9 @@ def test_batch_create_reports_a_bad_item_and_creates_the_others(make_endpoint):
         ([{"queue": "q"}] * 101, "todos"),
         ({"queue": "q"}, "todos"),
         ([{"queue": "q"}, "x"], "todos[1]"),
+        ([{"queue": "q"}, {"queue": "q", "max_attempts": 0}], "todos[1].max_attempts"),
+        ([{"queue": "q"}, {"title": "no queue"}], "todos[1].queue"),
+        ([{"queue": "q", "delay_seconds": 43_201}], "todos[0].delay_seconds"),
     ],
 )
 def test_a_malformed_batch_create_gets_400_and_creates_nothing(agent, todos, field):

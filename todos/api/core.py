@@ -288,8 +288,8 @@ def list_page(scope, fields):
     }
 
 
-def create_arguments(fields, *, actor):
-    """Return store.create_todo's keyword arguments from validated fields."""
+def create_arguments(fields):
+    """Return store.create_todo's keyword arguments (but the actor) from fields."""
     return {
         "queue": fields.text("queue", required=True),
         "title": fields.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
@@ -303,7 +303,6 @@ def create_arguments(fields, *, actor):
         "delay_seconds": fields.integer(
             "delay_seconds", minimum=0, maximum=MAX_DELAY_SECONDS
         ),
-        "actor": actor,
     }
 
 
@@ -312,7 +311,7 @@ def create_todo(scope, fields, *, actor):
 
     Shared by the JSON view and the MCP tool, so both accept the same input.
     """
-    return store.create_todo(scope, **create_arguments(fields, actor=actor))
+    return store.create_todo(scope, **create_arguments(fields), actor=actor)
 
 
 def claim_batch(scope, worker, queue, lease, wait, limit):
@@ -349,23 +348,18 @@ def _failure(exc):
 def create_batch(scope, fields, *, actor):
     """Enqueue 1..100 todos (``{"todos": [...]}``); return the results body.
 
-    Each item is validated and deduplicated on its own (CONTRACT §10); an item
-    with a bad field gets its 400 in its result and the others go ahead.
+    Every item is validated before any is created: a bad field answers 400 for
+    the whole batch (naming ``todos[i].field``) and creates nothing. Each valid
+    item is then created and deduplicated on its own (CONTRACT §10); what the
+    store refuses for one item (a queue outside the grant, a held key) is that
+    item's result.
     """
-    items = fields.items("todos", MAX_CREATE_BATCH)
-    parsed = []
-    for index, item in enumerate(items):
-        try:
-            parsed.append(
-                create_arguments(Fields(item, prefix=f"todos[{index}]."), actor=actor)
-            )
-        except ApiError as exc:
-            parsed.append(exc)
-    valid = [item for item in parsed if not isinstance(item, ApiError)]
-    outcomes = iter(store.create_many(scope, valid) if valid else ())
+    items = [
+        create_arguments(Fields(item, prefix=f"todos[{index}]."))
+        for index, item in enumerate(fields.items("todos", MAX_CREATE_BATCH))
+    ]
     results = []
-    for item in parsed:
-        outcome = item if isinstance(item, ApiError) else next(outcomes)
+    for outcome in store.create_many(scope, items, actor=actor):
         if isinstance(outcome, Exception):
             results.append(_failure(outcome))
         else:
@@ -381,60 +375,56 @@ def create_batch(scope, fields, *, actor):
 
 
 def _ack(op, fields, default_worker):
-    """Return the store.Ack of one batch action from its validated fields."""
+    """Return the store.Ack of one batch action from its validated fields.
+
+    Every field is checked whatever the op, so a bad one is refused even where
+    the op would not use it.
+    """
     todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
     worker, token = fields.owner(default_worker)
-    extra = {}
-    if op == "complete":
-        extra["result"] = fields.json("result")
-    elif op == "fail":
-        extra["error"] = (
-            fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
-        )
-    elif op == "heartbeat":
-        extra["lease_seconds"] = fields.lease_seconds()
+    result = fields.json("result")
+    error = fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
+    lease = fields.lease_seconds()
+    extra = {
+        "complete": {"result": result},
+        "fail": {"error": error},
+        "heartbeat": {"lease_seconds": lease},
+        "release": {},
+    }[op]
     return store.Ack(op, todo_id, worker=worker, lease_token=token, **extra)
 
 
 def acknowledge_batch(scope, fields, *, default_worker=None):
     """Apply 1..100 owner transitions (``POST /api/v1/todos/batch``).
 
-    An unknown ``op`` (or a body that is not a list of actions) refuses the
-    whole batch with 400 before anything is applied; a bad field inside one
-    action is that action's 400. Every other action is applied on its own and
-    answers the status the single call would have had.
+    Every action is validated before any is applied: an unknown ``op``, a bad
+    field, or an action with neither worker nor lease_token answers 400 for the
+    whole batch (naming ``actions[i].field``) and applies nothing. Each action
+    is then applied on its own and answers the status the single call would
+    have had (200, 404, 409; 400 for what the store refuses).
     """
     default_worker = fields.text("worker") or default_worker
     actions = fields.items("actions", MAX_ACK_BATCH)
+    acks = []
     for index, action in enumerate(actions):
-        if action.get("op") not in ACK_OPS:
+        op = action.get("op")
+        if op not in ACK_OPS:
             raise bad_request(
                 f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
             )
-    parsed = []
-    for index, action in enumerate(actions):
-        try:
-            parsed.append(
-                _ack(
-                    action["op"],
-                    Fields(action, prefix=f"actions[{index}]."),
-                    default_worker,
-                )
-            )
-        except ApiError as exc:
-            parsed.append(exc)
-    acks = [item for item in parsed if not isinstance(item, ApiError)]
-    outcomes = iter(store.acknowledge_many(scope, acks) if acks else ())
+        acks.append(
+            _ack(op, Fields(action, prefix=f"actions[{index}]."), default_worker)
+        )
     results = []
-    for action, item in zip(actions, parsed, strict=True):
+    for ack, outcome in zip(acks, store.acknowledge_many(scope, acks), strict=True):
         # The id as the caller sent it: a foreign id and a never-minted one
         # answer alike.
-        todo_id = action.get("id") if isinstance(action.get("id"), str) else None
-        outcome = item if isinstance(item, ApiError) else next(outcomes)
         if isinstance(outcome, Exception):
-            results.append({"id": todo_id, **_failure(outcome)})
+            results.append({"id": ack.todo_id, **_failure(outcome)})
         else:
-            results.append({"id": todo_id, "status": 200, "todo": outcome.to_dict()})
+            results.append(
+                {"id": ack.todo_id, "status": 200, "todo": outcome.to_dict()}
+            )
     return {"results": results}
 
 

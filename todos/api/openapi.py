@@ -176,11 +176,20 @@ def _todo_ok(description):
     return {"200": {"description": description, **_json(_ref("TodoEnvelope"))}}
 
 
-def _body(properties, required=()):
-    schema = {"type": "object", "properties": properties}
+def _body(properties, required=(), **extra):
+    schema = {"type": "object", "properties": properties, **extra}
     if required:
         schema["required"] = list(required)
     return {"required": True, **_json(schema)}
+
+
+def _present(name):
+    """A schema saying that ``name`` is given as a string (not left out or null)."""
+    return {"required": [name], "properties": {name: {"type": "string"}}}
+
+
+# An owner transition names its worker or passes its lease token (or both).
+WORKER_OR_TOKEN = [_present("worker"), _present("lease_token")]
 
 
 # An optional field may also be null, which means the same as leaving it out.
@@ -199,6 +208,7 @@ OWNER_WORKER = {
 }
 LEASE_TOKEN = {
     "type": ["string", "null"],
+    "minLength": 1,
     "maxLength": api.MAX_LEASE_TOKEN_LENGTH,
     "pattern": NO_NUL,
     "description": "The claim's lease_token: the call succeeds only while that "
@@ -224,13 +234,14 @@ JSON_VALUE_SCHEMA = {
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
 
-def _transition(summary, operation_id, properties, required=()):
+def _transition(summary, operation_id, properties, required=(), owner=True):
+    extra = {"anyOf": WORKER_OR_TOKEN} if owner else {}
     return {
         "post": {
             "summary": summary,
             "operationId": operation_id,
             "parameters": [TODO_ID],
-            "requestBody": _body(properties, required),
+            "requestBody": _body(properties, required, **extra),
             "responses": {
                 **_todo_ok("The todo after the transition."),
                 **_errors(*WRITE_ERRORS),
@@ -297,7 +308,7 @@ def build_document():
         "required": ["op", "id"],
         "properties": {
             "op": {"type": "string", "enum": list(api.ACK_OPS)},
-            "id": {"type": "string", "maxLength": api.MAX_NAME_LENGTH},
+            "id": {"type": "string", "minLength": 1, "maxLength": api.MAX_NAME_LENGTH},
             "lease_token": LEASE_TOKEN,
             "worker": OWNER_WORKER,
             "result": JSON_VALUE,
@@ -420,7 +431,11 @@ def build_document():
                 "operationId": "batch",
                 "requestBody": _body(
                     {
-                        "worker": OWNER_WORKER,
+                        "worker": {
+                            **OWNER_WORKER,
+                            "description": "The worker of every action that "
+                            "names none.",
+                        },
                         "actions": {
                             "type": "array",
                             "minItems": 1,
@@ -429,6 +444,15 @@ def build_document():
                         },
                     },
                     ["actions"],
+                    # Every action has a worker (its own or the default) or a token.
+                    anyOf=[
+                        _present("worker"),
+                        {
+                            "properties": {
+                                "actions": {"items": {"anyOf": WORKER_OR_TOKEN}}
+                            }
+                        },
+                    ],
                 ),
                 "responses": {
                     "200": {
@@ -477,6 +501,7 @@ def build_document():
             "claim_todo",
             {"worker": WORKER, "lease_seconds": LEASE},
             ("worker",),
+            owner=False,
         ),
         "/api/v1/todos/{todo_id}/heartbeat": _transition(
             "Extend the caller's lease (the lease_token stays).",
