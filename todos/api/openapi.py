@@ -308,7 +308,12 @@ def build_document():
         "required": ["op", "id"],
         "properties": {
             "op": {"type": "string", "enum": list(api.ACK_OPS)},
-            "id": {"type": "string", "minLength": 1, "maxLength": api.MAX_NAME_LENGTH},
+            "id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": api.MAX_NAME_LENGTH,
+                "pattern": NO_NUL,
+            },
             "lease_token": LEASE_TOKEN,
             "worker": OWNER_WORKER,
             "result": JSON_VALUE,
