@@ -172,7 +172,7 @@ def _age(seconds):
 
 
 def _conflict_text(exc, verb):
-    if exc.detail == store.DUPLICATE_ON_RETRY:
+    if isinstance(exc, store.KeyHeld):
         return f"Could not {verb}: {exc.detail}."
     return f"Could not {verb}: this todo is now {exc.state or 'elsewhere'}" + (
         " (someone else got there first)." if exc.state else "."
