@@ -474,3 +474,12 @@ def test_an_older_second_route_of_one_endpoint_is_reported_not_collapsed(
         ("triage", False, "endpoint already routed by this source"),
     ]
     assert len(todos_of(endpoint)) == 1
+
+
+def test_a_webhook_todo_gets_switchboard_max_attempts(client, source, settings):
+    """Defect: SWITCHBOARD_MAX_ATTEMPTS was ignored for webhook todos."""
+    settings.SWITCHBOARD_MAX_ATTEMPTS = 2
+
+    deliver(client)
+
+    assert {todo.max_attempts for todo in Todo.objects.all()} == {2}
