@@ -3,11 +3,12 @@
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from todos import store
+from todos import endpoints, http, store
 from todos.models import Endpoint
 
 STATE_CHOICES = [
@@ -38,11 +39,11 @@ class OperatorLoginForm(AuthenticationForm):
 
 def endpoint_choices(blank_label, *, active_only=False):
     """Return (id, label) choices of the endpoints, revoked ones marked."""
-    endpoints = Endpoint.objects.select_related("owner")
+    candidates = Endpoint.objects.select_related("owner")
     if active_only:
-        endpoints = endpoints.filter(revoked_at__isnull=True)
+        candidates = candidates.filter(revoked_at__isnull=True)
     choices = [("", blank_label)]
-    for endpoint in endpoints:
+    for endpoint in candidates:
         label = f"{endpoint.name} ({endpoint.owner.get_username()})"
         if not endpoint.is_active:
             label += " — revoked"
@@ -101,23 +102,6 @@ class TodoFilterForm(BoardForm):
         return any(self.store_filters().values())
 
 
-def parse_queues(raw):
-    """Turn "a, b" into ["a", "b"]; "*" alone grants every queue."""
-    queues = []
-    for name in raw.replace("\n", ",").split(","):
-        name = name.strip()
-        if name and name not in queues:
-            queues.append(name)
-    if not queues:
-        raise ValidationError("Name at least one queue, or * for every queue.")
-    if "*" in queues and len(queues) > 1:
-        raise ValidationError("* already grants every queue; leave it alone.")
-    for name in queues:
-        if len(name) > 200 or any(ch.isspace() for ch in name):
-            raise ValidationError(f"{name!r} is not a queue name (no spaces).")
-    return queues
-
-
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""
 
@@ -130,11 +114,14 @@ class QueuesField(forms.CharField):
 
     def prepare_value(self, value):
         if isinstance(value, list):
-            return ", ".join(value)
+            return endpoints.format_grant(value)
         return value
 
     def clean(self, value):
-        return parse_queues(super().clean(value))
+        try:
+            return endpoints.parse_grant(super().clean(value))
+        except endpoints.EndpointError as exc:
+            raise ValidationError(str(exc)) from None
 
 
 class EndpointCreateForm(BoardForm):
@@ -182,10 +169,16 @@ class TodoCreateForm(BoardForm):
     assignee = forms.CharField(
         max_length=200, required=False, help_text="Only this worker may claim it."
     )
-    max_attempts = forms.IntegerField(min_value=1, max_value=1000, initial=5)
+    max_attempts = forms.IntegerField(
+        min_value=1,
+        max_value=1000,
+        required=False,
+        help_text="Empty means the server's default (SWITCHBOARD_MAX_ATTEMPTS).",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["max_attempts"].initial = settings.SWITCHBOARD_MAX_ATTEMPTS
         self.fields["endpoint"].choices = endpoint_choices(
             "choose an endpoint", active_only=True
         )
@@ -201,11 +194,19 @@ class TodoCreateForm(BoardForm):
         if not raw:
             return {}
         try:
-            return json.loads(raw)
+            payload = http.loads(raw)
         except json.JSONDecodeError as exc:
             raise ValidationError(
                 f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
             ) from None
+        except (ValueError, RecursionError) as exc:
+            # NaN and Infinity are not JSON; nesting too deep to decode.
+            detail = str(exc) if isinstance(exc, ValueError) else "nested too deep"
+            raise ValidationError(f"Not valid JSON: {detail}.") from None
+        problem = http.unstorable(payload)
+        if problem:
+            raise ValidationError(f"The payload cannot be stored: {problem}.")
+        return payload
 
     def clean(self):
         data = super().clean()
