@@ -195,6 +195,15 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
 
+# Fernet key(s) for the secrets kept encrypted at rest (SQS secret keys, webhook
+# signing secrets): comma-separated, the first encrypts. Empty = derived from
+# SECRET_KEY (see todos/crypto.py).
+SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
+
+# The SQS surface (docs/sqs.md): a whole request may be larger than one
+# message (a batch of ten, JSON-escaped); message sizes are checked after.
+SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+
 # Queue defaults.
 SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from todos.models import Endpoint
+from todos.sqs import credentials
 
 
 def parse_queues(raw):
@@ -37,9 +38,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queues", required=True, help="comma-separated queue names, or '*'"
         )
+        parser.add_argument(
+            "--sqs",
+            action="store_true",
+            help="also issue SQS credentials (access key id, secret, account id)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def handle(self, *args, name, owner, queues, **options):
+    def handle(self, *args, name, owner, queues, sqs=False, **options):
         name = name.strip()
         if not name or len(name) > 200:
             raise CommandError("NAME must be 1 to 200 characters")
@@ -51,6 +57,7 @@ class Command(BaseCommand):
             endpoint = Endpoint(name=name, owner=user, queues=grant)
             token = endpoint.set_new_token()
             endpoint.save()
+            issued = credentials.issue(endpoint) if sqs else None
         if options["json"]:
             self.stdout.write(
                 json.dumps(
@@ -61,6 +68,7 @@ class Command(BaseCommand):
                         "owner_created": user_created,
                         "queues": grant,
                         "token": token,
+                        **(issued.to_dict() if issued else {}),
                     }
                 )
             )
@@ -73,7 +81,17 @@ class Command(BaseCommand):
                     f"  owner:  {user.get_username()}{created_note}",
                     f"  queues: {', '.join(grant)}",
                     f"  token:  {token}",
+                    *(credentials_lines(issued) if issued else []),
                     "The token is shown only now: keep it in your agent's secrets.",
                 ]
             )
         )
+
+
+def credentials_lines(issued):
+    """The SQS credentials as the commands print them (the secret is shown once)."""
+    return [
+        f"  sqs access key id:     {issued.access_key_id}",
+        f"  sqs secret access key: {issued.secret_access_key}",
+        f"  sqs account id:        {issued.account_id}",
+    ]
