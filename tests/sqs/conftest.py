@@ -1,95 +1,17 @@
 """Fixtures of the SQS surface's tests: a real gunicorn and real SQS clients."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import boto3
 import pytest
 from botocore.config import Config
-from django.db import connection
 
+from tests.support import serve_gunicorn
 from todos.sqs import credentials
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_url():
-    settings = connection.settings_dict
-    return "postgres://{}@{}:{}/{}".format(
-        settings["USER"],
-        settings["HOST"] or "127.0.0.1",
-        settings["PORT"] or 5432,
-        settings["NAME"],
-    )
-
-
-def start_gunicorn(database, threads=16):
-    """Start gunicorn (the project's config) on a free port; return (process, url)."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database,
-        "DJANGO_SETTINGS_MODULE": "board.settings",
-        "SWITCHBOARD_DB_CONNECT_TIMEOUT": "1",
-    }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "board.wsgi",
-            "-c",
-            "gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--threads",
-            str(threads),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return process, f"http://127.0.0.1:{port}"
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("gunicorn did not start") from None
-            time.sleep(0.1)
-
-
-def stop(process):
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture(scope="module")
 def sqs_url(django_db_setup, django_db_blocker):
     """The URL of a gunicorn serving Switchboard on the test database."""
-    with django_db_blocker.unblock():
-        process, url = start_gunicorn(database_url())
-    yield url
-    stop(process)
+    yield from serve_gunicorn(django_db_blocker)
 
 
 def client_for(url, access_key_id, secret, region="us-east-1", **config):

@@ -279,9 +279,12 @@ def test_the_same_message_received_again_counts_its_receives(client, queue_url):
     assert message["ReceiptHandle"] != handle
     # The superseded handle deletes nothing; the current one does.
     client.delete_message(QueueUrl=queue_url, ReceiptHandle=handle)
-    assert client.get_queue_attributes(
-        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    assert (
+        client.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]["ApproximateNumberOfMessagesNotVisible"]
+        == "1"
+    )
     client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
     # Deleting again with the same handle is retry-safe.
     client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
@@ -402,9 +405,7 @@ def test_message_deduplication_id_is_the_idempotency_key(client, queue_url, sqs)
 
 
 def test_message_body_limits_and_characters(client, queue_url):
-    error = error_of(
-        client.send_message, QueueUrl=queue_url, MessageBody="x" * 262_145
-    )
+    error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="x" * 262_145)
     assert error.response["Error"]["Code"] == "InvalidParameterValue"
     error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="a\x00b")
     assert isinstance(error, client.exceptions.InvalidMessageContents)
@@ -524,9 +525,21 @@ def test_change_message_visibility_batch_with_mixed_outcomes(client, queue_url):
     result = client.change_message_visibility_batch(
         QueueUrl=queue_url,
         Entries=[
-            {"Id": "a", "ReceiptHandle": received[0]["ReceiptHandle"], "VisibilityTimeout": 0},
-            {"Id": "b", "ReceiptHandle": received[1]["ReceiptHandle"], "VisibilityTimeout": 900},
-            {"Id": "c", "ReceiptHandle": received[2]["ReceiptHandle"], "VisibilityTimeout": 5},
+            {
+                "Id": "a",
+                "ReceiptHandle": received[0]["ReceiptHandle"],
+                "VisibilityTimeout": 0,
+            },
+            {
+                "Id": "b",
+                "ReceiptHandle": received[1]["ReceiptHandle"],
+                "VisibilityTimeout": 900,
+            },
+            {
+                "Id": "c",
+                "ReceiptHandle": received[2]["ReceiptHandle"],
+                "VisibilityTimeout": 5,
+            },
             {"Id": "d", "ReceiptHandle": "junk", "VisibilityTimeout": 5},
         ],
     )
@@ -577,9 +590,12 @@ def test_bad_delete_batches_are_refused_whole(client, queue_url):
     entries = [{"Id": "a", "ReceiptHandle": handle}, {"Id": "a", "ReceiptHandle": "z"}]
     error = error_of(client.delete_message_batch, QueueUrl=queue_url, Entries=entries)
     assert isinstance(error, client.exceptions.BatchEntryIdsNotDistinct)
-    assert client.get_queue_attributes(
-        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    assert (
+        client.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]["ApproximateNumberOfMessagesNotVisible"]
+        == "1"
+    )
 
 
 # --- Long polling -----------------------------------------------------------
@@ -632,7 +648,12 @@ def test_another_endpoints_queue_url_is_a_queue_that_never_existed(make_sqs, sqs
         ):
             error = error_of(call, url)
             assert isinstance(error, bob.exceptions.QueueDoesNotExist)
-            responses.append((error.response["Error"], error.response["ResponseMetadata"]["HTTPStatusCode"]))
+            responses.append(
+                (
+                    error.response["Error"],
+                    error.response["ResponseMetadata"]["HTTPStatusCode"],
+                )
+            )
         if url == alice_url:
             foreign = responses
         else:
@@ -680,7 +701,9 @@ def test_any_region_signs(make_sqs):
     _, _, client = make_sqs(region="ap-southeast-2")
     url = client.create_queue(QueueName="far")["QueueUrl"]
     attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-    assert attributes["Attributes"]["QueueArn"].startswith("arn:aws:sqs:ap-southeast-2:")
+    assert attributes["Attributes"]["QueueArn"].startswith(
+        "arn:aws:sqs:ap-southeast-2:"
+    )
 
 
 @pytest.mark.parametrize("minutes, passes", [(-14, True), (-16, False), (16, False)])

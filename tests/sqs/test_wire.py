@@ -26,7 +26,7 @@ def keyed(make_sqs):
 
 
 def send(url, body, *, target="AmazonSQS.ListQueues", issued=None, headers=None):
-    """POST a body to / (signed when ``issued`` is given); return (status, headers, json)."""
+    """POST a body to / (signed when ``issued`` is given): (status, headers, json)."""
     data = body if isinstance(body, bytes) else body.encode()
     request = AWSRequest(
         method="POST",
@@ -128,13 +128,18 @@ def test_a_signature_for_another_service_is_refused(sqs_url, keyed):
 def test_an_unknown_action_is_invalid_action(sqs_url, keyed):
     answer = send(sqs_url, "{}", target="AmazonSQS.LaunchRockets", issued=keyed[1])
     assert_error(answer, 400, "InvalidAction")
-    assert_error(send(sqs_url, "{}", target=None, issued=keyed[1]), 400, "InvalidAction")
+    assert_error(
+        send(sqs_url, "{}", target=None, issued=keyed[1]), 400, "InvalidAction"
+    )
 
 
 def test_a_known_but_unsupported_action_is_unsupported_operation(sqs_url, keyed):
     answer = send(sqs_url, "{}", target="AmazonSQS.AddPermission", issued=keyed[1])
     assert_error(
-        answer, 400, "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation"
+        answer,
+        400,
+        "UnsupportedOperation",
+        "AWS.SimpleQueueService.UnsupportedOperation",
     )
 
 

@@ -17,7 +17,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 from django.utils import timezone
 
-from todos import auth, crypto, store
+from todos import auth, crypto, http, store
 from todos.sqs import sigv4
 
 logger = logging.getLogger("switchboard.sqs")
@@ -113,32 +113,12 @@ def error_for(exc):
 
 def read_body(request):
     """Return the raw body, bounded by SWITCHBOARD_SQS_MAX_REQUEST_BYTES."""
-    limit = settings.SWITCHBOARD_SQS_MAX_REQUEST_BYTES
-    stream = request.META.get("wsgi.input")
-    chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
     try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise SqsError(
-            "SerializationException", "the Content-Length header is not a number"
-        ) from None
-    if chunked:
-        if not request.META.get("wsgi.input_terminated"):
-            raise SqsError(
-                "SerializationException", "send the body with a Content-Length"
-            )
-        raw = stream.read(limit + 1)
-    elif length > limit:
-        raise SqsError(
-            "RequestEntityTooLarge", f"the request body exceeds {limit} bytes"
-        )
-    else:
-        raw = stream.read(length) if length > 0 else b""
-    if len(raw) > limit:
-        raise SqsError(
-            "RequestEntityTooLarge", f"the request body exceeds {limit} bytes"
-        )
-    return raw
+        return http.read_body(request, settings.SWITCHBOARD_SQS_MAX_REQUEST_BYTES)
+    except http.BodyTooLarge as exc:
+        raise SqsError("RequestEntityTooLarge", exc.detail) from None
+    except http.BadBody as exc:
+        raise SqsError("SerializationException", exc.detail) from None
 
 
 def parse_body(raw):
@@ -146,7 +126,7 @@ def parse_body(raw):
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw)
+        data = http.loads(raw)
     except (ValueError, RecursionError):
         raise SqsError("SerializationException", "the body is not valid JSON") from None
     if not isinstance(data, dict):
