@@ -103,7 +103,7 @@ def test_a_celery_task_that_raises_is_delivered_again(celery_setup):
     endpoint, producer, results, _ = celery_setup
     producer.send_task("switchboard.flaky", args=[7])
     lines = wait_for(
-        results, lambda lines: any(l.get("outcome") == "ok" for l in lines)
+        results, lambda lines: any(line.get("outcome") == "ok" for line in lines)
     )
     assert [line["outcome"] for line in lines] == ["raised", "ok"]
     scope = store.Scope.for_endpoint(endpoint)
