@@ -11,9 +11,14 @@ import subprocess
 
 import pytest
 
+from tests.sqs.conftest import needs_store_v2
 from tests.support import ROOT
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    needs_store_v2,
+]
 
 JS = ROOT / "tests" / "js"
 
