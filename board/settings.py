@@ -103,14 +103,16 @@ MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # The Board's middleware, each wrapped to skip /api/: agent requests carry a
+    # bearer token, never a session or a CSRF cookie (todos/middleware.py).
+    "todos.middleware.BoardWhiteNoise",
+    "todos.middleware.BoardSessions",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "todos.middleware.BoardCsrf",
+    "todos.middleware.BoardAuthentication",
+    "todos.middleware.BoardMessages",
+    "todos.middleware.BoardFrameOptions",
+    "todos.middleware.BoardHtmx",
 ]
 
 ROOT_URLCONF = "board.urls"
