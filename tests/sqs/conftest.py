@@ -20,6 +20,7 @@ STORE_V2 = (
     "update_queue",
     "purge_queue",
     "delete_queue",
+    "queue_exists",
 )
 needs_store_v2 = pytest.mark.skipif(
     not all(hasattr(store, name) for name in STORE_V2),

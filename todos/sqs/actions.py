@@ -139,8 +139,14 @@ def _addressed(caller, body, *, must_exist=True):
         raise _no_such_queue()
     queue = Queue(name, _queue_scope(caller, name))
     if must_exist:
-        _existing(caller, name)
+        _check_exists(caller, name)
     return queue
+
+
+def _check_exists(caller, name):
+    # One index probe: the figures get_queue computes are not needed here.
+    if not store.queue_exists(caller.scope, name):
+        raise _no_such_queue()
 
 
 def _existing(caller, name):
@@ -305,7 +311,7 @@ def get_queue_url(request, caller, body):
         raise _no_such_queue()
     if not QUEUE_NAME_RE.match(name) or not caller.scope.covers(name):
         raise _no_such_queue()
-    _existing(caller, name)
+    _check_exists(caller, name)
     return {"QueueUrl": queue_url(request, caller, name)}
 
 
@@ -381,14 +387,13 @@ class Outgoing:
     delay_seconds: int | None
     deduplication_id: str | None
 
-    def create_args(self, caller, queue):
+    def create_args(self, queue):
         return {
             "queue": queue.name,
             "title": messages.title_of(self.body),
             "payload": messages.payload_of(self.body, self.attributes),
             "idempotency_key": self.deduplication_id,
             "delay_seconds": self.delay_seconds,
-            "actor": f"sqs:{caller.endpoint.name}",
         }
 
     def sent(self, todo):
@@ -399,6 +404,10 @@ class Outgoing:
         if self.attributes:
             out["MD5OfMessageAttributes"] = messages.md5_of_attributes(self.attributes)
         return out
+
+
+def _actor(caller):
+    return f"sqs:{caller.endpoint.name}"
 
 
 def _outgoing(entry):
@@ -429,7 +438,9 @@ def send_message(request, caller, body):
     queue = _addressed(caller, body)
     outgoing = _outgoing(body)
     try:
-        todo, _ = store.create_todo(queue.scope, **outgoing.create_args(caller, queue))
+        todo, _ = store.create_todo(
+            queue.scope, **outgoing.create_args(queue), actor=_actor(caller)
+        )
     except store.Conflict as exc:
         raise _create_failure(exc) from None
     return outgoing.sent(todo)
@@ -497,7 +508,8 @@ def send_message_batch(request, caller, body):
     if prepared:
         results = store.create_many(
             queue.scope,
-            [outgoing.create_args(caller, queue) for _, outgoing in prepared],
+            [outgoing.create_args(queue) for _, outgoing in prepared],
+            actor=_actor(caller),
         )
         for (entry_id, outgoing), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
