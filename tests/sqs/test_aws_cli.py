@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
