@@ -414,7 +414,7 @@ def _retry(scope, todo_id, actor):
                 "only a failed todo can be retried",
             )
     except IntegrityError as exc:
-        # A dead letter left the dedupe index; a newer live todo took its key.
+        # A dead letter left the dedupe index; another live todo took its key.
         raise Conflict(
             DUPLICATE_ON_RETRY, todo_id=_uuid(todo_id), state="failed"
         ) from exc

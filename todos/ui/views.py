@@ -447,7 +447,7 @@ def todos_retry_matching(request):
             _notice(
                 "warning",
                 f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} left "
-                "failed: a newer live todo holds the same idempotency key.",
+                "failed: another live todo holds the same idempotency key.",
             )
         )
     if outcome.more:
