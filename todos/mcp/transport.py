@@ -116,6 +116,17 @@ class TransportError(Exception):
         return response
 
 
+def error_response(status, detail=None):
+    """A transport error of an HTTP status, for the request middleware."""
+    code = http.code_for(status)
+    return TransportError(
+        status,
+        INTERNAL_ERROR if status >= 500 else INVALID_REQUEST,
+        detail or code.replace("_", " "),
+        error=code,
+    ).response()
+
+
 class RpcError(Exception):
     """A well-formed request that cannot be served: a JSON-RPC error at 200."""
 
@@ -142,7 +153,12 @@ def _check_origin(request):
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    domain, _ = split_domain_port(urlsplit(origin).netloc)
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        # Not a URL at all (e.g. "http://[::1", an unclosed IPv6 bracket).
+        netloc = ""
+    domain, _ = split_domain_port(netloc)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         raise TransportError(
             403, INVALID_REQUEST, f"origin {origin!r} is not allowed", error="forbidden"

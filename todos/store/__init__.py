@@ -81,7 +81,6 @@ from .reads import (  # noqa: F401
     EVENTS_SQL,
     GET_ANY_SQL,
     GET_SQL,
-    NOTIFY_SQL,
     PENDING_DOORBELL_SQL,
     STATE_FILTERS,
     Page,
@@ -92,7 +91,6 @@ from .reads import (  # noqa: F401
     list_todos,
     list_todos_any_endpoint,
     pending_doorbell_todos,
-    publish_todo_ready,
     todo_events_any_endpoint,
 )
 from .rows import (  # noqa: F401
@@ -118,9 +116,11 @@ from .sql import (  # noqa: F401
     EVENT_INSERT,
     LOOKUP_STATE_ANY_SQL,
     LOOKUP_STATE_SQL,
+    OUTAGES,
     REDELIVERABLE,
     SCOPED,
     _run,
+    is_outage,
     ping,
 )
 from .sweeps import (  # noqa: F401

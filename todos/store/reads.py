@@ -1,10 +1,9 @@
 """Reads of one endpoint's todos: one todo, a page, a history, the doorbell backlog."""
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from .rows import DOORBELL_CHANNEL, TODO_COLUMNS, Event, NotFound, Todo
+from .rows import TODO_COLUMNS, Event, NotFound, Todo
 from .sql import (
     REDELIVERABLE,
     SCOPED,
@@ -233,20 +232,3 @@ def pending_doorbell_todos(scope, *, limit=100):
         Todo.from_row(row)
         for row in _run("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
     ]
-
-
-NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
-
-
-def publish_todo_ready(todo):
-    """Ring the doorbell for a todo that is claimable (the store's statements
-    already do this for their own transitions)."""
-    payload = json.dumps(
-        {"id": str(todo.id), "endpoint_id": str(todo.endpoint_id), "queue": todo.queue}
-    )
-    _run(
-        "publish_todo_ready",
-        NOTIFY_SQL,
-        {"channel": DOORBELL_CHANNEL, "payload": payload},
-        fetch="one",
-    )
