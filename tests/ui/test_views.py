@@ -618,3 +618,12 @@ def test_retry_matching_names_a_held_back_dead_letter_once_and_never_newer(
     )
     assert held_back == 1
     assert "newer" not in html
+
+
+@pytest.mark.parametrize("url", [*BOARD_PAGES, "/board/webhooks/"])
+def test_every_board_page_varies_on_hx_request(board, url):
+    """Defect: Vary: HX-Request was missing on URLs that answer a page or a
+    fragment, so a cache could serve a fragment as the page."""
+    for response in (board.get(url), board.get(url, **HTMX)):
+        vary = {name.strip().lower() for name in response["Vary"].split(",")}
+        assert "hx-request" in vary, (url, response["Vary"])
