@@ -206,6 +206,10 @@ SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
 SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
 SWITCHBOARD_MAX_WAIT_SECONDS = 20
+# An MCP session unused this long has expired (404; the client initializes anew).
+SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
+    "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400
+)
 # Seconds of silence after which an event stream sends a keep-alive comment;
 # it is also how soon a stream notices that its client has gone.
 SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(

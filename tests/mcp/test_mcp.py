@@ -25,6 +25,7 @@ from todos import store
 from todos.mcp import transport
 from todos.mcp.tools import TOOLS
 from todos.models import McpSession
+from todos.sweeper import sweep_once
 
 live = pytest.mark.django_db(transaction=True)
 TOOL_NAMES = {
@@ -806,3 +807,40 @@ def test_an_unexpected_failure_is_a_json_rpc_500_never_the_html_page(
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["code"] == -32603 and error["data"]["error"] == "internal_error"
+
+
+def age_session(session_id, seconds):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE mcp_sessions SET last_seen_at = now() - make_interval(secs => %s)"
+            " WHERE id = %s",
+            [seconds, session_id],
+        )
+
+
+def test_a_session_idle_past_the_configured_limit_is_a_404(post, session_id, settings):
+    """Defect: MCP sessions never expired (a fixed week, rows kept forever)."""
+    settings.SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = 60
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert post(ping, session=session_id).status_code == 200
+
+    age_session(session_id, 120)
+
+    response = post(ping, session=session_id)
+    assert response.status_code == 404
+    assert response.json()["error"]["data"]["error"] == "not_found"
+
+
+def test_the_sweep_deletes_expired_sessions_of_every_endpoint(
+    post, session_id, other_endpoint
+):
+    """Defect: MCP sessions never expired (a fixed week, rows kept forever)."""
+    other = post(INITIALIZE, token=other_endpoint.token)["Mcp-Session-Id"]
+    fresh = post(INITIALIZE)["Mcp-Session-Id"]
+    age_session(session_id, 8 * 86400)
+    age_session(other, 8 * 86400)
+
+    result = sweep_once()
+
+    assert result.sessions_expired == 2
+    assert list(McpSession.objects.values_list("id", flat=True)) == [uuid.UUID(fresh)]
