@@ -112,7 +112,10 @@ class RequestLogMiddleware:
 
 
 def _is_api(request):
-    return request.path_info.startswith(API_PREFIX)
+    # POST / is the SQS surface (todos/sqs): signed per request, like the API.
+    return request.path_info.startswith(API_PREFIX) or (
+        request.method == "POST" and request.path_info == "/"
+    )
 
 
 def board_only(dotted_path):
@@ -161,7 +164,7 @@ def board_only(dotted_path):
     return type(f"Board{parent.__name__}", (parent,), attributes)
 
 
-# The Board's middleware, skipped on /api/ (board/settings.py lists these).
+# The Board's middleware, skipped on /api/ and POST / (board/settings.py lists these).
 BoardWhiteNoise = board_only("whitenoise.middleware.WhiteNoiseMiddleware")
 BoardSessions = board_only("django.contrib.sessions.middleware.SessionMiddleware")
 BoardCsrf = board_only("django.middleware.csrf.CsrfViewMiddleware")

@@ -82,6 +82,10 @@ class PassResult:
     retried: int = 0
     # MCP sessions idle past SWITCHBOARD_MCP_SESSION_IDLE_SECONDS, deleted.
     sessions_expired: int = 0
+    # Delayed todos that came due: their doorbells rung (not moved).
+    woken: int = 0
+    # The database time the next pass's delayed-todo window starts from.
+    delayed_until: object = None
     seconds: float = 0.0
     endpoints: set = field(default_factory=set)
 
@@ -116,6 +120,7 @@ def log_pass(message, result):
                 "dead_lettered": result.dead_lettered,
                 "retried": result.retried,
                 "sessions_expired": result.sessions_expired,
+                "woken": result.woken,
                 "endpoints": len(result.endpoints),
                 "ms": round(result.seconds * 1000, 1),
             }
@@ -123,8 +128,13 @@ def log_pass(message, result):
     )
 
 
-def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
-    """Reap expired leases, then requeue due retries; return what moved."""
+def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
+    """Reap expired leases, requeue due retries, ring delayed todos that came due.
+
+    ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
+    a minute); a delayed todo's ring is a wakeup only, the claim scan takes
+    a due todo by itself.
+    """
     started = time.monotonic()
     result = PassResult()
     for moved in drain(
@@ -144,6 +154,13 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
         result.retried += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
     result.sessions_expired = mcp_sessions.forget_expired()
+    since = delayed_since
+    while True:
+        rung, since = store.ring_due_delayed(since, limit=batch_size)
+        result.woken += len(rung)
+        if len(rung) < batch_size or (should_stop is not None and should_stop()):
+            break
+    result.delayed_until = since
     result.seconds = time.monotonic() - started
     return result
 
@@ -167,6 +184,7 @@ class Sweeper:
         self.passes = 0
         self.failures = 0
         self.stop_signal = None
+        self.delayed_since = None
         self._stopping = False
 
     @property
@@ -224,7 +242,9 @@ class Sweeper:
         """Run one pass of both sweeps; return its result, or None when it failed."""
         try:
             result = sweep_once(
-                batch_size=self.batch_size, should_stop=lambda: self._stopping
+                batch_size=self.batch_size,
+                should_stop=lambda: self._stopping,
+                delayed_since=self.delayed_since,
             )
         except (store.Unavailable, DatabaseError) as exc:
             self.failures += 1
@@ -244,6 +264,7 @@ class Sweeper:
             connection.close()
             return None
         self.passes += 1
+        self.delayed_since = result.delayed_until
         if result.moved:
             log_pass("sweep pass", result)
         return result

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from .lifecycle import _retry
+from .lifecycle import _retry, is_dedupe_violation
 from .reads import STATE_FILTERS, _filter_conditions
 from .rows import Conflict, NotFound
 from .sql import DOORBELL, EVENT_INSERT, _run
@@ -246,7 +246,9 @@ def retry_matching_any_endpoint(
         try:
             with transaction.atomic():
                 rows = _run("retry_matching", batch_sql, bound)
-        except IntegrityError:
+        except IntegrityError as exc:
+            if not is_dedupe_violation(exc):
+                raise
             # Two dead letters of one batch share a key: retry that batch one by
             # one, so the first takes the key and the rest report a conflict.
             rows = _run("retry_matching", ids_sql, bound)

@@ -4,22 +4,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .rows import TODO_COLUMNS, Event, NotFound, Todo
-from .sql import (
-    REDELIVERABLE,
-    SCOPED,
-    _run,
-    _scope_params,
-    _scoped_call,
-    _todo_id,
-    _uuid,
-    _variants,
-)
+from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
 
 # --- Read -----------------------------------------------------------------------
 
-GET_SQL, GET_ANY_SQL = _variants(
-    f"SELECT {TODO_COLUMNS} FROM todos WHERE id = %(id)s AND {{scope}}"
-)
+# ``operator`` is TRUE for the Board: no endpoint or grant check.
+GET_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE id = %(id)s
+   AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
+"""
 
 
 def get_todo(scope, todo_id):
@@ -34,8 +29,8 @@ def get_todo_any_endpoint(todo_id):
 
 def _get(scope, todo_id):
     todo_id = _todo_id(todo_id)
-    sql, params = _scoped_call(scope, GET_SQL, GET_ANY_SQL, {"id": todo_id})
-    row = _run("get_todo", sql, params, fetch="one")
+    params = {**_scope(scope), "id": todo_id}
+    row = _run("get_todo", GET_SQL, params, fetch="one")
     if row is None:
         raise NotFound(todo_id=todo_id)
     return Todo.from_row(row)
@@ -216,7 +211,9 @@ def todo_events_any_endpoint(todo_id):
 
 PENDING_DOORBELL_SQL = f"""
 SELECT {TODO_COLUMNS} FROM todos
- WHERE {SCOPED} AND (state = 'pending' OR {REDELIVERABLE})
+ WHERE {SCOPED}
+   AND ((state = 'pending' AND available_at <= statement_timestamp())
+        OR {REDELIVERABLE})
  ORDER BY created_at
  LIMIT %(limit)s
 """

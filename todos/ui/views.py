@@ -28,6 +28,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from todos import endpoints, store
 from todos.models import Endpoint
+from todos.sqs import messages as sqs_messages
 from todos.ui.forms import (
     EndpointCreateForm,
     GrantsForm,
@@ -188,7 +189,7 @@ def _age(seconds):
 
 
 def _conflict_text(exc, verb):
-    if exc.detail == store.DUPLICATE_ON_RETRY:
+    if isinstance(exc, store.KeyHeld):
         return f"Could not {verb}: {exc.detail}."
     return f"Could not {verb}: this todo is now {exc.state or 'elsewhere'}" + (
         " (someone else got there first)." if exc.state else "."
@@ -311,6 +312,8 @@ def _detail_context(todo):
         "endpoint": endpoint.first(),
         "events": store.todo_events_any_endpoint(todo.id),
         "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
+        # A message sent over SQS: its body as sent (pretty when it is JSON).
+        "sqs_body": sqs_messages.readable_body(todo.payload),
         "result_json": (
             None
             if todo.result is None
