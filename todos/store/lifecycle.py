@@ -397,6 +397,11 @@ def _item_args(fields):
 #    LOCKED makes concurrent claimants pass over each other's rows; a row
 #    locked here but not taken (another lane's rows were older) is free again
 #    when this statement commits.
+#    The named queues are unpacked with jsonb_array_elements_text, not unnest:
+#    the planner's estimate for it is the same whether it sees the values or
+#    not, so the generic plan costs what the custom ones do and a prepared
+#    claim settles on it after five runs instead of planning every call
+#    (planning is ~0.8 ms, more than the claim itself).
 # 5. moved: claim them, with a fresh lease token each; the lease is the call's,
 #    else the queue's, else the server's.
 # 6. history, and the rows in claim order (redeliveries first).
@@ -419,7 +424,7 @@ WITH RECURSIVE pending_queue (name) AS (
     SELECT q.name, k.assignee_key
       FROM (SELECT name FROM pending_queue WHERE name IS NOT NULL
             UNION
-            SELECT unnest(%(queues)s::text[])) q (name)
+            SELECT jsonb_array_elements_text(to_jsonb(%(queues)s::text[]))) q (name)
      CROSS JOIN (SELECT ''
                  UNION
                  SELECT %(worker)s::text WHERE %(worker)s::text <> '') k (assignee_key)
