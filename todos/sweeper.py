@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
+from todos.mcp import sessions as mcp_sessions
 
 logger = logging.getLogger("switchboard.sweep")
 
@@ -79,6 +80,8 @@ class PassResult:
     requeued: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    # MCP sessions idle past SWITCHBOARD_MCP_SESSION_IDLE_SECONDS, deleted.
+    sessions_expired: int = 0
     # Delayed todos that came due: their doorbells rung (not moved).
     woken: int = 0
     # The database time the next pass's delayed-todo window starts from.
@@ -116,6 +119,7 @@ def log_pass(message, result):
                 "requeued": result.requeued,
                 "dead_lettered": result.dead_lettered,
                 "retried": result.retried,
+                "sessions_expired": result.sessions_expired,
                 "woken": result.woken,
                 "endpoints": len(result.endpoints),
                 "ms": round(result.seconds * 1000, 1),
@@ -149,6 +153,7 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
         _log_moved("requeue_due_retries", moved)
         result.retried += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
+    result.sessions_expired = mcp_sessions.forget_expired()
     since = delayed_since
     while True:
         rung, since = store.ring_due_delayed(since, limit=batch_size)

@@ -151,9 +151,11 @@ from .sql import (  # noqa: F401
     DOORBELL,
     EVENT_INSERT,
     LIVE_ROW,
+    OUTAGES,
     REDELIVERABLE,
     SCOPED,
     _run,
+    is_outage,
     ping,
 )
 from .sweeps import (  # noqa: F401

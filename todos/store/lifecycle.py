@@ -948,7 +948,7 @@ def _retry(scope, todo_id, actor):
     except IntegrityError as exc:
         if not is_dedupe_violation(exc):
             raise
-        # A newer live todo took the dead letter's key.
+        # Another live todo took the dead letter's key.
         raise KeyHeld(DUPLICATE_ON_RETRY, todo_id=todo_id, state="failed") from exc
     if row is None:
         todo = _lookup(scope, todo_id)

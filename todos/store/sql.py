@@ -4,6 +4,7 @@ the scope, the live-row predicate and the server's defaults."""
 import logging
 import uuid
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
@@ -40,6 +41,22 @@ def _todo_id(value):
     return todo_id
 
 
+# Connection loss and timeouts (a statement timeout is an OperationalError):
+# the database is unavailable, the caller may try again. Any other
+# DatabaseError (bad input PostgreSQL refused, a bug) is not an outage.
+OUTAGES = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def is_outage(exc):
+    """Say whether an exception means the database is unavailable (503)."""
+    return isinstance(exc, (Unavailable, *OUTAGES))
+
+
 def _run(operation, sql, params, fetch="all"):
     """Execute one statement; turn connection trouble into ``Unavailable``."""
     try:
@@ -50,7 +67,7 @@ def _run(operation, sql, params, fetch="all"):
             if fetch == "all":
                 return cursor.fetchall()
             return cursor.rowcount
-    except (OperationalError, InterfaceError) as exc:
+    except OUTAGES as exc:
         logger.warning(
             "store call failed: database unavailable",
             extra={"fields": {"operation": operation, "error": type(exc).__name__}},

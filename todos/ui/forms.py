@@ -98,9 +98,6 @@ class TodoFilterForm(BoardForm):
             "text": data["q"].strip() or None,
         }
 
-    def is_filtered(self):
-        return any(self.store_filters().values())
-
 
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""
