@@ -290,7 +290,6 @@ def main():
             f"{run['bytes_per_todo'] / base['bytes_per_todo']:.2f}",
             f"{run['fpi_bytes_per_todo']:,.0f}",
             f"{run['index_entries_per_todo']:.1f}",
-            f"{run['todos'] / run['seconds']:,.0f}",
         ]
         for run in runs
     ]
@@ -304,7 +303,6 @@ def main():
             "bytes/v1",
             "FPI bytes",
             "index entries",
-            "todos/s (1 conn)",
         ],
         rows,
     )
