@@ -531,12 +531,34 @@ def decode_cursor(cursor):
 
 
 def _filter_conditions(
-    *, endpoint_id=None, queue=None, state=None, assignee=None, owner=None, text=None
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
-    """Return (conditions, params) of the list filters; None when none can match."""
+    """Return (conditions, params) of the list filters; None when none can match.
+
+    ``endpoint_ids`` is the Board's owner scope (None = every endpoint);
+    ``fingerprint`` picks one dead-letter group (``todos.error_fingerprint``).
+    """
     if state and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
     conditions, params = [], {}
+    if endpoint_ids is not None:
+        params["scope_endpoints"] = [
+            parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None
+        ]
+        if not params["scope_endpoints"]:
+            return None
+        conditions.append("endpoint_id = ANY(%(scope_endpoints)s::uuid[])")
+    if fingerprint:
+        params["fingerprint"] = fingerprint
+        conditions.append("error_fingerprint = %(fingerprint)s")
     if endpoint_id is not None:
         params["filter_endpoint"] = _uuid(endpoint_id)
         if params["filter_endpoint"] is None:
@@ -570,6 +592,8 @@ def _list(
     limit=50,
     cursor=None,
     newest_first=False,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
     if state is not None and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
@@ -590,6 +614,8 @@ def _list(
         assignee=assignee,
         owner=owner,
         text=text,
+        endpoint_ids=endpoint_ids,
+        fingerprint=fingerprint,
     )
     if filters is None:
         return Page([], None)
@@ -630,8 +656,11 @@ def list_todos_any_endpoint(
     limit=50,
     cursor=None,
     newest_first=True,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
-    """Return a page of any endpoint's todos with the Board's filters."""
+    """Return a page of any endpoint's todos with the Board's filters
+    (``endpoint_ids``: only these endpoints, the Board's owner scope)."""
     return _list(
         None,
         endpoint_id=endpoint_id,
@@ -643,6 +672,8 @@ def list_todos_any_endpoint(
         limit=limit,
         cursor=cursor,
         newest_first=newest_first,
+        endpoint_ids=endpoint_ids,
+        fingerprint=fingerprint,
     )
 
 
@@ -1117,8 +1148,9 @@ SELECT endpoint_id, queue,
        count(*) FILTER (WHERE state = 'failed'),
        EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending'))
   FROM todos
- WHERE state IN ('pending', 'claimed')
-    OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ WHERE (state IN ('pending', 'claimed')
+        OR (state = 'failed' AND next_retry_at IS NOT NULL))
+   AND {scope}
  GROUP BY endpoint_id, queue
 """
 
@@ -1126,7 +1158,7 @@ SELECT endpoint_id, queue,
 # served by todos_claimed_lease_idx.
 LAPSED_OVERVIEW_SQL = """
 SELECT endpoint_id, queue, count(*) FROM todos
- WHERE state = 'claimed' AND lease_expires_at < now()
+ WHERE state = 'claimed' AND lease_expires_at < now() AND {scope}
  GROUP BY endpoint_id, queue
 """
 
@@ -1134,22 +1166,39 @@ SELECT endpoint_id, queue, count(*) FROM todos
 # after cap + 1 rows, so a million done rows cost the same as ten thousand.
 TERMINAL_OVERVIEW_SQL = """
 SELECT endpoint_id, queue, count(*) FROM (
-    SELECT endpoint_id, queue FROM todos WHERE {state} LIMIT %(cap)s + 1
+    SELECT endpoint_id, queue FROM todos WHERE {state} AND {scope}
+     LIMIT %(cap)s + 1
 ) capped
  GROUP BY endpoint_id, queue
 """
 
 
-def board_overview(*, cap=TERMINAL_COUNT_CAP):
-    """Return counts per endpoint and queue; terminal counts stop at ``cap``."""
+# The Board's owner scope: only these endpoints (None = every endpoint).
+BOARD_SCOPE = "endpoint_id = ANY(%(scope_endpoints)s::uuid[])"
+
+
+def _board_scope(endpoint_ids):
+    """Return (predicate, params) of the Board's owner scope."""
+    if endpoint_ids is None:
+        return ANY_ENDPOINT, {}
+    ids = [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
+    return BOARD_SCOPE, {"scope_endpoints": ids}
+
+
+def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
+    """Return counts per endpoint and queue; terminal counts stop at ``cap``.
+
+    ``endpoint_ids`` limits it to those endpoints (the Board's owner scope).
+    """
     counts = {}
+    scope, scope_params = _board_scope(endpoint_ids)
 
     def line(endpoint_id, queue):
         key = (str(endpoint_id), queue)
         return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
     for endpoint_id, queue, pending, claimed, retry, age in _run(
-        "board_overview", LIVE_OVERVIEW_SQL, {}
+        "board_overview", LIVE_OVERVIEW_SQL.format(scope=scope), scope_params
     ):
         line(endpoint_id, queue).update(
             pending=pending,
@@ -1157,13 +1206,16 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
             retry_scheduled=retry,
             oldest_pending_seconds=None if age is None else float(age),
         )
-    for endpoint_id, queue, lapsed in _run("board_overview", LAPSED_OVERVIEW_SQL, {}):
+    for endpoint_id, queue, lapsed in _run(
+        "board_overview", LAPSED_OVERVIEW_SQL.format(scope=scope), scope_params
+    ):
         line(endpoint_id, queue)["lapsed"] = lapsed
     capped = {}
     for name in ("dead_letter", "done"):
-        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name])
+        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name], scope=scope)
         total = 0
-        for endpoint_id, queue, count in _run("board_overview", sql, {"cap": cap}):
+        bound = {**scope_params, "cap": cap}
+        for endpoint_id, queue, count in _run("board_overview", sql, bound):
             line(endpoint_id, queue)[name] = count
             total += count
         capped[name] = total > cap

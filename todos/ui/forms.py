@@ -22,23 +22,30 @@ STATE_CHOICES = [
 
 
 class OperatorLoginForm(AuthenticationForm):
-    """Django's login form, for staff only: the Board sees every tenant."""
+    """Django's login form, for Board users: staff, endpoint owners and viewers
+    (``todos.ui.access``); anyone else is told the Board is not theirs."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
 
     def confirm_login_allowed(self, user):
+        from todos.ui.access import BoardAccess
+
         super().confirm_login_allowed(user)
-        if not user.is_staff:
+        if BoardAccess.for_user(user) is None:
             raise ValidationError(
-                "This account is not an operator (staff) account.", code="not_staff"
+                "This account owns no endpoint and is not an operator (staff) "
+                "account, so the Board has nothing to show it.",
+                code="not_board_user",
             )
 
 
-def endpoint_choices(blank_label, *, active_only=False):
-    """Return (id, label) choices of the endpoints, revoked ones marked."""
-    endpoints = Endpoint.objects.select_related("owner")
+def endpoint_choices(blank_label, *, active_only=False, endpoints=None):
+    """Return (id, label) choices of the endpoints (all of them, or the given
+    queryset: the user's scope), revoked ones marked."""
+    if endpoints is None:
+        endpoints = Endpoint.objects.select_related("owner")
     if active_only:
         endpoints = endpoints.filter(revoked_at__isnull=True)
     choices = [("", blank_label)]
@@ -68,10 +75,16 @@ class TodoFilterForm(BoardForm):
     owner = forms.CharField(required=False, max_length=200, label="Worker")
     q = forms.CharField(required=False, max_length=200, label="Text")
     after = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    # One dead-letter group (todos.error_fingerprint), from the groups page.
+    fingerprint = forms.CharField(
+        required=False, max_length=400, strip=False, widget=forms.HiddenInput
+    )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, endpoints=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["endpoint"].choices = endpoint_choices("any endpoint")
+        self.fields["endpoint"].choices = endpoint_choices(
+            "any endpoint", endpoints=endpoints
+        )
         self.fields["q"].widget.attrs["placeholder"] = "title or idempotency key"
 
     def clean_after(self):
@@ -95,6 +108,7 @@ class TodoFilterForm(BoardForm):
             "assignee": data["assignee"].strip() or None,
             "owner": data["owner"].strip() or None,
             "text": data["q"].strip() or None,
+            "fingerprint": data["fingerprint"] or None,
         }
 
     def is_filtered(self):
@@ -144,11 +158,11 @@ class EndpointCreateForm(BoardForm):
     owner = forms.ModelChoiceField(queryset=None, empty_label=None)
     queues = QueuesField(initial="*")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, owners=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["owner"].queryset = (
-            get_user_model().objects.filter(is_active=True).order_by("username")
-        )
+        if owners is None:
+            owners = get_user_model().objects.filter(is_active=True)
+        self.fields["owner"].queryset = owners.order_by("username")
 
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
@@ -184,10 +198,11 @@ class TodoCreateForm(BoardForm):
     )
     max_attempts = forms.IntegerField(min_value=1, max_value=1000, initial=5)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, endpoints=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.endpoints = endpoints
         self.fields["endpoint"].choices = endpoint_choices(
-            "choose an endpoint", active_only=True
+            "choose an endpoint", active_only=True, endpoints=endpoints
         )
 
     def clean_queue(self):
