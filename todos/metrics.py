@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from todos import store, store_stats
+from todos import store
 from todos.models import Endpoint
+from todos.store import stats as store_stats
 
 GAUGE_STATES = ("pending", "delayed", "claimed", "retry_scheduled", "dead_letter")
 

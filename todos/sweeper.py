@@ -6,6 +6,9 @@ wakeup or not at all; stopping between batches never leaves one half-moved.
 The commands build on the two pieces here:
 
 - ``drain`` runs one sweep batch after batch until a batch comes back short.
+- ``sweep_once`` also rolls the history up into the Board's per-minute
+  statistics (``store.stats.roll_up_minutes``): the charts and /metrics read
+  those, so they are as fresh as the last pass.
 - ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
   SIGTERM/SIGINT once ``install_signal_handlers()`` was called). It sleeps in
   short slices so a stop takes effect within a fraction of a second, and it
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
+from todos.store import stats as store_stats
 
 logger = logging.getLogger("switchboard.sweep")
 
@@ -79,6 +83,7 @@ class PassResult:
     requeued: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    rolled_up: bool = False
     seconds: float = 0.0
     endpoints: set = field(default_factory=set)
 
@@ -120,7 +125,8 @@ def log_pass(message, result):
 
 
 def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
-    """Reap expired leases, then requeue due retries; return what moved."""
+    """Reap expired leases, requeue due retries, roll up the Board's minutes;
+    return what moved."""
     started = time.monotonic()
     result = PassResult()
     for moved in drain(
@@ -139,6 +145,8 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
         _log_moved("requeue_due_retries", moved)
         result.retried += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
+    # After the sweeps, so the minutes include what they just moved.
+    result.rolled_up = store_stats.roll_up_minutes().ran
     result.seconds = time.monotonic() - started
     return result
 

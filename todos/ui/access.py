@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q
 
-from todos import store, store_stats
+from todos import store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
+from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
 

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from todos.store_stats import RANGES
+from todos.store.stats import RANGES
 from todos.ui import charts
 from todos.ui.views import _age, _page, operator_view
 

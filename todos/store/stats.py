@@ -2,7 +2,7 @@
 and the figures ``/metrics`` exports.
 
 Part of the store (all todo SQL lives in the store): the same ``_run`` and the
-same owner-scope predicate as the Board section of ``todos.store``. Every
+same owner-scope predicate as ``todos.store.board``. Every
 function that reads todos takes ``endpoint_ids`` (None = every endpoint, the
 staff view; a list = the Board's owner scope).
 
@@ -20,7 +20,9 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from todos.store import STATE_FILTERS, _board_scope, _run
+from .board import _board_scope
+from .reads import STATE_FILTERS
+from .sql import _run
 
 # Transitions the rollup counts, in the order of todo_minutes' columns.
 TRANSITIONS = ("created", "claimed", "completed", "failed", "dead_lettered", "retried")
