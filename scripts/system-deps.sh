@@ -7,11 +7,13 @@ missing=()
 command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || [ -n "${DATABASE_URL:-}" ] || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# promtool (Debian's prometheus package) checks the /metrics exposition.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     echo "system-deps: installing ${missing[*]}" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-    echo "system-deps: missing Debian packages: ${missing[*]} (browser tests will skip)" >&2
+    echo "system-deps: missing Debian packages: ${missing[*]} (the tests that need them skip)" >&2
 fi

@@ -22,12 +22,14 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from todos import store
 from todos.models import Endpoint
 from todos.store import stats as store_stats
 
+# The classic text format every Prometheus (and Debian's 2.x) scrapes; the
+# names and labels here are all legacy-safe, so its body is the same.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GAUGE_STATES = ("pending", "delayed", "claimed", "retry_scheduled", "dead_letter")
 
 
@@ -122,6 +124,6 @@ def metrics(request):
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(figures, names))
-    response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response

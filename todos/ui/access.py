@@ -158,6 +158,39 @@ class BoardAccess:
             range_name=range_name, endpoint_ids=self.scope_ids, **narrow
         )
 
+    # --- Queues -------------------------------------------------------------
+    # Queue settings live in the store's ``queues`` table (store v2); until
+    # that table exists a queue page shows figures and charts only.
+
+    @staticmethod
+    def has_queue_settings():
+        return hasattr(store, "get_queue_any_endpoint")
+
+    def queue(self, endpoint_id, name):
+        """Return a queue's settings and figures (QueueInfo), or None."""
+        if not (self.covers(endpoint_id) and self.has_queue_settings()):
+            return None
+        try:
+            return store.get_queue_any_endpoint(endpoint_id, name)
+        except store.NotFound:
+            return None
+
+    def update_queue(self, endpoint_id, name, **settings):
+        self._queue_in_scope(endpoint_id)
+        return store.update_queue_any_endpoint(endpoint_id, name, **settings)
+
+    def pause_queue(self, endpoint_id, name):
+        self._queue_in_scope(endpoint_id)
+        return store.pause_queue_any_endpoint(endpoint_id, name)
+
+    def resume_queue(self, endpoint_id, name):
+        self._queue_in_scope(endpoint_id)
+        return store.resume_queue_any_endpoint(endpoint_id, name)
+
+    def _queue_in_scope(self, endpoint_id):
+        if not self.covers(endpoint_id):
+            raise store.NotFound("no such queue")
+
     # --- Webhook sources ----------------------------------------------------
 
     def sources(self):

@@ -1,6 +1,6 @@
 """Server-rendered SVG charts of the Board: no script, readable without hovering.
 
-A chart is drawn from a ``store_stats.Series``: the transitions per bucket as
+A chart is drawn from a ``todos.store.stats.Series``: the transitions per bucket as
 lines (created, completed, failed, dead-lettered), the queue depth as an area
 below them, each with its axis labels written out (the top of the scale, the
 times at both ends and the middle) and a legend that states each line's total

@@ -236,3 +236,29 @@ class TodoCreateForm(BoardForm):
                     "never claim it.",
                 )
         return data
+
+
+class QueueSettingsForm(BoardForm):
+    """A queue's defaults; a blank field means the server's default."""
+
+    lease_seconds = forms.IntegerField(
+        label="Default lease (s)",
+        min_value=1,
+        max_value=store.MAX_LEASE_SECONDS,
+        required=False,
+        help_text="A claim's lease when the agent names none.",
+    )
+    max_attempts = forms.IntegerField(
+        label="Attempt cap",
+        min_value=1,
+        max_value=1000,
+        required=False,
+        help_text="Claims before a failure dead-letters a new todo.",
+    )
+    delay_seconds = forms.IntegerField(
+        label="Delay (s)",
+        min_value=0,
+        max_value=900,
+        required=False,
+        help_text="How long a new todo waits before it can be claimed.",
+    )

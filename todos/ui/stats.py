@@ -14,13 +14,16 @@ and its charts. Everything goes through ``request.board`` (the user's scope).
 
 from urllib.parse import urlencode
 
-from django.shortcuts import render
+from django.contrib import messages
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
+from todos.store import QueueCounts
 from todos.store.stats import RANGES
 from todos.ui import charts
+from todos.ui.forms import QueueSettingsForm
 from todos.ui.views import _age, _page, operator_view
 
 
@@ -97,11 +100,16 @@ def _seconds_ago(moment):
     return max(0, (timezone.now() - moment).total_seconds())
 
 
-@require_GET
+QUEUE_ACTIONS = ("settings", "pause", "resume")
+
+
+@require_http_methods(["GET", "POST"])
 @operator_view
 def queue_detail(request, endpoint_id, queue):
-    """A queue's live figures, its charts and (with queue settings) its controls."""
+    """A queue's live figures, its charts and (with queue settings) its controls:
+    edit the defaults, pause and resume claims (POST ``action``)."""
     endpoint = request.board.endpoint(endpoint_id)
+    settings = request.board.queue(endpoint_id, queue)
     counts = next(
         (
             row
@@ -110,19 +118,56 @@ def queue_detail(request, endpoint_id, queue):
         ),
         None,
     )
-    if endpoint is None or counts is None:
+    if endpoint is None or (counts is None and settings is None):
         return render(request, "board/not_found.html", {"what": "queue"}, status=404)
+    here = reverse("board:queue", args=[endpoint_id, queue])
+    form = QueueSettingsForm(initial=_settings_initial(settings))
+    status = 200
+    if request.method == "POST":
+        action = request.POST.get("action")
+        if settings is None or action not in QUEUE_ACTIONS:
+            return render(
+                request, "board/not_found.html", {"what": "queue setting"}, status=404
+            )
+        if action == "pause":
+            request.board.pause_queue(endpoint_id, queue)
+            messages.success(request, f"Paused {queue}: agents claim nothing from it.")
+            return redirect(here)
+        if action == "resume":
+            request.board.resume_queue(endpoint_id, queue)
+            messages.success(request, f"Resumed {queue}: agents claim from it again.")
+            return redirect(here)
+        form = QueueSettingsForm(request.POST)
+        if form.is_valid():
+            request.board.update_queue(endpoint_id, queue, **form.cleaned_data)
+            messages.success(request, f"Saved the settings of {queue}.")
+            return redirect(here)
+        status = 400
     range_name = chart_range(request)
     series = request.board.chart(range_name, endpoint_id=endpoint_id, queue=queue)
     context = {
         "endpoint": endpoint,
         "queue": queue,
-        "counts": counts,
-        "age": _age(counts.oldest_pending_seconds),
+        "counts": counts or QueueCounts(str(endpoint_id), queue),
+        "settings": settings,
+        "settings_form": form,
+        "age": _age(counts.oldest_pending_seconds if counts else None),
         "range": range_name,
         "charts": chart_pair(series, queue),
         "list_url": _list_url(endpoint=str(endpoint_id), queue=queue),
         "nav": "overview",
         "checked_at": timezone.now(),
     }
-    return _page(request, "board/queue.html", context, fragments=("queue-live",))
+    return _page(
+        request, "board/queue.html", context, fragments=("queue-live",), status=status
+    )
+
+
+def _settings_initial(settings):
+    if settings is None:
+        return {}
+    return {
+        "lease_seconds": settings.lease_seconds,
+        "max_attempts": settings.max_attempts,
+        "delay_seconds": settings.delay_seconds,
+    }
