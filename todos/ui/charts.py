@@ -8,13 +8,36 @@ over the range. The markup is built here, every value escaped, and marked
 safe for the template.
 """
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-WIDTH, HEIGHT = 600, 150
 LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 22
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A chart's drawing area in SVG units (its text scales with it)."""
+
+    width: int
+    height: int
+
+    def x(self, index, buckets):
+        inner = self.width - LEFT - RIGHT
+        return LEFT + inner * (index + 0.5) / buckets
+
+    def y(self, value, top):
+        inner = self.height - TOP - BOTTOM
+        return TOP + inner * (1 - value / top)
+
+
+# The transitions chart takes three fifths of a row, the depth chart two.
+WIDE, NARROW = Frame(600, 170), Frame(400, 170)
+WIDE_SMALL, NARROW_SMALL = Frame(600, 120), Frame(400, 120)
+# The phone variant of a transitions chart.
+COMPACT_WIDTH = 380
 
 LINES = (
     ("created", "created", "var(--chart-created)"),
@@ -41,23 +64,13 @@ def _number(value):
     return f"{value:,}".replace(",", " ")
 
 
-def _x(index, buckets):
-    inner = WIDTH - LEFT - RIGHT
-    return LEFT + inner * (index + 0.5) / buckets
-
-
-def _y(value, top):
-    inner = HEIGHT - TOP - BOTTOM
-    return TOP + inner * (1 - value / top)
-
-
-def _axes(series, top, unit):
-    bottom = HEIGHT - BOTTOM
+def _axes(frame, series, top, unit):
+    bottom = frame.height - BOTTOM
     times = []
     ends = ((0, "start"), (series.buckets // 2, "middle"), (series.buckets - 1, "end"))
     for index, anchor in ends:
         at = series.start + timedelta(seconds=series.bucket_seconds * index)
-        times.append((f"{_x(index, series.buckets):.1f}", anchor, f"{at:%H:%M}"))
+        times.append((f"{frame.x(index, series.buckets):.1f}", anchor, f"{at:%H:%M}"))
     return format_html(
         '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
         '<line class="grid-line" x1="{}" y1="{}" x2="{}" y2="{}"/>'
@@ -67,11 +80,11 @@ def _axes(series, top, unit):
         "{}",
         LEFT,
         bottom,
-        WIDTH - RIGHT,
+        frame.width - RIGHT,
         bottom,
         LEFT,
         TOP,
-        WIDTH - RIGHT,
+        frame.width - RIGHT,
         TOP,
         LEFT - 6,
         TOP + 4,
@@ -84,7 +97,35 @@ def _axes(series, top, unit):
         format_html_join(
             "",
             '<text class="tick" x="{}" y="{}" text-anchor="{}">{}</text>',
-            ((x, HEIGHT - 6, anchor, label) for x, anchor, label in times),
+            ((x, frame.height - 6, anchor, label) for x, anchor, label in times),
+        ),
+    )
+
+
+def _transitions_svg(series, label, frame, variant):
+    peak = max((max(series.counts[name]) for name, _, _ in LINES), default=0)
+    top = _scale_top(peak)
+    paths = []
+    for name, _, colour in LINES:
+        values = series.counts[name]
+        points = " ".join(
+            f"{frame.x(i, series.buckets):.1f},{frame.y(value, top):.1f}"
+            for i, value in enumerate(values)
+        )
+        paths.append((colour, points, name))
+    return format_html(
+        '<svg class="chart {}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}{}</svg>",
+        variant,
+        frame.width,
+        frame.height,
+        label,
+        label,
+        _axes(frame, series, top, f"per {_per(series)}"),
+        format_html_join(
+            "",
+            '<polyline class="series series-{}" fill="none" stroke="{}" points="{}"/>',
+            ((name, colour, points) for colour, points, name in paths),
         ),
     )
 
@@ -93,31 +134,14 @@ def _per(series):
     return "minute" if series.bucket_seconds == 60 else "10 minutes"
 
 
-def transitions_chart(series, label):
-    """The transitions per bucket as four lines, with a legend of totals."""
-    peak = max((max(series.counts[name]) for name, _, _ in LINES), default=0)
-    top = _scale_top(peak)
-    paths = []
-    for name, _, colour in LINES:
-        values = series.counts[name]
-        points = " ".join(
-            f"{_x(i, series.buckets):.1f},{_y(value, top):.1f}"
-            for i, value in enumerate(values)
-        )
-        paths.append((colour, points, name))
-    svg = format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        "<title>{}</title>{}{}</svg>",
-        WIDTH,
-        HEIGHT,
-        label,
-        label,
-        _axes(series, top, f"per {_per(series)}"),
-        format_html_join(
-            "",
-            '<polyline class="series series-{}" fill="none" stroke="{}" points="{}"/>',
-            ((name, colour, points) for colour, points, name in paths),
-        ),
+def transitions_chart(series, label, frame=WIDE):
+    """The transitions per bucket as four lines, with a legend of totals.
+
+    Drawn twice: at ``frame`` for wide screens and narrower for phones (CSS
+    shows one), so the axis labels stay legible at either width.
+    """
+    svg = _transitions_svg(series, label, frame, "chart-wide") + _transitions_svg(
+        series, label, Frame(COMPACT_WIDTH, frame.height), "chart-compact"
     )
     legend = format_html_join(
         "",
@@ -134,13 +158,14 @@ def transitions_chart(series, label):
     )
 
 
-def depth_chart(series, label):
-    """The queue depth (pending todos, the peak sampled per bucket) as an area."""
+def depth_chart(series, label, frame=NARROW):
+    """The queue depth (pending todos, the peak sampled per bucket) as an area;
+    the latest sample is marked, so even a single one shows."""
     samples = [value for value in series.depth if value is not None]
     top = _scale_top(max(samples, default=0))
-    bottom = HEIGHT - BOTTOM
+    bottom = frame.height - BOTTOM
     points = [
-        (_x(i, series.buckets), _y(value, top))
+        (frame.x(i, series.buckets), frame.y(value, top))
         for i, value in enumerate(series.depth)
         if value is not None
     ]
@@ -150,20 +175,23 @@ def depth_chart(series, label):
         outline = f"{points[0][0]:.1f},{bottom} {line} {points[-1][0]:.1f},{bottom}"
         area = format_html(
             '<polygon class="depth-area" points="{}"/>'
-            '<polyline class="depth-line" fill="none" points="{}"/>',
+            '<polyline class="depth-line" fill="none" points="{}"/>'
+            '<circle class="depth-now" cx="{}" cy="{}" r="3"/>',
             outline,
             line,
+            f"{points[-1][0]:.1f}",
+            f"{points[-1][1]:.1f}",
         )
     now = series.depth[-1] if series.depth else None
     peak = max(samples, default=0)
     svg = format_html(
         '<svg class="chart chart-depth" viewBox="0 0 {} {}" role="img" '
         'aria-label="{}"><title>{}</title>{}{}</svg>',
-        WIDTH,
-        HEIGHT,
+        frame.width,
+        frame.height,
         label,
         label,
-        _axes(series, top, "pending todos"),
+        _axes(frame, series, top, "pending todos"),
         area,
     )
     caption = format_html(

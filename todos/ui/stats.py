@@ -33,11 +33,16 @@ def chart_range(request):
     return wanted if wanted in RANGES else "hour"
 
 
-def chart_pair(series, label):
+def chart_pair(series, label, small=False):
     """Both charts of one series: transitions, then depth."""
+    wide, narrow = (
+        (charts.WIDE_SMALL, charts.NARROW_SMALL)
+        if small
+        else (charts.WIDE, charts.NARROW)
+    )
     return {
-        "transitions": charts.transitions_chart(series, f"Transitions: {label}"),
-        "depth": charts.depth_chart(series, f"Queue depth: {label}"),
+        "transitions": charts.transitions_chart(series, f"Transitions: {label}", wide),
+        "depth": charts.depth_chart(series, f"Queue depth: {label}", narrow),
     }
 
 
@@ -50,7 +55,9 @@ def overview_charts(request, endpoint_ids):
         "range": range_name,
         "total": chart_pair(total, "every endpoint in view"),
         "endpoints": {
-            endpoint_id: chart_pair(per_endpoint[endpoint_id], "this endpoint")
+            endpoint_id: chart_pair(
+                per_endpoint[endpoint_id], "this endpoint", small=True
+            )
             for endpoint_id in endpoint_ids
         },
     }
