@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from todos import store
+from todos import endpoints, store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
 from todos.ui.access import VIEWERS_GROUP
 
@@ -25,10 +25,7 @@ def user(name, *, staff=False, viewer=False):
 
 
 def endpoint_of(owner, name):
-    endpoint = Endpoint(name=name, owner=owner, queues=["*"])
-    endpoint.set_new_token()
-    endpoint.save()
-    return endpoint
+    return endpoints.create(name, owner, ["*"])[0]
 
 
 def dead_letter(endpoint, title, queue="jobs", error="boom 1"):

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from todos import store
+from todos import endpoints, store
 from todos.models import Endpoint
 
 STATE_CHOICES = [
@@ -41,15 +41,16 @@ class OperatorLoginForm(AuthenticationForm):
             )
 
 
-def endpoint_choices(blank_label, *, active_only=False, endpoints=None):
+def endpoint_choices(blank_label, *, active_only=False, in_scope=None):
     """Return (id, label) choices of the endpoints (all of them, or the given
     queryset: the user's scope), revoked ones marked."""
-    if endpoints is None:
-        endpoints = Endpoint.objects.select_related("owner")
+    candidates = Endpoint.objects.select_related("owner")
+    if in_scope is not None:
+        candidates = in_scope
     if active_only:
-        endpoints = endpoints.filter(revoked_at__isnull=True)
+        candidates = candidates.filter(revoked_at__isnull=True)
     choices = [("", blank_label)]
-    for endpoint in endpoints:
+    for endpoint in candidates:
         label = f"{endpoint.name} ({endpoint.owner.get_username()})"
         if not endpoint.is_active:
             label += " — revoked"
@@ -80,10 +81,10 @@ class TodoFilterForm(BoardForm):
         required=False, max_length=400, strip=False, widget=forms.HiddenInput
     )
 
-    def __init__(self, *args, endpoints=None, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["endpoint"].choices = endpoint_choices(
-            "any endpoint", endpoints=endpoints
+            "any endpoint", in_scope=in_scope
         )
         self.fields["q"].widget.attrs["placeholder"] = "title or idempotency key"
 
@@ -115,23 +116,6 @@ class TodoFilterForm(BoardForm):
         return any(self.store_filters().values())
 
 
-def parse_queues(raw):
-    """Turn "a, b" into ["a", "b"]; "*" alone grants every queue."""
-    queues = []
-    for name in raw.replace("\n", ",").split(","):
-        name = name.strip()
-        if name and name not in queues:
-            queues.append(name)
-    if not queues:
-        raise ValidationError("Name at least one queue, or * for every queue.")
-    if "*" in queues and len(queues) > 1:
-        raise ValidationError("* already grants every queue; leave it alone.")
-    for name in queues:
-        if len(name) > 200 or any(ch.isspace() for ch in name):
-            raise ValidationError(f"{name!r} is not a queue name (no spaces).")
-    return queues
-
-
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""
 
@@ -144,11 +128,14 @@ class QueuesField(forms.CharField):
 
     def prepare_value(self, value):
         if isinstance(value, list):
-            return ", ".join(value)
+            return endpoints.format_grant(value)
         return value
 
     def clean(self, value):
-        return parse_queues(super().clean(value))
+        try:
+            return endpoints.parse_grant(super().clean(value))
+        except endpoints.EndpointError as exc:
+            raise ValidationError(str(exc)) from None
 
 
 class EndpointCreateForm(BoardForm):
@@ -198,11 +185,10 @@ class TodoCreateForm(BoardForm):
     )
     max_attempts = forms.IntegerField(min_value=1, max_value=1000, initial=5)
 
-    def __init__(self, *args, endpoints=None, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.endpoints = endpoints
         self.fields["endpoint"].choices = endpoint_choices(
-            "choose an endpoint", active_only=True, endpoints=endpoints
+            "choose an endpoint", active_only=True, in_scope=in_scope
         )
 
     def clean_queue(self):

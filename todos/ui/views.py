@@ -26,8 +26,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from todos import store
-from todos.models import Endpoint
+from todos import endpoints, store
 from todos.ui.access import BoardAccess
 from todos.ui.forms import (
     EndpointCreateForm,
@@ -259,7 +258,7 @@ logout_view = auth_views.LogoutView.as_view()
 def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
     data = request.board.overview()
-    endpoints = _endpoints_by_id(request)
+    by_id = _endpoints_by_id(request)
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
@@ -271,13 +270,13 @@ def overview(request):
             "endpoint_id": endpoint_id,
             "queues": groups.get(endpoint_id, []),
         }
-        for endpoint_id, endpoint in endpoints.items()
+        for endpoint_id, endpoint in by_id.items()
         if endpoint.is_active or endpoint_id in groups
     ]
     sections += [
         {"endpoint": None, "endpoint_id": endpoint_id, "queues": queues}
         for endpoint_id, queues in groups.items()
-        if endpoint_id not in endpoints
+        if endpoint_id not in by_id
     ]
     context = {
         "overview": data,
@@ -325,7 +324,7 @@ def _query(form, **overrides):
 @operator_view
 def todo_list(request):
     """List todos newest first with the filters in the URL; htmx polls the rows."""
-    form = TodoFilterForm(request.GET, endpoints=request.board.endpoints())
+    form = TodoFilterForm(request.GET, in_scope=request.board.endpoints())
     status, page, filters = 200, store.Page([], None), {}
     if form.is_valid():
         filters = form.store_filters()
@@ -334,11 +333,11 @@ def todo_list(request):
         )
     else:
         status = 400
-    endpoints = _endpoints_by_id(request)
+    by_id = _endpoints_by_id(request)
     context = {
         "form": form,
         "rows": [
-            {"todo": todo, "endpoint": endpoints.get(todo.endpoint_id)}
+            {"todo": todo, "endpoint": by_id.get(todo.endpoint_id)}
             for todo in page.todos
         ],
         "filtered": bool(filters) and any(filters.values()),
@@ -488,7 +487,7 @@ def todos_retry_matching(request):
     """Preview, then retry, every failed todo the list's filter matches."""
     form = TodoFilterForm(
         request.GET if request.method == "GET" else request.POST,
-        endpoints=request.board.endpoints(),
+        in_scope=request.board.endpoints(),
     )
     if not form.is_valid():
         return _page(
@@ -556,7 +555,7 @@ def todo_create(request):
     form = TodoCreateForm(
         _posted(request),
         initial={"endpoint": request.GET.get("endpoint", "")},
-        endpoints=request.board.endpoints(),
+        in_scope=request.board.endpoints(),
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -592,9 +591,9 @@ def todo_create(request):
 @operator_view
 def endpoint_list(request):
     """List the endpoints with their owners, grants and token prefixes."""
-    endpoints = request.board.endpoints().order_by("revoked_at", "name", "created_at")
+    listed = request.board.endpoints().order_by("revoked_at", "name", "created_at")
     return render(
-        request, "board/endpoints.html", {"endpoints": endpoints, "nav": "endpoints"}
+        request, "board/endpoints.html", {"endpoints": listed, "nav": "endpoints"}
     )
 
 
@@ -622,11 +621,7 @@ def endpoint_create(request):
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        endpoint = Endpoint(
-            name=data["name"], owner=data["owner"], queues=data["queues"]
-        )
-        token = endpoint.set_new_token()
-        endpoint.save()
+        endpoint, token = endpoints.create(data["name"], data["owner"], data["queues"])
         return _token_page(request, endpoint, token, created=True)
     status = 400 if request.method == "POST" else 200
     return render(
@@ -647,8 +642,7 @@ def endpoint_rotate(request, endpoint_id):
     if not endpoint.is_active:
         messages.warning(request, f"{endpoint.name} is revoked; its token stays dead.")
         return redirect("board:endpoints")
-    token = endpoint.set_new_token()
-    endpoint.save(update_fields=["token_hash", "token_prefix"])
+    token = endpoints.rotate_token(endpoint)
     return _token_page(request, endpoint, token, created=False)
 
 
@@ -659,9 +653,7 @@ def endpoint_revoke(request, endpoint_id):
     endpoint = _endpoint_or_none(request, endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
-    revoked = Endpoint.objects.filter(id=endpoint.id, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    revoked = endpoints.revoke(endpoint)
     notice = (
         _notice("success", f"Revoked {endpoint.name}; its token no longer works.")
         if revoked
@@ -670,7 +662,6 @@ def endpoint_revoke(request, endpoint_id):
     if not request.htmx:
         _flash(request, [notice])
         return redirect("board:endpoints")
-    endpoint.refresh_from_db()
     return _fragments(
         request,
         [("board/endpoints.html#endpoint-row", {"endpoint": endpoint})],
@@ -688,8 +679,7 @@ def endpoint_grants(request, endpoint_id):
         return _endpoint_missing(request)
     form = GrantsForm(_posted(request), initial={"queues": endpoint.queues})
     if request.method == "POST" and form.is_valid():
-        endpoint.queues = form.cleaned_data["queues"]
-        endpoint.save(update_fields=["queues"])
+        endpoints.set_grant(endpoint, form.cleaned_data["queues"])
         messages.success(
             request, f"{endpoint.name} may now use: {', '.join(endpoint.queues)}."
         )

@@ -81,10 +81,10 @@ class RouteForm(forms.Form):
         "Fields: " + ", ".join("$" + name for name in webhooks.TITLE_FIELDS),
     )
 
-    def __init__(self, *args, endpoints=None, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["endpoint"].choices = endpoint_choices(
-            "no route", active_only=True, endpoints=endpoints
+            "no route", active_only=True, in_scope=in_scope
         )
 
     def clean(self):
@@ -176,7 +176,7 @@ def webhook_create(request):
     routes = RouteFormSet(
         request.POST or None,
         prefix="routes",
-        form_kwargs={"endpoints": request.board.endpoints()},
+        form_kwargs={"in_scope": request.board.endpoints()},
     )
     if request.method == "POST" and form.is_valid() and routes.is_valid():
         data = form.cleaned_data
@@ -253,7 +253,7 @@ def route_create(request, source_id):
     source = WebhookSource.objects.filter(id=source_id).first()
     if source is None:
         return _source_missing(request)
-    form = RouteForm(request.POST or None, endpoints=request.board.endpoints())
+    form = RouteForm(request.POST or None, in_scope=request.board.endpoints())
     if request.method == "POST" and form.is_valid():
         spec = form.spec()
         if spec is None:
