@@ -61,7 +61,7 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/), with the sweep loop beside it."
 	@scripts/serve.sh $(BIN) $(HOST):$(PORT)
 
-test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
+test: system-deps venv db ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv db $(BENCH_STAMP) ## Run the benchmarks on their own database (see docs/benchmarks.md).

@@ -103,14 +103,16 @@ MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # The Board's middleware, each wrapped to skip /api/: agent requests carry a
+    # bearer token, never a session or a CSRF cookie (todos/middleware.py).
+    "todos.middleware.BoardWhiteNoise",
+    "todos.middleware.BoardSessions",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "todos.middleware.BoardCsrf",
+    "todos.middleware.BoardAuthentication",
+    "todos.middleware.BoardMessages",
+    "todos.middleware.BoardFrameOptions",
+    "todos.middleware.BoardHtmx",
 ]
 
 ROOT_URLCONF = "board.urls"
@@ -192,8 +194,19 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # The agent API's body limit (CONTRACT §5): larger bodies answer 413.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
+
+# Fernet key(s) for the secrets kept encrypted at rest (SQS secret keys, webhook
+# signing secrets): comma-separated, the first encrypts. Empty = derived from
+# SECRET_KEY (see todos/crypto.py).
+SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
+
+# The SQS surface (docs/sqs.md): a whole request may be larger than one
+# message (a batch of ten, JSON-escaped); message sizes are checked after.
+SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+# The largest body Django itself may hold in memory: the largest any surface
+# accepts. Each surface checks its own, smaller limit first (todos/http.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
 
 # Queue defaults.
 SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)

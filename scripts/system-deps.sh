@@ -9,6 +9,10 @@ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/n
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 # promtool (Debian's prometheus package) checks the /metrics exposition.
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# pycurl (kombu's SQS transport, in the dev extra) builds against these when
+# pip finds no wheel for the machine.
+command -v curl-config >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     echo "system-deps: installing ${missing[*]}" >&2

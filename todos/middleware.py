@@ -9,6 +9,8 @@ import logging
 import time
 import uuid
 
+from django.utils.module_loading import import_string
+
 from todos import http
 
 logger = logging.getLogger("switchboard.request")
@@ -92,3 +94,68 @@ class RequestLogMiddleware:
             fields["streaming"] = True
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(level, "request", extra={"fields": fields})
+
+
+def _is_api(request):
+    # POST / is the SQS surface (todos/sqs): signed per request, like the API.
+    return request.path_info.startswith(API_PREFIX) or (
+        request.method == "POST" and request.path_info == "/"
+    )
+
+
+def board_only(dotted_path):
+    """Return a subclass of ``dotted_path``'s middleware that acts only off /api/.
+
+    The agent API authenticates every request by its bearer token and answers
+    JSON: sessions, CSRF, the auth user, messages, static files, frame options
+    and htmx are the Board's, and cost each agent request CPU for nothing
+    (bench/profile_api.py). The subclass passes API requests straight on and
+    keeps every hook of its parent (``process_view`` and the rest) for all other
+    paths, so the Board keeps them all; being a subclass, Django's system
+    checks still find the middleware they require.
+    """
+    parent = import_string(dotted_path)
+
+    def __call__(self, request):
+        if _is_api(request):
+            return self.get_response(request)
+        return parent.__call__(self, request)
+
+    attributes = {"__call__": __call__, "__module__": __name__}
+    if hasattr(parent, "process_view"):
+
+        def process_view(self, request, view, args, kwargs):
+            if _is_api(request):
+                return None
+            return parent.process_view(self, request, view, args, kwargs)
+
+        attributes["process_view"] = process_view
+    if hasattr(parent, "process_exception"):
+
+        def process_exception(self, request, exception):
+            if _is_api(request):
+                return None
+            return parent.process_exception(self, request, exception)
+
+        attributes["process_exception"] = process_exception
+    if hasattr(parent, "process_template_response"):
+
+        def process_template_response(self, request, response):
+            if _is_api(request):
+                return response
+            return parent.process_template_response(self, request, response)
+
+        attributes["process_template_response"] = process_template_response
+    return type(f"Board{parent.__name__}", (parent,), attributes)
+
+
+# The Board's middleware, skipped on /api/ and POST / (board/settings.py lists these).
+BoardWhiteNoise = board_only("whitenoise.middleware.WhiteNoiseMiddleware")
+BoardSessions = board_only("django.contrib.sessions.middleware.SessionMiddleware")
+BoardCsrf = board_only("django.middleware.csrf.CsrfViewMiddleware")
+BoardAuthentication = board_only(
+    "django.contrib.auth.middleware.AuthenticationMiddleware"
+)
+BoardMessages = board_only("django.contrib.messages.middleware.MessageMiddleware")
+BoardFrameOptions = board_only("django.middleware.clickjacking.XFrameOptionsMiddleware")
+BoardHtmx = board_only("django_htmx.middleware.HtmxMiddleware")

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
 
-from todos import tokens
+from todos import crypto, tokens
 
 STATES = ("pending", "claimed", "done", "failed")
 
@@ -61,6 +61,34 @@ class Endpoint(models.Model):
         self.token_hash = tokens.hash_token(token)
         self.token_prefix = tokens.display_prefix(token)
         return token
+
+
+class SqsCredential(models.Model):
+    """An endpoint's SQS identity: an access key id, its secret and an account id.
+
+    The secret signs every SigV4 request, so it is kept encrypted (not hashed);
+    the account id is the first path segment of every queue URL and stays the
+    same when the key is rotated.
+    """
+
+    endpoint = models.OneToOneField(
+        Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="sqs"
+    )
+    access_key_id = models.CharField(max_length=32, unique=True)
+    secret_encrypted = models.TextField()
+    account_id = models.CharField(max_length=12, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "sqs_credentials"
+
+    def __str__(self):
+        return self.access_key_id
+
+    @property
+    def secret_access_key(self):
+        return crypto.decrypt(self.secret_encrypted)
 
 
 class Todo(models.Model):
@@ -147,10 +175,11 @@ class WebhookSource(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(max_length=100, unique=True)
-    # Kept in clear, unlike endpoint tokens: verifying an HMAC needs the shared
-    # secret itself, and a hash of it cannot sign anything. It is never shown
-    # again after creation, never logged, and never part of a response.
-    secret = models.CharField(max_length=200)
+    # Encrypted, not hashed like endpoint tokens: verifying an HMAC needs the
+    # shared secret itself, and a hash of it cannot sign anything. Read and set
+    # it through ``secret``; it is never shown again after creation, never
+    # logged, and never part of a response.
+    secret_encrypted = models.TextField()
     scheme = models.CharField(max_length=20, choices=WEBHOOK_SCHEMES, default="github")
     # Where the provider puts the signature, its delivery id (the idempotency
     # key of every todo it becomes) and its event name; blank = the scheme's
@@ -173,6 +202,14 @@ class WebhookSource(models.Model):
 
     def __str__(self):
         return self.slug
+
+    @property
+    def secret(self):
+        return crypto.decrypt(self.secret_encrypted)
+
+    @secret.setter
+    def secret(self, value):
+        self.secret_encrypted = crypto.encrypt(value)
 
 
 class WebhookRoute(models.Model):

@@ -718,3 +718,28 @@ def test_every_tool_has_an_object_schema_and_a_description():
         assert set(described["inputSchema"]["required"]) <= set(
             described["inputSchema"]["properties"]
         )
+
+
+def test_list_todos_on_an_ungranted_queue_is_forbidden_like_the_json_api(
+    post, client, make_endpoint
+):
+    """Defect: MCP list_todos answered an empty page where the JSON API says 403."""
+    narrow = make_endpoint("narrow", queues=("build",))
+    session = post(INITIALIZE, token=narrow.token)["Mcp-Session-Id"]
+    call_tool = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_todos", "arguments": {"queue": "deploy"}},
+    }
+
+    result = post(call_tool, session=session, token=narrow.token).json()["result"]
+    api = client.get(
+        "/api/v1/todos",
+        {"queue": "deploy"},
+        headers={"Authorization": f"Bearer {narrow.token}"},
+    )
+
+    assert api.status_code == 403
+    assert result["isError"] is True
+    assert result["structuredContent"] == api.json()

@@ -134,6 +134,8 @@ def foreign_urls(world):
         ("post", f"/board/endpoints/{theirs.id}/rotate/"),
         ("post", f"/board/endpoints/{theirs.id}/revoke/"),
         ("get", f"/board/endpoints/{theirs.id}/grants/"),
+        ("get", f"/board/endpoints/{theirs.id}/sqs/"),
+        ("post", f"/board/endpoints/{theirs.id}/sqs/"),
         ("post", f"/board/endpoints/{theirs.id}/grants/"),
         ("post", f"/board/webhooks/{source.id}/delete/"),
         ("post", f"/board/webhooks/{source.id}/rotate/"),
@@ -231,6 +233,7 @@ def test_a_board_viewer_sees_their_scope_with_no_action_offered(world):
         "/board/endpoints/",
         "/board/webhooks/",
         f"/board/queues/{world['viewed'].id}/jobs/",
+        f"/board/endpoints/{world['viewed'].id}/sqs/",
     ]
 
     for url in pages:
@@ -259,6 +262,7 @@ def test_every_board_post_of_a_viewer_answers_403(world):
         f"/board/endpoints/{viewed.id}/rotate/",
         f"/board/endpoints/{viewed.id}/revoke/",
         f"/board/endpoints/{viewed.id}/grants/",
+        f"/board/endpoints/{viewed.id}/sqs/",
         "/board/webhooks/new/",
     ]
 

@@ -433,3 +433,53 @@ def test_concurrent_redeliveries_leave_one_todo_per_target(endpoint, other_endpo
     )
     assert len(todos_of(endpoint)) == 1
     assert len(todos_of(other_endpoint)) == 1
+
+
+# --- One queue per endpoint (issue #11) -----------------------------------------
+
+
+def test_a_source_routed_to_two_queues_of_one_endpoint_is_refused(db, endpoint):
+    """Defect: two queues of one endpoint made one todo and reported two targets.
+
+    The delivery id is the idempotency key and the dedupe slot is per endpoint,
+    so the second route could never hold a todo of its own: it is refused.
+    """
+    routes = [
+        webhooks.RouteSpec(str(endpoint.id), "github"),
+        webhooks.RouteSpec(str(endpoint.id), "triage"),
+    ]
+    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
+        webhooks.create_source("acme-app", SECRET, routes)
+    assert not WebhookSource.objects.exists()
+
+
+def test_adding_a_second_queue_of_a_routed_endpoint_is_refused(source, endpoint):
+    """Defect: two queues of one endpoint made one todo and reported two targets."""
+    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
+        webhooks.add_route(source, webhooks.RouteSpec(str(endpoint.id), "triage"))
+    assert source.routes.filter(endpoint=endpoint).count() == 1
+
+
+def test_an_older_second_route_of_one_endpoint_is_reported_not_collapsed(
+    client, source, endpoint
+):
+    """Defect: two queues of one endpoint made one todo and reported two targets."""
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="triage")
+
+    answer = deliver(client).json()
+
+    mine = [t for t in answer["targets"] if t["endpoint_id"] == str(endpoint.id)]
+    assert [(t["queue"], t["created"], t.get("skipped")) for t in mine] == [
+        ("github", True, None),
+        ("triage", False, "endpoint already routed by this source"),
+    ]
+    assert len(todos_of(endpoint)) == 1
+
+
+def test_a_webhook_todo_gets_switchboard_max_attempts(client, source, settings):
+    """Defect: SWITCHBOARD_MAX_ATTEMPTS was ignored for webhook todos."""
+    settings.SWITCHBOARD_MAX_ATTEMPTS = 2
+
+    deliver(client)
+
+    assert {todo.max_attempts for todo in Todo.objects.all()} == {2}

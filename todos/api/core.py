@@ -225,6 +225,10 @@ def list_page(scope, fields):
     Shared by the JSON view and the MCP tool, so both accept the same input.
     Returns the response body: ``{"todos": [...], "next_cursor": ...}``.
     """
+    queue = fields.text("queue")
+    if queue is not None and not scope.covers(queue):
+        # A queue outside the grant is 403, never an empty page.
+        raise store.QueueNotGranted(queue)
     state = fields.text("state")
     if state is not None and state not in store.STATE_FILTERS:
         raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
@@ -232,7 +236,7 @@ def list_page(scope, fields):
     cursor = fields.text("cursor", max_length=500, empty=True) or None
     try:
         page = store.list_todos(
-            scope, queue=fields.text("queue"), state=state, limit=limit, cursor=cursor
+            scope, queue=queue, state=state, limit=limit, cursor=cursor
         )
     except ValueError as exc:
         raise bad_request(f"cursor: {exc}") from exc

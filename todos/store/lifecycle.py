@@ -3,12 +3,12 @@
 import json
 import uuid
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from .rows import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
-    DEFAULT_MAX_ATTEMPTS,
     TODO_COLUMNS,
     Conflict,
     NotFound,
@@ -121,7 +121,9 @@ def create_todo_any_endpoint(
 def _create(
     endpoint_id, queue, title, payload, idempotency_key, assignee, max_attempts, actor
 ):
-    max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else int(max_attempts)
+    if max_attempts is None:
+        max_attempts = settings.SWITCHBOARD_MAX_ATTEMPTS
+    max_attempts = int(max_attempts)
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
     params = {

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.ui import stats, views, webhooks
+from todos.ui import sqs, stats, views, webhooks
 
 app_name = "board"
 
@@ -35,6 +35,7 @@ urlpatterns = [
         views.endpoint_revoke,
         name="endpoint_revoke",
     ),
+    path("endpoints/<uuid:endpoint_id>/sqs/", sqs.endpoint_sqs, name="endpoint_sqs"),
     path(
         "endpoints/<uuid:endpoint_id>/grants/",
         views.endpoint_grants,

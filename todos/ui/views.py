@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from todos import endpoints, store
+from todos.sqs import messages as sqs_messages
 from todos.ui.access import BoardAccess
 from todos.ui.forms import (
     EndpointCreateForm,
@@ -368,6 +369,8 @@ def _detail_context(request, todo):
         "endpoint": request.board.endpoint(todo.endpoint_id),
         "events": request.board.todo_events(todo.id),
         "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
+        # A message sent over SQS: its body as sent (pretty when it is JSON).
+        "sqs_body": sqs_messages.readable_body(todo.payload),
         "result_json": (
             None
             if todo.result is None
