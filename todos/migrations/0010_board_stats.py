@@ -63,7 +63,7 @@ BACKWARD = [
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0007_drop_redundant_endpoint_index'),
+        ('todos', '0011_sqs_credentials_encrypted_secrets'),
     ]
 
     operations = [
