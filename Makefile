@@ -18,6 +18,13 @@ PYTEST_ARGS ?=
 
 export DJANGO_SETTINGS_MODULE := board.settings
 
+# Django's SECRET_KEY: the environment's, else a local one generated once and kept
+# in the git-ignored .switchboard-secret-key (mode 600). With DEBUG off the settings
+# refuse to start without a key. The tests bring their own (tests/settings.py).
+SECRET_KEY_FILE := .switchboard-secret-key
+SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
+export SECRET_KEY
+
 .PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience
 
 help: ## List the targets.

@@ -79,22 +79,26 @@ def database_from_url(url):
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("SWITCHBOARD_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    # A development key; production deployments set SECRET_KEY (see README).
+    if not DEBUG:
+        # Never run on a key published with the source: sessions, CSRF tokens
+        # and signed values would be forgeable.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment (`make run` keeps a "
+            "local one in .switchboard-secret-key), or set DEBUG=1 to develop "
+            "with a throwaway key."
+        )
+    # DEBUG only: a development key.
     SECRET_KEY = "switchboard-development-key-not-for-production-use-0123456789"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django.contrib.postgres",
     "django_htmx",
     "todos",
 ]
@@ -216,6 +220,10 @@ SWITCHBOARD_MAX_WAIT_SECONDS = 20
 # The bearer token a Prometheus scraper sends to GET /metrics; unset = only
 # staff Board sessions may read it.
 SWITCHBOARD_METRICS_TOKEN = env_str("SWITCHBOARD_METRICS_TOKEN", "")
+# An MCP session unused this long has expired (404; the client initializes anew).
+SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
+    "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400
+)
 # Seconds of silence after which an event stream sends a keep-alive comment;
 # it is also how soon a stream notices that its client has gone.
 SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(

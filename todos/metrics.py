@@ -44,13 +44,15 @@ class QueueCollector:
         labels = ["endpoint_id", "endpoint", "queue"]
         todos = GaugeMetricFamily(
             "switchboard_todos",
-            "Todos per endpoint, queue and state (dead_letter: failed at the "
+            "Todos per endpoint, queue and state (pending: claimable now; "
+            "delayed: pending, not yet available; dead_letter: failed at the "
             "attempt cap; retry_scheduled: failed, waiting for its backoff).",
             labels=[*labels, "state"],
         )
         oldest = GaugeMetricFamily(
             "switchboard_oldest_pending_age_seconds",
-            "Age of the oldest pending todo per endpoint and queue (0 when none).",
+            "Seconds the oldest claimable pending todo has waited since it became "
+            "available, per endpoint and queue (0 when none).",
             labels=labels,
         )
         transitions = CounterMetricFamily(

@@ -1,4 +1,4 @@
-"""One structured log line per request, and JSON errors everywhere under /api/.
+"""One structured log line per request, and JSON errors from every agent surface.
 
 The log line carries the endpoint id, the route, the todo id, the outcome
 (``ok`` or the API error code), the status and the duration; never a header,
@@ -25,8 +25,24 @@ DETAILS = {
 }
 
 
-def _json_error(status):
-    return http.error_response(status, detail=DETAILS.get(status))
+# The surfaces whose callers are programs: an error page there is JSON, never
+# Django's HTML (MCP's in its JSON-RPC shape).
+JSON_PREFIXES = (API_PREFIX, "/hooks/")
+MCP_PATH = "/mcp"
+
+
+def _answers_json(request):
+    return request.path == MCP_PATH or request.path.startswith(JSON_PREFIXES)
+
+
+def _json_error(request, status):
+    detail = DETAILS.get(status)
+    if request.path == MCP_PATH:
+        # Imported here: the transport imports the API, which imports this app.
+        from todos.mcp.transport import error_response
+
+        return error_response(status, detail)
+    return http.error_response(status, detail=detail)
 
 
 def _todo_id(request, response):
@@ -44,7 +60,7 @@ def _todo_id(request, response):
 
 
 class RequestLogMiddleware:
-    """Log each request once; turn any HTML error under /api/ into JSON."""
+    """Log each request once; turn any HTML error of an agent surface into JSON."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -52,27 +68,26 @@ class RequestLogMiddleware:
     def __call__(self, request):
         started = time.monotonic()
         response = self.get_response(request)
-        is_api = request.path.startswith(API_PREFIX)
         if (
-            is_api
+            _answers_json(request)
             and response.status_code >= 400
             and not response.get("Content-Type", "").startswith("application/json")
         ):
             allow = response.get("Allow")
-            response = _json_error(response.status_code)
+            response = _json_error(request, response.status_code)
             if allow:
                 response["Allow"] = allow
         self._log(request, response, time.monotonic() - started)
         return response
 
     def process_exception(self, request, exception):
-        if not request.path.startswith(API_PREFIX):
+        if not _answers_json(request):
             return None
         logger.exception(
             "request failed",
             extra={"fields": {"path": request.path, "error": type(exception).__name__}},
         )
-        return _json_error(500)
+        return _json_error(request, 500)
 
     def _log(self, request, response, seconds):
         endpoint = getattr(request, "endpoint", None)

@@ -116,8 +116,12 @@ class Todo(models.Model):
     idempotency_key = models.TextField(null=True, blank=True)
     last_error = models.TextField(db_default="", blank=True)
     result = models.JSONField(null=True, blank=True)
+    # Minted fresh on every claim: the fencing token of the current lease.
+    lease_token = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # When a claim may take it: created_at, or later for a delayed todo.
+    available_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         db_table = "todos"
@@ -143,8 +147,14 @@ class TodoEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     # ON DELETE CASCADE is added in SQL by the migration: purging a todo purges
     # its history with it, in one statement.
+    # todo_events_todo_idx (todo_id, id) serves the history read and the
+    # cascade; a second index on todo_id alone would cost WAL on every insert.
     todo = models.ForeignKey(
-        Todo, on_delete=models.DO_NOTHING, db_constraint=False, db_column="todo_id"
+        Todo,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_column="todo_id",
+        db_index=False,
     )
     endpoint_id = models.UUIDField()
     from_state = models.TextField(null=True, blank=True)
@@ -160,6 +170,38 @@ class TodoEvent(models.Model):
 
     def __str__(self):
         return f"{self.todo_id}: {self.from_state or 'new'} -> {self.to_state}"
+
+
+class Queue(models.Model):
+    """One endpoint's queue and its settings; created on first use of a name.
+
+    A NULL setting follows the server's default (SWITCHBOARD_LEASE_SECONDS,
+    SWITCHBOARD_MAX_ATTEMPTS, no delay).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # The unique (endpoint_id, name) index serves the foreign key.
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, db_column="endpoint_id", db_index=False
+    )
+    name = models.TextField()
+    lease_seconds = models.IntegerField(null=True, blank=True)
+    max_attempts = models.IntegerField(null=True, blank=True)
+    delay_seconds = models.IntegerField(null=True, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "queues"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "name"], name="queues_endpoint_name_key"
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
 
 
 # --- Webhooks -------------------------------------------------------------------

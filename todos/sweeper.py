@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
+from todos.mcp import sessions as mcp_sessions
 from todos.store import stats as store_stats
 
 logger = logging.getLogger("switchboard.sweep")
@@ -83,6 +84,12 @@ class PassResult:
     requeued: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    # MCP sessions idle past SWITCHBOARD_MCP_SESSION_IDLE_SECONDS, deleted.
+    sessions_expired: int = 0
+    # Delayed todos that came due: their doorbells rung (not moved).
+    woken: int = 0
+    # The database time the next pass's delayed-todo window starts from.
+    delayed_until: object = None
     rolled_up: bool = False
     seconds: float = 0.0
     endpoints: set = field(default_factory=set)
@@ -117,6 +124,8 @@ def log_pass(message, result):
                 "requeued": result.requeued,
                 "dead_lettered": result.dead_lettered,
                 "retried": result.retried,
+                "sessions_expired": result.sessions_expired,
+                "woken": result.woken,
                 "endpoints": len(result.endpoints),
                 "ms": round(result.seconds * 1000, 1),
             }
@@ -124,9 +133,14 @@ def log_pass(message, result):
     )
 
 
-def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
-    """Reap expired leases, requeue due retries, roll up the Board's minutes;
-    return what moved."""
+def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
+    """Reap expired leases, requeue due retries, ring delayed todos that came due,
+    roll up the Board's minutes.
+
+    ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
+    a minute); a delayed todo's ring is a wakeup only, the claim scan takes
+    a due todo by itself.
+    """
     started = time.monotonic()
     result = PassResult()
     for moved in drain(
@@ -145,6 +159,14 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
         _log_moved("requeue_due_retries", moved)
         result.retried += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
+    result.sessions_expired = mcp_sessions.forget_expired()
+    since = delayed_since
+    while True:
+        rung, since = store.ring_due_delayed(since, limit=batch_size)
+        result.woken += len(rung)
+        if len(rung) < batch_size or (should_stop is not None and should_stop()):
+            break
+    result.delayed_until = since
     # After the sweeps, so the minutes include what they just moved.
     result.rolled_up = store_stats.roll_up_minutes().ran
     result.seconds = time.monotonic() - started
@@ -170,6 +192,7 @@ class Sweeper:
         self.passes = 0
         self.failures = 0
         self.stop_signal = None
+        self.delayed_since = None
         self._stopping = False
 
     @property
@@ -227,7 +250,9 @@ class Sweeper:
         """Run one pass of both sweeps; return its result, or None when it failed."""
         try:
             result = sweep_once(
-                batch_size=self.batch_size, should_stop=lambda: self._stopping
+                batch_size=self.batch_size,
+                should_stop=lambda: self._stopping,
+                delayed_since=self.delayed_since,
             )
         except (store.Unavailable, DatabaseError) as exc:
             self.failures += 1
@@ -247,6 +272,7 @@ class Sweeper:
             connection.close()
             return None
         self.passes += 1
+        self.delayed_since = result.delayed_until
         if result.moved:
             log_pass("sweep pass", result)
         return result

@@ -597,3 +597,33 @@ def test_the_new_todo_form_defaults_to_switchboard_max_attempts(
     )
 
     assert response.context["todo"].max_attempts == 2
+
+
+def test_retry_matching_names_a_held_back_dead_letter_once_and_never_newer(
+    board, scope
+):
+    """Defect: bulk retry reported a held-back dead letter twice and called the
+    holder "newer" (it may be the older of the two)."""
+    dead_letter(scope, "first delivery", key="delivery-9")
+    dead_letter(scope, "second delivery", key="delivery-9")
+
+    done = board.post(
+        "/board/todos/retry-matching/", {"state": "dead_letter"}, **htmx("bulk")
+    )
+
+    html = done.content.decode()
+    assert "Retried 1 todo" in html
+    held_back = html.count("holds their idempotency key") + html.count(
+        "holds the same idempotency key"
+    )
+    assert held_back == 1
+    assert "newer" not in html
+
+
+@pytest.mark.parametrize("url", [*BOARD_PAGES, "/board/webhooks/"])
+def test_every_board_page_varies_on_hx_request(board, url):
+    """Defect: Vary: HX-Request was missing on URLs that answer a page or a
+    fragment, so a cache could serve a fragment as the page."""
+    for response in (board.get(url), board.get(url, **HTMX)):
+        vary = {name.strip().lower() for name in response["Vary"].split(",")}
+        assert "hx-request" in vary, (url, response["Vary"])

@@ -12,7 +12,6 @@ body reader and strict JSON are ``todos.http``'s.
 import functools
 import logging
 
-import psycopg
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -60,13 +59,7 @@ def api_error_for(exc):
         return ApiError(409, "conflict", exc.detail)
     if isinstance(exc, store.QueueNotGranted):
         return ApiError(403, "forbidden", exc.detail)
-    if isinstance(
-        exc,
-        store.Unavailable
-        | OperationalError
-        | InterfaceError
-        | psycopg.OperationalError,
-    ):
+    if store.is_outage(exc):
         return ApiError(
             503, "unavailable", "the database is unavailable; try again shortly"
         )

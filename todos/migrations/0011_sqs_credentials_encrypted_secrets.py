@@ -29,7 +29,7 @@ def decrypt_webhook_secrets(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("todos", "0007_drop_redundant_endpoint_index"),
+        ("todos", "0008_queues_leases_delays"),
     ]
 
     operations = [

@@ -398,17 +398,27 @@ class QueueFigures:
     transitions: dict | None = None
 
 
-# Live rows from the live overview index (index-only), dead letters from the
-# dead-letter group index (index-only): neither reads the done backlog.
+# Pending todos (due and delayed) from the claim's lanes index, claims and
+# parked retries from the live overview index, dead letters from the
+# dead-letter group index: each an index-only scan that never reads the done
+# backlog.
+METRICS_PENDING_SQL = """
+SELECT endpoint_id, queue,
+       count(*) FILTER (WHERE available_at <= now()),
+       count(*) FILTER (WHERE available_at > now()),
+       EXTRACT(EPOCH FROM now() - min(available_at)
+                                   FILTER (WHERE available_at <= now()))
+  FROM todos
+ WHERE state = 'pending'
+ GROUP BY endpoint_id, queue
+"""
+
 METRICS_LIVE_SQL = """
 SELECT endpoint_id, queue,
-       count(*) FILTER (WHERE state = 'pending'),
        count(*) FILTER (WHERE state = 'claimed'),
-       count(*) FILTER (WHERE state = 'failed'),
-       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending'))
+       count(*) FILTER (WHERE state = 'failed')
   FROM todos
- WHERE state IN ('pending', 'claimed')
-    OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ WHERE state = 'claimed' OR (state = 'failed' AND next_retry_at IS NOT NULL)
  GROUP BY endpoint_id, queue
 """
 
@@ -444,15 +454,16 @@ def metrics_figures():
         key = (str(endpoint_id), queue)
         return figures.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
-    for endpoint_id, queue, pending, claimed, retry, age in _run(
-        "metrics", METRICS_LIVE_SQL, {}
+    for endpoint_id, queue, pending, delayed, age in _run(
+        "metrics", METRICS_PENDING_SQL, {}
     ):
         line(endpoint_id, queue).update(
             pending=pending,
-            claimed=claimed,
-            retry_scheduled=retry,
+            delayed=delayed,
             oldest_pending_age_seconds=None if age is None else float(age),
         )
+    for endpoint_id, queue, claimed, retry in _run("metrics", METRICS_LIVE_SQL, {}):
+        line(endpoint_id, queue).update(claimed=claimed, retry_scheduled=retry)
     for endpoint_id, queue, count in _run("metrics", METRICS_DEAD_SQL, {}):
         line(endpoint_id, queue)["dead_letter"] = count
     for endpoint_id, queue, *counts in _run("metrics", METRICS_COUNTERS_SQL, {}):

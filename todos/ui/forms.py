@@ -113,9 +113,6 @@ class TodoFilterForm(BoardForm):
             "fingerprint": data["fingerprint"] or None,
         }
 
-    def is_filtered(self):
-        return any(self.store_filters().values())
-
 
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""

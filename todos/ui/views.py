@@ -22,6 +22,7 @@ from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -54,52 +55,17 @@ def operator_view(view):
     ``request.board`` for the view to read and act through; a read-only user's
     POST is a 403; a URL naming an object outside the scope (an endpoint, a
     todo, a webhook source or route, an ``endpoint`` filter) is a 404.
+
+    Every Board URL answers a whole page, or for htmx a fragment of it: the
+    response says it varies on the htmx headers, so that no cache hands a
+    fragment to a browser that asked for the page (or the other way round).
     """
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
-        user = request.user
-        if not user.is_authenticated:
-            login = f"{reverse('board:login')}?{urlencode({'next': _here(request)})}"
-            if request.htmx:
-                # A fragment must not swap the login page into the list.
-                return HttpResponseClientRedirect(login)
-            return redirect(login)
-        try:
-            access = BoardAccess.for_user(user)
-            if access is None:
-                return render(request, "board/forbidden.html", status=403)
-            request.board = access
-            acting = request.method == "POST" or getattr(view, "board_action", False)
-            if acting and access.read_only:
-                return render(
-                    request,
-                    "board/forbidden.html",
-                    {"read_only": True},
-                    status=403,
-                )
-            missing = _outside_scope(request, access, kwargs)
-            if missing:
-                return render(
-                    request, "board/not_found.html", {"what": missing}, status=404
-                )
-            return view(request, *args, **kwargs)
-        except (store.Unavailable, OperationalError, InterfaceError):
-            # The ORM's endpoint queries fail this way too; anything else is a bug
-            # and should surface as one.
-            if request.htmx:
-                return _notices_only(
-                    request,
-                    [
-                        _notice(
-                            "error",
-                            "The database is unavailable; "
-                            "the page will catch up when it is back.",
-                        )
-                    ],
-                    status=503,
-                )
-            return render(request, "board/unavailable.html", status=503)
+        response = _operator_response(request, view, args, kwargs)
+        patch_vary_headers(response, HTMX_VARY)
+        return response
 
     return wrapper
 
@@ -139,6 +105,52 @@ def action_page(view):
     for it even on GET, since they are offered no action."""
     view.board_action = True
     return view
+
+
+# The request headers a Board answer depends on (django-htmx reads them).
+HTMX_VARY = ("HX-Request", "HX-Target")
+
+
+def _operator_response(request, view, args, kwargs):
+    user = request.user
+    if not user.is_authenticated:
+        login = f"{reverse('board:login')}?{urlencode({'next': _here(request)})}"
+        if request.htmx:
+            # A fragment must not swap the login page into the list.
+            return HttpResponseClientRedirect(login)
+        return redirect(login)
+    try:
+        access = BoardAccess.for_user(user)
+        if access is None:
+            return render(request, "board/forbidden.html", status=403)
+        request.board = access
+        acting = request.method == "POST" or getattr(view, "board_action", False)
+        if acting and access.read_only:
+            return render(
+                request, "board/forbidden.html", {"read_only": True}, status=403
+            )
+        missing = _outside_scope(request, access, kwargs)
+        if missing:
+            return render(
+                request, "board/not_found.html", {"what": missing}, status=404
+            )
+        return view(request, *args, **kwargs)
+    except (store.Unavailable, OperationalError, InterfaceError):
+        # The ORM's endpoint queries fail this way too; anything else is a bug
+        # and should surface as one.
+        if request.htmx:
+            return _notices_only(
+                request,
+                [
+                    _notice(
+                        "error",
+                        "The database is unavailable; "
+                        "the page will catch up when it is back.",
+                    )
+                ],
+                status=503,
+            )
+        return render(request, "board/unavailable.html", status=503)
 
 
 def _here(request):
@@ -233,7 +245,7 @@ def _age(seconds):
 
 
 def _conflict_text(exc, verb):
-    if exc.detail == store.DUPLICATE_ON_RETRY:
+    if isinstance(exc, store.KeyHeld):
         return f"Could not {verb}: {exc.detail}."
     return f"Could not {verb}: this todo is now {exc.state or 'elsewhere'}" + (
         " (someone else got there first)." if exc.state else "."
@@ -528,7 +540,7 @@ def todos_retry_matching(request):
             _notice(
                 "warning",
                 f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} left "
-                "failed: a newer live todo holds the same idempotency key.",
+                "failed: another live todo holds the same idempotency key.",
             )
         )
     if outcome.more:
