@@ -77,9 +77,10 @@ def test_metrics_report_gauges_and_transition_counters_per_queue(
     for _ in range(3):
         store.create_todo(scope, queue="q")
     old, _ = store.create_todo(scope, queue="q")
-    time_travel(old.id, created_at=-120)
+    time_travel(old.id, created_at=-120, available_at=-120)
     busy, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, busy.id, "w")
+    store.create_todo(scope, queue="q", delay_seconds=600)
     retry, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, retry.id, "w")
     store.fail_todo(scope, retry.id, "w", error="x")
@@ -98,9 +99,9 @@ def test_metrics_report_gauges_and_transition_counters_per_queue(
     assert value("switchboard_todos", "q", state="claimed") == 1
     assert value("switchboard_todos", "q", state="retry_scheduled") == 1
     assert value("switchboard_todos", "other", state="dead_letter") == 1
-    assert value("switchboard_todos", "q", state="delayed") == 0
+    assert value("switchboard_todos", "q", state="delayed") == 1
     assert 115 <= value("switchboard_oldest_pending_age_seconds", "q") <= 200
-    assert value("switchboard_transitions_total", "q", transition="created") == 6
+    assert value("switchboard_transitions_total", "q", transition="created") == 7
     assert value("switchboard_transitions_total", "q", transition="claimed") == 2
     assert value("switchboard_transitions_total", "q", transition="failed") == 1
     assert (

@@ -297,3 +297,49 @@ def test_board_views_reach_the_store_only_through_the_access_scope():
             continue
         source = module.read_text()
         assert not re.search(FORBIDDEN, source), module.name
+
+
+# --- The queue page ---------------------------------------------------------------
+
+
+def test_the_queue_page_edits_settings_and_pauses_and_resumes_claims(world):
+    """SPEC: queue settings (CONTRACT §10): default lease, attempt cap, delay."""
+    client = logged_in(world["alice"])
+    url = f"/board/queues/{world['mine'].id}/jobs/"
+    page = client.get(url).content.decode()
+    assert "Save settings" in page and "Pause claims" in page
+
+    saved = client.post(
+        url,
+        {
+            "action": "settings",
+            "lease_seconds": "90",
+            "max_attempts": "3",
+            "delay_seconds": "15",
+        },
+    )
+    paused = client.post(url, {"action": "pause"})
+
+    assert saved.status_code == paused.status_code == 302
+    queue = store.get_queue_any_endpoint(world["mine"].id, "jobs")
+    assert (queue.lease_seconds, queue.max_attempts, queue.delay_seconds) == (90, 3, 15)
+    assert queue.paused
+    assert "Resume claims" in client.get(url).content.decode()
+    client.post(url, {"action": "resume"})
+    assert not store.get_queue_any_endpoint(world["mine"].id, "jobs").paused
+
+
+def test_queue_settings_out_of_range_answer_400_with_the_field_named(world):
+    client = logged_in(world["alice"])
+    url = f"/board/queues/{world['mine'].id}/jobs/"
+
+    response = client.post(url, {"action": "settings", "lease_seconds": "0"})
+
+    assert response.status_code == 400
+    assert b"Ensure this value is greater than or equal to 1" in response.content
+
+
+def test_an_unknown_queue_answers_404(world):
+    client = logged_in(world["alice"])
+
+    assert client.get(f"/board/queues/{world['mine'].id}/nope/").status_code == 404

@@ -398,16 +398,17 @@ class QueueFigures:
     transitions: dict | None = None
 
 
-# Pending todos (due and delayed) from the claim's lanes index, claims and
+# Pending todos (due and delayed, by the statement's clock like the claim)
+# from the claim's lanes index, claims and
 # parked retries from the live overview index, dead letters from the
 # dead-letter group index: each an index-only scan that never reads the done
 # backlog.
 METRICS_PENDING_SQL = """
 SELECT endpoint_id, queue,
-       count(*) FILTER (WHERE available_at <= now()),
-       count(*) FILTER (WHERE available_at > now()),
-       EXTRACT(EPOCH FROM now() - min(available_at)
-                                   FILTER (WHERE available_at <= now()))
+       count(*) FILTER (WHERE available_at <= statement_timestamp()),
+       count(*) FILTER (WHERE available_at > statement_timestamp()),
+       EXTRACT(EPOCH FROM statement_timestamp() - min(available_at)
+                                   FILTER (WHERE available_at <= statement_timestamp()))
   FROM todos
  WHERE state = 'pending'
  GROUP BY endpoint_id, queue
