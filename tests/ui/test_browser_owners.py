@@ -222,7 +222,8 @@ def crawl(page, start="/board/", limit=60):
         actions.update(
             page.eval_on_selector_all(
                 "form[method=post]",
-                "els => els.map(e => new URL(e.action).pathname)",
+                "els => els.map(e => new URL(e.getAttribute('action') || '',"
+                " location.href).pathname)",
             )
         )
     return seen, actions - {"/board/logout/"}

@@ -312,20 +312,20 @@ def test_the_queue_page_edits_settings_and_pauses_and_resumes_claims(world):
     saved = client.post(
         url,
         {
-            "action": "settings",
+            "op": "settings",
             "lease_seconds": "90",
             "max_attempts": "3",
             "delay_seconds": "15",
         },
     )
-    paused = client.post(url, {"action": "pause"})
+    paused = client.post(url, {"op": "pause"})
 
     assert saved.status_code == paused.status_code == 302
     queue = store.get_queue_any_endpoint(world["mine"].id, "jobs")
     assert (queue.lease_seconds, queue.max_attempts, queue.delay_seconds) == (90, 3, 15)
     assert queue.paused
     assert "Resume claims" in client.get(url).content.decode()
-    client.post(url, {"action": "resume"})
+    client.post(url, {"op": "resume"})
     assert not store.get_queue_any_endpoint(world["mine"].id, "jobs").paused
 
 
@@ -333,7 +333,7 @@ def test_queue_settings_out_of_range_answer_400_with_the_field_named(world):
     client = logged_in(world["alice"])
     url = f"/board/queues/{world['mine'].id}/jobs/"
 
-    response = client.post(url, {"action": "settings", "lease_seconds": "0"})
+    response = client.post(url, {"op": "settings", "lease_seconds": "0"})
 
     assert response.status_code == 400
     assert b"Ensure this value is greater than or equal to 1" in response.content

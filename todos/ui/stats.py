@@ -114,7 +114,7 @@ QUEUE_ACTIONS = ("settings", "pause", "resume")
 @operator_view
 def queue_detail(request, endpoint_id, queue):
     """A queue's live figures, its charts and (with queue settings) its controls:
-    edit the defaults, pause and resume claims (POST ``action``)."""
+    edit the defaults, pause and resume claims (POST ``op``)."""
     endpoint = request.board.endpoint(endpoint_id)
     settings = request.board.queue(endpoint_id, queue)
     counts = next(
@@ -131,7 +131,7 @@ def queue_detail(request, endpoint_id, queue):
     form = QueueSettingsForm(initial=_settings_initial(settings))
     status = 200
     if request.method == "POST":
-        action = request.POST.get("action")
+        action = request.POST.get("op")
         if settings is None or action not in QUEUE_ACTIONS:
             return render(
                 request, "board/not_found.html", {"what": "queue setting"}, status=404
