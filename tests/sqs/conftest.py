@@ -5,27 +5,7 @@ import pytest
 from botocore.config import Config
 
 from tests.support import serve_gunicorn
-from todos import store
 from todos.sqs import credentials
-
-# The surface stands on store v2 (#13): until it has landed on main, the tests
-# that drive the surface over HTTP say so instead of failing.
-STORE_V2 = (
-    "claim_many",
-    "acknowledge_many",
-    "create_many",
-    "ensure_queue",
-    "get_queue",
-    "list_queues",
-    "update_queue",
-    "purge_queue",
-    "delete_queue",
-    "queue_exists",
-)
-needs_store_v2 = pytest.mark.skipif(
-    not all(hasattr(store, name) for name in STORE_V2),
-    reason="store v2 (#13: batches, queues) has not landed yet",
-)
 
 
 @pytest.fixture(scope="module")

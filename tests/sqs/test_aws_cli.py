@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sqs.conftest import needs_store_v2
-
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    needs_store_v2,
 ]
 
 AWS = Path(sys.executable).with_name("aws")

@@ -18,14 +18,13 @@ from botocore.exceptions import ClientError
 from django.db import connection
 from django.utils import timezone
 
-from tests.sqs.conftest import client_for, needs_store_v2
+from tests.sqs.conftest import client_for
 from todos import store
 from todos.sqs import credentials
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    needs_store_v2,
 ]
 
 

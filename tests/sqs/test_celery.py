@@ -16,14 +16,12 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.sqs import celery_app
-from tests.sqs.conftest import needs_store_v2
 from tests.support import ROOT, stop
 from todos import store
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    needs_store_v2,
 ]
 
 

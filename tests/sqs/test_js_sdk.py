@@ -11,13 +11,11 @@ import subprocess
 
 import pytest
 
-from tests.sqs.conftest import needs_store_v2
 from tests.support import ROOT
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    needs_store_v2,
 ]
 
 JS = ROOT / "tests" / "js"

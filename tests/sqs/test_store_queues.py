@@ -8,10 +8,9 @@ the queue row and every todo of it. Both are scoped like every store call.
 import pytest
 from django.db import connection
 
-from tests.sqs.conftest import needs_store_v2
 from todos import store
 
-pytestmark = [pytest.mark.django_db, needs_store_v2]
+pytestmark = pytest.mark.django_db
 
 
 def states_of(scope, queue):

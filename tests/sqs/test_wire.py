@@ -14,13 +14,11 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.sqs.conftest import needs_store_v2
 from todos import store
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    needs_store_v2,
 ]
 
 

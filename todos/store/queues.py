@@ -1,8 +1,11 @@
-"""Queue settings (the ``queues`` table): defaults per queue, pause and resume.
+"""Queue settings (the ``queues`` table): defaults per queue, pause and resume,
+and the SQS surface's existence check, purge and delete.
 
 A queue row is made on the first use of its name (create_todo, ensure_queue).
 A NULL setting follows the server's default; ``QueueInfo`` shows the value in
-force. A paused queue accepts creates; claims pass over it.
+force. A paused queue accepts creates; claims pass over it. Purging a queue
+deletes its live todos (SQS's PurgeQueue); deleting it removes the row and
+every todo of it (SQS's DeleteQueue).
 """
 
 from dataclasses import dataclass, fields
@@ -18,7 +21,7 @@ from .rows import (
     QueueNotGranted,
     _iso,
 )
-from .sql import _run, _scope, _uuid
+from .sql import _run, _scope, _scope_params, _uuid
 
 MAX_ATTEMPTS_CAP = 1000
 
@@ -318,3 +321,70 @@ def pause_queue_any_endpoint(endpoint_id, name):
 def resume_queue_any_endpoint(endpoint_id, name):
     """Resume any endpoint's queue and ring its doorbell (operator Board)."""
     return _update(None, _endpoint(endpoint_id), name, pause="resume")
+
+
+# --- Existence, purge and delete (the SQS surface's PurgeQueue, DeleteQueue) ----
+
+QUEUE_EXISTS_SQL = """
+SELECT 1 FROM queues
+ WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s
+   AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+"""
+
+
+def queue_exists(scope, name):
+    """Say whether this endpoint has the queue (one index probe, no figures)."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    return _run("queue_exists", QUEUE_EXISTS_SQL, params, fetch="one") is not None
+
+
+# Purge = SQS's PurgeQueue: the queue's live todos go (pending, delayed,
+# claimed, retry-scheduled), with their history (todo_events cascades). Done
+# todos and dead letters stay: they are the record, not messages in the queue.
+PURGE_SQL = """
+WITH purged AS (
+    DELETE FROM todos
+     WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+       AND (state IN ('pending', 'claimed')
+            OR (state = 'failed' AND next_retry_at IS NOT NULL))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM purged),
+       EXISTS (SELECT 1 FROM queues
+                WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s)
+"""
+
+
+def purge_queue(scope, name):
+    """Delete the queue's live todos; return how many. NotFound: no such queue."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    purged, exists = _run("purge_queue", PURGE_SQL, params, fetch="one")
+    if not exists:
+        raise NotFound("no such queue")
+    return purged
+
+
+# Delete = SQS's DeleteQueue: the queue row and every todo of it, terminal
+# ones too, with their history. The next use of the name makes a new queue.
+DELETE_QUEUE_SQL = """
+WITH gone_todos AS (
+    DELETE FROM todos WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+    RETURNING 1
+), gone_queue AS (
+    DELETE FROM queues WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone_queue), (SELECT count(*) FROM gone_todos)
+"""
+
+
+def delete_queue(scope, name):
+    """Delete the queue and all its todos; return how many todos went."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    queues, todos = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
+    if not queues:
+        raise NotFound("no such queue")
+    return todos
