@@ -26,7 +26,7 @@ BACKWARD = [
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0011_sqs_credentials_encrypted_secrets")]
+    dependencies = [("todos", "0010_board_stats")]
 
     operations = [
         migrations.RunSQL(
