@@ -231,3 +231,18 @@ def test_the_day_chart_has_ten_minute_buckets(scope):
     assert series.buckets == 144 and series.bucket_seconds == 600
     assert series.total("created") == 1
     assert stats.chart_series(range_name="hour").total("created") == 0
+
+
+def test_dead_letters_without_an_error_form_their_own_group(scope):
+    silent = {dead_letter(scope, "").id for _ in range(3)}
+    loud = dead_letter(scope, "boom 7").id
+
+    groups = {g.fingerprint: g for g in stats.dead_letter_groups()}
+    outcome = store.retry_matching_any_endpoint(
+        state="dead_letter", fingerprint=store.NO_ERROR_GROUP
+    )
+
+    assert groups[store.NO_ERROR_GROUP].count == 3
+    assert groups[store.NO_ERROR_GROUP].example_id in silent
+    assert outcome.retried == 3
+    assert store.get_todo_any_endpoint(loud).state == "failed"
