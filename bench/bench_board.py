@@ -63,7 +63,7 @@ SELECT gen_random_uuid(),
             WHEN n %% 4 = 1 THEN 'KeyError: customer_' || n || ' missing in payload'
             WHEN n %% 4 = 2 THEN 'HTTP 50' || (n %% 4) || ' from 10.0.' || (n %% 9)
                                  || '.' || (n %% 200) || ':8443'
-            ELSE 'IntegrityError: duplicate key at 0x' || to_hex(n * 9973) END,
+            ELSE 'IntegrityError: duplicate key at 0x' || to_hex(n::bigint * 9973) END,
        CASE WHEN s.state = 'done' THEN '{"ok": true}'::jsonb END,
        now() - n * interval '1 second',
        now() - n * interval '1 second',
@@ -175,10 +175,7 @@ def roll_up_the_day(url):
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE todo_minutes, todo_transition_totals")
-        conn.execute(
-            "UPDATE todo_rollup_state SET folded_through ="
-            " date_trunc('minute', now()) - interval '1 day'"
-        )
+    stats.restart_rollup(seconds_back=86400)
     passes = []
     while True:
         started = time.perf_counter()

@@ -146,12 +146,7 @@ def move_history(todo_id, seconds):
 
 
 def reset_rollup(minutes_ago):
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE todo_rollup_state SET folded_through ="
-            " date_trunc('minute', now()) - make_interval(mins => %s)",
-            [minutes_ago],
-        )
+    stats.restart_rollup(seconds_back=60 * minutes_ago)
 
 
 def test_the_rollup_counts_each_transition_per_minute_and_samples_depth(scope):
@@ -246,3 +241,15 @@ def test_dead_letters_without_an_error_form_their_own_group(scope):
     assert groups[store.NO_ERROR_GROUP].example_id in silent
     assert outcome.retried == 3
     assert store.get_todo_any_endpoint(loud).state == "failed"
+
+
+def test_the_first_rollup_after_the_state_row_was_lost_starts_counting_now(scope):
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM todo_rollup_state")
+    store.create_todo(scope, queue="q")
+
+    assert stats.roll_up_minutes().ran
+    stats.restart_rollup(seconds_back=600)
+    stats.roll_up_minutes()
+
+    assert stats.metrics_figures()[0].transitions["created"] == 1

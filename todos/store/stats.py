@@ -275,6 +275,19 @@ def roll_up_minutes():
     return Rollup(True, start, end, minutes, folded_through)
 
 
+RESTART_SQL = """
+INSERT INTO todo_rollup_state (id, folded_through)
+VALUES (1, date_trunc('minute', now()) - make_interval(secs => %(back)s))
+ON CONFLICT (id) DO UPDATE SET folded_through = EXCLUDED.folded_through
+"""
+
+
+def restart_rollup(*, seconds_back):
+    """Make the next rollup passes count the history again from this long ago
+    (a backfill, the benchmark, tests); the minutes already counted stay."""
+    _run("restart_rollup", RESTART_SQL, {"back": int(seconds_back)}, fetch=None)
+
+
 # --- Charts ---------------------------------------------------------------------
 
 RANGES = {
