@@ -103,7 +103,7 @@ MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "todos.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -115,6 +115,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "board.urls"
 WSGI_APPLICATION = "board.wsgi.application"
+ASGI_APPLICATION = "board.asgi.application"
 
 TEMPLATES = [
     {
@@ -152,8 +153,39 @@ _db["OPTIONS"]["options"] = (
 _db["OPTIONS"].setdefault(
     "connect_timeout", env_int("SWITCHBOARD_DB_CONNECT_TIMEOUT", 3, 1)
 )
-_db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
+# Request work borrows a connection from a bounded pool of its process
+# (psycopg_pool through Django's OPTIONS["pool"]) and gives it back when the
+# request, or an async view's database call, ends: the number of PostgreSQL
+# connections is bounded by workers x SWITCHBOARD_DB_POOL_MAX, whatever the
+# number of waiting agents (docs/scaling.md). A pool takes the place of
+# persistent connections, so CONN_MAX_AGE then stays 0.
+SWITCHBOARD_DB_POOL = env_bool("SWITCHBOARD_DB_POOL", True)
+SWITCHBOARD_DB_POOL_MAX = env_int("SWITCHBOARD_DB_POOL_MAX", 16, 1)
+if SWITCHBOARD_DB_POOL:
+    _db["OPTIONS"]["pool"] = {
+        "min_size": env_int("SWITCHBOARD_DB_POOL_MIN", 2, 0, SWITCHBOARD_DB_POOL_MAX),
+        "max_size": SWITCHBOARD_DB_POOL_MAX,
+        # Seconds a request waits for a connection before answering 503 (as
+        # long as a connection attempt may take, by default).
+        "timeout": env_int(
+            "SWITCHBOARD_DB_POOL_TIMEOUT",
+            _db["OPTIONS"]["connect_timeout"],
+            1,
+        ),
+        # Idle connections above min_size close after this many seconds.
+        "max_idle": 120,
+        "name": "switchboard",
+    }
+    _db["CONN_MAX_AGE"] = 0
+else:
+    _db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
+# Checked when borrowed, so a pooled connection from before a database restart
+# is replaced instead of failing the request.
 _db["CONN_HEALTH_CHECKS"] = True
+# Threads (per process) that run the async views' database calls.
+SWITCHBOARD_DB_THREADS = env_int(
+    "SWITCHBOARD_DB_THREADS", SWITCHBOARD_DB_POOL_MAX, 1, 1000
+)
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
 _db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}

@@ -9,7 +9,9 @@ import logging
 import time
 import uuid
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import JsonResponse
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 logger = logging.getLogger("switchboard.request")
 
@@ -56,14 +58,32 @@ def _todo_id(request, response):
 
 
 class RequestLogMiddleware:
-    """Log each request once; turn any HTML error under /api/ into JSON."""
+    """Log each request once; turn any HTML error under /api/ into JSON.
+
+    Sync and async capable, as every middleware here must be: one sync-only
+    middleware would make Django run the async (waiting) views in a thread.
+    """
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
     def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
         started = time.monotonic()
-        response = self.get_response(request)
+        return self._finish(request, self.get_response(request), started)
+
+    async def _acall(self, request):
+        started = time.monotonic()
+        return self._finish(request, await self.get_response(request), started)
+
+    def _finish(self, request, response, started):
         is_api = request.path.startswith(API_PREFIX)
         if (
             is_api
@@ -106,3 +126,37 @@ class RequestLogMiddleware:
             fields["streaming"] = True
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(level, "request", extra={"fields": fields})
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """whitenoise, made async capable: a static file is served from a thread,
+    every other request passes straight on (whitenoise itself is sync only).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return super().__call__(request)
+
+    def _static_file(self, request):
+        if self.autorefresh:
+            return self.find_file(request.path_info)
+        return self.files.get(request.path_info)
+
+    async def _acall(self, request):
+        if self.autorefresh:
+            static_file = await sync_to_async(self._static_file)(request)
+        else:
+            static_file = self._static_file(request)
+        if static_file is not None:
+            return await sync_to_async(self.serve)(static_file, request)
+        return await self.get_response(request)

@@ -9,16 +9,18 @@ pieces (``authenticate``, ``api_error_for``, ``error_response``, ``Fields``).
 """
 
 import functools
+import inspect
 import logging
 
 import psycopg
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.asgi import ASGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import auth, jsonvalues, store
+from todos import aio, auth, jsonvalues, store
 
 logger = logging.getLogger("switchboard.api")
 
@@ -123,6 +125,11 @@ def _raw_body(request):
     """Return the body's bytes, or raise 413 (after draining) when over the limit."""
     limit = settings.SWITCHBOARD_MAX_BODY_BYTES
     stream = request.META.get("wsgi.input")
+    if isinstance(request, ASGIRequest):
+        # The ASGI server de-chunked the body and Django has read all of it.
+        if _content_length(request) > limit or len(request.body) > limit:
+            raise too_large()
+        return request.body
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         # Django reads only Content-Length bodies. A server that de-chunks and
         # ends wsgi.input (gunicorn) lets the body be read here, bounded;
@@ -237,17 +244,44 @@ def api_view(*methods, authenticated=True):
     never by a cookie.
     """
 
+    def refuse(request):
+        if request.method in methods:
+            return None
+        return error_response(
+            405,
+            "method_not_allowed",
+            f"use {' or '.join(methods)} on this path",
+            Allow=", ".join(methods),
+        )
+
     def decorate(view):
+        if inspect.iscoroutinefunction(view):
+            # A waiting view: its database work runs through request.db.
+            @csrf_exempt
+            @functools.wraps(view)
+            async def async_wrapper(request, *args, **kwargs):
+                refused = refuse(request)
+                if refused is not None:
+                    return refused
+                request.db = aio.db_runner(request)
+                try:
+                    if authenticated:
+                        request.endpoint = await request.db(authenticate, request)
+                        request.scope = store.Scope.for_endpoint(request.endpoint)
+                    if request.method in {"POST", "PUT", "PATCH"}:
+                        request.body_fields = Fields(read_json_body(request))
+                    return await view(request, *args, **kwargs)
+                except Exception as exc:
+                    return _api_error_response(exc)
+
+            return async_wrapper
+
         @csrf_exempt
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
-            if request.method not in methods:
-                return error_response(
-                    405,
-                    "method_not_allowed",
-                    f"use {' or '.join(methods)} on this path",
-                    Allow=", ".join(methods),
-                )
+            refused = refuse(request)
+            if refused is not None:
+                return refused
             try:
                 if authenticated:
                     request.endpoint = authenticate(request)
@@ -256,17 +290,22 @@ def api_view(*methods, authenticated=True):
                     request.body_fields = Fields(read_json_body(request))
                 return view(request, *args, **kwargs)
             except Exception as exc:
-                error = api_error_for(exc)
-                if error is None:
-                    raise
-                headers = {}
-                if error.status == 401:
-                    headers["WWW_Authenticate"] = "Bearer"
-                return error_response(error.status, error.code, error.detail, **headers)
+                return _api_error_response(exc)
 
         return wrapper
 
     return decorate
+
+
+def _api_error_response(exc):
+    """Answer a known failure with its JSON error; re-raise an unknown one."""
+    error = api_error_for(exc)
+    if error is None:
+        raise exc
+    headers = {}
+    if error.status == 401:
+        headers["WWW_Authenticate"] = "Bearer"
+    return error_response(error.status, error.code, error.detail, **headers)
 
 
 def list_page(scope, fields):
