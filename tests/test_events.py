@@ -212,7 +212,7 @@ def test_an_idle_stream_sends_keep_alive_comments(open_stream, endpoint):
     assert stream.next_message(timeout=2.5) == ": keep-alive"
 
 
-def test_the_stream_leaves_the_doorbell_hub_when_the_client_leaves(open_stream, endpoint):
+def test_the_stream_leaves_the_hub_when_the_client_leaves(open_stream, endpoint):
     stream = open_stream(endpoint)
     assert stream.next_message(timeout=1) == ": connected"
     assert listeners() == 1
