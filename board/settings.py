@@ -232,6 +232,12 @@ SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
 SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
 SWITCHBOARD_MAX_WAIT_SECONDS = 20
+# How often a process's waiting long polls look for work that turned claimable
+# without a ring (a lapsed lease the reaper has not swept yet): one claim try
+# per waiting scope, not per waiter.
+SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = env_int(
+    "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS", 5, 1, 3600
+)
 # Seconds of silence after which an event stream sends a keep-alive comment;
 # it is also how soon a stream notices that its client has gone.
 SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(

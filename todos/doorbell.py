@@ -53,8 +53,12 @@ ENDPOINT = "endpoint"  # the endpoint was revoked, re-keyed or re-granted
 SESSION = "session"  # the MCP session ended or changed
 SHUTDOWN = "shutdown"  # the server is stopping: end now
 
-# How often one claim waiter per scope re-tries without a ring (see above).
-RECHECK_SECONDS = 5
+
+def recheck_seconds():
+    """How often one claim waiter per scope re-tries without a ring (see above)."""
+    return settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
+
+
 # How long the hub waits before reconnecting, doubling up to the cap.
 RECONNECT_FIRST_SECONDS = 0.2
 RECONNECT_CAP_SECONDS = 2.0
@@ -346,7 +350,7 @@ class Hub:
                                 self._dispatch_control(message)
                             else:
                                 self._dispatch_ring(message)
-                    if time.monotonic() - last_recheck >= RECHECK_SECONDS:
+                    if time.monotonic() - last_recheck >= recheck_seconds():
                         last_recheck = time.monotonic()
                         with self.lock:
                             self._recheck_claims()
