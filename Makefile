@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 
 export DJANGO_SETTINGS_MODULE := board.settings
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench resilience
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,13 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 venv: $(STAMP) ## Create .venv and install Switchboard with its dev tools.
+
+# The peers bench/peers.py measures against (pgqueuer, procrastinate): the
+# `bench` extra, installed by `make bench` only, never by `make test`.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	@touch $@
 
 system-deps: ## Install the Debian packages the tests need (as root), when missing.
 	@scripts/system-deps.sh
@@ -57,13 +64,17 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: venv db ## Run the benchmarks on their own database (see docs/benchmarks.md).
+bench: venv db $(BENCH_STAMP) ## Run the benchmarks on their own database (see docs/benchmarks.md).
+	$(BIN)/python bench/peers.py $(BENCH_ARGS)
 	$(BIN)/python bench/store_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/http_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/claim_latency.py
 	$(BIN)/python bench/enqueue_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/doorbell_latency.py
 	$(BIN)/python bench/profile_api.py
+
+bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: Switchboard next to pgqueuer and procrastinate.
+	$(BIN)/python bench/peers.py $(BENCH_ARGS)
 
 resilience: venv ## Restart PostgreSQL under running agents; count lost todos (must be 0).
 	$(BIN)/python scripts/resilience.py

@@ -101,6 +101,7 @@ def load(url, count):
 def ensure_endpoints_and_operator():
     from django.contrib.auth import get_user_model
 
+    from todos import endpoints
     from todos.models import Endpoint
 
     users = get_user_model().objects
@@ -110,9 +111,7 @@ def ensure_endpoints_and_operator():
     for index in range(ENDPOINTS):
         name = f"board-bench-{index}"
         if not Endpoint.objects.filter(name=name).exists():
-            endpoint = Endpoint(name=name, owner=operator, queues=["*"])
-            endpoint.set_new_token()
-            endpoint.save()
+            endpoints.create(name, operator, ["*"])
     return operator
 
 

@@ -27,7 +27,7 @@ PARTS = {
         "todos/auth.py",
         "endpoint_for_token",
     ),
-    "store calls (todos.store._run)": ("todos/store.py", "_run"),
+    "store calls (todos.store._run)": ("todos/store/sql.py", "_run"),
     "request log (logging.Logger.handle)": ("logging/__init__.py", "handle"),
 }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAMES = (
+    "peers",
     "store_throughput",
     "http_throughput",
     "claim_latency",
@@ -35,6 +36,64 @@ def _cell(value):
 
 def cpu(figures, name):
     return f"{figures[name]:.2f}" if name in figures else "–"
+
+
+PEER_LABELS = {
+    "bare": "bare loop",
+    "store": "store",
+    "store10": "store batch 10",
+    "http": "HTTP",
+    "http10": "HTTP batch 10",
+    "pgqueuer1": "pgqueuer batch 1",
+    "pgqueuer10": "pgqueuer batch 10",
+    "procrastinate": "procrastinate",
+}
+
+
+def load_range(run):
+    """Return the lowest and highest load average seen during a run's samples."""
+    samples = [item for reps in run["samples"].values() for item in reps]
+    return (
+        min(item["load"][0] for item in samples),
+        max(item["load"][1] for item in samples),
+    )
+
+
+def peers(data):
+    systems = data["systems"]
+    rates = table(
+        ["workers", *(PEER_LABELS.get(name, name) for name in systems)],
+        [[run["workers"], *(run["rates"][s] for s in systems)] for run in data["runs"]],
+    )
+    keys = sorted({key for run in data["runs"] for key in run["ratios"]})
+    ratios = table(
+        [
+            "workers",
+            *(
+                " / ".join(PEER_LABELS.get(part, part) for part in key.split("/"))
+                for key in keys
+            ),
+        ],
+        [
+            [
+                run["workers"],
+                *(f"{run['ratios'].get(key, float('nan')):.2f}" for key in keys),
+            ]
+            for run in data["runs"]
+        ],
+    )
+    loads = ", ".join(
+        "{} workers {:.1f}–{:.1f}".format(run["workers"], *load_range(run))
+        for run in data["runs"]
+    )
+    command = data.get("command", "python bench/peers.py")
+    return "\n\n".join(
+        [
+            f"Command: `{command}`; load average during the runs: {loads}.",
+            "todos (jobs) per second, median of the repetitions:\n\n" + rates,
+            "Ratios:\n\n" + ratios,
+        ]
+    )
 
 
 def store_throughput(data):

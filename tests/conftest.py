@@ -5,12 +5,10 @@ clock), never by sleeping.
 """
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 
-from todos import store
+from todos import endpoints, store
 from todos.doorbell import hub
-from todos.models import Endpoint
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,10 +29,7 @@ def make_endpoint(db):
     created = []
 
     def factory(name="agent", queues=("*",), owner="alice"):
-        user, _ = get_user_model().objects.get_or_create(username=owner)
-        endpoint = Endpoint(name=name, owner=user, queues=list(queues))
-        endpoint.token = endpoint.set_new_token()
-        endpoint.save()
+        endpoint, endpoint.token = endpoints.create(name, owner, list(queues))
         created.append(endpoint)
         return endpoint
 

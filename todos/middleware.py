@@ -10,37 +10,24 @@ import time
 import uuid
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.http import JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+from todos import http
 
 logger = logging.getLogger("switchboard.request")
 
 API_PREFIX = "/api/"
 
-# The error code of a non-JSON error page Django or a middleware produced
-# (an unknown path, a bad Host header, a crash) when it answers an API path.
-STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    503: "unavailable",
+# The detail of a non-JSON error page Django or a middleware produced (an
+# unknown path, a bad Host header, a crash) when it answers an API path.
+DETAILS = {
+    404: "no such API path",
+    500: "the server failed to answer this request",
 }
 
 
 def _json_error(status):
-    code = STATUS_CODES.get(
-        status, "internal_error" if status >= 500 else "bad_request"
-    )
-    detail = {
-        "not_found": "no such API path",
-        "internal_error": "the server failed to answer this request",
-    }.get(code, code.replace("_", " "))
-    response = JsonResponse({"error": code, "detail": detail}, status=status)
-    response.error_code = code
-    return response
+    return http.error_response(status, detail=DETAILS.get(status))
 
 
 def _todo_id(request, response):

@@ -5,7 +5,8 @@ Views declare what they accept with ``@api_view("POST")`` and read validated
 fields from ``request.body_fields``; every failure leaves as the CONTRACT's
 JSON error ``{"error": code, "detail": text}`` with its status code, never as a
 500 or an HTML page. The event stream and the MCP transport reuse the same
-pieces (``authenticate``, ``api_error_for``, ``error_response``, ``Fields``).
+pieces (``authenticate``, ``api_error_for``, ``Fields``); the error body, the
+body reader and strict JSON are ``todos.http``'s.
 """
 
 import functools
@@ -15,12 +16,11 @@ import logging
 import psycopg
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.core.handlers.asgi import ASGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, auth, jsonvalues, store
+from todos import aio, auth, http, store
 
 logger = logging.getLogger("switchboard.api")
 
@@ -30,10 +30,6 @@ MAX_TITLE_LENGTH = 1000
 MAX_KEY_LENGTH = 200
 MAX_ATTEMPTS_CAP = 1000
 MAX_ERROR_LENGTH = 10_000
-# An oversized body is read and thrown away up to this bound, so a keep-alive
-# client that is still sending gets its 413 and the connection stays usable.
-# Beyond it the server closes the connection rather than read on.
-DRAIN_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 class ApiError(Exception):
@@ -45,18 +41,14 @@ class ApiError(Exception):
         self.code = code
         self.detail = detail
 
+    @property
+    def headers(self):
+        """A 401 names the scheme to authenticate with (RFC 6750)."""
+        return {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
+
 
 def bad_request(detail):
     return ApiError(400, "bad_request", detail)
-
-
-def error_response(status, code, detail, **headers):
-    """Return the CONTRACT's JSON error; the code is kept for the request log."""
-    response = JsonResponse({"error": code, "detail": detail}, status=status)
-    response.error_code = code
-    for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
 
 
 def api_error_for(exc):
@@ -79,14 +71,11 @@ def api_error_for(exc):
         return ApiError(
             503, "unavailable", "the database is unavailable; try again shortly"
         )
+    if isinstance(exc, http.BodyTooLarge | http.BadBody):
+        return ApiError(exc.status, exc.code, exc.detail)
     if isinstance(exc, RequestDataTooBig):
-        return too_large()
+        return api_error_for(http.BodyTooLarge(http.body_limit()))
     return None
-
-
-def too_large():
-    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
-    return ApiError(413, "payload_too_large", f"the body exceeds {limit} bytes")
 
 
 def authenticate(request):
@@ -104,57 +93,13 @@ def authenticate(request):
     return endpoint
 
 
-def _content_length(request):
-    try:
-        return max(int(request.META.get("CONTENT_LENGTH") or 0), 0)
-    except ValueError as exc:
-        raise bad_request("the Content-Length header is not a number") from exc
-
-
-def _drain(stream, length):
-    """Read and discard an oversized body, up to DRAIN_LIMIT_BYTES."""
-    remaining = min(length, DRAIN_LIMIT_BYTES)
-    while stream is not None and remaining > 0:
-        chunk = stream.read(min(remaining, 64 * 1024))
-        if not chunk:
-            break
-        remaining -= len(chunk)
-
-
-def _raw_body(request):
-    """Return the body's bytes, or raise 413 (after draining) when over the limit."""
-    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
-    stream = request.META.get("wsgi.input")
-    if isinstance(request, ASGIRequest):
-        # The ASGI server de-chunked the body and Django has read all of it.
-        if _content_length(request) > limit or len(request.body) > limit:
-            raise too_large()
-        return request.body
-    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
-        # Django reads only Content-Length bodies. A server that de-chunks and
-        # ends wsgi.input (gunicorn) lets the body be read here, bounded;
-        # elsewhere a read past the body would block on a keep-alive socket.
-        if not request.META.get("wsgi.input_terminated"):
-            raise bad_request("body: send it with a Content-Length header")
-        raw = stream.read(limit + 1)
-        if len(raw) > limit:
-            _drain(stream, DRAIN_LIMIT_BYTES)
-            raise too_large()
-        return raw
-    length = _content_length(request)
-    if length > limit:
-        _drain(stream, length)
-        raise too_large()
-    return request.body
-
-
 def read_json_body(request):
     """Return the request's JSON object body ({} when empty), or raise 400/413."""
-    raw = _raw_body(request)
+    raw = http.read_body(request)
     if not raw.strip():
         return {}
     try:
-        data = jsonvalues.loads(raw)
+        data = http.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise bad_request("body: not valid JSON") from exc
     if not isinstance(data, dict):
@@ -164,7 +109,7 @@ def read_json_body(request):
 
 def check_storable_json(name, value):
     """Raise 400 unless PostgreSQL's jsonb can store the value as it is."""
-    problem = jsonvalues.unstorable(value)
+    problem = http.unstorable(value)
     if problem:
         raise bad_request(f"{name}: {problem}")
     return value
@@ -193,7 +138,7 @@ class Fields:
             raise bad_request(f"{name}: must not be empty")
         if len(value) > max_length:
             raise bad_request(f"{name}: must be at most {max_length} characters")
-        problem = jsonvalues.text_problem(value)
+        problem = http.text_problem(value)
         if problem:
             raise bad_request(f"{name}: {problem}")
         return value
@@ -247,11 +192,11 @@ def api_view(*methods, authenticated=True):
     def refuse(request):
         if request.method in methods:
             return None
-        return error_response(
+        return http.error_response(
             405,
             "method_not_allowed",
             f"use {' or '.join(methods)} on this path",
-            Allow=", ".join(methods),
+            {"Allow": ", ".join(methods)},
         )
 
     def decorate(view):
@@ -302,10 +247,7 @@ def _api_error_response(exc):
     error = api_error_for(exc)
     if error is None:
         raise exc
-    headers = {}
-    if error.status == 401:
-        headers["WWW_Authenticate"] = "Bearer"
-    return error_response(error.status, error.code, error.detail, **headers)
+    return http.error_response(error.status, error.code, error.detail, error.headers)
 
 
 def list_page(scope, fields):

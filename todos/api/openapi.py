@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the agent API, served at /api/v1/openapi.json.
 
 It is written by hand from what the views do (limits from the same constants),
-and tests/test_schemathesis.py checks the running API against it.
+and tests/api/test_schemathesis.py checks the running API against it.
 """
 
 from django.conf import settings

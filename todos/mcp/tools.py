@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from todos import store
+from todos import http, store
 from todos.api import core as api
 from todos.api.core import (
     MAX_ATTEMPTS_CAP,
@@ -83,7 +83,7 @@ def _ok(data):
 def _tool_error(code, detail, hint):
     return {
         "content": [{"type": "text", "text": f"{code}: {detail}. {hint}"}],
-        "structuredContent": {"error": code, "detail": detail},
+        "structuredContent": http.error_body(code, detail),
         "isError": True,
     }
 

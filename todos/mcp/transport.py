@@ -36,7 +36,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, store
+from todos import aio, http, store
 from todos.api.core import api_error_for, authenticate
 from todos.api.events import _rings, same_access
 from todos.api.events import backlog as events_backlog
@@ -110,7 +110,7 @@ class TransportError(Exception):
             self.message_id,
             self.code,
             f"{self.error}: {self.detail}",
-            {"error": self.error, "detail": self.detail},
+            http.error_body(self.error, self.detail),
         )
         response = JsonResponse(body, status=self.status, headers=self.headers)
         response.error_code = self.error
@@ -261,7 +261,13 @@ def _parse(request):
             error="unsupported_media_type",
         )
     try:
-        message = json.loads(request.body)
+        body = http.read_body(request)
+    except (http.BodyTooLarge, http.BadBody) as exc:
+        raise TransportError(
+            exc.status, INVALID_REQUEST, exc.detail, error=exc.code
+        ) from None
+    try:
+        message = http.loads(body)
     except (ValueError, RecursionError):
         raise TransportError(400, PARSE_ERROR, "the body is not valid JSON") from None
     if isinstance(message, list):
@@ -539,10 +545,7 @@ def _failure(exc):
     error = api_error_for(exc)
     if error is None:
         raise exc
-    headers = {}
-    if error.status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="switchboard"'
     code = INTERNAL_ERROR if error.status >= 500 else INVALID_REQUEST
     return TransportError(
-        error.status, code, error.detail, error=error.code, headers=headers
+        error.status, code, error.detail, error=error.code, headers=error.headers
     ).response()

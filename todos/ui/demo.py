@@ -13,8 +13,8 @@ import hashlib
 
 from django.contrib.auth import get_user_model
 
+from todos import endpoints as lifecycle
 from todos import store
-from todos.models import Endpoint
 
 ENDPOINTS = [
     ("triage-bot", "alice", ["github", "reviews"]),
@@ -166,10 +166,7 @@ def seed():
     endpoints = {}
     for name, owner, queues in ENDPOINTS:
         user, _ = users.get_or_create(username=owner)
-        endpoint = Endpoint(name=name, owner=user, queues=queues)
-        endpoint.set_new_token()
-        endpoint.save()
-        endpoints[name] = endpoint
+        endpoints[name], _ = lifecycle.create(name, user, queues)
     for name, queue, title, payload, fate in TODOS:
         _play(endpoints[name], queue, title, payload, fate)
     return endpoints

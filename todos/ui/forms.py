@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from todos import store
+from todos import endpoints, store
 from todos.models import Endpoint
 
 STATE_CHOICES = [
@@ -38,11 +38,11 @@ class OperatorLoginForm(AuthenticationForm):
 
 def endpoint_choices(blank_label, *, active_only=False):
     """Return (id, label) choices of the endpoints, revoked ones marked."""
-    endpoints = Endpoint.objects.select_related("owner")
+    candidates = Endpoint.objects.select_related("owner")
     if active_only:
-        endpoints = endpoints.filter(revoked_at__isnull=True)
+        candidates = candidates.filter(revoked_at__isnull=True)
     choices = [("", blank_label)]
-    for endpoint in endpoints:
+    for endpoint in candidates:
         label = f"{endpoint.name} ({endpoint.owner.get_username()})"
         if not endpoint.is_active:
             label += " — revoked"
@@ -101,23 +101,6 @@ class TodoFilterForm(BoardForm):
         return any(self.store_filters().values())
 
 
-def parse_queues(raw):
-    """Turn "a, b" into ["a", "b"]; "*" alone grants every queue."""
-    queues = []
-    for name in raw.replace("\n", ",").split(","):
-        name = name.strip()
-        if name and name not in queues:
-            queues.append(name)
-    if not queues:
-        raise ValidationError("Name at least one queue, or * for every queue.")
-    if "*" in queues and len(queues) > 1:
-        raise ValidationError("* already grants every queue; leave it alone.")
-    for name in queues:
-        if len(name) > 200 or any(ch.isspace() for ch in name):
-            raise ValidationError(f"{name!r} is not a queue name (no spaces).")
-    return queues
-
-
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""
 
@@ -130,11 +113,14 @@ class QueuesField(forms.CharField):
 
     def prepare_value(self, value):
         if isinstance(value, list):
-            return ", ".join(value)
+            return endpoints.format_grant(value)
         return value
 
     def clean(self, value):
-        return parse_queues(super().clean(value))
+        try:
+            return endpoints.parse_grant(super().clean(value))
+        except endpoints.EndpointError as exc:
+            raise ValidationError(str(exc)) from None
 
 
 class EndpointCreateForm(BoardForm):

@@ -25,7 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from todos import store
+from todos import endpoints, store
 from todos.models import Endpoint
 from todos.ui.forms import (
     EndpointCreateForm,
@@ -198,7 +198,7 @@ logout_view = auth_views.LogoutView.as_view()
 def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
     data = store.board_overview()
-    endpoints = _endpoints_by_id()
+    by_id = _endpoints_by_id()
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
@@ -210,13 +210,13 @@ def overview(request):
             "endpoint_id": endpoint_id,
             "queues": groups.get(endpoint_id, []),
         }
-        for endpoint_id, endpoint in endpoints.items()
+        for endpoint_id, endpoint in by_id.items()
         if endpoint.is_active or endpoint_id in groups
     ]
     sections += [
         {"endpoint": None, "endpoint_id": endpoint_id, "queues": queues}
         for endpoint_id, queues in groups.items()
-        if endpoint_id not in endpoints
+        if endpoint_id not in by_id
     ]
     context = {
         "overview": data,
@@ -259,11 +259,11 @@ def todo_list(request):
         )
     else:
         status = 400
-    endpoints = _endpoints_by_id()
+    by_id = _endpoints_by_id()
     context = {
         "form": form,
         "rows": [
-            {"todo": todo, "endpoint": endpoints.get(todo.endpoint_id)}
+            {"todo": todo, "endpoint": by_id.get(todo.endpoint_id)}
             for todo in page.todos
         ],
         "filtered": bool(filters) and any(filters.values()),
@@ -510,11 +510,11 @@ def todo_create(request):
 @operator_view
 def endpoint_list(request):
     """List the endpoints with their owners, grants and token prefixes."""
-    endpoints = Endpoint.objects.select_related("owner").order_by(
+    listed = Endpoint.objects.select_related("owner").order_by(
         "revoked_at", "name", "created_at"
     )
     return render(
-        request, "board/endpoints.html", {"endpoints": endpoints, "nav": "endpoints"}
+        request, "board/endpoints.html", {"endpoints": listed, "nav": "endpoints"}
     )
 
 
@@ -537,11 +537,7 @@ def endpoint_create(request):
     form = EndpointCreateForm(_posted(request), initial={"owner": request.user})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        endpoint = Endpoint(
-            name=data["name"], owner=data["owner"], queues=data["queues"]
-        )
-        token = endpoint.set_new_token()
-        endpoint.save()
+        endpoint, token = endpoints.create(data["name"], data["owner"], data["queues"])
         return _token_page(request, endpoint, token, created=True)
     status = 400 if request.method == "POST" else 200
     return render(
@@ -562,8 +558,7 @@ def endpoint_rotate(request, endpoint_id):
     if not endpoint.is_active:
         messages.warning(request, f"{endpoint.name} is revoked; its token stays dead.")
         return redirect("board:endpoints")
-    token = endpoint.set_new_token()
-    endpoint.save(update_fields=["token_hash", "token_prefix"])
+    token = endpoints.rotate_token(endpoint)
     return _token_page(request, endpoint, token, created=False)
 
 
@@ -574,9 +569,7 @@ def endpoint_revoke(request, endpoint_id):
     endpoint = _endpoint_or_none(endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
-    revoked = Endpoint.objects.filter(id=endpoint.id, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    revoked = endpoints.revoke(endpoint)
     notice = (
         _notice("success", f"Revoked {endpoint.name}; its token no longer works.")
         if revoked
@@ -585,7 +578,6 @@ def endpoint_revoke(request, endpoint_id):
     if not request.htmx:
         _flash(request, [notice])
         return redirect("board:endpoints")
-    endpoint.refresh_from_db()
     return _fragments(
         request,
         [("board/endpoints.html#endpoint-row", {"endpoint": endpoint})],
@@ -602,8 +594,7 @@ def endpoint_grants(request, endpoint_id):
         return _endpoint_missing(request)
     form = GrantsForm(_posted(request), initial={"queues": endpoint.queues})
     if request.method == "POST" and form.is_valid():
-        endpoint.queues = form.cleaned_data["queues"]
-        endpoint.save(update_fields=["queues"])
+        endpoints.set_grant(endpoint, form.cleaned_data["queues"])
         messages.success(
             request, f"{endpoint.name} may now use: {', '.join(endpoint.queues)}."
         )

@@ -26,7 +26,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
-from todos import jsonvalues, store
+from todos import http, store
 from todos.models import Endpoint, WebhookDelivery, WebhookRoute, WebhookSource
 
 logger = logging.getLogger("switchboard.webhooks")
@@ -168,10 +168,10 @@ def _decode_body(body, content_type):
             raise BadDelivery("a form-encoded delivery needs a 'payload' field")
         text = values[0]
     try:
-        payload = jsonvalues.loads(text)
+        payload = http.loads(text)
     except (ValueError, RecursionError):
         raise BadDelivery("the body is not valid JSON") from None
-    problem = jsonvalues.unstorable(payload)
+    problem = http.unstorable(payload)
     if problem:
         raise BadDelivery(f"the body cannot be stored as a payload: {problem}")
     return payload

@@ -8,46 +8,24 @@ targets in one transaction, answered 202 with each target's outcome.
 
 import logging
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import store
+from todos import http, store
 from todos.models import WebhookSource
 from todos.webhooks import core as webhooks
 
 logger = logging.getLogger("switchboard.webhooks")
 
 
-def _error(status, code, detail):
-    return JsonResponse({"error": code, "detail": detail}, status=status)
-
-
-def _read_body(request):
-    """Return the body, or None when it is over the limit (never read whole)."""
-    limit = settings.SWITCHBOARD_MAX_BODY_BYTES
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        return None
-    try:
-        body = request.body
-    except RequestDataTooBig:
-        return None
-    return body if len(body) <= limit else None
-
-
 @csrf_exempt
 def receive(request, slug):
     """Verify a signed delivery and fan it out to the source's routes."""
     if request.method != "POST":
-        response = _error(405, "method_not_allowed", "deliveries are POSTed")
-        response["Allow"] = "POST"
-        return response
+        return http.error_response(
+            405, "method_not_allowed", "deliveries are POSTed", {"Allow": "POST"}
+        )
     try:
         return _receive(request, slug)
     except (store.Unavailable, DatabaseError):
@@ -55,17 +33,19 @@ def receive(request, slug):
             "webhook delivery failed: database unavailable",
             extra={"fields": {"source": slug}},
         )
-        return _error(503, "unavailable", "the database is unavailable; redeliver")
+        return http.error_response(
+            503, "unavailable", "the database is unavailable; redeliver"
+        )
 
 
 def _receive(request, slug):
     source = WebhookSource.objects.filter(slug=slug).first()
     if source is None:
-        return _error(404, "not_found", "no webhook source with this slug")
-    body = _read_body(request)
-    if body is None:
-        limit = settings.SWITCHBOARD_MAX_BODY_BYTES
-        return _error(413, "too_large", f"the body is over {limit} bytes")
+        return http.error_response(404, "not_found", "no webhook source with this slug")
+    try:
+        body = http.read_body(request)
+    except (http.BodyTooLarge, http.BadBody) as exc:
+        return http.error_response(exc.status, exc.code, exc.detail)
     signature_header, _, _ = webhooks.headers_of(source)
     presented = request.headers.get(signature_header)
     if not webhooks.signature_valid(source, body, presented):
@@ -73,7 +53,7 @@ def _receive(request, slug):
             "webhook delivery rejected: missing or wrong signature",
             extra={"fields": {"source": slug}},
         )
-        return _error(
+        return http.error_response(
             401, "unauthorized", f"missing or wrong {signature_header} signature"
         )
     try:
@@ -81,9 +61,9 @@ def _receive(request, slug):
             source, request.headers, body, request.content_type
         )
     except webhooks.BadDelivery as exc:
-        return _error(400, "bad_request", exc.detail)
+        return http.error_response(400, "bad_request", exc.detail)
     try:
         outcome = webhooks.ingest(source, delivery)
     except store.Conflict as exc:
-        return _error(409, "conflict", exc.detail)
+        return http.error_response(409, "conflict", exc.detail)
     return JsonResponse(outcome.to_dict(source, delivery), status=202)

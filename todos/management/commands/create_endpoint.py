@@ -2,24 +2,9 @@
 
 import json
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
-from todos.models import Endpoint
-
-
-def parse_queues(raw):
-    """Return the queue grant of a comma-separated list; '*' grants every queue."""
-    queues = [name.strip() for name in raw.split(",") if name.strip()]
-    if not queues:
-        raise CommandError("--queues needs at least one queue name, or '*'")
-    if "*" in queues:
-        return ["*"]
-    too_long = [name for name in queues if len(name) > 200]
-    if too_long:
-        raise CommandError(f"queue names are at most 200 characters: {too_long[0]!r}")
-    return list(dict.fromkeys(queues))
+from todos import endpoints
 
 
 class Command(BaseCommand):
@@ -35,22 +20,19 @@ class Command(BaseCommand):
             "--owner", required=True, help="username of the owning human"
         )
         parser.add_argument(
-            "--queues", required=True, help="comma-separated queue names, or '*'"
+            "--queues",
+            required=True,
+            help="comma-separated queue names (no spaces in a name), or '*' alone",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, name, owner, queues, **options):
-        name = name.strip()
-        if not name or len(name) > 200:
-            raise CommandError("NAME must be 1 to 200 characters")
-        if not owner.strip():
-            raise CommandError("--owner must name a user")
-        grant = parse_queues(queues)
-        with transaction.atomic():
-            user, user_created = get_user_model().objects.get_or_create(username=owner)
-            endpoint = Endpoint(name=name, owner=user, queues=grant)
-            token = endpoint.set_new_token()
-            endpoint.save()
+        try:
+            endpoint, token = endpoints.create(name, owner, queues)
+        except endpoints.EndpointError as exc:
+            raise CommandError(str(exc)) from None
+        user, user_created = endpoint.owner, endpoint.owner_created
+        grant = endpoint.queues
         if options["json"]:
             self.stdout.write(
                 json.dumps(

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from todos import auth
+from todos import auth, endpoints
 from todos.models import Endpoint
 
 TOKEN_FILE = Path(settings.BASE_DIR) / ".switchboard-demo-token"
@@ -40,16 +40,20 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save()
 
-        endpoint = Endpoint.objects.filter(name="demo", owner=user).first()
+        demos = Endpoint.objects.filter(name="demo", owner=user)
+        endpoint = demos.filter(revoked_at__isnull=True).order_by("-created_at").first()
         token = TOKEN_FILE.read_text().strip() if TOKEN_FILE.exists() else ""
+        notes = []
         if endpoint is None:
-            endpoint = Endpoint(name="demo", owner=user, queues=["*"])
-            token = endpoint.set_new_token()
-            endpoint.save()
+            # A revoked demo endpoint stays revoked: its token may have leaked.
+            if demos.exists():
+                notes.append(
+                    "  (the demo endpoint was revoked; this is a new one, "
+                    "with a new token)"
+                )
+            endpoint, token = endpoints.create("demo", user, [endpoints.EVERY_QUEUE])
         elif not token or auth.endpoint_for_token(token) != endpoint:
-            token = endpoint.set_new_token()
-            endpoint.revoked_at = None
-            endpoint.save()
+            token = endpoints.rotate_token(endpoint)
         TOKEN_FILE.write_text(token + "\n")
         TOKEN_FILE.chmod(0o600)
 
@@ -66,6 +70,7 @@ class Command(BaseCommand):
                     f"  Board:          {base}/board/",
                     f"  Operator login: {login}",
                     f"  Demo endpoint:  {endpoint.id} (every queue)",
+                    *notes,
                     f"  Endpoint token: {token}",
                     "  Try:  curl -s -H 'Authorization: Bearer <token>' "
                     f"{base}/api/v1/todos",

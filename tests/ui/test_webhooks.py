@@ -13,18 +13,6 @@ SECRET = "board-secret"
 
 
 @pytest.fixture
-def operator(db):
-    # No password: force_login needs none, and hashing one costs a quarter second.
-    return get_user_model().objects.create_user("operator", is_staff=True)
-
-
-@pytest.fixture
-def board(client, operator):
-    client.force_login(operator)
-    return client
-
-
-@pytest.fixture
 def source(endpoint, other_endpoint):
     source = WebhookSource.objects.create(slug="acme-app", secret=SECRET)
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")

@@ -9,11 +9,11 @@ them. It never touches the test database or the team's cluster.
 
 import importlib.util
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 SCRIPT = ROOT / "scripts" / "resilience.py"
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,6 @@ separate processes with their own connections, so the tests are transactional
 and hand the children the test database through ``DATABASE_URL``.
 """
 
-import os
 import queue
 import signal
 import subprocess
@@ -14,34 +13,23 @@ import threading
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
+from tests.support import ROOT, child_env, database_url
 from todos import store
 from todos.models import Todo, TodoEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-BASE_DIR = Path(settings.BASE_DIR)
 LEASE_SECONDS = 2
 
 
-def child_env(application_name):
-    """The environment of a child process: this test's database, by URL."""
-    db = connection.settings_dict
-    credentials = quote(db["USER"] or "", safe="")
-    if db["PASSWORD"]:
-        credentials += ":" + quote(db["PASSWORD"], safe="")
-    url = (
-        f"postgres://{credentials}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}"
-        f"/{quote(db['NAME'], safe='')}?application_name={application_name}"
-    )
-    return {**os.environ, "DATABASE_URL": url, "LOG_LEVEL": "INFO"}
+def worker_env(application_name):
+    """A child's environment: this test's database, named in pg_stat_activity."""
+    return child_env(database_url(application_name=application_name), LOG_LEVEL="INFO")
 
 
 class SweepLoop:
@@ -52,8 +40,8 @@ class SweepLoop:
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "sweep", "--loop", "--interval", interval],
-            cwd=BASE_DIR,
-            env=child_env("sweep-loop-test"),
+            cwd=ROOT,
+            env=worker_env("sweep-loop-test"),
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
@@ -144,8 +132,8 @@ class Worker:
                 "--lease",
                 str(lease),
             ],
-            cwd=BASE_DIR,
-            env=child_env(name),
+            cwd=ROOT,
+            env=worker_env(name),
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -400,31 +400,6 @@ def test_a_lapsed_owner_loses_to_the_next_claimant(scope, time_travel):
 # --- Lease expiry ----------------------------------------------------------------
 
 
-def test_reaper_returns_a_crashed_workers_todo_to_pending(scope, time_travel):
-    """SPEC: Crashed worker's todo is re-claimable"""
-    todo = claimed(scope, "crashed")
-    time_travel(todo.id, lease_expires_at=-1000)
-    moved = store.reap_expired()
-    assert [(m.id, m.endpoint_id, m.state) for m in moved] == [
-        (todo.id, todo.endpoint_id, "pending")
-    ]
-    requeued = store.get_todo(scope, todo.id)
-    assert (requeued.state, requeued.owner, requeued.lease_expires_at) == (
-        "pending",
-        None,
-        None,
-    )
-    taken = store.claim_next(scope, "rescuer")
-    assert (taken.id, taken.attempt) == (todo.id, 2)
-
-
-def test_reaper_leaves_live_leases_alone(scope):
-    """SPEC: Claimed todo is invisible to other consumers"""
-    todo = claimed(scope, "w1")
-    assert store.reap_expired() == []
-    assert store.get_todo(scope, todo.id).state == "claimed"
-
-
 def test_claim_scan_takes_a_lapsed_lease_without_the_reaper(scope, time_travel):
     """SPEC: Crashed worker's todo is re-claimable (no reaper has run yet)."""
     todo = claimed(scope, "crashed")

@@ -11,11 +11,11 @@ reconnected its LISTEN: a waiting claim wakes within two seconds of a create.
 
 import importlib.util
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 SCRIPT = ROOT / "scripts" / "resilience.py"
 
 pytestmark = pytest.mark.slow

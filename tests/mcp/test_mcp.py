@@ -7,15 +7,9 @@ Django's test client, in process.
 """
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 import httpx2
@@ -25,6 +19,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.support import database_url, free_port, serve_gunicorn
 from todos import store
 from todos.mcp.tools import TOOLS
 from todos.models import McpSession
@@ -355,68 +350,16 @@ def test_the_sdk_high_level_client_falls_back_from_its_discover_probe(
 # --- Sessions across processes --------------------------------------------------
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _serve_with_gunicorn(database_port):
-    """Serve the app from a gunicorn process; yield its URL."""
-    db = connection.settings_dict
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{database_port}/{db['NAME']}",
-        "DJANGO_SETTINGS_MODULE": "board.settings",
-        "SWITCHBOARD_DB_CONNECT_TIMEOUT": "1",
-        "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
-        "GUNICORN_WORKERS": "1",
-        "GUNICORN_THREADS": "8",
-    }
-    root = Path(__file__).resolve().parent.parent
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-        ],
-        cwd=root,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx2.get(f"{url}/healthz", timeout=5)
-                break
-            except httpx2.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "no gunicorn"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.send_signal(signal.SIGQUIT)
-        process.wait(timeout=30)
-
-
-@pytest.fixture
-def gunicorn_server(live_server):
+@pytest.fixture(scope="module")
+def gunicorn_server(django_db_setup, django_db_blocker):
     """A gunicorn process on the test database, beside the live server."""
-    yield from _serve_with_gunicorn(connection.settings_dict["PORT"])
+    yield from serve_gunicorn(django_db_blocker)
 
 
-@pytest.fixture
-def outage_server(db):
+@pytest.fixture(scope="module")
+def outage_server(django_db_setup, django_db_blocker):
     """A gunicorn process whose database is a closed port."""
-    yield from _serve_with_gunicorn(_free_port())
+    yield from serve_gunicorn(django_db_blocker, database_url(port=free_port()))
 
 
 @live

@@ -4,83 +4,13 @@ outage answered with 503, and an event stream that is not buffered.
 
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import database_url, free_port, start_gunicorn, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def database_url(port=None):
-    settings = connection.settings_dict
-    return "postgres://{}@{}:{}/{}".format(
-        settings["USER"],
-        settings["HOST"] or "127.0.0.1",
-        port or settings["PORT"] or 5432,
-        settings["NAME"],
-    )
-
-
-def start_gunicorn(database):
-    """Start gunicorn (the project's config) on a free port; return (process, port)."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database,
-        "DJANGO_SETTINGS_MODULE": "board.settings",
-        "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
-        "SWITCHBOARD_DB_CONNECT_TIMEOUT": "1",
-    }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("gunicorn did not start") from None
-            time.sleep(0.1)
-
-
-def stop(process):
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,17 @@
 """python manage.py create_webhook SLUG --secret S --route ENDPOINT_ID:QUEUE …"""
 
 import json
-from io import StringIO
+from functools import partial
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+from tests.support import command_output
 from todos import store
 from todos.models import WebhookRoute, WebhookSource
 from todos.webhooks import core as webhooks
 
-
-def create_webhook(*args):
-    out = StringIO()
-    call_command("create_webhook", *args, stdout=out)
-    return out.getvalue()
+create_webhook = partial(command_output, "create_webhook")
 
 
 def test_create_webhook_prints_the_source_and_its_routes_as_json(

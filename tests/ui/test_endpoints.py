@@ -3,21 +3,9 @@
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from todos import auth
 from todos.models import Endpoint
-
-
-@pytest.fixture
-def operator(db):
-    return get_user_model().objects.create_user("ops", is_staff=True)
-
-
-@pytest.fixture
-def board(client, operator):
-    client.force_login(operator)
-    return client
 
 
 def shown_token(response):

@@ -17,7 +17,7 @@ from todos.models import Endpoint
 pytestmark = pytest.mark.slow
 
 # The event stream never ends, so it cannot be called and validated as a whole;
-# tests/test_events.py covers it.
+# tests/api/test_events.py covers it.
 schema = schemathesis.openapi.from_dict(openapi.build_document()).exclude(
     path="/api/v1/events"
 )
@@ -59,10 +59,10 @@ def token_endpoint(db):
 def test_the_api_conforms_to_its_openapi_document(case, live_server, token_endpoint):
     if case.query and case.query.get("cursor"):
         # A cursor is opaque: only one this API issued is valid, and a random
-        # string is rightly a 400 (tests/test_api.py pages with real ones).
+        # string is rightly a 400 (tests/api/test_api.py pages with real ones).
         del case.query["cursor"]
     if isinstance(case.body, dict) and case.body.get("wait_seconds"):
         # Each generated long poll would wait out its seconds on an empty queue;
-        # tests/test_longpoll.py covers waiting, this run covers the shapes.
+        # tests/api/test_longpoll.py covers waiting, this run covers the shapes.
         case.body["wait_seconds"] = 0
     case.call_and_validate(base_url=live_server.url)

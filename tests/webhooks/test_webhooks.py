@@ -1,13 +1,13 @@
 """POST /hooks/<slug>: real signed HTTP deliveries, fanned out to real todos."""
 
 import json
-import socket
 import threading
 
 import pytest
 from django.db import connection
 from django.test import Client
 
+from tests.support import free_port
 from todos import store
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
 from todos.webhooks import core as webhooks
@@ -190,7 +190,7 @@ def test_a_body_over_256_kib_is_413_and_creates_nothing(client, source):
     response = deliver(client, body=body)
 
     assert response.status_code == 413
-    assert response.json()["error"] == "too_large"
+    assert response.json()["error"] == "payload_too_large"
     assert Todo.objects.count() == 0
 
 
@@ -357,18 +357,12 @@ def test_the_deliveries_log_keeps_only_the_latest_per_source(
     assert [d.delivery_id for d in kept] == ["d-4", "d-3", "d-2"]
 
 
-def _unused_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_delivery_while_the_database_is_down_is_503(client):
     WebhookSource.objects.create(slug="acme-app", secret=SECRET)
     saved_port = connection.settings_dict["PORT"]
     connection.close()
-    connection.settings_dict["PORT"] = str(_unused_port())
+    connection.settings_dict["PORT"] = str(free_port())
     try:
         response = deliver(client)
     finally:

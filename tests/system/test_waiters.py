@@ -17,26 +17,18 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
-from todos import store
+from tests.support import ROOT, database_url, free_port
+from todos import endpoints, store
 from todos.models import Endpoint, McpSession
 
-ROOT = Path(__file__).resolve().parent.parent
 APP_NAME = "sb-waiters-test-server"
 POOL_MAX = 4
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Server:
@@ -46,7 +38,6 @@ class Server:
 
 
 def start_server(**env):
-    db = connection.settings_dict
     port = free_port()
     process = subprocess.Popen(
         [
@@ -63,8 +54,7 @@ def start_server(**env):
         cwd=ROOT,
         env={
             **os.environ,
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}"
-            f"/{db['NAME']}?application_name={APP_NAME}",
+            "DATABASE_URL": database_url(application_name=APP_NAME),
             "DJANGO_SETTINGS_MODULE": "board.settings",
             "GUNICORN_WORKERS": "1",
             "LOG_LEVEL": "WARNING",
@@ -201,10 +191,10 @@ class Stream:
                 chunk = self.sock.recv(65536)
             except TimeoutError:
                 continue
-            if not chunk or chunk.endswith(b"0\r\n\r\n"):
+            self.data += chunk
+            if not chunk or self.data.endswith(b"\r\n0\r\n\r\n"):
                 self.ended_at = time.monotonic()
                 return True
-            self.data += chunk
         return False
 
     def close(self):
@@ -397,18 +387,17 @@ def test_sse_and_mcp_streams_hear_a_ring_at_once(server, endpoint, scope):
 # --- Streams end when the endpoint's access changes (#11) -----------------------
 
 
+# Through the endpoint lifecycle (todos/endpoints.py), as the CLI and the Board do.
 def revoke(endpoint):
-    Endpoint.objects.filter(pk=endpoint.pk).update(revoked_at=timezone.now())
+    endpoints.revoke(Endpoint.objects.get(pk=endpoint.pk))
 
 
 def rotate(endpoint):
-    fresh = Endpoint.objects.get(pk=endpoint.pk)
-    fresh.set_new_token()
-    fresh.save()
+    endpoints.rotate_token(Endpoint.objects.get(pk=endpoint.pk))
 
 
 def narrow(endpoint):
-    Endpoint.objects.filter(pk=endpoint.pk).update(queues=["only-this"])
+    endpoints.set_grant(Endpoint.objects.get(pk=endpoint.pk), ["only-this"])
 
 
 CHANGES = {"revoke": revoke, "rotate": rotate, "narrow": narrow}

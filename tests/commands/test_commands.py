@@ -4,20 +4,16 @@ import logging
 import os
 import subprocess
 import sys
-from io import StringIO
 
 import pytest
 from django.conf import settings
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+from tests.support import command_output
 from todos import store
 from todos.models import Todo, TodoEvent
 
-
-def run(*args):
-    out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
+run = command_output
 
 
 @pytest.fixture

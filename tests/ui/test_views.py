@@ -15,19 +15,6 @@ def htmx(target):
     return {**HTMX, "HTTP_HX_TARGET": target}
 
 
-@pytest.fixture
-def operator(db):
-    return get_user_model().objects.create_user(
-        "ops", password="a-long-password", is_staff=True
-    )
-
-
-@pytest.fixture
-def board(client, operator):
-    client.force_login(operator)
-    return client
-
-
 def dead_letter(scope, title="broken", queue="q", key=None):
     todo, _ = store.create_todo(
         scope, queue=queue, title=title, max_attempts=1, idempotency_key=key

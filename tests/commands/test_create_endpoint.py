@@ -1,21 +1,18 @@
 """python manage.py create_endpoint (CONTRACT §6)."""
 
-import io
 import json
+from functools import partial
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.db import connection
 
+from tests.support import command_output
 from todos import auth, tokens
 from todos.models import Endpoint
 
-
-def run(*args):
-    out = io.StringIO()
-    call_command("create_endpoint", *args, stdout=out)
-    return out.getvalue()
+run = partial(command_output, "create_endpoint")
 
 
 @pytest.mark.django_db

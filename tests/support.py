@@ -1,0 +1,116 @@
+"""What several test modules share: the repo's paths, free ports, the test
+database as a URL for child processes, a gunicorn launcher, and small helpers
+for management commands. Fixtures live in the conftest.py files; plain
+functions live here (``from tests.support import free_port``).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from io import StringIO
+from pathlib import Path
+from urllib.parse import quote
+
+from django.core.management import call_command
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port():
+    """A TCP port nothing listens on (yet): for servers, or for a closed database."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url(port=None, application_name=None):
+    """The test database as a DATABASE_URL (on another port: an outage)."""
+    db = connection.settings_dict
+    credentials = quote(db["USER"] or "", safe="")
+    if db["PASSWORD"]:
+        credentials += ":" + quote(db["PASSWORD"], safe="")
+    url = (
+        f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}"
+        f":{port or db['PORT'] or 5432}/{quote(db['NAME'], safe='')}"
+    )
+    if application_name:
+        url += f"?application_name={application_name}"
+    return url
+
+
+def child_env(database=None, **extra):
+    """The environment of a child process on the test database (or `database`)."""
+    return {**os.environ, "DATABASE_URL": database or database_url(), **extra}
+
+
+def start_gunicorn(database, **env):
+    """Start gunicorn (the project's config) on a free port; return (process, port).
+
+    One worker (uvicorn's event loop), keep-alives every second, a one-second
+    database connect timeout (an outage is answered quickly).
+    """
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=child_env(
+            database,
+            SWITCHBOARD_SSE_KEEPALIVE_SECONDS="1",
+            SWITCHBOARD_DB_CONNECT_TIMEOUT="1",
+            **env,
+        ),
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("gunicorn did not start") from None
+            time.sleep(0.1)
+
+
+def stop(process, signum=signal.SIGTERM):
+    """Stop a child process; kill it if it has not exited within ten seconds."""
+    process.send_signal(signum)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def serve_gunicorn(django_db_blocker, database=None):
+    """Yield the URL of a gunicorn on the test database (for module fixtures)."""
+    with django_db_blocker.unblock():
+        process, port = start_gunicorn(database or database_url())
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)
+
+
+def command_output(*args, **options):
+    """Run a management command in process; return what it printed."""
+    out = StringIO()
+    call_command(*args, stdout=out, **options)
+    return out.getvalue()

@@ -1,0 +1,193 @@
+"""The HTTP plumbing every surface shares, written once.
+
+- The JSON error body ``{"error": code, "detail": text}`` and its code table
+  (``error_body``, ``error_response``, ``code_for``): the agent API, the
+  webhooks, the request middleware and the MCP tools render their errors
+  with it (MCP wraps it in a JSON-RPC error as ``data``).
+- Bounded body reading (``read_body``): a Content-Length body or a chunked one
+  (de-chunked by the server), never more than the limit; an oversized body is
+  read and dropped (up to ``DRAIN_LIMIT_BYTES``) before the 413, so a
+  keep-alive client that is still sending can go on. It raises ``BodyTooLarge``
+  or ``BadBody``; each surface renders them in its own error format.
+- Strict JSON (``loads``, ``text_problem``, ``unstorable``): JSON as
+  PostgreSQL's jsonb can store it. Python's json module accepts NaN and
+  Infinity (and reads 1e999 as infinity); jsonb has no form for them, nor for
+  NUL characters or lone surrogates in strings. Caller input is checked here
+  so that it gets a 400 naming the problem instead of a database error.
+"""
+
+import json
+import math
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.asgi import ASGIRequest
+from django.http import JsonResponse
+
+# Every surface answers a status with this code (the CONTRACT's error codes).
+ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+# An oversized body is read and thrown away up to this bound, so a keep-alive
+# client that is still sending gets its 413 and the connection stays usable.
+# Beyond it the server closes the connection rather than read on.
+DRAIN_LIMIT_BYTES = 4 * 1024 * 1024
+_READ_SIZE = 64 * 1024
+
+
+def code_for(status):
+    """The error code of an HTTP status."""
+    return ERROR_CODES.get(status, "internal_error" if status >= 500 else "bad_request")
+
+
+def error_body(code, detail):
+    """The CONTRACT's JSON error body."""
+    return {"error": code, "detail": detail}
+
+
+def error_response(status, code=None, detail=None, headers=None):
+    """Return the JSON error response; its code is kept for the request log."""
+    code = code or code_for(status)
+    if detail is None:
+        detail = code.replace("_", " ")
+    response = JsonResponse(error_body(code, detail), status=status, headers=headers)
+    response.error_code = code
+    return response
+
+
+# --- Bodies ---------------------------------------------------------------------
+
+
+class BodyTooLarge(Exception):
+    """The body is over the limit (413); it has been drained as far as allowed."""
+
+    status = 413
+    code = "payload_too_large"
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.detail = f"the body exceeds {limit} bytes"
+        super().__init__(self.detail)
+
+
+class BadBody(Exception):
+    """The body cannot be read as sent (400)."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, detail):
+        self.detail = detail
+        super().__init__(detail)
+
+
+def body_limit():
+    return settings.SWITCHBOARD_MAX_BODY_BYTES
+
+
+def _content_length(request):
+    try:
+        return max(int(request.META.get("CONTENT_LENGTH") or 0), 0)
+    except ValueError as exc:
+        raise BadBody("the Content-Length header is not a number") from exc
+
+
+def _drain(stream, length):
+    """Read and discard an oversized body, up to DRAIN_LIMIT_BYTES."""
+    remaining = min(length, DRAIN_LIMIT_BYTES)
+    while stream is not None and remaining > 0:
+        chunk = stream.read(min(remaining, _READ_SIZE))
+        if not chunk:
+            break
+        remaining -= len(chunk)
+
+
+def read_body(request, limit=None):
+    """Return the request body's bytes; raise BodyTooLarge (drained) or BadBody."""
+    limit = body_limit() if limit is None else limit
+    if isinstance(request, ASGIRequest):
+        # Served by ASGI (uvicorn): the server de-chunked the body and Django
+        # has already read all of it (there is nothing left to drain).
+        if _content_length(request) > limit:
+            raise BodyTooLarge(limit)
+        try:
+            raw = request.body
+        except RequestDataTooBig:
+            raise BodyTooLarge(limit) from None
+        if len(raw) > limit:
+            raise BodyTooLarge(limit)
+        return raw
+    stream = request.META.get("wsgi.input")
+    if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        # Django reads only Content-Length bodies. A server that de-chunks and
+        # ends wsgi.input (gunicorn) lets the body be read here, bounded;
+        # elsewhere a read past the body would block on a keep-alive socket.
+        if not request.META.get("wsgi.input_terminated"):
+            raise BadBody("body: send it with a Content-Length header")
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            _drain(stream, DRAIN_LIMIT_BYTES)
+            raise BodyTooLarge(limit)
+        return raw
+    length = _content_length(request)
+    if length > limit:
+        _drain(stream, length)
+        raise BodyTooLarge(limit)
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise BodyTooLarge(limit) from None
+
+
+# --- Strict JSON ----------------------------------------------------------------
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(text):
+    """Decode strict JSON: NaN and Infinity are errors. Raises ValueError or
+    RecursionError (nesting too deep)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def text_problem(value):
+    """Say why PostgreSQL cannot store a string, or None when it can."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def unstorable(value):
+    """Say why jsonb would refuse a decoded value, or None when it can store it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                return f"strings {problem}"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None

@@ -1,0 +1,281 @@
+"""The operator Board's queries: counts per queue and bulk retries."""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+
+from .lifecycle import _retry
+from .reads import STATE_FILTERS, _filter_conditions
+from .rows import Conflict, NotFound
+from .sql import DOORBELL, EVENT_INSERT, _run
+
+# Terminal rows (done, dead letters) can number millions; the Board never
+# counts them exactly. Each terminal count stops at this cap and the Board
+# shows "10 000+" past it.
+TERMINAL_COUNT_CAP = 10_000
+BULK_RETRY_BATCH = 500
+BULK_RETRY_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """One (endpoint, queue) line of the overview."""
+
+    endpoint_id: str
+    queue: str
+    pending: int = 0
+    claimed: int = 0
+    lapsed: int = 0
+    retry_scheduled: int = 0
+    dead_letter: int = 0
+    done: int = 0
+    oldest_pending_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Counts per (endpoint, queue); terminal counts are capped (see ``capped``)."""
+
+    rows: list
+    totals: dict
+    capped: dict
+    cap: int
+
+
+# Live rows by endpoint, queue and state. The WHERE is exactly the predicate of
+# todos_live_overview_idx, so this is an index-only scan that never reads the
+# terminal backlog.
+LIVE_OVERVIEW_SQL = """
+SELECT endpoint_id, queue,
+       count(*) FILTER (WHERE state = 'pending'),
+       count(*) FILTER (WHERE state = 'claimed'),
+       count(*) FILTER (WHERE state = 'failed'),
+       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending'))
+  FROM todos
+ WHERE state IN ('pending', 'claimed')
+    OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ GROUP BY endpoint_id, queue
+"""
+
+# Claims whose lease has lapsed but that no reaper has moved yet: few rows,
+# served by todos_claimed_lease_idx.
+LAPSED_OVERVIEW_SQL = """
+SELECT endpoint_id, queue, count(*) FROM todos
+ WHERE state = 'claimed' AND lease_expires_at < now()
+ GROUP BY endpoint_id, queue
+"""
+
+# A terminal state, counted only up to the cap: the inner LIMIT stops the scan
+# after cap + 1 rows, so a million done rows cost the same as ten thousand.
+TERMINAL_OVERVIEW_SQL = """
+SELECT endpoint_id, queue, count(*) FROM (
+    SELECT endpoint_id, queue FROM todos WHERE {state} LIMIT %(cap)s + 1
+) capped
+ GROUP BY endpoint_id, queue
+"""
+
+
+def board_overview(*, cap=TERMINAL_COUNT_CAP):
+    """Return counts per endpoint and queue; terminal counts stop at ``cap``."""
+    counts = {}
+
+    def line(endpoint_id, queue):
+        key = (str(endpoint_id), queue)
+        return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
+
+    for endpoint_id, queue, pending, claimed, retry, age in _run(
+        "board_overview", LIVE_OVERVIEW_SQL, {}
+    ):
+        line(endpoint_id, queue).update(
+            pending=pending,
+            claimed=claimed,
+            retry_scheduled=retry,
+            oldest_pending_seconds=None if age is None else float(age),
+        )
+    for endpoint_id, queue, lapsed in _run("board_overview", LAPSED_OVERVIEW_SQL, {}):
+        line(endpoint_id, queue)["lapsed"] = lapsed
+    capped = {}
+    for name in ("dead_letter", "done"):
+        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name])
+        total = 0
+        for endpoint_id, queue, count in _run("board_overview", sql, {"cap": cap}):
+            line(endpoint_id, queue)[name] = count
+            total += count
+        capped[name] = total > cap
+    rows = sorted(
+        (QueueCounts(**values) for values in counts.values()),
+        key=lambda row: (row.endpoint_id, row.queue),
+    )
+    totals = {
+        name: sum(getattr(row, name) for row in rows)
+        for name in (
+            "pending",
+            "claimed",
+            "lapsed",
+            "retry_scheduled",
+            "dead_letter",
+            "done",
+        )
+    }
+    for name, over in capped.items():
+        if over:
+            totals[name] = cap
+    return Overview(rows, totals, capped, cap)
+
+
+# A dead letter whose idempotency key a newer live todo holds: its requeue
+# would collide in todos_dedupe_idx, so a bulk retry leaves it (and says so).
+KEY_HELD_ELSEWHERE = """EXISTS (
+    SELECT 1 FROM todos l
+     WHERE c.next_retry_at IS NULL AND c.idempotency_key IS NOT NULL
+       AND l.endpoint_id = c.endpoint_id
+       AND l.idempotency_key = c.idempotency_key
+       AND l.id <> c.id AND l.state <> 'done'
+       AND (l.state <> 'failed' OR l.next_retry_at IS NOT NULL))"""
+
+RETRYABLE_COUNT_SQL = """
+SELECT count(*) FROM (
+    SELECT 1 FROM todos c WHERE c.state = 'failed' AND {where} AND {held}
+     LIMIT %(cap)s + 1
+) capped
+"""
+
+
+def _count_failed(held, cap, filters):
+    found = _filter_conditions(**filters)
+    if found is None:
+        return 0
+    conditions, params = found
+    sql = RETRYABLE_COUNT_SQL.format(
+        where=" AND ".join(conditions) or "TRUE", held=held
+    )
+    return _run("count_retryable", sql, {**params, "cap": int(cap)}, fetch="one")[0]
+
+
+def count_retryable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+    """Count the failed todos a bulk retry of this filter would move, up to cap + 1."""
+    return _count_failed(f"NOT {KEY_HELD_ELSEWHERE}", cap, filters)
+
+
+def count_key_held_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+    """Count the matching dead letters a bulk retry must leave, up to cap + 1:
+    a newer live todo holds their idempotency key."""
+    return _count_failed(KEY_HELD_ELSEWHERE, cap, filters)
+
+
+@dataclass(frozen=True)
+class BulkRetry:
+    """What a bulk retry did: how many moved, which were refused, and whether
+    more matching todos are left for another pass."""
+
+    retried: int
+    conflicts: list
+    more: bool
+    # Matching dead letters left failed because a live todo holds their key.
+    key_held: int = 0
+
+
+# One batch of a bulk retry, in keyset order after the last batch. A dead
+# letter whose idempotency key a newer live todo holds is left alone (its
+# requeue would collide in todos_dedupe_idx); rows another transaction holds
+# are skipped rather than waited for.
+RETRY_BATCH_SQL = f"""
+WITH candidate AS (
+    SELECT c.id FROM todos c
+     WHERE c.state = 'failed' AND {{where}}
+       AND (c.created_at, c.id) > (%(after_created)s, %(after_id)s::uuid)
+       AND NOT {KEY_HELD_ELSEWHERE}
+     ORDER BY c.created_at, c.id
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE todos t
+       SET state = 'pending', owner = NULL, lease_expires_at = NULL,
+           next_retry_at = NULL, updated_at = now()
+      FROM candidate
+     WHERE t.id = candidate.id AND t.state = 'failed'
+ RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, t.created_at,
+           'failed'::text AS from_state
+), history AS ({EVENT_INSERT})
+SELECT created_at, id, {DOORBELL} FROM moved ORDER BY created_at, id
+"""
+
+RETRY_BATCH_IDS_SQL = """
+SELECT c.created_at, c.id FROM todos c
+ WHERE c.state = 'failed' AND {where}
+   AND (c.created_at, c.id) > (%(after_created)s, %(after_id)s::uuid)
+ ORDER BY c.created_at, c.id
+ LIMIT %(batch)s
+"""
+
+KEYSET_START = (
+    datetime.fromisoformat("0001-01-01T00:00:00+00:00"),
+    str(uuid.UUID(int=0)),
+)
+
+
+def retry_matching_any_endpoint(
+    *, actor="operator", limit=BULK_RETRY_LIMIT, batch=BULK_RETRY_BATCH, **filters
+):
+    """Requeue every failed todo a filter matches, batch by batch (operator Board).
+
+    Each batch commits on its own, so a large retry never holds thousands of
+    row locks at once. At most ``limit`` todos move per call; ``more`` says
+    whether matching failed todos remain.
+    """
+    found = _filter_conditions(**filters)
+    if found is None:
+        return BulkRetry(0, [], False)
+    conditions, params = found
+    where = " AND ".join(conditions) or "TRUE"
+    batch_sql = RETRY_BATCH_SQL.format(where=where)
+    ids_sql = RETRY_BATCH_IDS_SQL.format(where=where)
+    params = {**params, "actor": actor, "event_error": ""}
+    after = KEYSET_START
+    retried, conflicts = 0, []
+    while retried < limit:
+        size = min(int(batch), limit - retried)
+        bound = {
+            **params,
+            "batch": size,
+            "after_created": after[0],
+            "after_id": after[1],
+        }
+        try:
+            with transaction.atomic():
+                rows = _run("retry_matching", batch_sql, bound)
+        except IntegrityError:
+            # Two dead letters of one batch share a key: retry that batch one by
+            # one, so the first takes the key and the rest report a conflict.
+            rows = _run("retry_matching", ids_sql, bound)
+            for _, todo_id in rows:
+                try:
+                    _retry(None, todo_id, actor)
+                    retried += 1
+                except Conflict as exc:
+                    conflicts.append(exc)
+                except NotFound:
+                    pass
+        else:
+            retried += len(rows)
+        if len(rows) < size:
+            break
+        after = (rows[-1][0], str(rows[-1][1]))
+    more = retried >= limit and count_retryable_any_endpoint(cap=1, **filters) > 0
+    held = count_key_held_any_endpoint(**filters)
+    return BulkRetry(retried, conflicts, more, held)
+
+
+def retry_many_any_endpoint(todo_ids, *, actor="operator"):
+    """Requeue each of the given failed todos; return (retried, conflicts, missing)."""
+    retried, conflicts, missing = [], [], []
+    for todo_id in todo_ids:
+        try:
+            retried.append(_retry(None, todo_id, actor))
+        except Conflict as exc:
+            conflicts.append(exc)
+        except NotFound as exc:
+            missing.append(exc)
+    return retried, conflicts, missing

@@ -1,0 +1,1 @@
+"""Queue settings (the ``queues`` table): defaults per queue, pause and resume."""

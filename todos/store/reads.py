@@ -1,0 +1,252 @@
+"""Reads of one endpoint's todos: one todo, a page, a history, the doorbell backlog."""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from .rows import DOORBELL_CHANNEL, TODO_COLUMNS, Event, NotFound, Todo
+from .sql import (
+    REDELIVERABLE,
+    SCOPED,
+    _run,
+    _scope_params,
+    _scoped_call,
+    _todo_id,
+    _uuid,
+    _variants,
+)
+
+# --- Read -----------------------------------------------------------------------
+
+GET_SQL, GET_ANY_SQL = _variants(
+    f"SELECT {TODO_COLUMNS} FROM todos WHERE id = %(id)s AND {{scope}}"
+)
+
+
+def get_todo(scope, todo_id):
+    """Return one todo of this scope."""
+    return _get(scope, todo_id)
+
+
+def get_todo_any_endpoint(todo_id):
+    """Return one todo of any endpoint (operator Board)."""
+    return _get(None, todo_id)
+
+
+def _get(scope, todo_id):
+    todo_id = _todo_id(todo_id)
+    sql, params = _scoped_call(scope, GET_SQL, GET_ANY_SQL, {"id": todo_id})
+    row = _run("get_todo", sql, params, fetch="one")
+    if row is None:
+        raise NotFound(todo_id=todo_id)
+    return Todo.from_row(row)
+
+
+# Display states split failed into its two meanings for filtering.
+STATE_FILTERS = {
+    "pending": "state = 'pending'",
+    "claimed": "state = 'claimed'",
+    "done": "state = 'done'",
+    "failed": "state = 'failed'",
+    "retry_scheduled": "state = 'failed' AND next_retry_at IS NOT NULL",
+    "dead_letter": "state = 'failed' AND next_retry_at IS NULL",
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    todos: list
+    next_cursor: str | None
+
+
+def encode_cursor(todo):
+    """Return the opaque keyset cursor that resumes after this todo."""
+    import base64
+
+    raw = f"{todo.created_at.isoformat()}|{todo.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor):
+    """Return (created_at, id) from a cursor; ValueError when it is not ours."""
+    import base64
+
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, todo_id = base64.urlsafe_b64decode(padded).decode().split("|")
+        created_at = datetime.fromisoformat(created)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("cursor is not one this API issued") from exc
+    if created_at.tzinfo is None or _uuid(todo_id) is None:
+        raise ValueError("cursor is not one this API issued")
+    return created_at, _uuid(todo_id)
+
+
+def _filter_conditions(
+    *, endpoint_id=None, queue=None, state=None, assignee=None, owner=None, text=None
+):
+    """Return (conditions, params) of the list filters; None when none can match."""
+    if state and state not in STATE_FILTERS:
+        raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
+    conditions, params = [], {}
+    if endpoint_id is not None:
+        params["filter_endpoint"] = _uuid(endpoint_id)
+        if params["filter_endpoint"] is None:
+            return None
+        conditions.append("endpoint_id = %(filter_endpoint)s")
+    for name, value in (("queue", queue), ("assignee", assignee), ("owner", owner)):
+        if value:
+            params[name] = value
+            conditions.append(f"{name} = %({name})s")
+    if state:
+        conditions.append(STATE_FILTERS[state])
+    if text:
+        params["text"] = (
+            "%"
+            + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            + "%"
+        )
+        conditions.append("(title ILIKE %(text)s OR idempotency_key ILIKE %(text)s)")
+    return conditions, params
+
+
+def _list(
+    scope,
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    limit=50,
+    cursor=None,
+    newest_first=False,
+):
+    if state is not None and state not in STATE_FILTERS:
+        raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
+    limit = int(limit)
+    if not 1 <= limit <= 200:
+        raise ValueError("limit must be between 1 and 200")
+    conditions, params = [], {"limit": limit + 1}
+    if scope is not None:
+        try:
+            params.update(_scope_params(scope))
+        except NotFound:
+            return Page([], None)
+        conditions.append(SCOPED)
+    filters = _filter_conditions(
+        endpoint_id=endpoint_id,
+        queue=queue,
+        state=state,
+        assignee=assignee,
+        owner=owner,
+        text=text,
+    )
+    if filters is None:
+        return Page([], None)
+    conditions.extend(filters[0])
+    params.update(filters[1])
+    if cursor:
+        params["after_created"], params["after_id"] = decode_cursor(cursor)
+        op = "<" if newest_first else ">"
+        conditions.append(
+            f"(created_at, id) {op} (%(after_created)s, %(after_id)s::uuid)"
+        )
+    direction = "DESC" if newest_first else "ASC"
+    where = " AND ".join(conditions) or "TRUE"
+    # The WHERE is assembled from fixed fragments only; values are parameters.
+    sql = (
+        f"SELECT {TODO_COLUMNS} FROM todos WHERE {where}"
+        f" ORDER BY created_at {direction}, id {direction} LIMIT %(limit)s"
+    )
+    rows = _run("list_todos", sql, params)
+    todos = [Todo.from_row(row) for row in rows[:limit]]
+    next_cursor = encode_cursor(todos[-1]) if len(rows) > limit else None
+    return Page(todos, next_cursor)
+
+
+def list_todos(scope, *, queue=None, state=None, limit=50, cursor=None):
+    """Return a page of this scope's todos, oldest first, with a keyset cursor."""
+    return _list(scope, queue=queue, state=state, limit=limit, cursor=cursor)
+
+
+def list_todos_any_endpoint(
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    limit=50,
+    cursor=None,
+    newest_first=True,
+):
+    """Return a page of any endpoint's todos with the Board's filters."""
+    return _list(
+        None,
+        endpoint_id=endpoint_id,
+        queue=queue,
+        state=state,
+        assignee=assignee,
+        owner=owner,
+        text=text,
+        limit=limit,
+        cursor=cursor,
+        newest_first=newest_first,
+    )
+
+
+EVENTS_SQL = """
+SELECT id, todo_id, endpoint_id, from_state, to_state, attempt, actor, error, at
+  FROM todo_events WHERE todo_id = %(id)s ORDER BY id
+"""
+
+
+def todo_events_any_endpoint(todo_id):
+    """Return a todo's history, oldest first (operator Board)."""
+    todo_id = _uuid(todo_id)
+    if todo_id is None:
+        return []
+    rows = _run("todo_events", EVENTS_SQL, {"id": todo_id})
+    return [Event(r[0], str(r[1]), str(r[2]), *r[3:]) for r in rows]
+
+
+# --- Doorbell -------------------------------------------------------------------
+
+PENDING_DOORBELL_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE {SCOPED} AND (state = 'pending' OR {REDELIVERABLE})
+ ORDER BY created_at
+ LIMIT %(limit)s
+"""
+
+
+def pending_doorbell_todos(scope, *, limit=100):
+    """Return this scope's claimable todos, oldest first (the doorbell's backlog)."""
+    try:
+        params = {**_scope_params(scope), "limit": int(limit)}
+    except NotFound:
+        return []
+    return [
+        Todo.from_row(row)
+        for row in _run("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
+    ]
+
+
+NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
+
+
+def publish_todo_ready(todo):
+    """Ring the doorbell for a todo that is claimable (the store's statements
+    already do this for their own transitions)."""
+    payload = json.dumps(
+        {"id": str(todo.id), "endpoint_id": str(todo.endpoint_id), "queue": todo.queue}
+    )
+    _run(
+        "publish_todo_ready",
+        NOTIFY_SQL,
+        {"channel": DOORBELL_CHANNEL, "payload": payload},
+        fetch="one",
+    )

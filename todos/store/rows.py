@@ -1,0 +1,178 @@
+"""The store's values and errors: rows as the API and the Board render them."""
+
+import json
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+DOORBELL_CHANNEL = "switchboard_todo_ready"
+BACKOFF_BASE_SECONDS = 30
+BACKOFF_CAP_SECONDS = 900
+MAX_LEASE_SECONDS = 43200
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+# --- Errors ---------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """Base of the store's domain errors."""
+
+
+class NotFound(StoreError):
+    """No such todo in this scope: absent, foreign, malformed id, or no work."""
+
+    def __init__(self, detail="no such todo", todo_id=None):
+        super().__init__(detail)
+        self.detail = detail
+        self.todo_id = todo_id
+
+
+class Conflict(StoreError):
+    """The todo exists in this scope but is not in the state the call needs."""
+
+    def __init__(self, detail, todo_id=None, state=None):
+        super().__init__(detail)
+        self.detail = detail
+        self.todo_id = todo_id
+        self.state = state
+
+
+class QueueNotGranted(StoreError):
+    """The endpoint's grant does not cover the named queue."""
+
+    def __init__(self, queue):
+        super().__init__(f"queue {queue!r} is outside this endpoint's grant")
+        self.detail = str(self)
+        self.queue = queue
+
+
+class Unavailable(StoreError):
+    """The database could not be reached or did not answer in time."""
+
+    def __init__(self, operation, cause):
+        super().__init__(
+            f"{operation}: database unavailable ({cause.__class__.__name__})"
+        )
+        self.detail = "the database is unavailable; try again shortly"
+        self.operation = operation
+
+
+# --- Values ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who is asking: an endpoint id and its queue grant (None = every queue)."""
+
+    endpoint_id: str
+    queues: tuple[str, ...] | None = None
+
+    @classmethod
+    def for_endpoint(cls, endpoint):
+        return cls(str(endpoint.id), endpoint.granted_queues())
+
+    def covers(self, queue):
+        return self.queues is None or queue in self.queues
+
+
+TODO_COLUMNS = (
+    "id, endpoint_id, queue, title, payload, state, assignee, owner, attempt,"
+    " max_attempts, lease_expires_at, claimed_at, next_retry_at, idempotency_key,"
+    " last_error, result, created_at, updated_at"
+)
+
+
+def _iso(value):
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _json(value):
+    # Django's psycopg backend hands jsonb to raw cursors as text.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Todo:
+    """One todo row, as the API and the Board render it."""
+
+    id: str
+    endpoint_id: str
+    queue: str
+    title: str
+    payload: object
+    state: str
+    assignee: str | None
+    owner: str | None
+    attempt: int
+    max_attempts: int
+    lease_expires_at: datetime | None
+    claimed_at: datetime | None
+    next_retry_at: datetime | None
+    idempotency_key: str | None
+    last_error: str
+    result: object
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row):
+        values = list(row[:18])
+        values[0], values[1] = str(values[0]), str(values[1])
+        values[4], values[15] = _json(values[4]), _json(values[15])
+        return cls(*values)
+
+    @property
+    def is_dead_letter(self):
+        return self.state == "failed" and self.next_retry_at is None
+
+    @property
+    def is_retry_scheduled(self):
+        return self.state == "failed" and self.next_retry_at is not None
+
+    @property
+    def display_state(self):
+        """The state as an operator reads it: failed splits in two."""
+        if self.is_dead_letter:
+            return "dead_letter"
+        if self.is_retry_scheduled:
+            return "retry_scheduled"
+        return self.state
+
+    def to_dict(self):
+        out = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = _iso(value) if isinstance(value, datetime) else value
+        return out
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A todo a sweep moved: enough to log it and ring its own endpoint's bell."""
+
+    id: str
+    endpoint_id: str
+    queue: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of a todo's history."""
+
+    id: int
+    todo_id: str
+    endpoint_id: str
+    from_state: str | None
+    to_state: str
+    attempt: int
+    actor: str
+    error: str
+    at: datetime
+
+    def to_dict(self):
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["at"] = _iso(self.at)
+        return out
