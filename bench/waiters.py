@@ -31,6 +31,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -134,7 +135,9 @@ class Serving:
         return env
 
     def __enter__(self):
-        log = (benchlib.RESULTS / f"waiters-{self.name}-{self.port}.log").open("ab")
+        benchlib.RESULTS.mkdir(parents=True, exist_ok=True)
+        label = self.name.split()[0]
+        log = (benchlib.RESULTS / f"waiters-{label}-{self.port}.log").open("ab")
         self.log = log
         gunicorn = subprocess.Popen(
             [
@@ -397,8 +400,10 @@ class Load:
         self.stats = {"polls_waiting": 0, "polls_answered": 0, "sse_open": 0}
         self.stats.update(mcp_open=0, errors=0)
 
-    async def long_poll(self, token):
+    async def long_poll(self, token, delay):
         body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
+        # Agents do not all start in the same second: spread over one wait.
+        await asyncio.sleep(delay)
         while True:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -482,9 +487,11 @@ class Load:
         for i in range(spec["mcp"]):
             owner = probe if i % 10 == 0 else load[i % len(load)]
             plan.append(("mcp_open", owner["token"]))
+        spread = random.Random(12)
         for number, (kind, token) in enumerate(plan):
             if kind == "poll":
-                tasks.append(asyncio.create_task(self.long_poll(token)))
+                delay = spread.uniform(0, spec["spread"])
+                tasks.append(asyncio.create_task(self.long_poll(token, delay)))
             else:
                 tasks.append(asyncio.create_task(self.stream(token, kind)))
             if number % 100 == 99:
@@ -503,8 +510,8 @@ def load_main(port, spec_path):
 class LoadProcess:
     """The waiters' process; ``stats`` is its latest report."""
 
-    def __init__(self, port, seeds, polls, sse, mcp):
-        spec = {**seeds, "polls": polls, "sse": sse, "mcp": mcp}
+    def __init__(self, port, seeds, polls, sse, mcp, spread):
+        spec = {**seeds, "polls": polls, "sse": sse, "mcp": mcp, "spread": spread}
         handle, self.spec_path = tempfile.mkstemp(suffix=".json")
         with os.fdopen(handle, "w") as spec_file:
             json.dump(spec, spec_file)
@@ -576,7 +583,9 @@ def run_serving(name, tree, url, seeds, args, bench_endpoint):
         benchlib.reset_todos(url)
         result["idle"] = measure(serving, seeds, args.seconds)
         print(f"  no waiters: {result['idle']}", flush=True)
-        load = LoadProcess(serving.port, seeds, args.long_polls, args.sse, args.mcp)
+        load = LoadProcess(
+            serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
+        )
         try:
             opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
             result["waiters_open"] = opened
@@ -637,6 +646,12 @@ def main():
     parse.add_argument("--mcp", type=int, default=500)
     parse.add_argument("--seconds", type=float, default=20)
     parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
+    parse.add_argument(
+        "--spread",
+        type=float,
+        default=20,
+        help="seconds over which the long polls start (0: all at once)",
+    )
     parse.add_argument("--before", default=None, help="the old serving's git ref")
     parse.add_argument("--only", choices=("new", "before"), default=None)
     parse.add_argument("--throughput-workers", type=int, default=4)

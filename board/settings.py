@@ -102,6 +102,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
+    # The waiting (async) views skip the rest: see the middleware's docstring.
+    "todos.middleware.WaitingViewsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "todos.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -219,6 +219,7 @@ def api_view(*methods, authenticated=True):
                 except Exception as exc:
                     return _api_error_response(exc)
 
+            async_wrapper.waits = True
             return async_wrapper
 
         @csrf_exempt

@@ -519,6 +519,9 @@ async def endpoint(request):
         return _failure(exc)
 
 
+endpoint.waits = True
+
+
 def _answer(request):
     try:
         handler = HANDLERS.get(request.method)
