@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -282,6 +283,36 @@ def test_waiters_hold_no_database_connection_while_waiting(server, make_endpoint
         wait_until(lambda: sum(poll.status == 200 for poll in polls) == 5)
         settle(0.3)
         assert sum(poll.status == 200 for poll in polls) == 5
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def worker_threads(server):
+    """The number of threads of the server's (one) worker process."""
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    (worker,) = children.read_text().split()
+    return len(list(Path(f"/proc/{worker}/task").iterdir()))
+
+
+def test_waiters_park_no_thread(server, make_endpoint):
+    """A hundred waiting long polls and streams: the worker's thread count
+    stays put (its database threads are bounded by SWITCHBOARD_DB_THREADS)."""
+    endpoints = [make_endpoint(f"threads-{i}") for i in range(4)]
+    # Warm up: the bounded database threads start on first use.
+    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
+    for poll in warm:
+        poll.join(timeout=15)
+    before = worker_threads(server)
+    polls = [
+        LongPoll(server, endpoints[i % 4].token, wait_seconds=5) for i in range(80)
+    ]
+    streams = [sse(server, endpoints[i % 4]) for i in range(10)]
+    streams += [mcp_stream(server, endpoints[i % 4]) for i in range(10)]
+    settle(1.5)
+    try:
+        assert all(poll.status is None for poll in polls)
+        assert worker_threads(server) <= before + 2
     finally:
         for stream in streams:
             stream.close()
