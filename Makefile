@@ -18,6 +18,13 @@ PYTEST_ARGS ?=
 
 export DJANGO_SETTINGS_MODULE := board.settings
 
+# Django's SECRET_KEY: the environment's, else a local one generated once and kept
+# in the git-ignored .switchboard-secret-key (mode 600). With DEBUG off the settings
+# refuse to start without a key. The tests bring their own (tests/settings.py).
+SECRET_KEY_FILE := .switchboard-secret-key
+SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
+export SECRET_KEY
+
 .PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience
 
 help: ## List the targets.
@@ -61,7 +68,7 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/), with the sweep loop beside it."
 	@scripts/serve.sh $(BIN) $(HOST):$(PORT)
 
-test: venv db system-deps ## Run the whole test suite against a real PostgreSQL.
+test: system-deps venv db ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv db $(BENCH_STAMP) ## Run the benchmarks on their own database (see docs/benchmarks.md).

@@ -316,7 +316,8 @@ def alternate(stop_at, slice_seconds, modes):
     """Run the steps of several modes in turns of ``slice_seconds`` until the deadline.
 
     ``modes`` maps a mode's name to its step: a callable that does one unit of
-    work and returns {latency name: seconds}, or None when there was no work.
+    work and returns {latency name: seconds} (plus "todos": how many, for a
+    batch), or None when there was no work.
     The turn is chosen from the wall clock, so every worker process switches at
     the same moment: all modes see the same load on the machine, at the same
     number of workers, on the same database. Returns each mode's counts,
@@ -336,7 +337,8 @@ def alternate(stop_at, slice_seconds, modes):
             mode["dry"] += 1
             time.sleep(0.001)
         else:
-            mode["done"] += 1
+            # A batch step says how many todos it did; a single step did one.
+            mode["done"] += timings.pop("todos", 1)
             for key, seconds in timings.items():
                 mode["latencies"].setdefault(key, []).append(seconds)
         mode["cpu"] += time.process_time() - cpu

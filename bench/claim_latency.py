@@ -52,14 +52,9 @@ def build_table(url, endpoint_id, backlog, pending):
 
 def explain_claim(url, endpoint_id, claim_sql):
     """Return the claim scan's plan (rolled back, so nothing is claimed)."""
-    params = {
-        "endpoint_id": endpoint_id,
-        "queues": None,
-        "worker": "explain",
-        "actor": "explain",
-        "event_error": "",
-        "lease": 300,
-    }
+    from todos import store
+
+    params = store.bind_claim(store.Scope(endpoint_id), "explain")
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim_sql, params
@@ -106,7 +101,6 @@ def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
     Each completes its todo and enqueues a replacement after the clock stops,
     so the queue keeps the same number of claimable todos.
     """
-    import uuid
 
     benchlib.setup_django(url)
     from todos import store
@@ -117,36 +111,24 @@ def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
         started = time.perf_counter()
         todo = store.claim_next(scope, "latency")
         elapsed = time.perf_counter() - started
-        store.complete_todo(scope, todo.id, "latency")
+        store.complete_todo(scope, todo.id, None, lease_token=todo.lease_token)
         store.create_todo(scope, queue=benchlib.QUEUE, title=f"refill {number}")
         return elapsed
 
     conn = psycopg.connect(url, autocommit=True)
-    params = {
-        "endpoint_id": endpoint_id,
-        "queues": None,
-        "worker": "latency",
-        "actor": "latency",
-        "event_error": "",
-    }
+    claim_params = store.bind_claim(scope, "latency", lease_seconds=300)
 
     def plain_claim(number):
         started = time.perf_counter()
-        row = conn.execute(claim_sql, {**params, "lease": 300}).fetchone()
+        row = conn.execute(claim_sql, claim_params).fetchone()
         elapsed = time.perf_counter() - started
-        conn.execute(complete_sql, {**params, "id": row[0], "result": None})
+        ack = store.Ack("complete", str(row[0]), lease_token=row[18])
+        conn.execute(complete_sql, store.bind_acks(scope, [ack]))
         conn.execute(
             create_sql,
-            {
-                **params,
-                "id": str(uuid.uuid4()),
-                "queue": benchlib.QUEUE,
-                "title": f"refill {number}",
-                "payload": "{}",
-                "assignee": None,
-                "max_attempts": 5,
-                "idempotency_key": None,
-            },
+            store.bind_create(
+                endpoint_id, queue=benchlib.QUEUE, title=f"refill {number}"
+            ),
         )
         return elapsed
 
@@ -205,7 +187,7 @@ def main():
     benchlib.setup_django(args.database_url)
     from todos import store
 
-    sqls = (store.CLAIM_NEXT_SQL, store.COMPLETE_SQL[0], store.CREATE_SQL)
+    sqls = (store.CLAIM_SQL, store.ACK_SQL, store.CREATE_SQL)
     info = benchlib.machine(args.database_url)
     names = ("empty", "backlog")
     backlogs = (0, args.backlog)
@@ -225,7 +207,7 @@ def main():
     for name, url, endpoint_id, backlog, outcome in zip(
         names, urls, endpoint_ids, backlogs, outcomes, strict=True
     ):
-        plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_NEXT_SQL))
+        plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_SQL))
         tables[name] = {
             "backlog": backlog,
             "plan": plan,

@@ -97,9 +97,10 @@ def listen_samples(url, endpoint_id, samples, create_sql):
                 "payload": "{}",
                 "assignee": None,
                 "max_attempts": 5,
+                "delay_seconds": None,
+                "default_max_attempts": 5,
                 "idempotency_key": None,
                 "actor": "",
-                "event_error": "",
             }
             sent = time.perf_counter()
             producer.execute(create_sql, params)

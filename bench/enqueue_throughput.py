@@ -79,9 +79,10 @@ def plain_step(url, endpoint_id, workload, prefix, create_sql, duplicate_sql):
             "payload": json.dumps({"n": 1}),
             "assignee": None,
             "max_attempts": 5,
+            "delay_seconds": None,
+            "default_max_attempts": 5,
             "idempotency_key": next(next_key),
             "actor": "",
-            "event_error": "",
         }
         created = conn.execute(create_sql, params).fetchone() is not None
         if not created and conn.execute(duplicate_sql, params).fetchone() is None:

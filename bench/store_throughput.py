@@ -5,11 +5,13 @@
 For each worker count, N processes drain one queue: claim the next todo,
 complete it, repeat. Each process holds both paths and takes turns of
 ``--slice`` seconds, switching on the wall clock so all N switch together:
-"store" runs ``store.claim_next`` + ``store.complete_todo`` through Django's
-connection; "plain" runs the very same two SQL statements (the store's
-constants, the same parameters) on a bare psycopg connection. Both paths thus
-run with the same N, on the same database and queue, under the same load from
-the rest of the machine; the ratio store/plain is the figure to compare.
+"store" runs ``store.claim_next`` + ``store.complete_todo`` (with the lease
+token) through Django's connection; "plain" runs the very same two SQL
+statements (the store's constants, the same parameters) on a bare psycopg
+connection; "store10" claims ten at once (``store.claim_many``) and completes
+them with one ``store.acknowledge_many``. All paths run with the same N, on the
+same database and queue, under the same load from the rest of the machine; the
+ratios store/plain and store10/plain are the figures to compare.
 """
 
 import time
@@ -29,14 +31,36 @@ def store_step(url, endpoint_id, worker):
 
     def claim():
         try:
-            return store.claim_next(scope, worker).id
+            return store.claim_next(scope, worker)
         except store.NotFound:
             return None
 
-    def complete(todo_id):
-        store.complete_todo(scope, todo_id, worker)
+    def complete(todo):
+        store.complete_todo(scope, todo.id, worker, lease_token=todo.lease_token)
 
     return lambda: timed(claim, complete)
+
+
+def store_batch_step(url, endpoint_id, worker, batch=10):
+    """Return a step that claims ten and acknowledges them in one call."""
+    benchlib.setup_django(url)
+    from todos import store
+
+    scope = store.Scope(endpoint_id, None)
+
+    def claim():
+        return store.claim_many(scope, worker, limit=batch) or None
+
+    def complete(todos):
+        acks = [
+            store.Ack("complete", todo.id, lease_token=todo.lease_token)
+            for todo in todos
+        ]
+        for outcome in store.acknowledge_many(scope, acks):
+            if isinstance(outcome, Exception):
+                raise outcome
+
+    return lambda: timed(claim, complete, count=len)
 
 
 def plain_step(url, endpoint_id, worker, claim_sql, complete_sql, lease):
@@ -48,23 +72,29 @@ def plain_step(url, endpoint_id, worker, claim_sql, complete_sql, lease):
     claim_params = {
         **scope,
         "worker": worker,
-        "actor": worker,
-        "event_error": "",
-        "lease": lease,
+        "lease": None,
+        "default_lease": lease,
+        "limit": 1,
     }
 
     def claim():
         row = conn.execute(claim_sql, claim_params).fetchone()
-        return None if row is None else row[0]
+        # id and lease_token (TODO_COLUMNS: lease_token is the 19th column)
+        return None if row is None else (row[0], row[18])
 
-    def complete(todo_id):
+    def complete(claimed):
+        todo_id, token = claimed
         params = {
             **scope,
-            "id": todo_id,
-            "worker": worker,
-            "actor": worker,
-            "event_error": "",
-            "result": None,
+            "operator": False,
+            "default_lease": lease,
+            "ids": [todo_id],
+            "ops": ["complete"],
+            "workers": [worker],
+            "tokens": [token],
+            "results": [None],
+            "errors": [""],
+            "leases": [None],
         }
         if conn.execute(complete_sql, params).fetchone() is None:
             raise RuntimeError(f"complete matched no row: {todo_id}")
@@ -72,15 +102,18 @@ def plain_step(url, endpoint_id, worker, claim_sql, complete_sql, lease):
     return lambda: timed(claim, complete)
 
 
-def timed(claim, complete):
-    """Claim and complete one todo; return the two latencies, or None if no work."""
+def timed(claim, complete, count=None):
+    """Claim and complete; return the latencies (and todos done), None if no work."""
     start = time.perf_counter()
-    todo_id = claim()
+    claimed_todos = claim()
     claimed = time.perf_counter()
-    if todo_id is None:
+    if claimed_todos is None:
         return None
-    complete(todo_id)
-    return {"claim": claimed - start, "complete": time.perf_counter() - claimed}
+    complete(claimed_todos)
+    out = {"claim": claimed - start, "complete": time.perf_counter() - claimed}
+    if count is not None:
+        out["todos"] = count(claimed_todos)
+    return out
 
 
 def worker(index, url, endpoint_id, sql, slice_seconds):
@@ -89,6 +122,7 @@ def worker(index, url, endpoint_id, sql, slice_seconds):
     modes = {
         "plain": plain_step(url, endpoint_id, name, *sql),
         "store": store_step(url, endpoint_id, name),
+        "store10": store_batch_step(url, endpoint_id, name),
     }
     return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
 
@@ -96,7 +130,7 @@ def worker(index, url, endpoint_id, sql, slice_seconds):
 def measure(url, endpoint_id, workers, seconds, sql, slice_seconds):
     """Fill the queue, run N alternating workers, and return each path's figures."""
     benchlib.reset_todos(url)
-    benchlib.fill_pending(url, endpoint_id, int(max(20_000, 3_000 * seconds * workers)))
+    benchlib.fill_pending(url, endpoint_id, int(max(20_000, 6_000 * seconds * workers)))
     outcomes = benchlib.run_processes(
         worker, workers, seconds, (url, endpoint_id, sql, slice_seconds)
     )
@@ -120,20 +154,21 @@ def main():
 
     from todos import store
 
-    sql = (
-        store.CLAIM_NEXT_SQL,
-        store.COMPLETE_SQL[0],
-        settings.SWITCHBOARD_LEASE_SECONDS,
-    )
+    sql = (store.CLAIM_SQL, store.ACK_SQL, settings.SWITCHBOARD_LEASE_SECONDS)
     info = benchlib.machine(url)
     runs = []
     for workers in args.workers:
         figures = measure(url, endpoint_id, workers, args.seconds, sql, args.slice)
         ratio = figures["store"]["rate"] / figures["plain"]["rate"]
-        runs.append({"workers": workers, **figures, "ratio": ratio})
+        batch_ratio = figures["store10"]["rate"] / figures["plain"]["rate"]
+        runs.append(
+            {"workers": workers, **figures, "ratio": ratio, "batch_ratio": batch_ratio}
+        )
         print(
             f"  {workers} workers: plain {figures['plain']['rate']:,.0f}/s, "
-            f"store {figures['store']['rate']:,.0f}/s, ratio {ratio:.2f}",
+            f"store {figures['store']['rate']:,.0f}/s, "
+            f"store10 {figures['store10']['rate']:,.0f}/s, "
+            f"ratios {ratio:.2f} / {batch_ratio:.2f}",
             flush=True,
         )
 
@@ -142,7 +177,9 @@ def main():
             run["workers"],
             run["plain"]["rate"],
             run["store"]["rate"],
+            run["store10"]["rate"],
             f"{run['ratio']:.2f}",
+            f"{run['batch_ratio']:.2f}",
             run["plain"]["latency_ms"]["claim"]["p50"],
             run["store"]["latency_ms"]["claim"]["p50"],
             run["plain"]["latency_ms"]["claim"]["p99"],
@@ -159,7 +196,9 @@ def main():
             "workers",
             "plain/s",
             "store/s",
+            "store10/s",
             "store/plain",
+            "store10/plain",
             "plain p50",
             "store p50",
             "plain p99",
@@ -169,7 +208,9 @@ def main():
         ],
         rows,
     )
-    dry = sum(run[mode]["dry"] for run in runs for mode in ("store", "plain"))
+    dry = sum(
+        run[mode]["dry"] for run in runs for mode in ("store", "store10", "plain")
+    )
     if dry:
         print(f"warning: workers found the queue empty {dry} times; raise the fill")
     benchlib.write_results(

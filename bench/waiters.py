@@ -102,10 +102,12 @@ def seed(url):
 
 
 def seeded(url):
+    env = benchlib.django_env(url)
+    env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
     done = subprocess.run(
         [sys.executable, __file__, "--seed", url],
         cwd=ROOT,
-        env=benchlib.django_env(url),
+        env=env,
         check=True,
         capture_output=True,
         text=True,
@@ -132,6 +134,8 @@ class Serving:
             GUNICORN_WORKERS="2",
         )
         env["PYTHONPATH"] = str(self.tree)
+        # Production settings refuse to start without a key; any will do here.
+        env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
         return env
 
     def __enter__(self):

@@ -79,22 +79,26 @@ def database_from_url(url):
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("SWITCHBOARD_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    # A development key; production deployments set SECRET_KEY (see README).
+    if not DEBUG:
+        # Never run on a key published with the source: sessions, CSRF tokens
+        # and signed values would be forgeable.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment (`make run` keeps a "
+            "local one in .switchboard-secret-key), or set DEBUG=1 to develop "
+            "with a throwaway key."
+        )
+    # DEBUG only: a development key.
     SECRET_KEY = "switchboard-development-key-not-for-production-use-0123456789"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django.contrib.postgres",
     "django_htmx",
     "todos",
 ]
@@ -105,14 +109,16 @@ MIDDLEWARE = [
     # The waiting (async) views skip the rest: see the middleware's docstring.
     "todos.middleware.WaitingViewsMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "todos.middleware.StaticFilesMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # The Board's middleware, each wrapped to skip /api/: agent requests carry a
+    # bearer token, never a session or a CSRF cookie (todos/middleware.py).
+    "todos.middleware.BoardWhiteNoise",
+    "todos.middleware.BoardSessions",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "todos.middleware.BoardCsrf",
+    "todos.middleware.BoardAuthentication",
+    "todos.middleware.BoardMessages",
+    "todos.middleware.BoardFrameOptions",
+    "todos.middleware.BoardHtmx",
 ]
 
 ROOT_URLCONF = "board.urls"
@@ -226,8 +232,19 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # The agent API's body limit (CONTRACT §5): larger bodies answer 413.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
+
+# Fernet key(s) for the secrets kept encrypted at rest (SQS secret keys, webhook
+# signing secrets): comma-separated, the first encrypts. Empty = derived from
+# SECRET_KEY (see todos/crypto.py).
+SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
+
+# The SQS surface (docs/sqs.md): a whole request may be larger than one
+# message (a batch of ten, JSON-escaped); message sizes are checked after.
+SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+# The largest body Django itself may hold in memory: the largest any surface
+# accepts. Each surface checks its own, smaller limit first (todos/http.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
 
 # Queue defaults.
 SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
@@ -239,6 +256,10 @@ SWITCHBOARD_MAX_WAIT_SECONDS = 20
 # per waiting scope, not per waiter.
 SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = env_int(
     "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS", 5, 1, 3600
+)
+# An MCP session unused this long has expired (404; the client initializes anew).
+SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
+    "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400
 )
 # Seconds of silence after which an event stream sends a keep-alive comment;
 # it is also how soon a stream notices that its client has gone.

@@ -1,9 +1,11 @@
-"""URL routes: the agent API, the Board, webhooks, MCP and the health check."""
+"""URL routes: the agent API, the Board, webhooks, MCP, SQS and the health check."""
 
 from django.urls import include, path
-from django.views.generic import RedirectView
+
+from todos.sqs import views as sqs
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/board/", permanent=False)),
+    # GET / leads to the Board; POST / is the SQS endpoint (CONTRACT §11).
+    path("", sqs.root, name="root"),
     path("", include("todos.urls")),
 ]

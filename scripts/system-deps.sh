@@ -7,8 +7,12 @@ missing=()
 command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || [ -n "${DATABASE_URL:-}" ] || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
-# PgBouncer (transaction pooling) in front of two app servers: tests/test_pgbouncer.py.
+# PgBouncer (transaction pooling) in front of two app servers: tests/system/test_pgbouncer.py.
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+# pycurl (kombu's SQS transport, in the dev extra) builds against these when
+# pip finds no wheel for the machine.
+command -v curl-config >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     echo "system-deps: installing ${missing[*]}" >&2

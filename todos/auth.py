@@ -60,3 +60,30 @@ def endpoint_for_token(token):
 def endpoint_for_request(request):
     """Return the active endpoint named by the request's bearer token, or None."""
     return endpoint_for_token(bearer_token(request))
+
+
+# The SQS surface's lookup (SigV4 names the key in the clear; the signature is
+# checked with its secret after): one probe on the unique access_key_id,
+# joined to an active endpoint, so a revoked endpoint's key stops at once.
+SQS_KEY_SQL = (
+    "SELECT c.secret_encrypted, c.account_id, "
+    + ", ".join(f"e.{field}" for field in ENDPOINT_FIELDS)
+    + " FROM sqs_credentials c JOIN endpoints e ON e.id = c.endpoint_id"
+    " WHERE c.access_key_id = %s AND e.revoked_at IS NULL"
+)
+
+
+def endpoint_for_access_key(access_key_id):
+    """Return (endpoint, secret ciphertext, account id) of an SQS key, or None."""
+    if not access_key_id or len(access_key_id) > 32:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(SQS_KEY_SQL, [access_key_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = list(row[2:])
+    if isinstance(values[3], str):
+        values[3] = json.loads(values[3])
+    endpoint = Endpoint.from_db("default", ENDPOINT_FIELDS, values)
+    return endpoint, row[0], row[1]

@@ -44,6 +44,8 @@ ERROR_CODES = {
 # Beyond it the server closes the connection rather than read on.
 DRAIN_LIMIT_BYTES = 4 * 1024 * 1024
 _READ_SIZE = 64 * 1024
+# Objects and arrays nest at most this deep in a stored value.
+MAX_JSON_DEPTH = 100
 
 
 def code_for(status):
@@ -175,19 +177,25 @@ def text_problem(value):
 
 
 def unstorable(value):
-    """Say why jsonb would refuse a decoded value, or None when it can store it."""
-    stack = [value]
+    """Say why a decoded value cannot be stored and served, or None when it can.
+
+    jsonb refuses non-finite numbers, NUL characters and lone surrogates; a
+    value nested deeper than MAX_JSON_DEPTH is refused too, because rendering
+    it back (an answer, a tool result, a Board page) would exhaust the stack
+    after it was stored.
+    """
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, str):
             problem = text_problem(item)
             if problem:
                 return f"strings {problem}"
         elif isinstance(item, float) and not math.isfinite(item):
             return "numbers must be finite"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return f"must not nest deeper than {MAX_JSON_DEPTH} levels"
+            children = [*item, *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
     return None

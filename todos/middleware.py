@@ -1,4 +1,4 @@
-"""One structured log line per request, and JSON errors everywhere under /api/.
+"""One structured log line per request, and JSON errors from every agent surface.
 
 The log line carries the endpoint id, the route, the todo id, the outcome
 (``ok`` or the API error code), the status and the duration; never a header,
@@ -10,6 +10,7 @@ import time
 import uuid
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 from todos import http
@@ -26,8 +27,24 @@ DETAILS = {
 }
 
 
-def _json_error(status):
-    return http.error_response(status, detail=DETAILS.get(status))
+# The surfaces whose callers are programs: an error page there is JSON, never
+# Django's HTML (MCP's in its JSON-RPC shape).
+JSON_PREFIXES = (API_PREFIX, "/hooks/")
+MCP_PATH = "/mcp"
+
+
+def _answers_json(request):
+    return request.path == MCP_PATH or request.path.startswith(JSON_PREFIXES)
+
+
+def _json_error(request, status):
+    detail = DETAILS.get(status)
+    if request.path == MCP_PATH:
+        # Imported here: the transport imports the API, which imports this app.
+        from todos.mcp.transport import error_response
+
+        return error_response(status, detail)
+    return http.error_response(status, detail=detail)
 
 
 def _todo_id(request, response):
@@ -45,7 +62,7 @@ def _todo_id(request, response):
 
 
 class RequestLogMiddleware:
-    """Log each request once; turn any HTML error under /api/ into JSON.
+    """Log each request once; turn any HTML error of an agent surface into JSON.
 
     Sync and async capable, as every middleware here must be: one sync-only
     middleware would make Django run the async (waiting) views in a thread.
@@ -71,27 +88,26 @@ class RequestLogMiddleware:
         return self._finish(request, await self.get_response(request), started)
 
     def _finish(self, request, response, started):
-        is_api = request.path.startswith(API_PREFIX)
         if (
-            is_api
+            _answers_json(request)
             and response.status_code >= 400
             and not response.get("Content-Type", "").startswith("application/json")
         ):
             allow = response.get("Allow")
-            response = _json_error(response.status_code)
+            response = _json_error(request, response.status_code)
             if allow:
                 response["Allow"] = allow
         self._log(request, response, time.monotonic() - started)
         return response
 
     def process_exception(self, request, exception):
-        if not request.path.startswith(API_PREFIX):
+        if not _answers_json(request):
             return None
         logger.exception(
             "request failed",
             extra={"fields": {"path": request.path, "error": type(exception).__name__}},
         )
-        return _json_error(500)
+        return _json_error(request, 500)
 
     def _log(self, request, response, seconds):
         endpoint = getattr(request, "endpoint", None)
@@ -200,3 +216,70 @@ class WaitingViewsMiddleware:
             # As CommonMiddleware would: keep-alive clients need the length.
             response.headers["Content-Length"] = str(len(response.content))
         return response
+
+
+def _is_api(request):
+    # POST / is the SQS surface (todos/sqs): signed per request, like the API.
+    return request.path_info.startswith(API_PREFIX) or (
+        request.method == "POST" and request.path_info == "/"
+    )
+
+
+def board_only(dotted_path):
+    """Return a subclass of ``dotted_path``'s (or a class's) middleware that acts
+    only off /api/.
+
+    The agent API authenticates every request by its bearer token and answers
+    JSON: sessions, CSRF, the auth user, messages, static files, frame options
+    and htmx are the Board's, and cost each agent request CPU for nothing
+    (bench/profile_api.py). The subclass passes API requests straight on and
+    keeps every hook of its parent (``process_view`` and the rest) for all other
+    paths, so the Board keeps them all; being a subclass, Django's system
+    checks still find the middleware they require.
+    """
+    parent = import_string(dotted_path) if isinstance(dotted_path, str) else dotted_path
+
+    def __call__(self, request):
+        if _is_api(request):
+            return self.get_response(request)
+        return parent.__call__(self, request)
+
+    attributes = {"__call__": __call__, "__module__": __name__}
+    if hasattr(parent, "process_view"):
+
+        def process_view(self, request, view, args, kwargs):
+            if _is_api(request):
+                return None
+            return parent.process_view(self, request, view, args, kwargs)
+
+        attributes["process_view"] = process_view
+    if hasattr(parent, "process_exception"):
+
+        def process_exception(self, request, exception):
+            if _is_api(request):
+                return None
+            return parent.process_exception(self, request, exception)
+
+        attributes["process_exception"] = process_exception
+    if hasattr(parent, "process_template_response"):
+
+        def process_template_response(self, request, response):
+            if _is_api(request):
+                return response
+            return parent.process_template_response(self, request, response)
+
+        attributes["process_template_response"] = process_template_response
+    return type(f"Board{parent.__name__}", (parent,), attributes)
+
+
+# The Board's middleware, skipped on /api/ and POST / (board/settings.py lists these).
+# whitenoise made async capable first (StaticFilesMiddleware), then Board-only.
+BoardWhiteNoise = board_only(StaticFilesMiddleware)
+BoardSessions = board_only("django.contrib.sessions.middleware.SessionMiddleware")
+BoardCsrf = board_only("django.middleware.csrf.CsrfViewMiddleware")
+BoardAuthentication = board_only(
+    "django.contrib.auth.middleware.AuthenticationMiddleware"
+)
+BoardMessages = board_only("django.contrib.messages.middleware.MessageMiddleware")
+BoardFrameOptions = board_only("django.middleware.clickjacking.XFrameOptionsMiddleware")
+BoardHtmx = board_only("django_htmx.middleware.HtmxMiddleware")

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
 
-from todos import tokens
+from todos import crypto, tokens
 
 STATES = ("pending", "claimed", "done", "failed")
 
@@ -63,6 +63,34 @@ class Endpoint(models.Model):
         return token
 
 
+class SqsCredential(models.Model):
+    """An endpoint's SQS identity: an access key id, its secret and an account id.
+
+    The secret signs every SigV4 request, so it is kept encrypted (not hashed);
+    the account id is the first path segment of every queue URL and stays the
+    same when the key is rotated.
+    """
+
+    endpoint = models.OneToOneField(
+        Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="sqs"
+    )
+    access_key_id = models.CharField(max_length=32, unique=True)
+    secret_encrypted = models.TextField()
+    account_id = models.CharField(max_length=12, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "sqs_credentials"
+
+    def __str__(self):
+        return self.access_key_id
+
+    @property
+    def secret_access_key(self):
+        return crypto.decrypt(self.secret_encrypted)
+
+
 class Todo(models.Model):
     """A durable work item; its lifecycle is driven only by ``todos.store``."""
 
@@ -88,8 +116,12 @@ class Todo(models.Model):
     idempotency_key = models.TextField(null=True, blank=True)
     last_error = models.TextField(db_default="", blank=True)
     result = models.JSONField(null=True, blank=True)
+    # Minted fresh on every claim: the fencing token of the current lease.
+    lease_token = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # When a claim may take it: created_at, or later for a delayed todo.
+    available_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         db_table = "todos"
@@ -115,8 +147,14 @@ class TodoEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     # ON DELETE CASCADE is added in SQL by the migration: purging a todo purges
     # its history with it, in one statement.
+    # todo_events_todo_idx (todo_id, id) serves the history read and the
+    # cascade; a second index on todo_id alone would cost WAL on every insert.
     todo = models.ForeignKey(
-        Todo, on_delete=models.DO_NOTHING, db_constraint=False, db_column="todo_id"
+        Todo,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_column="todo_id",
+        db_index=False,
     )
     endpoint_id = models.UUIDField()
     from_state = models.TextField(null=True, blank=True)
@@ -134,6 +172,38 @@ class TodoEvent(models.Model):
         return f"{self.todo_id}: {self.from_state or 'new'} -> {self.to_state}"
 
 
+class Queue(models.Model):
+    """One endpoint's queue and its settings; created on first use of a name.
+
+    A NULL setting follows the server's default (SWITCHBOARD_LEASE_SECONDS,
+    SWITCHBOARD_MAX_ATTEMPTS, no delay).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # The unique (endpoint_id, name) index serves the foreign key.
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, db_column="endpoint_id", db_index=False
+    )
+    name = models.TextField()
+    lease_seconds = models.IntegerField(null=True, blank=True)
+    max_attempts = models.IntegerField(null=True, blank=True)
+    delay_seconds = models.IntegerField(null=True, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "queues"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "name"], name="queues_endpoint_name_key"
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
 # --- Webhooks -------------------------------------------------------------------
 
 WEBHOOK_SCHEMES = (
@@ -147,10 +217,11 @@ class WebhookSource(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(max_length=100, unique=True)
-    # Kept in clear, unlike endpoint tokens: verifying an HMAC needs the shared
-    # secret itself, and a hash of it cannot sign anything. It is never shown
-    # again after creation, never logged, and never part of a response.
-    secret = models.CharField(max_length=200)
+    # Encrypted, not hashed like endpoint tokens: verifying an HMAC needs the
+    # shared secret itself, and a hash of it cannot sign anything. Read and set
+    # it through ``secret``; it is never shown again after creation, never
+    # logged, and never part of a response.
+    secret_encrypted = models.TextField()
     scheme = models.CharField(max_length=20, choices=WEBHOOK_SCHEMES, default="github")
     # Where the provider puts the signature, its delivery id (the idempotency
     # key of every todo it becomes) and its event name; blank = the scheme's
@@ -173,6 +244,14 @@ class WebhookSource(models.Model):
 
     def __str__(self):
         return self.slug
+
+    @property
+    def secret(self):
+        return crypto.decrypt(self.secret_encrypted)
+
+    @secret.setter
+    def secret(self, value):
+        self.secret_encrypted = crypto.encrypt(value)
 
 
 class WebhookRoute(models.Model):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
+from todos.mcp import sessions as mcp_sessions
 
 logger = logging.getLogger("switchboard.sweep")
 
@@ -79,6 +80,12 @@ class PassResult:
     requeued: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    # MCP sessions idle past SWITCHBOARD_MCP_SESSION_IDLE_SECONDS, deleted.
+    sessions_expired: int = 0
+    # Delayed todos that came due: their doorbells rung (not moved).
+    woken: int = 0
+    # The database time the next pass's delayed-todo window starts from.
+    delayed_until: object = None
     seconds: float = 0.0
     endpoints: set = field(default_factory=set)
 
@@ -112,6 +119,8 @@ def log_pass(message, result):
                 "requeued": result.requeued,
                 "dead_lettered": result.dead_lettered,
                 "retried": result.retried,
+                "sessions_expired": result.sessions_expired,
+                "woken": result.woken,
                 "endpoints": len(result.endpoints),
                 "ms": round(result.seconds * 1000, 1),
             }
@@ -119,8 +128,13 @@ def log_pass(message, result):
     )
 
 
-def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
-    """Reap expired leases, then requeue due retries; return what moved."""
+def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
+    """Reap expired leases, requeue due retries, ring delayed todos that came due.
+
+    ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
+    a minute); a delayed todo's ring is a wakeup only, the claim scan takes
+    a due todo by itself.
+    """
     started = time.monotonic()
     result = PassResult()
     for moved in drain(
@@ -139,6 +153,14 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None):
         _log_moved("requeue_due_retries", moved)
         result.retried += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
+    result.sessions_expired = mcp_sessions.forget_expired()
+    since = delayed_since
+    while True:
+        rung, since = store.ring_due_delayed(since, limit=batch_size)
+        result.woken += len(rung)
+        if len(rung) < batch_size or (should_stop is not None and should_stop()):
+            break
+    result.delayed_until = since
     result.seconds = time.monotonic() - started
     return result
 
@@ -162,6 +184,7 @@ class Sweeper:
         self.passes = 0
         self.failures = 0
         self.stop_signal = None
+        self.delayed_since = None
         self._stopping = False
 
     @property
@@ -219,7 +242,9 @@ class Sweeper:
         """Run one pass of both sweeps; return its result, or None when it failed."""
         try:
             result = sweep_once(
-                batch_size=self.batch_size, should_stop=lambda: self._stopping
+                batch_size=self.batch_size,
+                should_stop=lambda: self._stopping,
+                delayed_since=self.delayed_since,
             )
         except (store.Unavailable, DatabaseError) as exc:
             self.failures += 1
@@ -239,6 +264,7 @@ class Sweeper:
             connection.close()
             return None
         self.passes += 1
+        self.delayed_since = result.delayed_until
         if result.moved:
             log_pass("sweep pass", result)
         return result

@@ -606,3 +606,18 @@ def test_each_request_logs_one_structured_line(agent, caplog):
     assert fields["todo_id"] == todo["id"]
     assert fields["outcome"] == "conflict" and fields["status"] == 409
     assert fields["duration_ms"] >= 0
+
+
+def test_api_requests_skip_the_boards_middleware(agent, client):
+    """The Board's middleware (sessions, CSRF, frame options…) runs off /api/ only."""
+    response = agent.get("/api/v1/todos")
+    assert response.status_code == 200
+    assert "X-Frame-Options" not in response
+    assert "Cookie" not in response.get("Vary", "")
+    assert not response.cookies
+    board = client.get("/board/login/")
+    assert board["X-Frame-Options"] == "DENY"
+    assert "csrftoken" in board.cookies
+    strict = Client(enforce_csrf_checks=True)
+    refused = strict.post("/board/login/", {"username": "x", "password": "y"})
+    assert refused.status_code == 403

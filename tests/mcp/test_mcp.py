@@ -15,14 +15,17 @@ import anyio
 import httpx2
 import pytest
 from django.db import connection
+from django.test import Client as DjangoClient
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.support import database_url, free_port, serve_gunicorn
 from todos import store
+from todos.mcp import transport
 from todos.mcp.tools import TOOLS
 from todos.models import McpSession
+from todos.sweeper import sweep_once
 
 live = pytest.mark.django_db(transaction=True)
 TOOL_NAMES = {
@@ -718,3 +721,126 @@ def test_every_tool_has_an_object_schema_and_a_description():
         assert set(described["inputSchema"]["required"]) <= set(
             described["inputSchema"]["properties"]
         )
+
+
+def test_list_todos_on_an_ungranted_queue_is_forbidden_like_the_json_api(
+    post, client, make_endpoint
+):
+    """Defect: MCP list_todos answered an empty page where the JSON API says 403."""
+    narrow = make_endpoint("narrow", queues=("build",))
+    session = post(INITIALIZE, token=narrow.token)["Mcp-Session-Id"]
+    call_tool = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_todos", "arguments": {"queue": "deploy"}},
+    }
+
+    result = post(call_tool, session=session, token=narrow.token).json()["result"]
+    api = client.get(
+        "/api/v1/todos",
+        {"queue": "deploy"},
+        headers={"Authorization": f"Bearer {narrow.token}"},
+    )
+
+    assert api.status_code == 403
+    assert result["isError"] is True
+    assert result["structuredContent"] == api.json()
+
+
+def test_an_origin_that_is_not_a_url_is_refused_with_json(post):
+    """Defect: Origin "http://[::1" (a urlsplit ValueError) answered HTML 500."""
+    response = post(INITIALIZE, Origin="http://[::1")
+
+    assert response.status_code == 403
+    assert response.json()["error"]["data"]["error"] == "forbidden"
+
+
+@pytest.mark.parametrize("depth", [150, 1000])
+def test_a_create_todo_nested_too_deep_is_refused_before_anything_is_committed(
+    post, session_id, depth
+):
+    """Defect: a payload nested ~1000 deep was committed, then rendering the
+    result overflowed (HTML 500; a client that retries creates duplicates)."""
+    payload = json.loads("[" * depth + "]" * depth)
+    call_tool = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "create_todo", "arguments": {"queue": "q", "payload": {}}},
+    }
+    body = json.dumps(call_tool).replace(
+        '"payload": {}', f'"payload": {json.dumps(payload)}'
+    )
+
+    response = post(body, session=session_id)
+
+    assert response["Content-Type"].startswith("application/json")
+    answer = response.json()
+    if "result" in answer:
+        assert answer["result"]["isError"] is True
+        assert "nest deeper" in answer["result"]["structuredContent"]["detail"]
+    else:
+        assert response.status_code == 400
+    assert not store.list_todos_any_endpoint().todos
+
+
+def test_an_unexpected_failure_is_a_json_rpc_500_never_the_html_page(
+    endpoint, session_id, monkeypatch
+):
+    """Defect: /mcp could answer Django's HTML 500 page."""
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(transport, "_dispatch", broken)
+    response = DjangoClient(raise_request_exception=False).post(
+        "/mcp",
+        data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        content_type="application/json",
+        headers={
+            "Authorization": f"Bearer {endpoint.token}",
+            "Mcp-Session-Id": session_id,
+        },
+    )
+
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == -32603 and error["data"]["error"] == "internal_error"
+
+
+def age_session(session_id, seconds):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE mcp_sessions SET last_seen_at = now() - make_interval(secs => %s)"
+            " WHERE id = %s",
+            [seconds, session_id],
+        )
+
+
+def test_a_session_idle_past_the_configured_limit_is_a_404(post, session_id, settings):
+    """Defect: MCP sessions never expired (a fixed week, rows kept forever)."""
+    settings.SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = 60
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert post(ping, session=session_id).status_code == 200
+
+    age_session(session_id, 120)
+
+    response = post(ping, session=session_id)
+    assert response.status_code == 404
+    assert response.json()["error"]["data"]["error"] == "not_found"
+
+
+def test_the_sweep_deletes_expired_sessions_of_every_endpoint(
+    post, session_id, other_endpoint
+):
+    """Defect: MCP sessions never expired (a fixed week, rows kept forever)."""
+    other = post(INITIALIZE, token=other_endpoint.token)["Mcp-Session-Id"]
+    fresh = post(INITIALIZE)["Mcp-Session-Id"]
+    age_session(session_id, 8 * 86400)
+    age_session(other, 8 * 86400)
+
+    result = sweep_once()
+
+    assert result.sessions_expired == 2
+    assert list(McpSession.objects.values_list("id", flat=True)) == [uuid.UUID(fresh)]

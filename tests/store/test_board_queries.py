@@ -205,3 +205,14 @@ def test_newest_first_list_walks_the_created_index_instead_of_sorting(db):
 
     assert "todos_created_idx" in lines
     assert "Sort" not in lines
+
+
+def test_retry_matching_reports_a_dead_letter_held_back_by_its_twin_once(scope):
+    """Defect: bulk retry reported a held-back dead letter twice (issue #11)."""
+    failed(scope, dead=True, key="k")
+    failed(scope, dead=True, key="k")
+
+    outcome = store.retry_matching_any_endpoint()
+
+    assert outcome.retried == 1
+    assert len(outcome.conflicts) + outcome.key_held == 1

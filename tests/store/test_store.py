@@ -1047,10 +1047,32 @@ def test_dedupe_index_predicate_is_exactly_the_live_row_definition(db):
 
 
 def test_claim_index_holds_only_pending_rows(db):
-    """SPEC: Claim never scans terminal rows"""
+    """SPEC: Claim never scans terminal rows
+
+    It leads with the lane a claim reads (endpoint, queue, assignee or ''),
+    then available_at: a claim never walks another lane's backlog.
+    """
     assert index_definition("todos_pending_claim_idx").endswith(
-        "(endpoint_id, created_at) WHERE (state = 'pending'::text)"
+        "(endpoint_id, queue, COALESCE(assignee, ''::text), available_at)"
+        " WHERE (state = 'pending'::text)"
     )
+
+
+def test_live_row_predicate_equals_the_dedupe_index_predicate(db):
+    """SPEC: Redelivery during a backoff window does not duplicate
+
+    The store's one LIVE_ROW predicate, as PostgreSQL normalizes it, is the
+    dedupe index's predicate (beside its NULL-key clause).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE live_probe (LIKE todos)")
+        cursor.execute(
+            "CREATE INDEX live_probe_idx ON live_probe (endpoint_id, idempotency_key)"
+            f" WHERE idempotency_key IS NOT NULL AND {store.LIVE_ROW}"
+        )
+    probe = index_definition("live_probe_idx").split(" WHERE ", 1)[1]
+    dedupe = index_definition("todos_dedupe_idx").split(" WHERE ", 1)[1]
+    assert probe == dedupe
 
 
 @pytest.mark.parametrize("state", ["lost", "PENDING", "retrying"])

@@ -556,3 +556,74 @@ def test_create_todo_explains_bad_fields(board, make_endpoint):
     assert "Not valid JSON" in html
     assert "is not granted" in html
     assert "greater than or equal to 1" in html
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        ('{"x": NaN}', "Not valid JSON: NaN is not JSON"),
+        ('{"x": 1e999}', "numbers must be finite"),
+        ('{"x": "\\u0000"}', "NUL characters"),
+        ("[" * 200 + "]" * 200, "must not nest deeper than 100 levels"),
+    ],
+    ids=["nan", "overflow", "nul", "deep"],
+)
+def test_the_new_todo_form_refuses_a_payload_postgresql_cannot_store(
+    board, endpoint, payload, error
+):
+    """Defect: the New-todo form answered 500 for NaN, 1e999 and \\u0000 payloads."""
+    response = board.post(
+        "/board/todos/new/",
+        {"endpoint": endpoint.id, "queue": "q", "payload": payload, "max_attempts": 3},
+    )
+
+    assert response.status_code == 400
+    assert error in response.content.decode()
+    assert store.list_todos_any_endpoint().todos == []
+
+
+def test_the_new_todo_form_defaults_to_switchboard_max_attempts(
+    board, endpoint, settings
+):
+    """Defect: SWITCHBOARD_MAX_ATTEMPTS was ignored for Board-created todos."""
+    settings.SWITCHBOARD_MAX_ATTEMPTS = 2
+    form = board.get("/board/todos/new/").content.decode()
+    assert 'name="max_attempts" value="2"' in form
+
+    response = board.post(
+        "/board/todos/new/",
+        {"endpoint": endpoint.id, "queue": "q", "max_attempts": ""},
+        follow=True,
+    )
+
+    assert response.context["todo"].max_attempts == 2
+
+
+def test_retry_matching_names_a_held_back_dead_letter_once_and_never_newer(
+    board, scope
+):
+    """Defect: bulk retry reported a held-back dead letter twice and called the
+    holder "newer" (it may be the older of the two)."""
+    dead_letter(scope, "first delivery", key="delivery-9")
+    dead_letter(scope, "second delivery", key="delivery-9")
+
+    done = board.post(
+        "/board/todos/retry-matching/", {"state": "dead_letter"}, **htmx("bulk")
+    )
+
+    html = done.content.decode()
+    assert "Retried 1 todo" in html
+    held_back = html.count("holds their idempotency key") + html.count(
+        "holds the same idempotency key"
+    )
+    assert held_back == 1
+    assert "newer" not in html
+
+
+@pytest.mark.parametrize("url", [*BOARD_PAGES, "/board/webhooks/"])
+def test_every_board_page_varies_on_hx_request(board, url):
+    """Defect: Vary: HX-Request was missing on URLs that answer a page or a
+    fragment, so a cache could serve a fragment as the page."""
+    for response in (board.get(url), board.get(url, **HTMX)):
+        vary = {name.strip().lower() for name in response["Vary"].split(",")}
+        assert "hx-request" in vary, (url, response["Vary"])

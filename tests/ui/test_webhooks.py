@@ -263,3 +263,17 @@ def test_board_actions_on_a_missing_source_are_404(board, db):
 
     assert board.post(f"/board/webhooks/{missing}/rotate/").status_code == 404
     assert board.get(f"/board/webhooks/{missing}/routes/new/").status_code == 404
+
+
+def test_adding_a_route_to_another_queue_of_a_routed_endpoint_is_400(
+    board, source, endpoint
+):
+    """Defect: two queues of one endpoint made one todo and reported two targets."""
+    response = board.post(
+        f"/board/webhooks/{source.id}/routes/new/",
+        {"endpoint": str(endpoint.id), "queue": "triage"},
+    )
+
+    assert response.status_code == 400
+    assert "one queue per endpoint" in response.content.decode()
+    assert source.routes.count() == 2

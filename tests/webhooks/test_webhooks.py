@@ -326,9 +326,12 @@ def test_a_delivery_is_never_half_applied(client, source):
             """
         )
 
-    response = deliver(client)
+    response = deliver(Client(raise_request_exception=False))
 
-    assert response.status_code == 503
+    # Not an outage (issue #11: only connection loss and timeouts are): a JSON
+    # 500, which a sender redelivers like any 5xx.
+    assert response.status_code == 500
+    assert response.json()["error"] == "internal_error"
     assert Todo.objects.count() == 0
     assert WebhookDelivery.objects.count() == 0
 
@@ -436,3 +439,75 @@ def test_concurrent_redeliveries_leave_one_todo_per_target(endpoint, other_endpo
     )
     assert len(todos_of(endpoint)) == 1
     assert len(todos_of(other_endpoint)) == 1
+
+
+# --- One queue per endpoint (issue #11) -----------------------------------------
+
+
+def test_a_source_routed_to_two_queues_of_one_endpoint_is_refused(db, endpoint):
+    """Defect: two queues of one endpoint made one todo and reported two targets.
+
+    The delivery id is the idempotency key and the dedupe slot is per endpoint,
+    so the second route could never hold a todo of its own: it is refused.
+    """
+    routes = [
+        webhooks.RouteSpec(str(endpoint.id), "github"),
+        webhooks.RouteSpec(str(endpoint.id), "triage"),
+    ]
+    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
+        webhooks.create_source("acme-app", SECRET, routes)
+    assert not WebhookSource.objects.exists()
+
+
+def test_adding_a_second_queue_of_a_routed_endpoint_is_refused(source, endpoint):
+    """Defect: two queues of one endpoint made one todo and reported two targets."""
+    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
+        webhooks.add_route(source, webhooks.RouteSpec(str(endpoint.id), "triage"))
+    assert source.routes.filter(endpoint=endpoint).count() == 1
+
+
+def test_an_older_second_route_of_one_endpoint_is_reported_not_collapsed(
+    client, source, endpoint
+):
+    """Defect: two queues of one endpoint made one todo and reported two targets."""
+    WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="triage")
+
+    answer = deliver(client).json()
+
+    mine = [t for t in answer["targets"] if t["endpoint_id"] == str(endpoint.id)]
+    assert [(t["queue"], t["created"], t.get("skipped")) for t in mine] == [
+        ("github", True, None),
+        ("triage", False, "endpoint already routed by this source"),
+    ]
+    assert len(todos_of(endpoint)) == 1
+
+
+def test_a_webhook_todo_gets_switchboard_max_attempts(client, source, settings):
+    """Defect: SWITCHBOARD_MAX_ATTEMPTS was ignored for webhook todos."""
+    settings.SWITCHBOARD_MAX_ATTEMPTS = 2
+
+    deliver(client)
+
+    assert {todo.max_attempts for todo in Todo.objects.all()} == {2}
+
+
+def test_a_slug_with_a_nul_is_a_json_404_not_an_outage(client, db):
+    """Defect: /hooks/%00 answered 503 "redeliver": every DatabaseError was taken
+    for an outage (only connection loss and timeouts are)."""
+    response = client.post("/hooks/%00", data=b"{}", content_type="application/json")
+
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_an_unexpected_failure_is_a_json_500_never_the_html_page(source, monkeypatch):
+    """Defect: /hooks/ could answer Django's HTML 500 page."""
+
+    def broken(source, delivery):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(webhooks, "ingest", broken)
+    response = deliver(Client(raise_request_exception=False))
+
+    assert response.status_code == 500
+    assert response.json()["error"] == "internal_error"

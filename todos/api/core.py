@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 
-import psycopg
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -61,13 +60,7 @@ def api_error_for(exc):
         return ApiError(409, "conflict", exc.detail)
     if isinstance(exc, store.QueueNotGranted):
         return ApiError(403, "forbidden", exc.detail)
-    if isinstance(
-        exc,
-        store.Unavailable
-        | OperationalError
-        | InterfaceError
-        | psycopg.OperationalError,
-    ):
+    if store.is_outage(exc):
         return ApiError(
             503, "unavailable", "the database is unavailable; try again shortly"
         )
@@ -257,6 +250,10 @@ def list_page(scope, fields):
     Shared by the JSON view and the MCP tool, so both accept the same input.
     Returns the response body: ``{"todos": [...], "next_cursor": ...}``.
     """
+    queue = fields.text("queue")
+    if queue is not None and not scope.covers(queue):
+        # A queue outside the grant is 403, never an empty page.
+        raise store.QueueNotGranted(queue)
     state = fields.text("state")
     if state is not None and state not in store.STATE_FILTERS:
         raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
@@ -264,7 +261,7 @@ def list_page(scope, fields):
     cursor = fields.text("cursor", max_length=500, empty=True) or None
     try:
         page = store.list_todos(
-            scope, queue=fields.text("queue"), state=state, limit=limit, cursor=cursor
+            scope, queue=queue, state=state, limit=limit, cursor=cursor
         )
     except ValueError as exc:
         raise bad_request(f"cursor: {exc}") from exc

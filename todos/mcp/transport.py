@@ -41,6 +41,7 @@ from todos.api.core import api_error_for, authenticate
 from todos.api.events import _rings, same_access
 from todos.api.events import backlog as events_backlog
 from todos.doorbell import ENDPOINT, LOST, RECHECK, SESSION, SHUTDOWN, hub
+from todos.mcp import sessions
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
 
@@ -50,8 +51,8 @@ logger = logging.getLogger("switchboard.mcp")
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18")
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
-# A session unused this long is gone; its client initializes a new one.
-SESSION_IDLE = timedelta(days=7)
+# A session unused for SWITCHBOARD_MCP_SESSION_IDLE_SECONDS is gone; its
+# client initializes a new one (todos.mcp.sessions).
 # last_seen_at is refreshed at most this often, so a request rarely writes.
 TOUCH_EVERY = timedelta(minutes=1)
 BACKLOG_LIMIT = 100
@@ -117,6 +118,17 @@ class TransportError(Exception):
         return response
 
 
+def error_response(status, detail=None):
+    """A transport error of an HTTP status, for the request middleware."""
+    code = http.code_for(status)
+    return TransportError(
+        status,
+        INTERNAL_ERROR if status >= 500 else INVALID_REQUEST,
+        detail or code.replace("_", " "),
+        error=code,
+    ).response()
+
+
 class RpcError(Exception):
     """A well-formed request that cannot be served: a JSON-RPC error at 200."""
 
@@ -143,7 +155,12 @@ def _check_origin(request):
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    domain, _ = split_domain_port(urlsplit(origin).netloc)
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        # Not a URL at all (e.g. "http://[::1", an unclosed IPv6 bracket).
+        netloc = ""
+    domain, _ = split_domain_port(netloc)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         raise TransportError(
             403, INVALID_REQUEST, f"origin {origin!r} is not allowed", error="forbidden"
@@ -173,9 +190,7 @@ def _session(request, endpoint, message_id=None):
             message_id=message_id,
         )
     try:
-        session = McpSession.objects.filter(
-            pk=uuid.UUID(raw), endpoint=endpoint, last_seen_at__gte=Now() - SESSION_IDLE
-        ).first()
+        session = sessions.live().filter(pk=uuid.UUID(raw), endpoint=endpoint).first()
     except ValueError:
         session = None
     # An ended, expired, malformed or foreign session id: all the same 404,
@@ -221,9 +236,7 @@ def _initialize(endpoint, message):
     requested = params["protocolVersion"]
     version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
     # Forget this endpoint's long-idle sessions while minting a new one.
-    McpSession.objects.filter(
-        endpoint=endpoint, last_seen_at__lt=Now() - SESSION_IDLE
-    ).delete()
+    sessions.forget_expired(endpoint)
     session = McpSession.objects.create(
         endpoint=endpoint,
         protocol_version=version,

@@ -68,7 +68,7 @@ DROP FUNCTION IF EXISTS switchboard_endpoint_changed();
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("todos", "0007_drop_redundant_endpoint_index"),
+        ("todos", "0011_sqs_credentials_encrypted_secrets"),
     ]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from .lifecycle import _retry
+from .lifecycle import _retry, is_dedupe_violation
 from .reads import STATE_FILTERS, _filter_conditions
 from .rows import Conflict, NotFound
 from .sql import DOORBELL, EVENT_INSERT, _run
@@ -125,7 +125,7 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
     return Overview(rows, totals, capped, cap)
 
 
-# A dead letter whose idempotency key a newer live todo holds: its requeue
+# A dead letter whose idempotency key another live todo holds: its requeue
 # would collide in todos_dedupe_idx, so a bulk retry leaves it (and says so).
 KEY_HELD_ELSEWHERE = """EXISTS (
     SELECT 1 FROM todos l
@@ -161,7 +161,7 @@ def count_retryable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
 
 def count_key_held_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
     """Count the matching dead letters a bulk retry must leave, up to cap + 1:
-    a newer live todo holds their idempotency key."""
+    another live todo holds their idempotency key."""
     return _count_failed(KEY_HELD_ELSEWHERE, cap, filters)
 
 
@@ -178,7 +178,7 @@ class BulkRetry:
 
 
 # One batch of a bulk retry, in keyset order after the last batch. A dead
-# letter whose idempotency key a newer live todo holds is left alone (its
+# letter whose idempotency key another live todo holds is left alone (its
 # requeue would collide in todos_dedupe_idx); rows another transaction holds
 # are skipped rather than waited for.
 RETRY_BATCH_SQL = f"""
@@ -246,7 +246,9 @@ def retry_matching_any_endpoint(
         try:
             with transaction.atomic():
                 rows = _run("retry_matching", batch_sql, bound)
-        except IntegrityError:
+        except IntegrityError as exc:
+            if not is_dedupe_violation(exc):
+                raise
             # Two dead letters of one batch share a key: retry that batch one by
             # one, so the first takes the key and the rest report a conflict.
             rows = _run("retry_matching", ids_sql, bound)
@@ -264,8 +266,10 @@ def retry_matching_any_endpoint(
             break
         after = (rows[-1][0], str(rows[-1][1]))
     more = retried >= limit and count_retryable_any_endpoint(cap=1, **filters) > 0
-    held = count_key_held_any_endpoint(**filters)
-    return BulkRetry(retried, conflicts, more, held)
+    # The dead letters that lost their key to another one of this retry are
+    # already in ``conflicts``: count each held-back dead letter once.
+    held = count_key_held_any_endpoint(**filters) - len(conflicts)
+    return BulkRetry(retried, conflicts, more, max(held, 0))
 
 
 def retry_many_any_endpoint(todo_ids, *, actor="operator"):

@@ -1,72 +1,113 @@
-"""A todo's lifecycle: create, claim, the owner transitions and retry."""
+"""A todo's lifecycle: create, claim, the owner transitions and retry.
 
+Each statement is written out whole right above the function that runs it. A
+transition is one conditional statement that also appends its ``todo_events``
+row and, when the todo becomes claimable, rings the doorbell (``pg_notify``,
+delivered at commit, so a listener never hears of a transition that rolled
+back). When it matches no row, one lookup classifies the miss.
+
+The channel every statement rings is ``switchboard_todo_ready``
+(``DOORBELL_CHANNEL``; a test checks each statement names it).
+"""
+
+import hmac
 import json
 import uuid
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
 from .rows import (
-    BACKOFF_BASE_SECONDS,
-    BACKOFF_CAP_SECONDS,
-    DEFAULT_MAX_ATTEMPTS,
+    MAX_ACK_BATCH,
+    MAX_CLAIM_BATCH,
+    MAX_CREATE_BATCH,
+    MAX_DELAY_SECONDS,
     TODO_COLUMNS,
     Conflict,
+    KeyHeld,
+    LeaseSuperseded,
     NotFound,
     QueueNotGranted,
     Scope,
     Todo,
 )
 from .sql import (
-    DOORBELL,
-    EVENT_INSERT,
-    REDELIVERABLE,
-    SCOPED,
+    LIVE_ROW,
+    _defaults,
     _lease,
     _run,
+    _scope,
     _scope_params,
-    _transition,
+    _todo_id,
     _uuid,
-    _variants,
 )
+
+# The todo columns as an UPDATE … FROM's RETURNING names them (table alias t).
+T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in TODO_COLUMNS.split(","))
 
 # --- Create ---------------------------------------------------------------------
 
-# ON CONFLICT names the dedupe index by its columns and its exact predicate, so
-# PostgreSQL infers todos_dedupe_idx; a NULL key never conflicts. The row is
-# selected from its endpoint, so an unknown endpoint inserts nothing: Django's
-# foreign keys are DEFERRABLE INITIALLY DEFERRED, and inside a caller's
-# transaction the violation would only surface at its COMMIT.
+# 1. queue_row: the first use of a queue name makes its row (NULL settings =
+#    the server's defaults); an existing row costs an index probe, no write.
+# 2. defaults: the call's max_attempts and delay, else the queue's, else the
+#    server's.
+# 3. moved: the insert. ON CONFLICT names the dedupe index by its columns and
+#    its exact predicate (LIVE_ROW), so PostgreSQL infers todos_dedupe_idx; a
+#    NULL key never conflicts. The row is selected from its endpoint, so an
+#    unknown endpoint inserts nothing (Django's foreign keys are DEFERRABLE
+#    INITIALLY DEFERRED: inside a caller's transaction the violation would only
+#    surface at COMMIT). The wall clock, read once, not the transaction's
+#    start: todos created in one transaction (a webhook fan-out) keep their
+#    order, and a new todo's updated_at equals its created_at.
+# 4. history, then the ring, unless the todo is delayed: the sweep rings when
+#    it becomes due (ring_due_delayed).
 CREATE_SQL = f"""
-WITH moved AS (
+WITH queue_row AS (
+    INSERT INTO queues (endpoint_id, name)
+    SELECT e.id, %(queue)s FROM endpoints e WHERE e.id = %(endpoint_id)s
+    ON CONFLICT (endpoint_id, name) DO NOTHING
+), defaults AS (
+    SELECT coalesce(%(max_attempts)s::int, q.max_attempts,
+                    %(default_max_attempts)s::int) AS max_attempts,
+           coalesce(%(delay_seconds)s::int, q.delay_seconds, 0) AS delay_seconds
+      FROM (SELECT 1) one
+      LEFT JOIN queues q ON q.endpoint_id = %(endpoint_id)s AND q.name = %(queue)s
+), moved AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
-                       created_at, updated_at)
-    SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb,
-           'pending', %(assignee)s, 0, %(max_attempts)s, %(idempotency_key)s, '',
-           clock.at, clock.at
-      FROM endpoints e,
-           -- The wall clock, not the transaction's start: todos created in one
-           -- transaction (a webhook fan-out) keep their order. One reading,
-           -- so a new todo's updated_at equals its created_at.
-           (SELECT clock_timestamp() AS at) clock
+                       created_at, updated_at, available_at)
+    SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb, 'pending',
+           %(assignee)s, 0, d.max_attempts, %(idempotency_key)s, '',
+           clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds)
+      FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
     ON CONFLICT (endpoint_id, idempotency_key)
-        WHERE idempotency_key IS NOT NULL
-          AND state <> 'done'
-          AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+        WHERE idempotency_key IS NOT NULL AND {LIVE_ROW}
     DO NOTHING
-    RETURNING {TODO_COLUMNS}, NULL::text AS from_state
-), history AS ({EVENT_INSERT})
-SELECT {TODO_COLUMNS}, {DOORBELL} FROM moved
+    RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, NULL, state, attempt, %(actor)s, '', now() FROM moved
+)
+SELECT {TODO_COLUMNS},
+       CASE WHEN available_at <= created_at THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text) END
+  FROM moved
 """
 
 LIVE_DUPLICATE_SQL = f"""
 SELECT {TODO_COLUMNS} FROM todos
  WHERE endpoint_id = %(endpoint_id)s AND idempotency_key = %(idempotency_key)s
-   AND state <> 'done' AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+   AND {LIVE_ROW}
 """
 
 ENDPOINT_EXISTS_SQL = "SELECT 1 FROM endpoints WHERE id = %(endpoint_id)s"
+
+KEY_HELD_OUTSIDE_GRANT = (
+    "a live todo in a queue outside this endpoint's grant holds this idempotency key"
+)
 
 
 def create_todo(
@@ -78,24 +119,21 @@ def create_todo(
     idempotency_key=None,
     assignee=None,
     max_attempts=None,
+    delay_seconds=None,
     actor="",
 ):
     """Enqueue a todo; return (todo, created).
 
-    A live duplicate (same endpoint and idempotency key) returns created=False.
+    A live duplicate (same endpoint and idempotency key) returns created=False;
+    one in a queue outside the grant raises KeyHeld. ``max_attempts`` and
+    ``delay_seconds`` default to the queue's settings, then the server's.
     """
     if not scope.covers(queue):
         raise QueueNotGranted(queue)
-    return _create(
-        _scope_params(scope)["endpoint_id"],
-        queue,
-        title,
-        payload,
-        idempotency_key,
-        assignee,
-        max_attempts,
-        actor,
+    item = _create_item(
+        queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
     )
+    return _create(_scope_params(scope)["endpoint_id"], scope, item, actor)
 
 
 def create_todo_any_endpoint(
@@ -107,34 +145,67 @@ def create_todo_any_endpoint(
     idempotency_key=None,
     assignee=None,
     max_attempts=None,
+    delay_seconds=None,
     actor="",
 ):
     """Enqueue a todo for any endpoint (the Board and webhooks); no grant check."""
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
         raise NotFound("no such endpoint")
-    return _create(
-        endpoint, queue, title, payload, idempotency_key, assignee, max_attempts, actor
+    item = _create_item(
+        queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
     )
+    return _create(endpoint, None, item, actor)
 
 
-def _create(
-    endpoint_id, queue, title, payload, idempotency_key, assignee, max_attempts, actor
+def _create_item(
+    queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
 ):
-    max_attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else int(max_attempts)
-    if max_attempts < 1:
-        raise ValueError("max_attempts must be at least 1")
-    params = {
-        "endpoint_id": endpoint_id,
+    """Validate one create and bind it (ValueError names the bad field)."""
+    if not isinstance(queue, str) or not queue:
+        raise ValueError("queue must be a non-empty string")
+    if max_attempts is not None:
+        max_attempts = int(max_attempts)
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+    if delay_seconds is not None:
+        delay_seconds = int(delay_seconds)
+        if not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+            raise ValueError(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}")
+    return {
         "queue": queue,
         "title": title or "",
         "payload": json.dumps({} if payload is None else payload),
         "assignee": assignee,
         "max_attempts": max_attempts,
+        "delay_seconds": delay_seconds,
         "idempotency_key": idempotency_key,
-        "actor": actor,
-        "event_error": "",
     }
+
+
+def _duplicate(scope, row):
+    """The live duplicate a create collapsed onto, if the caller may see it."""
+    todo = Todo.from_row(row)
+    if scope is not None and not scope.covers(todo.queue):
+        # After a grant narrowed: never hand out another queue's todo.
+        raise KeyHeld(KEY_HELD_OUTSIDE_GRANT, key=todo.idempotency_key)
+    return todo, False
+
+
+def bind_create(endpoint_id, *, actor="", **fields):
+    """Return CREATE_SQL's parameters (the benchmarks run the same statement)."""
+    item = _create_item(**_item_args(fields))
+    return {
+        **item,
+        **_defaults(),
+        "endpoint_id": str(endpoint_id),
+        "actor": actor,
+        "id": str(uuid.uuid4()),
+    }
+
+
+def _create(endpoint_id, scope, item, actor):
+    params = {**item, **_defaults(), "endpoint_id": endpoint_id, "actor": actor}
     # A duplicate can turn terminal between the insert that lost and the read
     # of the winner; then the slot is free again and the next insert wins.
     for _ in range(3):
@@ -144,85 +215,361 @@ def _create(
             return Todo.from_row(row), True
         row = _run("create_todo", LIVE_DUPLICATE_SQL, params, fetch="one")
         if row is not None:
-            return Todo.from_row(row), False
+            return _duplicate(scope, row)
         if _run("create_todo", ENDPOINT_EXISTS_SQL, params, fetch="one") is None:
             raise NotFound("no such endpoint")
     raise Conflict("the idempotency key is contended; try again")
 
 
+# Many creates in one statement: the items arrive as parallel arrays. Each
+# item is its own row with its own history row and ring, deduplicated like a
+# single create: ON CONFLICT DO NOTHING also skips an item whose key an
+# earlier item of the same batch took (rows go in batch order). One clock
+# reading for the batch, plus a microsecond per item so a batch keeps its
+# order in the claim index.
+CREATE_MANY_SQL = f"""
+WITH item AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(queue_names)s::text[],
+                         %(titles)s::text[], %(payloads)s::jsonb[],
+                         %(assignees)s::text[], %(keys)s::text[],
+                         %(max_attempts)s::int[], %(delays)s::int[])
+           WITH ORDINALITY AS i (id, queue, title, payload, assignee,
+                                 idempotency_key, max_attempts, delay_seconds, ord)
+), queue_row AS (
+    INSERT INTO queues (endpoint_id, name)
+    SELECT DISTINCT e.id, i.queue FROM endpoints e, item i
+     WHERE e.id = %(endpoint_id)s
+    ON CONFLICT (endpoint_id, name) DO NOTHING
+), moved AS (
+    INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
+                       attempt, max_attempts, idempotency_key, last_error,
+                       created_at, updated_at, available_at)
+    SELECT i.id, e.id, i.queue, i.title, i.payload, 'pending', i.assignee, 0,
+           coalesce(i.max_attempts, q.max_attempts, %(default_max_attempts)s::int),
+           i.idempotency_key, '', at.created, at.created,
+           at.created + make_interval(
+               secs => coalesce(i.delay_seconds, q.delay_seconds, 0))
+      FROM item i
+      JOIN endpoints e ON e.id = %(endpoint_id)s
+      LEFT JOIN queues q ON q.endpoint_id = e.id AND q.name = i.queue
+     CROSS JOIN (SELECT clock_timestamp() AS at) clock
+     CROSS JOIN LATERAL (
+         SELECT clock.at + (i.ord - 1) * interval '1 microsecond' AS created) at
+     ORDER BY i.ord
+    ON CONFLICT (endpoint_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND {LIVE_ROW}
+    DO NOTHING
+    RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, NULL, state, attempt, %(actor)s, '', now() FROM moved
+)
+SELECT {TODO_COLUMNS},
+       CASE WHEN available_at <= created_at THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text) END
+  FROM moved
+"""
+
+LIVE_DUPLICATES_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE endpoint_id = %(endpoint_id)s AND idempotency_key = ANY(%(keys)s::text[])
+   AND {LIVE_ROW}
+"""
+
+CREATE_FIELDS = {
+    "queue",
+    "title",
+    "payload",
+    "idempotency_key",
+    "assignee",
+    "max_attempts",
+    "delay_seconds",
+}
+
+
+def create_many(scope, items, *, actor=""):
+    """Enqueue 1–100 todos in one statement; return one result per item, in order.
+
+    Each result is ``(todo, created)`` or the exception the single create would
+    have raised (ValueError, QueueNotGranted, KeyHeld). Items are dicts of
+    create_todo's keyword arguments; a key equal to an earlier item's (in this
+    batch or before) collapses onto that live todo with created=False.
+    """
+    items = list(items)
+    if not 1 <= len(items) <= MAX_CREATE_BATCH:
+        raise ValueError(f"a batch holds 1 to {MAX_CREATE_BATCH} todos")
+    endpoint_id = _scope_params(scope)["endpoint_id"]
+    results, bound = [None] * len(items), {}
+    for index, fields in enumerate(items):
+        try:
+            unknown = set(fields) - CREATE_FIELDS
+            if unknown:
+                raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
+            item = _create_item(**_item_args(fields))
+            if not scope.covers(item["queue"]):
+                raise QueueNotGranted(item["queue"])
+            bound[index] = {**item, "id": uuid.uuid4()}
+        except (ValueError, TypeError, QueueNotGranted) as exc:
+            results[index] = exc if not isinstance(exc, TypeError) else ValueError(exc)
+    if not bound:
+        return results
+    batch = list(bound.values())
+    params = {
+        **_defaults(),
+        "endpoint_id": endpoint_id,
+        "actor": actor,
+        "ids": [str(item["id"]) for item in batch],
+        "queue_names": [item["queue"] for item in batch],
+        "titles": [item["title"] for item in batch],
+        "payloads": [item["payload"] for item in batch],
+        "assignees": [item["assignee"] for item in batch],
+        "keys": [item["idempotency_key"] for item in batch],
+        "max_attempts": [item["max_attempts"] for item in batch],
+        "delays": [item["delay_seconds"] for item in batch],
+    }
+    rows = _run("create_many", CREATE_MANY_SQL, params)
+    created = {todo.id: todo for todo in map(Todo.from_row, rows)}
+    keys = [
+        item["idempotency_key"]
+        for item in batch
+        if str(item["id"]) not in created and item["idempotency_key"] is not None
+    ]
+    live = {}
+    if keys:
+        rows = _run(
+            "create_many",
+            LIVE_DUPLICATES_SQL,
+            {"endpoint_id": endpoint_id, "keys": keys},
+        )
+        live = {row[13]: row for row in rows}
+    for index, item in bound.items():
+        todo = created.get(str(item["id"]))
+        if todo is not None:
+            results[index] = (todo, True)
+            continue
+        try:
+            row = live.get(item["idempotency_key"])
+            if row is not None:
+                results[index] = _duplicate(scope, row)
+            else:
+                # The winner turned terminal meanwhile (or the endpoint is
+                # gone): the single create's loop settles it.
+                results[index] = _create(endpoint_id, scope, item, actor)
+        except (Conflict, NotFound) as exc:
+            results[index] = exc
+    return results
+
+
+def _item_args(fields):
+    args = dict(fields)
+    args.setdefault("title", "")
+    return {
+        "queue": args.get("queue"),
+        "title": args.get("title"),
+        "payload": args.get("payload"),
+        "idempotency_key": args.get("idempotency_key"),
+        "assignee": args.get("assignee"),
+        "max_attempts": args.get("max_attempts"),
+        "delay_seconds": args.get("delay_seconds"),
+    }
+
+
 # --- Claim ----------------------------------------------------------------------
 
-CLAIM_UPDATE = f"""
-moved AS (
+# A claim of up to %(limit)s todos, in one statement:
+# 1. pending_queue: when the call names no queues, the endpoint's queues that
+#    have pending rows, found by skipping through todos_pending_claim_idx one
+#    queue at a time (one index descent per queue, however long its backlog).
+# 2. lane: each queue that is not paused, times the pool ('' = assigned to
+#    nobody) and the worker's own assignments. todos_pending_claim_idx leads
+#    with exactly (endpoint_id, queue, assignee or ''), then available_at.
+# 3. due: first the due redeliveries (a lapsed lease below the cap, an elapsed
+#    retry window), oldest first, through the small lease and retry-window
+#    indexes (the sweeps move them within seconds, so they are few).
+# 4. fresh: then the oldest due pending rows, lane by lane: each lane is a
+#    range of the claim index from its oldest row up to the statement's
+#    clock (not now(): a todo created later in the caller's own transaction is
+#    due too), so a claim
+#    never reads another lane's backlog (another queue's, another endpoint's,
+#    another worker's assignments) nor a delayed row before it is due. SKIP
+#    LOCKED makes concurrent claimants pass over each other's rows; a row
+#    locked here but not taken (another lane's rows were older) is free again
+#    when this statement commits.
+# 5. moved: claim them, with a fresh lease token each; the lease is the call's,
+#    else the queue's, else the server's.
+# 6. history, and the rows in claim order (redeliveries first).
+CLAIM_SQL = f"""
+WITH RECURSIVE pending_queue (name) AS (
+    (SELECT queue FROM todos
+      WHERE endpoint_id = %(endpoint_id)s AND state = 'pending'
+        AND %(queues)s::text[] IS NULL
+      ORDER BY queue
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.queue FROM todos t
+             WHERE t.endpoint_id = %(endpoint_id)s AND t.state = 'pending'
+               AND t.queue > p.name
+             ORDER BY t.queue
+             LIMIT 1)
+      FROM pending_queue p
+     WHERE p.name IS NOT NULL
+), lane (queue, assignee_key) AS (
+    SELECT q.name, k.assignee_key
+      FROM (SELECT name FROM pending_queue WHERE name IS NOT NULL
+            UNION
+            SELECT unnest(%(queues)s::text[])) q (name)
+     CROSS JOIN (SELECT ''
+                 UNION
+                 SELECT %(worker)s::text WHERE %(worker)s::text <> '') k (assignee_key)
+     WHERE NOT EXISTS (
+         SELECT 1 FROM queues p
+          WHERE p.endpoint_id = %(endpoint_id)s AND p.name = q.name
+            AND p.paused_at IS NOT NULL)
+), due AS (
+    SELECT t.id, t.state AS from_state, 0 AS rank, t.created_at AS rank_at
+      FROM todos t
+     WHERE ((t.state = 'claimed' AND t.lease_expires_at < now()
+             AND t.attempt < t.max_attempts)
+         OR (t.state = 'failed' AND t.next_retry_at <= now()))
+       AND t.endpoint_id = %(endpoint_id)s
+       AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))
+       AND (t.assignee IS NULL OR t.assignee = %(worker)s)
+       AND NOT EXISTS (
+           SELECT 1 FROM queues p
+            WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
+              AND p.paused_at IS NOT NULL)
+     ORDER BY t.created_at
+     LIMIT %(limit)s
+       FOR UPDATE OF t SKIP LOCKED
+), fresh AS (
+    SELECT c.id, 'pending'::text AS from_state, 1 AS rank, c.available_at AS rank_at
+      FROM lane
+     CROSS JOIN LATERAL (
+         SELECT t.id, t.available_at FROM todos t
+          WHERE t.endpoint_id = %(endpoint_id)s AND t.state = 'pending'
+            AND t.queue = lane.queue
+            AND coalesce(t.assignee, '') = lane.assignee_key
+            AND t.available_at <= statement_timestamp()
+          ORDER BY t.available_at
+          LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED) c
+     ORDER BY c.available_at
+     LIMIT %(limit)s - (SELECT count(*) FROM due)
+), candidate AS (
+    SELECT * FROM due UNION ALL SELECT * FROM fresh
+), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
            claimed_at = now(),
-           lease_expires_at = now() + make_interval(secs => %(lease)s::int),
+           lease_expires_at = now() + make_interval(secs => coalesce(
+               %(lease)s::int,
+               (SELECT q.lease_seconds FROM queues q
+                 WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
+               %(default_lease)s::int)),
+           lease_token = replace(gen_random_uuid()::text, '-', ''),
            next_retry_at = NULL, updated_at = now()
       FROM candidate c
      WHERE t.id = c.id
- RETURNING t.id, t.endpoint_id, t.queue, t.title, t.payload, t.state, t.assignee,
-           t.owner, t.attempt, t.max_attempts, t.lease_expires_at, t.claimed_at,
-           t.next_retry_at, t.idempotency_key, t.last_error, t.result,
-           t.created_at, t.updated_at, c.from_state
-), history AS ({EVENT_INSERT})
-SELECT {TODO_COLUMNS} FROM moved
+ RETURNING {T_COLUMNS}, c.from_state, c.rank, c.rank_at
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, from_state, state, attempt, coalesce(%(worker)s, ''), '',
+           now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
 """
 
-# claim_next: first any redelivery that is due (lapsed lease or elapsed
-# backoff: few rows, served by the lease and retry-window partial indexes),
-# else the oldest pending row from the partial pending index. SKIP LOCKED makes
-# concurrent claimants pass over each other's rows instead of queueing on them.
-# The pending scan runs only when no redelivery was found (a one-time filter).
-CLAIM_NEXT_SQL = f"""
-WITH due AS (
-    SELECT id, state AS from_state FROM todos
-     WHERE {SCOPED} AND {REDELIVERABLE}
-       AND (assignee IS NULL OR assignee = %(worker)s)
-     ORDER BY created_at
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED
-), fresh AS (
-    SELECT id, state AS from_state FROM todos
-     WHERE {SCOPED} AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(worker)s)
-       AND NOT EXISTS (SELECT 1 FROM due)
-     ORDER BY created_at
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED
-), candidate AS (
-    SELECT * FROM due UNION ALL SELECT * FROM fresh
-), {CLAIM_UPDATE}"""
+
+def claim_many(scope, worker, *, limit, queue=None, lease_seconds=None):
+    """Claim up to ``limit`` (1–10) todos of this scope in one statement; [] if none.
+
+    Due redeliveries first, then the oldest due pending todos of queues that
+    are not paused, assigned to nobody or to this worker.
+    """
+    params = bind_claim(
+        scope, worker, limit=limit, queue=queue, lease_seconds=lease_seconds
+    )
+    return [Todo.from_row(row) for row in _run("claim", CLAIM_SQL, params)]
 
 
-def claim_next(scope, worker, *, queue=None, lease_seconds=None):
-    """Claim the next claimable todo of this scope (optionally of one queue)."""
+def bind_claim(scope, worker, *, limit=1, queue=None, lease_seconds=None):
+    """Return CLAIM_SQL's parameters (the benchmarks run the same statement)."""
+    limit = int(limit)
+    if not 1 <= limit <= MAX_CLAIM_BATCH:
+        raise ValueError(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
     if queue is not None:
         if not scope.covers(queue):
             raise QueueNotGranted(queue)
         scope = Scope(scope.endpoint_id, (queue,))
-    params = {
+    return {
         **_scope_params(scope),
+        **_defaults(),
         "worker": worker,
-        "actor": worker,
-        "event_error": "",
         "lease": _lease(lease_seconds),
+        "limit": limit,
     }
-    row = _run("claim_next", CLAIM_NEXT_SQL, params, fetch="one")
-    if row is None:
+
+
+def claim_next(scope, worker, *, queue=None, lease_seconds=None):
+    """Claim the next claimable todo of this scope (optionally of one queue)."""
+    claimed = claim_many(
+        scope, worker, limit=1, queue=queue, lease_seconds=lease_seconds
+    )
+    if not claimed:
         raise NotFound("no claimable todo")
-    return Todo.from_row(row)
+    return claimed[0]
 
 
-CLAIM_ONE_SQL, CLAIM_ONE_ANY_SQL = _variants(
-    f"""
+# Claim one named todo: pending and due, or a due redelivery; assigned to
+# nobody or to this worker; its queue not paused. ``operator`` is TRUE for
+# the Board (no endpoint or grant check).
+CLAIM_ONE_SQL = f"""
 WITH candidate AS (
-    SELECT id, state AS from_state FROM todos
-     WHERE id = %(id)s AND {{scope}}
-       AND (state = 'pending' OR {REDELIVERABLE})
+    SELECT id, state AS from_state FROM todos t
+     WHERE id = %(id)s
+       AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
+       AND ((state = 'pending' AND available_at <= statement_timestamp())
+         OR (state = 'claimed' AND lease_expires_at < now()
+             AND attempt < max_attempts)
+         OR (state = 'failed' AND next_retry_at <= now()))
        AND (assignee IS NULL OR assignee = %(worker)s)
+       AND NOT EXISTS (
+           SELECT 1 FROM queues p
+            WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
+              AND p.paused_at IS NOT NULL)
        FOR UPDATE SKIP LOCKED
-), {CLAIM_UPDATE}"""
+), moved AS (
+    UPDATE todos t
+       SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
+           claimed_at = now(),
+           lease_expires_at = now() + make_interval(secs => coalesce(
+               %(lease)s::int,
+               (SELECT q.lease_seconds FROM queues q
+                 WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
+               %(default_lease)s::int)),
+           lease_token = replace(gen_random_uuid()::text, '-', ''),
+           next_retry_at = NULL, updated_at = now()
+      FROM candidate c
+     WHERE t.id = c.id
+ RETURNING {T_COLUMNS}, c.from_state
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, from_state, state, attempt, coalesce(%(worker)s, ''), '',
+           now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS} FROM moved
+"""
+
+CLAIMABLE = (
+    "only a due pending todo (or a lapsed or due one) of a queue that is not"
+    " paused, assigned to nobody or to this worker, can be claimed"
 )
 
 
@@ -237,155 +584,336 @@ def claim_todo_any_endpoint(todo_id, worker, *, lease_seconds=None):
 
 
 def _claim_one(scope, todo_id, worker, lease_seconds):
+    todo_id = _todo_id(todo_id)
     params = {
+        **_scope(scope),
+        **_defaults(),
+        "id": todo_id,
         "worker": worker,
-        "actor": worker,
-        "event_error": "",
         "lease": _lease(lease_seconds),
     }
-    return _transition(
-        "claim_todo",
-        scope,
-        todo_id,
-        (CLAIM_ONE_SQL, CLAIM_ONE_ANY_SQL),
-        params,
-        "only a pending todo (or a lapsed or due one) "
-        "assigned to nobody or to this worker can be claimed",
-    )
+    row = _run("claim_todo", CLAIM_ONE_SQL, params, fetch="one")
+    if row is None:
+        todo = _lookup(scope, todo_id)
+        raise Conflict(
+            f"todo is {todo.state}; {CLAIMABLE}", todo_id=todo_id, state=todo.state
+        )
+    return Todo.from_row(row)
 
 
-# --- Owner transitions ----------------------------------------------------------
-
-
-def _owner_transition(set_clause, from_state="'claimed'"):
-    """Build the scoped/any pair of a transition guarded by state and owner."""
-    return _variants(
-        f"""
-WITH moved AS (
-    UPDATE todos SET {set_clause}, updated_at = now()
-     WHERE id = %(id)s AND {{scope}} AND state = 'claimed' AND owner = %(worker)s
- RETURNING {TODO_COLUMNS}, {from_state}::text AS from_state
-), history AS ({EVENT_INSERT})
-SELECT {TODO_COLUMNS}, {DOORBELL} FROM moved
+LOOKUP_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE id = ANY(%(ids)s::uuid[])
+   AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
 """
-    )
 
+
+def _lookup(scope, todo_id):
+    """After a zero-row transition: the todo as it is now, or NotFound."""
+    found = _lookup_many(scope, [todo_id])
+    if todo_id not in found:
+        raise NotFound(todo_id=todo_id)
+    return found[todo_id]
+
+
+def _lookup_many(scope, todo_ids):
+    params = {**_scope(scope), "ids": list(todo_ids)}
+    return {
+        str(row[0]): Todo.from_row(row) for row in _run("classify", LOOKUP_SQL, params)
+    }
+
+
+# --- Owner transitions and acknowledgements -------------------------------------
+
+OPS = ("complete", "fail", "heartbeat", "release")
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One owner action of ``acknowledge_many`` (and of the single transitions)."""
+
+    op: str
+    todo_id: str
+    worker: str | None = None
+    lease_token: str | None = None
+    result: object = None
+    error: str | None = None
+    lease_seconds: int | None = None
+
+
+# Every owner action — complete, fail, heartbeat, release — of one or many
+# todos, in one statement. The actions arrive as parallel arrays; each is
+# guarded on its own: in scope, claimed, and either the current lease's token
+# or (without a token) the owner's name. Each action that matches moves its
+# row, appends its history row, and rings when the todo became pending.
+# - complete: done, with its result.
+# - fail: below the cap, parked in failed with a backoff window of 30 s
+#   doubling per attempt, capped at 15 min (the exponent is bounded so power()
+#   cannot overflow); at the cap, a dead letter with no window.
+# - heartbeat: the lease extended to now + the action's lease, else the
+#   queue's, else the server's; the token stays.
+# - release: the lease handed back now, with the outcome its expiry would have
+#   had (pending below the cap, else a dead letter).
+# The lease token stays on the row after the lease ends, so a complete
+# repeated with the token that completed the todo can be told apart from a
+# superseded one (see _ack_miss).
+ACK_SQL = f"""
+WITH action AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(ops)s::text[], %(workers)s::text[],
+                         %(tokens)s::text[], %(results)s::jsonb[],
+                         %(errors)s::text[], %(leases)s::int[])
+           WITH ORDINALITY AS a (id, op, worker, token, result, error, lease, ord)
+), moved AS (
+    UPDATE todos t
+       SET state = CASE a.op
+               WHEN 'complete' THEN 'done'
+               WHEN 'fail' THEN 'failed'
+               WHEN 'release' THEN CASE WHEN t.attempt < t.max_attempts
+                                        THEN 'pending' ELSE 'failed' END
+               ELSE t.state END,
+           owner = CASE WHEN a.op = 'release' AND t.attempt < t.max_attempts
+                        THEN NULL ELSE t.owner END,
+           result = CASE WHEN a.op = 'complete' THEN a.result ELSE t.result END,
+           last_error = CASE
+               WHEN a.op = 'fail' THEN a.error
+               WHEN a.op = 'release' AND t.attempt >= t.max_attempts
+                   THEN 'released at the attempt cap'
+               ELSE t.last_error END,
+           lease_expires_at = CASE WHEN a.op = 'heartbeat'
+               THEN now() + make_interval(secs => coalesce(
+                   a.lease,
+                   (SELECT q.lease_seconds FROM queues q
+                     WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
+                   %(default_lease)s::int)) END,
+           next_retry_at = CASE WHEN a.op = 'fail' AND t.attempt < t.max_attempts
+               THEN now() + make_interval(secs => LEAST(
+                   30 * power(2, LEAST(GREATEST(t.attempt, 1), 16) - 1), 900)) END,
+           updated_at = now()
+      FROM action a
+     WHERE t.id = a.id
+       AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
+       AND t.state = 'claimed'
+       AND (t.lease_token = a.token OR (a.token IS NULL AND t.owner = a.worker))
+ RETURNING {T_COLUMNS}, a.ord, a.op, coalesce(a.worker, '') AS actor,
+           CASE WHEN a.op = 'fail' THEN a.error ELSE '' END AS event_error
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'claimed', state, attempt, actor, event_error, now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS}, ord,
+       CASE WHEN state = 'pending' THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text) END
+  FROM moved
+"""
 
 OWNED = "only the current lease owner may do this to a claimed todo"
 
-HEARTBEAT_SQL = _owner_transition(
-    "lease_expires_at = now() + make_interval(secs => %(lease)s::int)"
-)
+
+def _bind_ack(action):
+    """Validate one action; return its array values (ValueError/NotFound if bad)."""
+    if action.op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)}")
+    todo_id = _todo_id(action.todo_id)
+    if action.lease_token is None and not action.worker:
+        raise ValueError("worker or lease_token is required")
+    if action.lease_token is not None and not isinstance(action.lease_token, str):
+        raise ValueError("lease_token must be a string")
+    lease = _lease(action.lease_seconds) if action.op == "heartbeat" else None
+    result = None
+    if action.op == "complete" and action.result is not None:
+        result = json.dumps(action.result)
+    error = (action.error or "") if action.op == "fail" else ""
+    return (todo_id, action.op, action.worker, action.lease_token, result, error, lease)
 
 
-def heartbeat(scope, todo_id, worker, *, lease_seconds=None):
-    """Extend the owner's lease to now + lease_seconds (SQS ChangeMessageVisibility)."""
-    params = {
-        "worker": worker,
-        "actor": worker,
-        "event_error": "",
-        "lease": _lease(lease_seconds),
+def _ack_params(scope, bound):
+    columns = list(zip(*bound, strict=True))
+    return {
+        **_scope(scope),
+        **_defaults(),
+        "ids": list(columns[0]),
+        "ops": list(columns[1]),
+        "workers": list(columns[2]),
+        "tokens": list(columns[3]),
+        "results": list(columns[4]),
+        "errors": list(columns[5]),
+        "leases": list(columns[6]),
     }
-    return _transition("heartbeat", scope, todo_id, HEARTBEAT_SQL, params, OWNED)
 
 
-COMPLETE_SQL = _owner_transition(
-    "state = 'done', result = %(result)s::jsonb, lease_expires_at = NULL,"
-    " next_retry_at = NULL"
-)
+def bind_acks(scope, actions):
+    """Return ACK_SQL's parameters for valid actions (the benchmarks run it too)."""
+    return _ack_params(scope, [_bind_ack(action) for action in actions])
 
 
-def complete_todo(scope, todo_id, worker, *, result=None):
-    """Mark the owner's claimed todo done, storing its result."""
-    params = {
-        "worker": worker,
-        "actor": worker,
-        "event_error": "",
-        "result": None if result is None else json.dumps(result),
-    }
-    return _transition("complete_todo", scope, todo_id, COMPLETE_SQL, params, OWNED)
+def acknowledge_many(scope, actions):
+    """Apply 1–100 owner actions; return one Todo or exception per action, in order.
+
+    One statement moves every action that holds its lease; one lookup then
+    classifies the rest: NotFound (absent, foreign, malformed id),
+    LeaseSuperseded (a token that is not the current lease's), Conflict (not
+    claimed, or not the owner), ValueError (a bad op or value). A complete
+    repeated with the token that completed the todo returns the done todo.
+    """
+    actions = list(actions)
+    if not 1 <= len(actions) <= MAX_ACK_BATCH:
+        raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
+    return _acknowledge(scope, actions)
 
 
-# Below the cap: park in failed with a backoff window of 30 s doubling per
-# attempt, capped at 15 min (the exponent is bounded so power() cannot
-# overflow). At the cap: dead-letter, no window.
-FAIL_SQL = _owner_transition(
-    f"""state = 'failed', last_error = %(error)s, lease_expires_at = NULL,
-        next_retry_at = CASE
-            WHEN attempt < max_attempts THEN now() + make_interval(secs => LEAST(
-                {BACKOFF_BASE_SECONDS} * power(2, LEAST(GREATEST(attempt, 1), 16) - 1),
-                {BACKOFF_CAP_SECONDS}))
-            END"""
-)
+def _acknowledge(scope, actions):
+    results, bound = [None] * len(actions), []
+    for index, action in enumerate(actions):
+        try:
+            bound.append((index, _bind_ack(action)))
+        except (ValueError, TypeError, NotFound) as exc:
+            results[index] = exc if not isinstance(exc, TypeError) else ValueError(exc)
+    if not bound:
+        return results
+    params = _ack_params(scope, [values for _, values in bound])
+    moved = {}
+    for row in _run("acknowledge", ACK_SQL, params):
+        moved[row[len(row) - 2] - 1] = Todo.from_row(row)
+    missed = [(i, values) for i, (_, values) in enumerate(bound) if i not in moved]
+    found = _lookup_many(scope, [values[0] for _, values in missed]) if missed else {}
+    for position, (index, _) in enumerate(bound):
+        if position in moved:
+            results[index] = moved[position]
+    for position, values in missed:
+        index = bound[position][0]
+        results[index] = _ack_miss(actions[index], values[0], found.get(values[0]))
+    return results
 
 
-def fail_todo(scope, todo_id, worker, *, error=""):
-    """Fail the owner's claimed todo: schedule a retry, or dead-letter at the cap."""
-    params = {
-        "worker": worker,
-        "actor": worker,
-        "event_error": error or "",
-        "error": error or "",
-    }
-    return _transition("fail_todo", scope, todo_id, FAIL_SQL, params, OWNED)
+def _ack_miss(action, todo_id, todo):
+    """Classify an action that moved nothing (returned, never raised)."""
+    if todo is None:
+        return NotFound(todo_id=todo_id)
+    if action.lease_token is not None:
+        same = todo.lease_token is not None and hmac.compare_digest(
+            todo.lease_token, action.lease_token
+        )
+        if not same:
+            return LeaseSuperseded(todo_id=todo_id, state=todo.state)
+        if action.op == "complete" and todo.state == "done":
+            # A retried acknowledgement: the first one completed the todo.
+            return todo
+        return Conflict(
+            f"todo is {todo.state}; its lease has ended",
+            todo_id=todo_id,
+            state=todo.state,
+        )
+    return Conflict(f"todo is {todo.state}; {OWNED}", todo_id=todo_id, state=todo.state)
 
 
-# Release hands the lease back now, with the outcome its expiry would have had.
-RELEASE_SET = """state = CASE WHEN attempt < max_attempts THEN 'pending'
-                     ELSE 'failed' END,
-        owner = CASE WHEN attempt < max_attempts THEN NULL ELSE owner END,
-        last_error = CASE WHEN attempt < max_attempts THEN last_error
-                          ELSE 'released at the attempt cap' END,
-        lease_expires_at = NULL, next_retry_at = NULL"""
-RELEASE_SQL = _owner_transition(RELEASE_SET)
+def _one_ack(scope, action):
+    (result,) = _acknowledge(scope, [action])
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
-def release_todo(scope, todo_id, worker):
-    """Give the owner's lease back now: pending below the cap, else dead-letter."""
-    params = {"worker": worker, "actor": worker, "event_error": ""}
-    return _transition("release_todo", scope, todo_id, RELEASE_SQL, params, OWNED)
+def heartbeat(scope, todo_id, worker, *, lease_seconds=None, lease_token=None):
+    """Extend the lease to now + lease_seconds (default: the queue's, the server's)."""
+    return _one_ack(
+        scope,
+        Ack("heartbeat", todo_id, worker, lease_token, lease_seconds=lease_seconds),
+    )
 
 
+def complete_todo(scope, todo_id, worker, *, result=None, lease_token=None):
+    """Mark the lease holder's claimed todo done, storing its result."""
+    return _one_ack(scope, Ack("complete", todo_id, worker, lease_token, result=result))
+
+
+def fail_todo(scope, todo_id, worker, *, error="", lease_token=None):
+    """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap."""
+    return _one_ack(scope, Ack("fail", todo_id, worker, lease_token, error=error))
+
+
+def release_todo(scope, todo_id, worker, *, lease_token=None):
+    """Give the lease back now: pending below the cap, else dead-letter."""
+    return _one_ack(scope, Ack("release", todo_id, worker, lease_token))
+
+
+# An operator's release of a stuck claim, whoever holds it.
 RELEASE_ANY_SQL = f"""
 WITH moved AS (
-    UPDATE todos SET {RELEASE_SET}, updated_at = now()
+    UPDATE todos
+       SET state = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+           owner = CASE WHEN attempt < max_attempts THEN NULL ELSE owner END,
+           last_error = CASE WHEN attempt < max_attempts THEN last_error
+                             ELSE 'released at the attempt cap' END,
+           lease_expires_at = NULL, next_retry_at = NULL, updated_at = now()
      WHERE id = %(id)s AND state = 'claimed'
- RETURNING {TODO_COLUMNS}, 'claimed'::text AS from_state
-), history AS ({EVENT_INSERT})
-SELECT {TODO_COLUMNS}, {DOORBELL} FROM moved
+ RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'claimed', state, attempt, %(actor)s,
+           'released by an operator', now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS},
+       CASE WHEN state = 'pending' THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text) END
+  FROM moved
 """
 
 
 def release_todo_any_endpoint(todo_id, *, actor="operator"):
     """Release a stuck claim whoever holds it (operator Board)."""
-    params = {"actor": actor, "event_error": "released by an operator"}
-    return _transition(
-        "release_todo",
-        None,
-        todo_id,
-        (RELEASE_ANY_SQL, RELEASE_ANY_SQL),
-        params,
-        "only a claimed todo can be released",
+    todo_id = _todo_id(todo_id)
+    row = _run(
+        "release_todo", RELEASE_ANY_SQL, {"id": todo_id, "actor": actor}, fetch="one"
     )
+    if row is None:
+        todo = _lookup(None, todo_id)
+        raise Conflict(
+            f"todo is {todo.state}; only a claimed todo can be released",
+            todo_id=todo_id,
+            state=todo.state,
+        )
+    return Todo.from_row(row)
 
 
 # --- Retry ----------------------------------------------------------------------
 
-RETRY_SQL, RETRY_ANY_SQL = _variants(
-    f"""
+# Requeue a failed todo now (a dead letter, or a parked retry before its
+# window). A dead letter left the dedupe index; if a newer live todo took its
+# key, the requeue collides there (IntegrityError on todos_dedupe_idx).
+RETRY_SQL = f"""
 WITH moved AS (
     UPDATE todos SET state = 'pending', owner = NULL, lease_expires_at = NULL,
                      next_retry_at = NULL, updated_at = now()
-     WHERE id = %(id)s AND {{scope}} AND state = 'failed'
- RETURNING {TODO_COLUMNS}, 'failed'::text AS from_state
-), history AS ({EVENT_INSERT})
-SELECT {TODO_COLUMNS}, {DOORBELL} FROM moved
-"""
+     WHERE id = %(id)s
+       AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
+       AND state = 'failed'
+ RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'failed', state, attempt, %(actor)s, '', now()
+      FROM moved
 )
+SELECT {TODO_COLUMNS},
+       pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text)
+  FROM moved
+"""
 
 DUPLICATE_ON_RETRY = (
     "another live todo holds the same idempotency key; finish or retire it first"
 )
+DEDUPE_INDEX = "todos_dedupe_idx"
 
 
 def retry_todo(scope, todo_id, *, actor="agent"):
@@ -398,21 +926,30 @@ def retry_todo_any_endpoint(todo_id, *, actor="operator"):
     return _retry(None, todo_id, actor)
 
 
+def is_dedupe_violation(exc):
+    """Say whether an IntegrityError is a collision in todos_dedupe_idx."""
+    cause = getattr(exc, "__cause__", None)
+    diag = getattr(cause, "diag", None)
+    return getattr(diag, "constraint_name", None) == DEDUPE_INDEX
+
+
 def _retry(scope, todo_id, actor):
-    params = {"actor": actor, "event_error": ""}
+    todo_id = _todo_id(todo_id)
+    params = {**_scope(scope), "id": todo_id, "actor": actor}
     try:
         # A savepoint, so a dedupe collision does not poison a caller's transaction.
         with transaction.atomic():
-            return _transition(
-                "retry_todo",
-                scope,
-                todo_id,
-                (RETRY_SQL, RETRY_ANY_SQL),
-                params,
-                "only a failed todo can be retried",
-            )
+            row = _run("retry_todo", RETRY_SQL, params, fetch="one")
     except IntegrityError as exc:
-        # A dead letter left the dedupe index; a newer live todo took its key.
+        if not is_dedupe_violation(exc):
+            raise
+        # Another live todo took the dead letter's key.
+        raise KeyHeld(DUPLICATE_ON_RETRY, todo_id=todo_id, state="failed") from exc
+    if row is None:
+        todo = _lookup(scope, todo_id)
         raise Conflict(
-            DUPLICATE_ON_RETRY, todo_id=_uuid(todo_id), state="failed"
-        ) from exc
+            f"todo is {todo.state}; only a failed todo can be retried",
+            todo_id=todo_id,
+            state=todo.state,
+        )
+    return Todo.from_row(row)

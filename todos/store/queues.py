@@ -1,1 +1,390 @@
-"""Queue settings (the ``queues`` table): defaults per queue, pause and resume."""
+"""Queue settings (the ``queues`` table): defaults per queue, pause and resume,
+and the SQS surface's existence check, purge and delete.
+
+A queue row is made on the first use of its name (create_todo, ensure_queue).
+A NULL setting follows the server's default; ``QueueInfo`` shows the value in
+force. A paused queue accepts creates; claims pass over it. Purging a queue
+deletes its live todos (SQS's PurgeQueue); deleting it removes the row and
+every todo of it (SQS's DeleteQueue).
+"""
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+from django.conf import settings
+
+from .rows import (
+    MAX_DELAY_SECONDS,
+    MAX_LEASE_SECONDS,
+    TERMINAL_FIGURE_CAP,
+    NotFound,
+    QueueNotGranted,
+    _iso,
+)
+from .sql import _run, _scope, _scope_params, _uuid
+
+MAX_ATTEMPTS_CAP = 1000
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue of one endpoint: its settings in force and its live figures."""
+
+    endpoint_id: str
+    name: str
+    lease_seconds: int
+    max_attempts: int
+    delay_seconds: int
+    paused: bool
+    paused_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    pending: int = 0
+    delayed: int = 0
+    claimed: int = 0
+    retry_scheduled: int = 0
+    # Counted up to TERMINAL_FIGURE_CAP + 1, like the Board's terminal counts.
+    dead_letter: int = 0
+    oldest_pending_age_seconds: float | None = None
+
+    @classmethod
+    def from_row(cls, row):
+        (endpoint_id, name, lease, attempts, delay, paused_at, created, updated) = row[
+            :8
+        ]
+        age = row[13]
+        return cls(
+            str(endpoint_id),
+            name,
+            settings.SWITCHBOARD_LEASE_SECONDS if lease is None else lease,
+            settings.SWITCHBOARD_MAX_ATTEMPTS if attempts is None else attempts,
+            0 if delay is None else delay,
+            paused_at is not None,
+            paused_at,
+            created,
+            updated,
+            *row[8:13],
+            None if age is None else float(age),
+        )
+
+    def to_dict(self):
+        out = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = _iso(value) if isinstance(value, datetime) else value
+        return out
+
+
+# The queues in scope with their live figures. ``live`` reads the endpoint's
+# live rows of one queue through todos_live_overview_idx (its WHERE is that
+# index's predicate); ``dead`` counts dead letters up to the cap. The terminal
+# backlog (done rows) is never read.
+QUEUES_SQL = """
+SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
+       q.paused_at, q.created_at, q.updated_at,
+       live.pending, live.delayed, live.claimed, live.retry_scheduled, dead.n,
+       live.oldest_age
+  FROM queues q
+ CROSS JOIN (SELECT statement_timestamp() AS at) clock
+ CROSS JOIN LATERAL (
+     SELECT count(*) FILTER (WHERE state = 'pending' AND available_at <= clock.at)
+                AS pending,
+            count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at)
+                AS delayed,
+            count(*) FILTER (WHERE state = 'claimed') AS claimed,
+            count(*) FILTER (WHERE state = 'failed') AS retry_scheduled,
+            EXTRACT(EPOCH FROM clock.at - min(available_at)
+                FILTER (WHERE state = 'pending' AND available_at <= clock.at))
+                AS oldest_age
+       FROM todos t
+      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+        AND (t.state IN ('pending', 'claimed')
+             OR (t.state = 'failed' AND t.next_retry_at IS NOT NULL))) live
+ CROSS JOIN LATERAL (
+     SELECT count(*) AS n FROM (
+         SELECT 1 FROM todos d
+          WHERE d.endpoint_id = q.endpoint_id AND d.queue = q.name
+            AND d.state = 'failed' AND d.next_retry_at IS NULL
+          LIMIT %(cap)s + 1) capped) dead
+ WHERE (%(operator)s OR (q.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))))
+   AND (%(endpoint_ids)s::uuid[] IS NULL OR q.endpoint_id = ANY(%(endpoint_ids)s))
+   AND (%(name)s::text IS NULL OR q.name = %(name)s)
+ ORDER BY q.endpoint_id, q.name
+"""
+
+
+def _queues(scope, *, name=None, endpoint_ids=None):
+    params = {
+        **_scope(scope),
+        "cap": TERMINAL_FIGURE_CAP,
+        "name": name,
+        "endpoint_ids": endpoint_ids,
+    }
+    return [QueueInfo.from_row(row) for row in _run("queues", QUEUES_SQL, params)]
+
+
+def _one(scope, name):
+    found = _queues(scope, name=name)
+    if not found:
+        raise NotFound("no such queue")
+    return found[0]
+
+
+def _granted(scope, name):
+    if not isinstance(name, str) or not name:
+        raise ValueError("queue name must be a non-empty string")
+    if not scope.covers(name):
+        raise QueueNotGranted(name)
+
+
+def list_queues(scope):
+    """Return this endpoint's queues (in its grant), by name, with live figures."""
+    return _queues(scope)
+
+
+def get_queue(scope, name):
+    """Return one queue of this endpoint; NotFound when it never was used."""
+    _granted(scope, name)
+    return _one(scope, name)
+
+
+KEEP = object()
+
+
+def _settings(lease_seconds, max_attempts, delay_seconds):
+    """Validate the settings given (KEEP = not given, None = the server's)."""
+    checks = {
+        "lease_seconds": (lease_seconds, 1, MAX_LEASE_SECONDS),
+        "max_attempts": (max_attempts, 1, MAX_ATTEMPTS_CAP),
+        "delay_seconds": (delay_seconds, 0, MAX_DELAY_SECONDS),
+    }
+    out = {}
+    for field, (value, low, high) in checks.items():
+        if value is KEEP:
+            out[f"set_{field}"], out[field] = False, None
+            continue
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{field} must be a whole number")
+            if not low <= value <= high:
+                raise ValueError(f"{field} must be between {low} and {high}")
+        out[f"set_{field}"], out[field] = True, value
+    return out
+
+
+# Make the queue if it is missing, with the settings given; an existing queue
+# keeps its own. RETURNING says whether this call made it.
+ENSURE_SQL = """
+INSERT INTO queues (endpoint_id, name, lease_seconds, max_attempts, delay_seconds)
+SELECT e.id, %(name)s, %(lease_seconds)s, %(max_attempts)s, %(delay_seconds)s
+  FROM endpoints e WHERE e.id = %(endpoint_id)s
+ON CONFLICT (endpoint_id, name) DO NOTHING
+RETURNING id
+"""
+
+
+def ensure_queue(
+    scope, name, *, lease_seconds=None, max_attempts=None, delay_seconds=None
+):
+    """Make the queue if missing (with these settings); return (QueueInfo, created)."""
+    _granted(scope, name)
+    bound = _settings(lease_seconds, max_attempts, delay_seconds)
+    params = {**bound, **_scope(scope), "name": name}
+    created = _run("ensure_queue", ENSURE_SQL, params, fetch="one") is not None
+    return _one(scope, name), created
+
+
+# Change the settings named (set_* = TRUE); NULL puts back the server's
+# default. Pausing keeps the first pause's time.
+UPDATE_SQL = """
+UPDATE queues
+   SET lease_seconds = CASE WHEN %(set_lease_seconds)s THEN %(lease_seconds)s::int
+                            ELSE lease_seconds END,
+       max_attempts = CASE WHEN %(set_max_attempts)s THEN %(max_attempts)s::int
+                           ELSE max_attempts END,
+       delay_seconds = CASE WHEN %(set_delay_seconds)s THEN %(delay_seconds)s::int
+                            ELSE delay_seconds END,
+       paused_at = CASE %(pause)s::text
+                        WHEN 'pause' THEN coalesce(paused_at, now())
+                        WHEN 'resume' THEN NULL
+                        ELSE paused_at END,
+       updated_at = now()
+ WHERE (%(operator)s OR (endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))))
+   AND (NOT %(operator)s OR endpoint_id = %(target_endpoint)s::uuid)
+   AND name = %(name)s
+RETURNING endpoint_id
+"""
+
+# A resumed queue's waiting claims should look again: one ring for the queue.
+RESUME_RING_SQL = """
+SELECT pg_notify('switchboard_todo_ready',
+    json_build_object('id', NULL, 'endpoint_id', %(endpoint_id)s::uuid,
+                      'queue', %(name)s::text)::text)
+"""
+
+
+def _update(scope, endpoint_id, name, pause=None, **given):
+    bound = _settings(
+        given.get("lease_seconds", KEEP),
+        given.get("max_attempts", KEEP),
+        given.get("delay_seconds", KEEP),
+    )
+    params = {
+        **bound,
+        **_scope(scope),
+        "target_endpoint": endpoint_id,
+        "name": name,
+        "pause": pause,
+    }
+    row = _run("update_queue", UPDATE_SQL, params, fetch="one")
+    if row is None:
+        raise NotFound("no such queue")
+    if pause == "resume":
+        _run(
+            "resume_queue",
+            RESUME_RING_SQL,
+            {"endpoint_id": str(row[0]), "name": name},
+            fetch="one",
+        )
+    if scope is None:
+        return get_queue_any_endpoint(str(row[0]), name)
+    return _one(scope, name)
+
+
+def update_queue(scope, name, **settings_):
+    """Change a queue's settings (lease_seconds, max_attempts, delay_seconds).
+
+    Only the settings given change; None puts back the server's default.
+    """
+    _granted(scope, name)
+    _check_names(settings_)
+    return _update(scope, None, name, **settings_)
+
+
+def pause_queue(scope, name):
+    """Pause a queue: it still accepts creates; claims pass over it."""
+    _granted(scope, name)
+    return _update(scope, None, name, pause="pause")
+
+
+def resume_queue(scope, name):
+    """Resume a paused queue and ring its doorbell."""
+    _granted(scope, name)
+    return _update(scope, None, name, pause="resume")
+
+
+def _check_names(given):
+    unknown = set(given) - {"lease_seconds", "max_attempts", "delay_seconds"}
+    if unknown:
+        raise ValueError(f"unknown queue setting {sorted(unknown)[0]!r}")
+
+
+def _endpoint(endpoint_id):
+    endpoint = _uuid(endpoint_id)
+    if endpoint is None:
+        raise NotFound("no such queue")
+    return endpoint
+
+
+# --- Operator twins (the Board) -----------------------------------------------
+
+
+def list_queues_any_endpoint(endpoint_ids=None):
+    """Return the queues of the given endpoints (None = every endpoint)."""
+    if endpoint_ids is not None:
+        endpoint_ids = [_uuid(value) for value in endpoint_ids]
+        endpoint_ids = [value for value in endpoint_ids if value is not None]
+    return _queues(None, endpoint_ids=endpoint_ids)
+
+
+def get_queue_any_endpoint(endpoint_id, name):
+    """Return one queue of any endpoint; NotFound when missing."""
+    found = _queues(None, name=name, endpoint_ids=[_endpoint(endpoint_id)])
+    if not found:
+        raise NotFound("no such queue")
+    return found[0]
+
+
+def update_queue_any_endpoint(endpoint_id, name, **settings_):
+    """Change a queue's settings for any endpoint (operator Board)."""
+    _check_names(settings_)
+    return _update(None, _endpoint(endpoint_id), name, **settings_)
+
+
+def pause_queue_any_endpoint(endpoint_id, name):
+    """Pause any endpoint's queue (operator Board)."""
+    return _update(None, _endpoint(endpoint_id), name, pause="pause")
+
+
+def resume_queue_any_endpoint(endpoint_id, name):
+    """Resume any endpoint's queue and ring its doorbell (operator Board)."""
+    return _update(None, _endpoint(endpoint_id), name, pause="resume")
+
+
+# --- Existence, purge and delete (the SQS surface's PurgeQueue, DeleteQueue) ----
+
+QUEUE_EXISTS_SQL = """
+SELECT 1 FROM queues
+ WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s
+   AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+"""
+
+
+def queue_exists(scope, name):
+    """Say whether this endpoint has the queue (one index probe, no figures)."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    return _run("queue_exists", QUEUE_EXISTS_SQL, params, fetch="one") is not None
+
+
+# Purge = SQS's PurgeQueue: the queue's live todos go (pending, delayed,
+# claimed, retry-scheduled), with their history (todo_events cascades). Done
+# todos and dead letters stay: they are the record, not messages in the queue.
+PURGE_SQL = """
+WITH purged AS (
+    DELETE FROM todos
+     WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+       AND (state IN ('pending', 'claimed')
+            OR (state = 'failed' AND next_retry_at IS NOT NULL))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM purged),
+       EXISTS (SELECT 1 FROM queues
+                WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s)
+"""
+
+
+def purge_queue(scope, name):
+    """Delete the queue's live todos; return how many. NotFound: no such queue."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    purged, exists = _run("purge_queue", PURGE_SQL, params, fetch="one")
+    if not exists:
+        raise NotFound("no such queue")
+    return purged
+
+
+# Delete = SQS's DeleteQueue: the queue row and every todo of it, terminal
+# ones too, with their history. The next use of the name makes a new queue.
+DELETE_QUEUE_SQL = """
+WITH gone_todos AS (
+    DELETE FROM todos WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+    RETURNING 1
+), gone_queue AS (
+    DELETE FROM queues WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone_queue), (SELECT count(*) FROM gone_todos)
+"""
+
+
+def delete_queue(scope, name):
+    """Delete the queue and all its todos; return how many todos went."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name}
+    queues, todos = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
+    if not queues:
+        raise NotFound("no such queue")
+    return todos

@@ -1,26 +1,20 @@
 """Reads of one endpoint's todos: one todo, a page, a history, the doorbell backlog."""
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from .rows import DOORBELL_CHANNEL, TODO_COLUMNS, Event, NotFound, Todo
-from .sql import (
-    REDELIVERABLE,
-    SCOPED,
-    _run,
-    _scope_params,
-    _scoped_call,
-    _todo_id,
-    _uuid,
-    _variants,
-)
+from .rows import TODO_COLUMNS, Event, NotFound, Todo
+from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
 
 # --- Read -----------------------------------------------------------------------
 
-GET_SQL, GET_ANY_SQL = _variants(
-    f"SELECT {TODO_COLUMNS} FROM todos WHERE id = %(id)s AND {{scope}}"
-)
+# ``operator`` is TRUE for the Board: no endpoint or grant check.
+GET_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE id = %(id)s
+   AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
+"""
 
 
 def get_todo(scope, todo_id):
@@ -35,8 +29,8 @@ def get_todo_any_endpoint(todo_id):
 
 def _get(scope, todo_id):
     todo_id = _todo_id(todo_id)
-    sql, params = _scoped_call(scope, GET_SQL, GET_ANY_SQL, {"id": todo_id})
-    row = _run("get_todo", sql, params, fetch="one")
+    params = {**_scope(scope), "id": todo_id}
+    row = _run("get_todo", GET_SQL, params, fetch="one")
     if row is None:
         raise NotFound(todo_id=todo_id)
     return Todo.from_row(row)
@@ -217,7 +211,9 @@ def todo_events_any_endpoint(todo_id):
 
 PENDING_DOORBELL_SQL = f"""
 SELECT {TODO_COLUMNS} FROM todos
- WHERE {SCOPED} AND (state = 'pending' OR {REDELIVERABLE})
+ WHERE {SCOPED}
+   AND ((state = 'pending' AND available_at <= statement_timestamp())
+        OR {REDELIVERABLE})
  ORDER BY created_at
  LIMIT %(limit)s
 """
@@ -233,20 +229,3 @@ def pending_doorbell_todos(scope, *, limit=100):
         Todo.from_row(row)
         for row in _run("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
     ]
-
-
-NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
-
-
-def publish_todo_ready(todo):
-    """Ring the doorbell for a todo that is claimable (the store's statements
-    already do this for their own transitions)."""
-    payload = json.dumps(
-        {"id": str(todo.id), "endpoint_id": str(todo.endpoint_id), "queue": todo.queue}
-    )
-    _run(
-        "publish_todo_ready",
-        NOTIFY_SQL,
-        {"channel": DOORBELL_CHANNEL, "payload": payload},
-        fetch="one",
-    )

@@ -8,7 +8,15 @@ DOORBELL_CHANNEL = "switchboard_todo_ready"
 BACKOFF_BASE_SECONDS = 30
 BACKOFF_CAP_SECONDS = 900
 MAX_LEASE_SECONDS = 43200
+MAX_DELAY_SECONDS = 43200
+# The default when neither the call, the queue nor settings name one (kept for
+# callers that render it; the store reads settings.SWITCHBOARD_MAX_ATTEMPTS).
 DEFAULT_MAX_ATTEMPTS = 5
+MAX_CLAIM_BATCH = 10
+MAX_ACK_BATCH = 100
+MAX_CREATE_BATCH = 100
+# Terminal figures (dead letters of a queue) are counted up to this cap.
+TERMINAL_FIGURE_CAP = 10_000
 
 
 # --- Errors ---------------------------------------------------------------------
@@ -35,6 +43,33 @@ class Conflict(StoreError):
         self.detail = detail
         self.todo_id = todo_id
         self.state = state
+
+
+class LeaseSuperseded(Conflict):
+    """The lease token is not the current lease's: a later claim took the todo.
+
+    Nothing changed. ``todo_id`` is the caller's own todo (it is in scope).
+    """
+
+    def __init__(self, todo_id=None, state=None):
+        super().__init__(
+            "lease superseded: the lease token is not the current lease's",
+            todo_id=todo_id,
+            state=state,
+        )
+
+
+class KeyHeld(Conflict):
+    """A live todo holds this idempotency key, and the caller may not have it.
+
+    Raised by a create whose duplicate sits in a queue outside the caller's
+    grant (its id, title and payload are not revealed), and by a retry of a
+    dead letter whose key a newer live todo took.
+    """
+
+    def __init__(self, detail, todo_id=None, state=None, key=None):
+        super().__init__(detail, todo_id=todo_id, state=state)
+        self.key = key
 
 
 class QueueNotGranted(StoreError):
@@ -78,8 +113,9 @@ class Scope:
 TODO_COLUMNS = (
     "id, endpoint_id, queue, title, payload, state, assignee, owner, attempt,"
     " max_attempts, lease_expires_at, claimed_at, next_retry_at, idempotency_key,"
-    " last_error, result, created_at, updated_at"
+    " last_error, result, created_at, updated_at, lease_token, available_at"
 )
+TODO_COLUMN_COUNT = len(TODO_COLUMNS.split(","))
 
 
 def _iso(value):
@@ -115,10 +151,12 @@ class Todo:
     result: object
     created_at: datetime
     updated_at: datetime
+    lease_token: str | None
+    available_at: datetime
 
     @classmethod
     def from_row(cls, row):
-        values = list(row[:18])
+        values = list(row[:TODO_COLUMN_COUNT])
         values[0], values[1] = str(values[0]), str(values[1])
         values[4], values[15] = _json(values[4]), _json(values[15])
         return cls(*values)

@@ -1,20 +1,14 @@
 """Plumbing every store statement shares: binding, running, the scope predicate,
-the history append and the doorbell ring, and the classification of a miss."""
+the scope, the live-row predicate and the server's defaults."""
 
 import logging
 import uuid
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from .rows import (
-    DOORBELL_CHANNEL,
-    MAX_LEASE_SECONDS,
-    Conflict,
-    NotFound,
-    Todo,
-    Unavailable,
-)
+from .rows import DOORBELL_CHANNEL, MAX_LEASE_SECONDS, NotFound, Unavailable
 
 logger = logging.getLogger("switchboard.store")
 
@@ -47,13 +41,20 @@ def _todo_id(value):
     return todo_id
 
 
-def _lease(lease_seconds):
-    if lease_seconds is None:
-        return settings.SWITCHBOARD_LEASE_SECONDS
-    lease = int(lease_seconds)
-    if not 1 <= lease <= MAX_LEASE_SECONDS:
-        raise ValueError(f"lease_seconds must be between 1 and {MAX_LEASE_SECONDS}")
-    return lease
+# Connection loss and timeouts (a statement timeout is an OperationalError):
+# the database is unavailable, the caller may try again. Any other
+# DatabaseError (bad input PostgreSQL refused, a bug) is not an outage.
+OUTAGES = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def is_outage(exc):
+    """Say whether an exception means the database is unavailable (503)."""
+    return isinstance(exc, (Unavailable, *OUTAGES))
 
 
 def _run(operation, sql, params, fetch="all"):
@@ -66,7 +67,7 @@ def _run(operation, sql, params, fetch="all"):
             if fetch == "all":
                 return cursor.fetchall()
             return cursor.rowcount
-    except (OperationalError, InterfaceError) as exc:
+    except OUTAGES as exc:
         logger.warning(
             "store call failed: database unavailable",
             extra={"fields": {"operation": operation, "error": type(exc).__name__}},
@@ -83,29 +84,60 @@ def ping():
     return True
 
 
-# The scope predicate: the endpoint first (tenant boundary), then its grant.
-# The operator twins substitute TRUE: they are authenticated by a staff session.
+# One live row per (endpoint, idempotency key): not done and not a true dead
+# letter (a parked retry keeps its slot, SPEC-0003). It is exactly the
+# predicate of todos_dedupe_idx, so ON CONFLICT can name that index by it
+# (tests/store/test_store.py checks the two are equal).
+LIVE_ROW = "state <> 'done' AND (state <> 'failed' OR next_retry_at IS NOT NULL)"
+
+# What the claim scan may take besides pending rows: a lapsed lease below the
+# cap, and a parked retry whose window has elapsed. No sweep has to run first.
+REDELIVERABLE = """(
+    (state = 'claimed' AND lease_expires_at < now() AND attempt < max_attempts)
+ OR (state = 'failed' AND next_retry_at <= now())
+)"""
+
+# The scope predicate of the list and doorbell reads: the endpoint first
+# (tenant boundary), then its grant.
 SCOPED = (
     "endpoint_id = %(endpoint_id)s"
     " AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))"
 )
-ANY_ENDPOINT = "TRUE"
 
 
-def _variants(template):
-    """Return the (scoped, any-endpoint) forms of a statement template."""
-    return template.format(scope=SCOPED), template.format(scope=ANY_ENDPOINT)
+def _scope(scope):
+    """Bind a scope for a statement that takes ``%(operator)s``.
 
-
-def _scoped_call(scope, scoped_sql, any_sql, params):
-    """Pick the statement for a scope (None = operator) and bind the scope."""
+    ``scope=None`` is the operator Board (authenticated by a staff session):
+    ``operator`` is TRUE and the endpoint and grant are not checked. An agent's
+    scope binds its endpoint id (NotFound when malformed) and grant.
+    """
     if scope is None:
-        return any_sql, params
-    return scoped_sql, {**params, **_scope_params(scope)}
+        return {"operator": True, "endpoint_id": None, "queues": None}
+    return {"operator": False, **_scope_params(scope)}
 
 
-# The append to the history, shared by every transition statement: it reads
-# the CTE named ``moved`` with columns id, endpoint_id, from_state, state, attempt.
+def _lease(lease_seconds):
+    """Validate a lease in seconds; None stays None (the queue's or the server's)."""
+    if lease_seconds is None:
+        return None
+    lease = int(lease_seconds)
+    if not 1 <= lease <= MAX_LEASE_SECONDS:
+        raise ValueError(f"lease_seconds must be between 1 and {MAX_LEASE_SECONDS}")
+    return lease
+
+
+def _defaults():
+    """The server's defaults the statements fall back on after the queue's."""
+    return {
+        "default_lease": settings.SWITCHBOARD_LEASE_SECONDS,
+        "default_max_attempts": settings.SWITCHBOARD_MAX_ATTEMPTS,
+    }
+
+
+# The append to the history for the sweeps' and the Board's batch statements:
+# it reads the CTE named ``moved`` with columns id, endpoint_id, from_state,
+# state, attempt.
 EVENT_INSERT = """
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
@@ -122,36 +154,3 @@ DOORBELL = (
     + "', json_build_object('id', id, 'endpoint_id', endpoint_id,"
     " 'queue', queue)::text) END"
 )
-
-LOOKUP_STATE_SQL, LOOKUP_STATE_ANY_SQL = _variants(
-    "SELECT state FROM todos WHERE id = %(id)s AND {scope}"
-)
-
-
-def _classify_miss(scope, todo_id, needed):
-    """After a zero-row transition: NotFound if absent here, else Conflict."""
-    sql, params = _scoped_call(
-        scope, LOOKUP_STATE_SQL, LOOKUP_STATE_ANY_SQL, {"id": todo_id}
-    )
-    row = _run("classify", sql, params, fetch="one")
-    if row is None:
-        raise NotFound(todo_id=todo_id)
-    raise Conflict(f"todo is {row[0]}; {needed}", todo_id=todo_id, state=row[0])
-
-
-def _transition(operation, scope, todo_id, sql_pair, params, needed):
-    """Run one conditional transition and return the todo, or classify the miss."""
-    todo_id = _todo_id(todo_id)
-    sql, bound = _scoped_call(scope, *sql_pair, {**params, "id": todo_id})
-    row = _run(operation, sql, bound, fetch="one")
-    if row is None:
-        _classify_miss(scope, todo_id, needed)
-    return Todo.from_row(row)
-
-
-# What the claim scan may take besides pending rows: a lapsed lease below the
-# cap, and a parked retry whose window has elapsed. No sweep has to run first.
-REDELIVERABLE = """(
-    (state = 'claimed' AND lease_expires_at < now() AND attempt < max_attempts)
- OR (state = 'failed' AND next_retry_at <= now())
-)"""

@@ -96,3 +96,47 @@ def purge_terminal(older_than_days, *, limit=5000):
         {"days": days, "limit": int(limit)},
         fetch="count",
     )
+
+
+# Delayed todos that came due in (since, now]: ring each one's doorbell, so a
+# waiting claim wakes when it becomes claimable. The claim scan takes due rows
+# by itself (a ring is only a wakeup), so a ring missed while no sweeper ran
+# costs a waiter its next recheck, never the todo. Served by todos_delayed_idx,
+# which holds only pending rows created with a delay. The first row also
+# carries now(), the next call's ``since``.
+RING_DUE_DELAYED_SQL = """
+SELECT t.id, t.endpoint_id, t.queue, t.state, clock.at, t.available_at,
+       CASE WHEN t.id IS NOT NULL THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', t.id, 'endpoint_id', t.endpoint_id,
+                             'queue', t.queue)::text) END
+  FROM (SELECT statement_timestamp() AS at) clock
+  LEFT JOIN LATERAL (
+      SELECT id, endpoint_id, queue, state, available_at FROM todos
+       WHERE state = 'pending' AND available_at > created_at
+         AND available_at > %(since)s AND available_at <= clock.at
+       ORDER BY available_at
+       LIMIT %(limit)s) t ON TRUE
+"""
+
+
+LOOK_BACK_SQL = "SELECT now() - interval '1 minute'"
+
+
+def ring_due_delayed(since=None, *, limit=SWEEP_BATCH):
+    """Ring the doorbell of each delayed todo that came due after ``since``.
+
+    Return (rung, until): the todos rung and the database time to pass as the
+    next call's ``since``. ``since=None`` looks back one minute. When ``limit``
+    todos came due at once, ``until`` is the last one rung, so the next call
+    continues after it.
+    """
+    if since is None:
+        since = _run("ring_due_delayed", LOOK_BACK_SQL, {}, fetch="one")[0]
+    rows = _run(
+        "ring_due_delayed",
+        RING_DUE_DELAYED_SQL,
+        {"since": since, "limit": int(limit)},
+    )
+    rung = [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows if r[0] is not None]
+    until = rows[-1][5] if len(rung) >= int(limit) else rows[0][4]
+    return rung, until

@@ -3,11 +3,12 @@
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from todos import endpoints, store
+from todos import endpoints, http, store
 from todos.models import Endpoint
 
 STATE_CHOICES = [
@@ -97,9 +98,6 @@ class TodoFilterForm(BoardForm):
             "text": data["q"].strip() or None,
         }
 
-    def is_filtered(self):
-        return any(self.store_filters().values())
-
 
 class QueuesField(forms.CharField):
     """A comma-separated list of queue names, or *."""
@@ -168,10 +166,16 @@ class TodoCreateForm(BoardForm):
     assignee = forms.CharField(
         max_length=200, required=False, help_text="Only this worker may claim it."
     )
-    max_attempts = forms.IntegerField(min_value=1, max_value=1000, initial=5)
+    max_attempts = forms.IntegerField(
+        min_value=1,
+        max_value=1000,
+        required=False,
+        help_text="Empty means the server's default (SWITCHBOARD_MAX_ATTEMPTS).",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["max_attempts"].initial = settings.SWITCHBOARD_MAX_ATTEMPTS
         self.fields["endpoint"].choices = endpoint_choices(
             "choose an endpoint", active_only=True
         )
@@ -187,11 +191,19 @@ class TodoCreateForm(BoardForm):
         if not raw:
             return {}
         try:
-            return json.loads(raw)
+            payload = http.loads(raw)
         except json.JSONDecodeError as exc:
             raise ValidationError(
                 f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
             ) from None
+        except (ValueError, RecursionError) as exc:
+            # NaN and Infinity are not JSON; nesting too deep to decode.
+            detail = str(exc) if isinstance(exc, ValueError) else "nested too deep"
+            raise ValidationError(f"Not valid JSON: {detail}.") from None
+        problem = http.unstorable(payload)
+        if problem:
+            raise ValidationError(f"The payload cannot be stored: {problem}.")
+        return payload
 
     def clean(self):
         data = super().clean()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.ui import views, webhooks
+from todos.ui import sqs, views, webhooks
 
 app_name = "board"
 
@@ -29,6 +29,7 @@ urlpatterns = [
         views.endpoint_revoke,
         name="endpoint_revoke",
     ),
+    path("endpoints/<uuid:endpoint_id>/sqs/", sqs.endpoint_sqs, name="endpoint_sqs"),
     path(
         "endpoints/<uuid:endpoint_id>/grants/",
         views.endpoint_grants,

@@ -21,12 +21,14 @@ from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from todos import endpoints, store
 from todos.models import Endpoint
+from todos.sqs import messages as sqs_messages
 from todos.ui.forms import (
     EndpointCreateForm,
     GrantsForm,
@@ -45,39 +47,54 @@ SELECTION_CLEARED = "selection-cleared"
 
 
 def operator_view(view):
-    """Require a staff login; show an outage as a 503 page, not a traceback."""
+    """Require a staff login; show an outage as a 503 page, not a traceback.
+
+    Every Board URL answers a whole page, or for htmx a fragment of it: the
+    response says it varies on the htmx headers, so that no cache hands a
+    fragment to a browser that asked for the page (or the other way round).
+    """
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
-        user = request.user
-        if not user.is_authenticated:
-            login = f"{reverse('board:login')}?{urlencode({'next': _here(request)})}"
-            if request.htmx:
-                # A fragment must not swap the login page into the list.
-                return HttpResponseClientRedirect(login)
-            return redirect(login)
-        if not (user.is_active and user.is_staff):
-            return render(request, "board/forbidden.html", status=403)
-        try:
-            return view(request, *args, **kwargs)
-        except (store.Unavailable, OperationalError, InterfaceError):
-            # The ORM's endpoint queries fail this way too; anything else is a bug
-            # and should surface as one.
-            if request.htmx:
-                return _notices_only(
-                    request,
-                    [
-                        _notice(
-                            "error",
-                            "The database is unavailable; "
-                            "the page will catch up when it is back.",
-                        )
-                    ],
-                    status=503,
-                )
-            return render(request, "board/unavailable.html", status=503)
+        response = _operator_response(request, view, args, kwargs)
+        patch_vary_headers(response, HTMX_VARY)
+        return response
 
     return wrapper
+
+
+# The request headers a Board answer depends on (django-htmx reads them).
+HTMX_VARY = ("HX-Request", "HX-Target")
+
+
+def _operator_response(request, view, args, kwargs):
+    user = request.user
+    if not user.is_authenticated:
+        login = f"{reverse('board:login')}?{urlencode({'next': _here(request)})}"
+        if request.htmx:
+            # A fragment must not swap the login page into the list.
+            return HttpResponseClientRedirect(login)
+        return redirect(login)
+    if not (user.is_active and user.is_staff):
+        return render(request, "board/forbidden.html", status=403)
+    try:
+        return view(request, *args, **kwargs)
+    except (store.Unavailable, OperationalError, InterfaceError):
+        # The ORM's endpoint queries fail this way too; anything else is a bug
+        # and should surface as one.
+        if request.htmx:
+            return _notices_only(
+                request,
+                [
+                    _notice(
+                        "error",
+                        "The database is unavailable; "
+                        "the page will catch up when it is back.",
+                    )
+                ],
+                status=503,
+            )
+        return render(request, "board/unavailable.html", status=503)
 
 
 def _here(request):
@@ -172,7 +189,7 @@ def _age(seconds):
 
 
 def _conflict_text(exc, verb):
-    if exc.detail == store.DUPLICATE_ON_RETRY:
+    if isinstance(exc, store.KeyHeld):
         return f"Could not {verb}: {exc.detail}."
     return f"Could not {verb}: this todo is now {exc.state or 'elsewhere'}" + (
         " (someone else got there first)." if exc.state else "."
@@ -295,6 +312,8 @@ def _detail_context(todo):
         "endpoint": endpoint.first(),
         "events": store.todo_events_any_endpoint(todo.id),
         "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
+        # A message sent over SQS: its body as sent (pretty when it is JSON).
+        "sqs_body": sqs_messages.readable_body(todo.payload),
         "result_json": (
             None
             if todo.result is None
@@ -447,7 +466,7 @@ def todos_retry_matching(request):
             _notice(
                 "warning",
                 f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} left "
-                "failed: a newer live todo holds the same idempotency key.",
+                "failed: another live todo holds the same idempotency key.",
             )
         )
     if outcome.more:

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from todos import crypto
 from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookRoute, WebhookSource
 from todos.ui.forms import endpoint_choices
 from todos.ui.views import operator_view
@@ -233,7 +234,9 @@ def webhook_rotate(request, source_id):
     if source is None:
         return _source_missing(request)
     secret = webhooks.new_secret()
-    WebhookSource.objects.filter(id=source.id).update(secret=secret)
+    WebhookSource.objects.filter(id=source.id).update(
+        secret_encrypted=crypto.encrypt(secret)
+    )
     return _secret_page(request, source, secret, created=False)
 
 

@@ -292,7 +292,22 @@ def ingest(source, delivery):
         if source.scheme == "github" and delivery.event == "ping":
             outcome = Outcome("ping", [])
         else:
-            targets = [_deliver(source, route, delivery) for route in routes]
+            targets = []
+            for route in routes:
+                if any(t.endpoint_id == str(route.endpoint_id) for t in targets):
+                    # A route made before such routes were refused: say so,
+                    # rather than report the first route's todo twice.
+                    targets.append(
+                        Target(
+                            str(route.endpoint_id),
+                            route.queue,
+                            None,
+                            False,
+                            "endpoint already routed by this source",
+                        )
+                    )
+                    continue
+                targets.append(_deliver(source, route, delivery))
             outcome = Outcome(_status(targets), targets)
         _log(source, delivery, outcome)
     logger.info(
@@ -365,6 +380,15 @@ def recent_deliveries(source, limit=20):
 # --- Set-up (the create_webhook command and the Board) ---------------------------
 
 
+# The delivery id is the idempotency key (CONTRACT §8), and the dedupe slot is
+# per endpoint: a second route to another queue of the same endpoint would
+# collapse onto the first route's todo. Such a route is refused at creation.
+ONE_QUEUE_PER_ENDPOINT = (
+    "a source routes to one queue per endpoint (the delivery id is the "
+    "idempotency key, and an endpoint holds one todo per key)"
+)
+
+
 class InvalidSource(Exception):
     """A source or route that cannot be saved; ``field`` names what is wrong."""
 
@@ -418,6 +442,9 @@ def create_source(
     targets = [(endpoint.id, route.queue) for endpoint, route in checked]
     if len(set(targets)) != len(targets):
         raise InvalidSource("route", "two routes name the same endpoint and queue")
+    routed = [endpoint.id for endpoint, _ in checked]
+    if len(set(routed)) != len(routed):
+        raise InvalidSource("route", ONE_QUEUE_PER_ENDPOINT)
     taken = InvalidSource("slug", f"a source named {slug!r} already exists")
     if WebhookSource.objects.filter(slug=slug).exists():
         raise taken
@@ -452,6 +479,12 @@ def add_route(source, route):
     )
     if source.routes.filter(endpoint=endpoint, queue=route.queue).exists():
         raise duplicate
+    if source.routes.filter(endpoint=endpoint).exists():
+        raise InvalidSource(
+            "route",
+            f"{source.slug} already routes to {endpoint.name}: "
+            + ONE_QUEUE_PER_ENDPOINT,
+        )
     try:
         with transaction.atomic():
             added = WebhookRoute.objects.create(

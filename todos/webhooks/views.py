@@ -8,7 +8,7 @@ targets in one transaction, answered 202 with each target's outcome.
 
 import logging
 
-from django.db import DatabaseError
+from django.core.validators import slug_re
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -28,7 +28,7 @@ def receive(request, slug):
         )
     try:
         return _receive(request, slug)
-    except (store.Unavailable, DatabaseError):
+    except (store.Unavailable, *store.OUTAGES):
         logger.warning(
             "webhook delivery failed: database unavailable",
             extra={"fields": {"source": slug}},
@@ -39,7 +39,13 @@ def receive(request, slug):
 
 
 def _receive(request, slug):
-    source = WebhookSource.objects.filter(slug=slug).first()
+    # A slug that no source can have is not looked up (a NUL, say, which
+    # PostgreSQL refuses in text): the same 404 as an unknown one.
+    source = (
+        WebhookSource.objects.filter(slug=slug).first()
+        if slug_re.fullmatch(slug)
+        else None
+    )
     if source is None:
         return http.error_response(404, "not_found", "no webhook source with this slug")
     try:

@@ -3,8 +3,10 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from todos import endpoints
+from todos.sqs import credentials
 
 
 class Command(BaseCommand):
@@ -24,11 +26,18 @@ class Command(BaseCommand):
             required=True,
             help="comma-separated queue names (no spaces in a name), or '*' alone",
         )
+        parser.add_argument(
+            "--sqs",
+            action="store_true",
+            help="also issue SQS credentials (access key id, secret, account id)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
-    def handle(self, *args, name, owner, queues, **options):
+    def handle(self, *args, name, owner, queues, sqs=False, **options):
         try:
-            endpoint, token = endpoints.create(name, owner, queues)
+            with transaction.atomic():
+                endpoint, token = endpoints.create(name, owner, queues)
+                issued = credentials.issue(endpoint) if sqs else None
         except endpoints.EndpointError as exc:
             raise CommandError(str(exc)) from None
         user, user_created = endpoint.owner, endpoint.owner_created
@@ -43,6 +52,7 @@ class Command(BaseCommand):
                         "owner_created": user_created,
                         "queues": grant,
                         "token": token,
+                        **(issued.to_dict() if issued else {}),
                     }
                 )
             )
@@ -55,7 +65,17 @@ class Command(BaseCommand):
                     f"  owner:  {user.get_username()}{created_note}",
                     f"  queues: {', '.join(grant)}",
                     f"  token:  {token}",
+                    *(credentials_lines(issued) if issued else []),
                     "The token is shown only now: keep it in your agent's secrets.",
                 ]
             )
         )
+
+
+def credentials_lines(issued):
+    """The SQS credentials as the commands print them (the secret is shown once)."""
+    return [
+        f"  sqs access key id:     {issued.access_key_id}",
+        f"  sqs secret access key: {issued.secret_access_key}",
+        f"  sqs account id:        {issued.account_id}",
+    ]

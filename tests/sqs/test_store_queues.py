@@ -1,0 +1,108 @@
+"""The store's queue functions the SQS surface needs: exists, purge, delete.
+
+PurgeQueue deletes a queue's live todos (pending, delayed, claimed, retry
+scheduled) and keeps its record (done todos, dead letters); DeleteQueue deletes
+the queue row and every todo of it. Both are scoped like every store call.
+"""
+
+import pytest
+from django.db import connection
+
+from todos import store
+
+pytestmark = pytest.mark.django_db
+
+
+def states_of(scope, queue):
+    return sorted(
+        todo.display_state for todo in store.list_todos(scope, queue=queue).todos
+    )
+
+
+def history_rows(todo_id):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM todo_events WHERE todo_id = %s", [todo_id])
+        return cursor.fetchone()[0]
+
+
+def a_queue_of_every_state(scope, queue="q"):
+    made = {}
+    made["pending"], _ = store.create_todo(scope, queue=queue, title="pending")
+    made["delayed"], _ = store.create_todo(
+        scope, queue=queue, title="delayed", delay_seconds=600
+    )
+    store.create_todo(scope, queue=queue, title="claimed")
+    store.create_todo(scope, queue=queue, title="done")
+    store.create_todo(scope, queue=queue, title="retry")
+    store.create_todo(scope, queue=queue, title="dead", max_attempts=1)
+    claimed = {
+        todo.title: todo for todo in store.claim_many(scope, "w", limit=10, queue=queue)
+    }
+    assert set(claimed) == {"pending", "claimed", "done", "retry", "dead"}
+    store.release_todo(scope, claimed["pending"].id, "w")
+    store.complete_todo(scope, claimed["done"].id, "w")
+    store.fail_todo(scope, claimed["retry"].id, "w", error="again")
+    store.fail_todo(scope, claimed["dead"].id, "w", error="dead")
+    return claimed
+
+
+def test_purge_queue_deletes_the_live_todos_and_keeps_the_record(scope):
+    a_queue_of_every_state(scope)
+    store.create_todo(scope, queue="other", title="untouched")
+    assert states_of(scope, "q") == [
+        "claimed",
+        "dead_letter",
+        "done",
+        "pending",
+        "pending",
+        "retry_scheduled",
+    ]
+    assert store.purge_queue(scope, "q") == 4
+    assert states_of(scope, "q") == ["dead_letter", "done"]
+    assert states_of(scope, "other") == ["pending"]
+    assert store.queue_exists(scope, "q")
+
+
+def test_purge_queue_takes_the_history_of_what_it_deletes(scope):
+    todo, _ = store.create_todo(scope, queue="q", title="t")
+    assert history_rows(todo.id) == 1
+    store.purge_queue(scope, "q")
+    assert history_rows(todo.id) == 0
+
+
+def test_delete_queue_deletes_the_queue_and_every_todo_of_it(scope):
+    claimed = a_queue_of_every_state(scope)
+    assert store.delete_queue(scope, "q") == 6
+    assert not store.queue_exists(scope, "q")
+    assert store.list_todos(scope, queue="q").todos == []
+    assert history_rows(claimed["done"].id) == 0
+    with pytest.raises(store.NotFound):
+        store.get_queue(scope, "q")
+    # The name can be used again: a new, empty queue.
+    store.create_todo(scope, queue="q", title="fresh")
+    assert store.queue_exists(scope, "q")
+
+
+@pytest.mark.parametrize("call", ["purge_queue", "delete_queue"])
+def test_purge_and_delete_of_a_missing_or_foreign_queue_are_not_found(
+    scope, other_scope, call
+):
+    store.create_todo(other_scope, queue="theirs", title="t")
+    for name in ("never", "theirs"):
+        with pytest.raises(store.NotFound):
+            getattr(store, call)(scope, name)
+    assert states_of(other_scope, "theirs") == ["pending"]
+
+
+def test_queue_functions_keep_to_the_grant(make_endpoint):
+    endpoint = make_endpoint("narrow", queues=("mine",))
+    scope = store.Scope.for_endpoint(endpoint)
+    for call in ("purge_queue", "delete_queue", "queue_exists"):
+        with pytest.raises(store.QueueNotGranted):
+            getattr(store, call)(scope, "elsewhere")
+
+
+def test_queue_exists_is_false_for_another_endpoints_queue(scope, other_scope):
+    store.create_todo(other_scope, queue="theirs", title="t")
+    assert store.queue_exists(other_scope, "theirs")
+    assert not store.queue_exists(scope, "theirs")

@@ -1,0 +1,740 @@
+"""The 14 SQS actions of CONTRACT §11, each a translation to store calls.
+
+Each action takes the authenticated ``Caller`` and the request's JSON members
+and returns the response members; a failure is an ``SqsError``. No SQL and no
+state rule lives here: a message is a todo, ReceiveMessage is a batch claim,
+DeleteMessage completes, ChangeMessageVisibility heartbeats (0 releases).
+"""
+
+import base64
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from todos import store
+from todos.doorbell import claim_when_ready
+from todos.sqs import messages
+from todos.sqs.protocol import SqsError, invalid
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+BATCH_ENTRY_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+MAX_BATCH_ENTRIES = 10
+MAX_DELAY_SECONDS = 900
+MAX_VISIBILITY_TIMEOUT = 43_200
+MAX_WAIT_SECONDS = 20
+MAX_RECEIVE_COUNT = 1000
+# What CreateQueue gives a queue it creates, when not told (SQS's defaults).
+CREATE_DEFAULTS = {"lease_seconds": 30, "delay_seconds": 0}
+# Attributes SQS reports that Switchboard holds fixed: accepted when set (a
+# client that sets its retention keeps working), reported as they are.
+FIXED_ATTRIBUTES = {
+    "MaximumMessageSize": str(messages.MAX_MESSAGE_BYTES),
+    "MessageRetentionPeriod": "1209600",
+    "ReceiveMessageWaitTimeSeconds": "0",
+    "SqsManagedSseEnabled": "false",
+}
+QUEUE_ATTRIBUTES = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+    "VisibilityTimeout",
+    "DelaySeconds",
+    "RedrivePolicy",
+    *FIXED_ATTRIBUTES,
+)
+MESSAGE_SYSTEM_ATTRIBUTES = (
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "MessageDeduplicationId",
+)
+CLAIMANT = "sqs"
+
+
+# --- Members ----------------------------------------------------------------
+
+
+def _member(body, name, kind, *, required=False):
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise SqsError(
+                "MissingParameter", f"The request must contain the parameter {name}."
+            )
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SqsError(
+            "SerializationException", f"{name}: expected {kind.__name__} value"
+        )
+    return value
+
+
+def _integer(body, name, minimum, maximum):
+    value = _member(body, name, int)
+    if value is not None and not minimum <= value <= maximum:
+        raise invalid(
+            f"Value {value} for parameter {name} is invalid. Reason: Must be "
+            f"between {minimum} and {maximum}, if provided."
+        )
+    return value
+
+
+def _string_list(body, name):
+    values = _member(body, name, list) or []
+    if not all(isinstance(value, str) for value in values):
+        raise SqsError("SerializationException", f"{name}: expected strings")
+    return values
+
+
+def _queue_name(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise invalid(
+            "Can only include alphanumeric characters, hyphens, or underscores. "
+            "1 to 80 in length"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue addressed by a request: its name and the scope narrowed to it."""
+
+    name: str
+    scope: store.Scope
+
+
+def _no_such_queue():
+    return SqsError(
+        "QueueDoesNotExist", "The specified queue does not exist for this wsdl version."
+    )
+
+
+def _queue_scope(caller, name):
+    return store.Scope(caller.scope.endpoint_id, (name,))
+
+
+def queue_url(request, caller, name):
+    return f"{request.scheme}://{request.get_host()}/{caller.account_id}/{name}"
+
+
+def _addressed(caller, body, *, must_exist=True):
+    """Resolve QueueUrl: the caller's account, a granted name, an existing queue.
+
+    Another endpoint's queue URL, a name outside the grant and a queue that
+    never existed answer alike: QueueDoesNotExist.
+    """
+    url = _member(body, "QueueUrl", str, required=True)
+    path = urlsplit(url).path if "://" in url else url
+    parts = path.strip("/").split("/")
+    if len(parts) != 2 or parts[0] != caller.account_id:
+        raise _no_such_queue()
+    name = parts[1]
+    if not QUEUE_NAME_RE.match(name) or not caller.scope.covers(name):
+        raise _no_such_queue()
+    queue = Queue(name, _queue_scope(caller, name))
+    if must_exist:
+        _check_exists(caller, name)
+    return queue
+
+
+def _check_exists(caller, name):
+    # One index probe: the figures get_queue computes are not needed here.
+    if not store.queue_exists(caller.scope, name):
+        raise _no_such_queue()
+
+
+def _existing(caller, name):
+    try:
+        return store.get_queue(caller.scope, name)
+    except store.NotFound:
+        raise _no_such_queue() from None
+
+
+# --- Queue attributes -------------------------------------------------------
+
+
+def _settings_from_attributes(attributes):
+    """Turn SQS queue attributes into §10 queue settings (validated)."""
+    if not isinstance(attributes, dict):
+        raise SqsError("SerializationException", "Attributes: expected a map")
+    settings = {}
+    for name, value in attributes.items():
+        if not isinstance(value, str):
+            raise SqsError("SerializationException", f"Attributes.{name}: a string")
+        if name == "VisibilityTimeout":
+            settings["lease_seconds"] = _attribute_int(
+                name, value, 0, MAX_VISIBILITY_TIMEOUT
+            )
+        elif name == "DelaySeconds":
+            settings["delay_seconds"] = _attribute_int(
+                name, value, 0, MAX_DELAY_SECONDS
+            )
+        elif name == "RedrivePolicy":
+            settings["max_attempts"] = _max_receive_count(value)
+        elif name in FIXED_ATTRIBUTES:
+            _check_fixed(name, value)
+        elif name == "FifoQueue":
+            raise invalid("FIFO queues are not supported by Switchboard.")
+        else:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+    # A visibility timeout of 0 (visible again at once) is a lease of 1 s: a
+    # todo's lease is never empty.
+    if settings.get("lease_seconds") == 0:
+        settings["lease_seconds"] = 1
+    return settings
+
+
+def _attribute_int(name, value, minimum, maximum):
+    try:
+        number = int(value, 10)
+    except ValueError:
+        number = None
+    if number is None or not minimum <= number <= maximum:
+        raise SqsError(
+            "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+        )
+    return number
+
+
+def _check_fixed(name, value):
+    limits = {
+        "MaximumMessageSize": (1024, 1_048_576),
+        "MessageRetentionPeriod": (60, 1_209_600),
+        "ReceiveMessageWaitTimeSeconds": (0, MAX_WAIT_SECONDS),
+    }
+    if name in limits:
+        _attribute_int(name, value, *limits[name])
+    elif value not in ("true", "false"):
+        raise SqsError(
+            "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+        )
+
+
+def _max_receive_count(value):
+    try:
+        policy = json.loads(value) if value else {}
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict):
+        raise SqsError(
+            "InvalidAttributeValue", "Value for parameter RedrivePolicy is invalid."
+        )
+    count = policy.get("maxReceiveCount")
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: Redrive policy "
+            "does not contain mandatory attribute: maxReceiveCount.",
+        )
+    if not 1 <= count <= MAX_RECEIVE_COUNT:
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: "
+            f"maxReceiveCount must be between 1 and {MAX_RECEIVE_COUNT}.",
+        )
+    return count
+
+
+def _arn(caller, name):
+    return f"arn:aws:sqs:{caller.region}:{caller.account_id}:{name}"
+
+
+def _epoch_seconds(moment):
+    return str(int(moment.timestamp()))
+
+
+def _queue_attributes(caller, info):
+    return {
+        "ApproximateNumberOfMessages": str(info.pending),
+        "ApproximateNumberOfMessagesNotVisible": str(info.claimed),
+        "ApproximateNumberOfMessagesDelayed": str(info.delayed + info.retry_scheduled),
+        "CreatedTimestamp": _epoch_seconds(info.created_at),
+        "LastModifiedTimestamp": _epoch_seconds(info.updated_at),
+        "QueueArn": _arn(caller, info.name),
+        "VisibilityTimeout": str(info.lease_seconds),
+        "DelaySeconds": str(info.delay_seconds),
+        "RedrivePolicy": json.dumps(
+            {
+                "deadLetterTargetArn": _arn(caller, info.name),
+                "maxReceiveCount": info.max_attempts,
+            },
+            separators=(",", ":"),
+        ),
+        **FIXED_ATTRIBUTES,
+    }
+
+
+def _differs(info, settings):
+    current = {
+        "lease_seconds": info.lease_seconds,
+        "delay_seconds": info.delay_seconds,
+        "max_attempts": info.max_attempts,
+    }
+    return any(current[key] != value for key, value in settings.items())
+
+
+# --- Queue actions ----------------------------------------------------------
+
+
+def create_queue(request, caller, body):
+    name = _queue_name(_member(body, "QueueName", str, required=True))
+    settings = _settings_from_attributes(_member(body, "Attributes", dict) or {})
+    _member(body, "tags", dict)  # Tags are accepted and not kept (docs/sqs.md).
+    if not caller.scope.covers(name):
+        raise SqsError(
+            "AccessDenied", f"The queue {name!r} is outside this endpoint's grant."
+        )
+    info, created = store.ensure_queue(
+        caller.scope, name, **{**CREATE_DEFAULTS, **settings}
+    )
+    if not created and _differs(info, settings):
+        raise SqsError(
+            "QueueNameExists",
+            "A queue already exists with the same name and a different value "
+            "for attribute(s) " + ", ".join(sorted(body.get("Attributes") or {})),
+        )
+    return {"QueueUrl": queue_url(request, caller, name)}
+
+
+def get_queue_url(request, caller, body):
+    name = _member(body, "QueueName", str, required=True)
+    owner = _member(body, "QueueOwnerAWSAccountId", str)
+    if owner is not None and owner != caller.account_id:
+        raise _no_such_queue()
+    if not QUEUE_NAME_RE.match(name) or not caller.scope.covers(name):
+        raise _no_such_queue()
+    _check_exists(caller, name)
+    return {"QueueUrl": queue_url(request, caller, name)}
+
+
+def list_queues(request, caller, body):
+    prefix = _member(body, "QueueNamePrefix", str) or ""
+    limit = _integer(body, "MaxResults", 1, 1000)
+    after = _member(body, "NextToken", str)
+    if after is not None:
+        try:
+            after = base64.urlsafe_b64decode(after.encode("ascii")).decode("utf-8")
+        except (ValueError, UnicodeError):
+            raise invalid("Invalid NextToken value.") from None
+    names = sorted(
+        info.name
+        for info in store.list_queues(caller.scope)
+        if QUEUE_NAME_RE.match(info.name) and info.name.startswith(prefix)
+    )
+    if after is not None:
+        names = [name for name in names if name > after]
+    page = names[: limit or 1000]
+    out = {}
+    if page:
+        out["QueueUrls"] = [queue_url(request, caller, name) for name in page]
+    if limit is not None and len(names) > len(page):
+        out["NextToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    return out
+
+
+def get_queue_attributes(request, caller, body):
+    queue = _addressed(caller, body, must_exist=False)
+    wanted = _string_list(body, "AttributeNames")
+    for name in wanted:
+        if name != "All" and name not in QUEUE_ATTRIBUTES:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+    info = _existing(caller, queue.name)
+    attributes = _queue_attributes(caller, info)
+    if "All" not in wanted:
+        attributes = {name: attributes[name] for name in wanted}
+    return {"Attributes": attributes} if attributes else {}
+
+
+def set_queue_attributes(request, caller, body):
+    queue = _addressed(caller, body)
+    attributes = _member(body, "Attributes", dict, required=True)
+    settings = _settings_from_attributes(attributes)
+    if settings:
+        store.update_queue(caller.scope, queue.name, **settings)
+    return {}
+
+
+def purge_queue(request, caller, body):
+    queue = _addressed(caller, body)
+    store.purge_queue(caller.scope, queue.name)
+    return {}
+
+
+def delete_queue(request, caller, body):
+    queue = _addressed(caller, body)
+    store.delete_queue(caller.scope, queue.name)
+    return {}
+
+
+# --- Send -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A validated message to send, with its MD5s."""
+
+    body: str
+    attributes: dict
+    size: int
+    delay_seconds: int | None
+    deduplication_id: str | None
+
+    def create_args(self, queue):
+        return {
+            "queue": queue.name,
+            "title": messages.title_of(self.body),
+            "payload": messages.payload_of(self.body, self.attributes),
+            "idempotency_key": self.deduplication_id,
+            "delay_seconds": self.delay_seconds,
+        }
+
+    def sent(self, todo):
+        out = {
+            "MessageId": todo.id,
+            "MD5OfMessageBody": messages.md5_of_body(self.body),
+        }
+        if self.attributes:
+            out["MD5OfMessageAttributes"] = messages.md5_of_attributes(self.attributes)
+        return out
+
+
+def _actor(caller):
+    return f"sqs:{caller.endpoint.name}"
+
+
+def _outgoing(entry):
+    body, size = messages.clean_body(entry.get("MessageBody"))
+    attributes, attributes_size = messages.clean_attributes(
+        entry.get("MessageAttributes")
+    )
+    size += attributes_size
+    messages.check_size(size)
+    delay = _integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
+    dedup = _member(entry, "MessageDeduplicationId", str)
+    if dedup is not None and not re.match(r"^[\x21-\x7e]{1,128}$", dedup):
+        raise invalid("MessageDeduplicationId: 1 to 128 printable ASCII characters")
+    # MessageGroupId and MessageSystemAttributes (AWSTraceHeader) are accepted
+    # and not kept: standard queues do not order by group.
+    _member(entry, "MessageGroupId", str)
+    _member(entry, "MessageSystemAttributes", dict)
+    return Outgoing(body, attributes, size, delay, dedup)
+
+
+def _create_failure(exc):
+    if isinstance(exc, store.Conflict):
+        return invalid(f"MessageDeduplicationId: {exc.detail}")
+    return exc
+
+
+def send_message(request, caller, body):
+    queue = _addressed(caller, body)
+    outgoing = _outgoing(body)
+    try:
+        todo, _ = store.create_todo(
+            queue.scope, **outgoing.create_args(queue), actor=_actor(caller)
+        )
+    except store.Conflict as exc:
+        raise _create_failure(exc) from None
+    return outgoing.sent(todo)
+
+
+def _entries(body, required_keys=("Id",)):
+    """Validate a batch's Entries: 1 to 10, well-formed and distinct ids."""
+    entries = _member(body, "Entries", list, required=True)
+    if not entries:
+        raise SqsError(
+            "EmptyBatchRequest", "There should be at least one entry in the request."
+        )
+    if len(entries) > MAX_BATCH_ENTRIES:
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH_ENTRIES}. "
+            f"You have sent {len(entries)}.",
+        )
+    seen = set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise SqsError("SerializationException", "Entries: expected structures")
+        entry_id = entry.get("Id")
+        if not isinstance(entry_id, str) or not BATCH_ENTRY_ID_RE.match(entry_id):
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens "
+                "and underscores. It can be at most 80 letters long.",
+            )
+        if entry_id in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return entries
+
+
+def _failed(entry_id, error):
+    return {
+        "Id": entry_id,
+        "SenderFault": True,
+        "Code": error.shape,
+        "Message": error.message,
+    }
+
+
+def send_message_batch(request, caller, body):
+    queue = _addressed(caller, body)
+    entries = _entries(body)
+    prepared, failed = [], []
+    total = 0
+    for entry in entries:
+        try:
+            outgoing = _outgoing(entry)
+        except SqsError as error:
+            failed.append(_failed(entry["Id"], error))
+            continue
+        total += outgoing.size
+        prepared.append((entry["Id"], outgoing))
+    if total > messages.MAX_MESSAGE_BYTES:
+        raise SqsError(
+            "BatchRequestTooLong",
+            f"Batch requests cannot be longer than {messages.MAX_MESSAGE_BYTES} "
+            f"bytes. You have sent {total} bytes.",
+        )
+    successful = []
+    if prepared:
+        results = store.create_many(
+            queue.scope,
+            [outgoing.create_args(queue) for _, outgoing in prepared],
+            actor=_actor(caller),
+        )
+        for (entry_id, outgoing), result in zip(prepared, results, strict=True):
+            if isinstance(result, Exception):
+                error = _create_failure(result)
+                if not isinstance(error, SqsError):
+                    raise error
+                failed.append(_failed(entry_id, error))
+            else:
+                successful.append({"Id": entry_id, **outgoing.sent(result[0])})
+    return {"Successful": successful, "Failed": failed}
+
+
+# --- Receive ----------------------------------------------------------------
+
+
+def _epoch_millis(moment):
+    return str(int(moment.timestamp() * 1000))
+
+
+def _system_attributes(caller, todo, wanted):
+    if not wanted:
+        return {}
+    values = {
+        "SenderId": caller.account_id,
+        "SentTimestamp": _epoch_millis(todo.created_at),
+        "ApproximateReceiveCount": str(todo.attempt),
+        # The first receive's time is not kept apart: this receive's time.
+        "ApproximateFirstReceiveTimestamp": _epoch_millis(todo.claimed_at),
+    }
+    if todo.idempotency_key is not None:
+        values["MessageDeduplicationId"] = todo.idempotency_key
+    if "All" in wanted:
+        return values
+    return {name: values[name] for name in wanted if name in values}
+
+
+def _selected_attributes(attributes, wanted):
+    if not wanted or not attributes:
+        return {}
+    if "All" in wanted or ".*" in wanted:
+        return attributes
+    prefixes = tuple(name[:-1] for name in wanted if name.endswith(".*"))
+    return {
+        name: value
+        for name, value in attributes.items()
+        if name in wanted or (prefixes and name.startswith(prefixes))
+    }
+
+
+def _received(caller, todo, system_wanted, attributes_wanted):
+    body, attributes = messages.body_and_attributes(todo.payload)
+    message = {
+        "MessageId": todo.id,
+        "ReceiptHandle": messages.receipt_handle(todo),
+        "MD5OfBody": messages.md5_of_body(body),
+        "Body": body,
+    }
+    system = _system_attributes(caller, todo, system_wanted)
+    if system:
+        message["Attributes"] = system
+    selected = _selected_attributes(attributes, attributes_wanted)
+    if selected:
+        message["MD5OfMessageAttributes"] = messages.md5_of_attributes(selected)
+        message["MessageAttributes"] = selected
+    return message
+
+
+def receive_message(request, caller, body):
+    queue = _addressed(caller, body)
+    limit = _integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1
+    visibility = _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+    wait = _integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0
+    system_wanted = set(_string_list(body, "AttributeNames")) | set(
+        _string_list(body, "MessageSystemAttributeNames")
+    )
+    attributes_wanted = set(_string_list(body, "MessageAttributeNames"))
+    lease = None if visibility is None else max(visibility, 1)
+
+    def attempt():
+        claimed = store.claim_many(
+            queue.scope, CLAIMANT, limit=limit, queue=queue.name, lease_seconds=lease
+        )
+        if not claimed:
+            raise store.NotFound("no message is available")
+        return claimed
+
+    try:
+        claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+    except store.NotFound:
+        return {}
+    return {
+        "Messages": [
+            _received(caller, todo, system_wanted, attributes_wanted)
+            for todo in claimed
+        ]
+    }
+
+
+# --- Delete and visibility --------------------------------------------------
+
+# DeleteMessage with a handle whose lease is over (the message was received
+# again, or deleted already) deletes nothing and succeeds, as SQS documents.
+STALE = (store.NotFound, store.Conflict)
+
+
+def delete_message(request, caller, body):
+    queue = _addressed(caller, body)
+    todo_id, token = messages.parse_receipt_handle(
+        _member(body, "ReceiptHandle", str, required=True)
+    )
+    with contextlib.suppress(*STALE):
+        store.complete_todo(queue.scope, todo_id, None, lease_token=token)
+    return {}
+
+
+def delete_message_batch(request, caller, body):
+    queue = _addressed(caller, body)
+    entries = _entries(body)
+    actions, ids, failed = [], [], []
+    for entry in entries:
+        try:
+            todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
+        except SqsError as error:
+            failed.append(_failed(entry["Id"], error))
+            continue
+        actions.append(store.Ack("complete", todo_id, lease_token=token))
+        ids.append(entry["Id"])
+    successful = []
+    if actions:
+        results = store.acknowledge_many(queue.scope, actions)
+        for entry_id, result in zip(ids, results, strict=True):
+            if isinstance(result, Exception) and not isinstance(result, STALE):
+                raise result
+            successful.append({"Id": entry_id})
+    return {"Successful": successful, "Failed": failed}
+
+
+def _visibility_error(exc):
+    if isinstance(exc, store.NotFound):
+        return SqsError(
+            "ReceiptHandleIsInvalid", "The input receipt handle is not valid."
+        )
+    if isinstance(exc, store.Conflict):
+        return SqsError("MessageNotInflight", "The message is not in flight.")
+    return exc
+
+
+def _visibility_ack(todo_id, token, timeout):
+    if timeout == 0:
+        return store.Ack("release", todo_id, lease_token=token)
+    return store.Ack("heartbeat", todo_id, lease_token=token, lease_seconds=timeout)
+
+
+def change_message_visibility(request, caller, body):
+    queue = _addressed(caller, body)
+    todo_id, token = messages.parse_receipt_handle(
+        _member(body, "ReceiptHandle", str, required=True)
+    )
+    timeout = _member(body, "VisibilityTimeout", int, required=True)
+    _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+    try:
+        if timeout == 0:
+            store.release_todo(queue.scope, todo_id, None, lease_token=token)
+        else:
+            store.heartbeat(
+                queue.scope, todo_id, None, lease_seconds=timeout, lease_token=token
+            )
+    except (store.NotFound, store.Conflict) as exc:
+        raise _visibility_error(exc) from None
+    return {}
+
+
+def change_message_visibility_batch(request, caller, body):
+    queue = _addressed(caller, body)
+    entries = _entries(body)
+    actions, ids, failed = [], [], []
+    for entry in entries:
+        try:
+            todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
+            timeout = _member(entry, "VisibilityTimeout", int, required=True)
+            _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+        except SqsError as error:
+            failed.append(_failed(entry["Id"], error))
+            continue
+        actions.append(_visibility_ack(todo_id, token, timeout))
+        ids.append(entry["Id"])
+    successful = []
+    if actions:
+        results = store.acknowledge_many(queue.scope, actions)
+        for entry_id, result in zip(ids, results, strict=True):
+            if isinstance(result, Exception):
+                error = _visibility_error(result)
+                if not isinstance(error, SqsError):
+                    raise error
+                failed.append(_failed(entry_id, error))
+            else:
+                successful.append({"Id": entry_id})
+    return {"Successful": successful, "Failed": failed}
+
+
+ACTIONS = {
+    "CreateQueue": create_queue,
+    "GetQueueUrl": get_queue_url,
+    "ListQueues": list_queues,
+    "GetQueueAttributes": get_queue_attributes,
+    "SetQueueAttributes": set_queue_attributes,
+    "SendMessage": send_message,
+    "SendMessageBatch": send_message_batch,
+    "ReceiveMessage": receive_message,
+    "DeleteMessage": delete_message,
+    "DeleteMessageBatch": delete_message_batch,
+    "ChangeMessageVisibility": change_message_visibility,
+    "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "PurgeQueue": purge_queue,
+    "DeleteQueue": delete_queue,
+}
+# SQS actions Switchboard does not offer (permissions, tags, DLQ moves).
+UNSUPPORTED = (
+    "AddPermission",
+    "RemovePermission",
+    "TagQueue",
+    "UntagQueue",
+    "ListQueueTags",
+    "ListDeadLetterSourceQueues",
+    "StartMessageMoveTask",
+    "CancelMessageMoveTask",
+    "ListMessageMoveTasks",
+)

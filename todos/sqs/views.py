@@ -1,0 +1,56 @@
+"""``POST /``: the SQS endpoint. ``GET /`` still leads to the Board.
+
+One view serves every action: read the body (bounded), verify its SigV4
+signature, pick the action from ``X-Amz-Target``, decode the JSON members and
+run the action. Every failure leaves in SQS's error shape, never as a 500
+page; authentication comes first, so an unsigned caller learns nothing else.
+"""
+
+import logging
+
+from django.http import HttpResponseRedirect
+from django.views.decorators.csrf import csrf_exempt
+
+from todos.sqs import actions, protocol
+from todos.sqs.protocol import SqsError
+
+logger = logging.getLogger("switchboard.sqs")
+
+
+@csrf_exempt
+def root(request):
+    """Answer an SQS call (POST), or lead a browser to the Board."""
+    if request.method != "POST":
+        return HttpResponseRedirect("/board/")
+    try:
+        return protocol.json_response(handle(request))
+    except Exception as exc:
+        error = protocol.error_for(exc)
+        if error is None:
+            logger.exception(
+                "sqs: request failed",
+                extra={"fields": {"error": type(exc).__name__}},
+            )
+            error = SqsError("InternalFailure", "The request processing has failed.")
+        return protocol.error_response(error.shape, error.message)
+
+
+def handle(request):
+    raw = protocol.read_body(request)
+    caller = protocol.authenticate(request, raw)
+    target = request.headers.get("X-Amz-Target", "")
+    name = target.removeprefix(protocol.TARGET_PREFIX)
+    action = (
+        actions.ACTIONS.get(name) if target.startswith(protocol.TARGET_PREFIX) else None
+    )
+    if action is None:
+        if name in actions.UNSUPPORTED:
+            raise SqsError(
+                "UnsupportedOperation", f"{name} is not supported by Switchboard."
+            )
+        raise SqsError(
+            "InvalidAction",
+            f"The action {name or '(none)'} is not valid for this endpoint.",
+        )
+    request.sqs_action = name
+    return action(request, caller, protocol.parse_body(raw))
