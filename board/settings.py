@@ -257,6 +257,9 @@ SWITCHBOARD_MAX_WAIT_SECONDS = 20
 SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = env_int(
     "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS", 5, 1, 3600
 )
+# The bearer token a Prometheus scraper sends to GET /metrics; unset = only
+# staff Board sessions may read it.
+SWITCHBOARD_METRICS_TOKEN = env_str("SWITCHBOARD_METRICS_TOKEN", "")
 # An MCP session unused this long has expired (404; the client initializes anew).
 SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
     "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400

@@ -68,7 +68,7 @@ DROP FUNCTION IF EXISTS switchboard_endpoint_changed();
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("todos", "0011_sqs_credentials_encrypted_secrets"),
+        ("todos", "0010_board_stats"),
     ]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]
