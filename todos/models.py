@@ -147,8 +147,8 @@ class TodoEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     # ON DELETE CASCADE is added in SQL by the migration: purging a todo purges
     # its history with it, in one statement.
-    # todo_events_todo_idx (todo_id, id) serves the history read and the
-    # cascade; a second index on todo_id alone would cost WAL on every insert.
+    # The (todo_id, id) primary key serves the history read and the cascade;
+    # another index on todo_id would cost WAL on every history row.
     todo = models.ForeignKey(
         Todo,
         on_delete=models.DO_NOTHING,
@@ -166,7 +166,9 @@ class TodoEvent(models.Model):
 
     class Meta:
         db_table = "todo_events"
-        indexes = [models.Index(fields=["todo", "id"], name="todo_events_todo_idx")]
+        # The primary key is (todo_id, id) in the database (migration
+        # 0008_history_key): it serves the history read and the cascade, so no
+        # other index is needed.
 
     def __str__(self):
         return f"{self.todo_id}: {self.from_state or 'new'} -> {self.to_state}"
