@@ -760,3 +760,26 @@ def test_a_base64_binary_attribute_round_trips_byte_for_byte(client, queue_url):
     message = client.receive_message(QueueUrl=queue_url, MessageAttributeNames=["raw"])
     assert message["Messages"][0]["MessageAttributes"]["raw"]["BinaryValue"] == data
     assert base64.b64encode(data)
+
+
+def test_message_actions_on_a_missing_queue_are_queue_does_not_exist(client, queue_url):
+    client.send_message(QueueUrl=queue_url, MessageBody="x")
+    handle = client.receive_message(QueueUrl=queue_url)["Messages"][0]["ReceiptHandle"]
+    missing = queue_url.rsplit("/", 1)[0] + "/never-made"
+    for call in (
+        lambda: client.receive_message(QueueUrl=missing, WaitTimeSeconds=1),
+        lambda: client.delete_message(QueueUrl=missing, ReceiptHandle=handle),
+        lambda: client.change_message_visibility(
+            QueueUrl=missing, ReceiptHandle=handle, VisibilityTimeout=5
+        ),
+        lambda: client.delete_message_batch(
+            QueueUrl=missing, Entries=[{"Id": "a", "ReceiptHandle": handle}]
+        ),
+        lambda: client.change_message_visibility_batch(
+            QueueUrl=missing,
+            Entries=[{"Id": "a", "ReceiptHandle": handle, "VisibilityTimeout": 5}],
+        ),
+    ):
+        assert isinstance(error_of(call), client.exceptions.QueueDoesNotExist)
+    # The message in the real queue was not touched by any of them.
+    client.delete_message(QueueUrl=queue_url, ReceiptHandle=handle)

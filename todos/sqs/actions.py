@@ -7,7 +7,6 @@ DeleteMessage completes, ChangeMessageVisibility heartbeats (0 releases).
 """
 
 import base64
-import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -578,7 +577,10 @@ def _received(caller, todo, system_wanted, attributes_wanted):
 
 
 def receive_message(request, caller, body):
-    queue = _addressed(caller, body)
+    # The queue's existence is checked only when nothing is claimed: a claim
+    # in a queue that does not exist claims nothing, and the hot path (work
+    # to take) saves a statement.
+    queue = _addressed(caller, body, must_exist=False)
     limit = _integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1
     visibility = _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     wait = _integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0
@@ -597,9 +599,15 @@ def receive_message(request, caller, body):
         return claimed
 
     try:
-        claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+        claimed = attempt()
     except store.NotFound:
-        return {}
+        _check_exists(caller, queue.name)
+        if wait == 0:
+            return {}
+        try:
+            claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+        except store.NotFound:
+            return {}
     return {
         "Messages": [
             _received(caller, todo, system_wanted, attributes_wanted)
@@ -616,17 +624,22 @@ STALE = (store.NotFound, store.Conflict)
 
 
 def delete_message(request, caller, body):
-    queue = _addressed(caller, body)
+    queue = _addressed(caller, body, must_exist=False)
     todo_id, token = messages.parse_receipt_handle(
         _member(body, "ReceiptHandle", str, required=True)
     )
-    with contextlib.suppress(*STALE):
+    try:
         store.complete_todo(queue.scope, todo_id, None, lease_token=token)
+    except store.NotFound:
+        # Stale, unless there is no such queue at all.
+        _check_exists(caller, queue.name)
+    except store.Conflict:
+        pass
     return {}
 
 
 def delete_message_batch(request, caller, body):
-    queue = _addressed(caller, body)
+    queue = _addressed(caller, body, must_exist=False)
     entries = _entries(body)
     actions, ids, failed = [], [], []
     for entry in entries:
@@ -640,11 +653,20 @@ def delete_message_batch(request, caller, body):
     successful = []
     if actions:
         results = store.acknowledge_many(queue.scope, actions)
+        _check_exists_when_missed(caller, queue, results)
         for entry_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, STALE):
                 raise result
             successful.append({"Id": entry_id})
+    else:
+        _check_exists(caller, queue.name)
     return {"Successful": successful, "Failed": failed}
+
+
+def _check_exists_when_missed(caller, queue, results):
+    """A todo not found may mean no such queue: look once, only then."""
+    if any(isinstance(result, store.NotFound) for result in results):
+        _check_exists(caller, queue.name)
 
 
 def _visibility_error(exc):
@@ -664,7 +686,7 @@ def _visibility_ack(todo_id, token, timeout):
 
 
 def change_message_visibility(request, caller, body):
-    queue = _addressed(caller, body)
+    queue = _addressed(caller, body, must_exist=False)
     todo_id, token = messages.parse_receipt_handle(
         _member(body, "ReceiptHandle", str, required=True)
     )
@@ -678,12 +700,14 @@ def change_message_visibility(request, caller, body):
                 queue.scope, todo_id, None, lease_seconds=timeout, lease_token=token
             )
     except (store.NotFound, store.Conflict) as exc:
+        if isinstance(exc, store.NotFound):
+            _check_exists(caller, queue.name)
         raise _visibility_error(exc) from None
     return {}
 
 
 def change_message_visibility_batch(request, caller, body):
-    queue = _addressed(caller, body)
+    queue = _addressed(caller, body, must_exist=False)
     entries = _entries(body)
     actions, ids, failed = [], [], []
     for entry in entries:
@@ -699,6 +723,7 @@ def change_message_visibility_batch(request, caller, body):
     successful = []
     if actions:
         results = store.acknowledge_many(queue.scope, actions)
+        _check_exists_when_missed(caller, queue, results)
         for entry_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception):
                 error = _visibility_error(result)
@@ -707,6 +732,8 @@ def change_message_visibility_batch(request, caller, body):
                 failed.append(_failed(entry_id, error))
             else:
                 successful.append({"Id": entry_id})
+    else:
+        _check_exists(caller, queue.name)
     return {"Successful": successful, "Failed": failed}
 
 
