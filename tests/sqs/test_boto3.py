@@ -263,9 +263,10 @@ def test_receive_returns_only_the_message_attributes_asked_for(client, queue_url
         QueueUrl=queue_url, MessageBody="x", MessageAttributes=ATTRIBUTES
     )
     message = client.receive_message(
-        QueueUrl=queue_url, MessageAttributeNames=["text", "cou.*"]
+        QueueUrl=queue_url, MessageAttributeNames=["text", "cou.*", "blo.*"]
     )["Messages"][0]
-    assert set(message["MessageAttributes"]) == {"text"}
+    # "cou.*" selects the names that start with "cou".
+    assert set(message["MessageAttributes"]) == {"text", "count", "blob"}
     assert "Attributes" not in message
 
 
@@ -408,11 +409,13 @@ def test_message_deduplication_id_is_the_idempotency_key(client, queue_url, sqs)
 
 
 def test_message_body_limits_and_characters(client, queue_url):
-    error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="x" * 262_145)
+    error = error_of(
+        client.send_message, QueueUrl=queue_url, MessageBody="x" * 1_048_577
+    )
     assert error.response["Error"]["Code"] == "InvalidParameterValue"
     error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="a\x00b")
     assert isinstance(error, client.exceptions.InvalidMessageContents)
-    big = "y" * 262_144
+    big = "y" * 1_048_576
     client.send_message(QueueUrl=queue_url, MessageBody=big)
     assert client.receive_message(QueueUrl=queue_url)["Messages"][0]["Body"] == big
 
@@ -509,7 +512,9 @@ def test_receive_up_to_ten_and_delete_them_in_a_batch(client, queue_url):
             "Id": "d3",
             "SenderFault": True,
             "Code": "ReceiptHandleIsInvalid",
-            "Message": 'The input receipt handle "not-a-handle" is not valid.',
+            "Message": (
+                'The input receipt handle "not-a-handle" is not a valid receipt handle.'
+            ),
         }
     ]
 
@@ -573,7 +578,7 @@ def test_change_message_visibility_batch_with_mixed_outcomes(client, queue_url):
             "AWS.SimpleQueueService.InvalidBatchEntryId",
         ),
         (
-            [{"Id": f"e{i}", "MessageBody": "x" * 40_000} for i in range(7)],
+            [{"Id": f"e{i}", "MessageBody": "x" * 110_000} for i in range(10)],
             "BatchRequestTooLong",
             "AWS.SimpleQueueService.BatchRequestTooLong",
         ),

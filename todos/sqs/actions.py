@@ -109,9 +109,7 @@ class Queue:
 
 
 def _no_such_queue():
-    return SqsError(
-        "QueueDoesNotExist", "The specified queue does not exist for this wsdl version."
-    )
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
 
 
 def _queue_scope(caller, name):
@@ -550,7 +548,8 @@ def _selected_attributes(attributes, wanted):
         return {}
     if "All" in wanted or ".*" in wanted:
         return attributes
-    prefixes = tuple(name[:-1] for name in wanted if name.endswith(".*"))
+    # "bar.*" selects the names that start with "bar".
+    prefixes = tuple(name[:-2] for name in wanted if name.endswith(".*"))
     return {
         name: value
         for name, value in attributes.items()
@@ -672,7 +671,7 @@ def _check_exists_when_missed(caller, queue, results):
 def _visibility_error(exc):
     if isinstance(exc, store.NotFound):
         return SqsError(
-            "ReceiptHandleIsInvalid", "The input receipt handle is not valid."
+            "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
         )
     if isinstance(exc, store.Conflict):
         return SqsError("MessageNotInflight", "The message is not in flight.")
