@@ -30,7 +30,7 @@ CREATE_DEFAULTS = {"lease_seconds": 30, "delay_seconds": 0}
 # client that sets its retention keeps working), reported as they are.
 FIXED_ATTRIBUTES = {
     "MaximumMessageSize": str(messages.MAX_MESSAGE_BYTES),
-    "MessageRetentionPeriod": "1209600",
+    "MessageRetentionPeriod": "345600",
     "ReceiveMessageWaitTimeSeconds": "0",
     "SqsManagedSseEnabled": "false",
 }
@@ -161,7 +161,9 @@ def _settings_from_attributes(attributes):
     if not isinstance(attributes, dict):
         raise SqsError("SerializationException", "Attributes: expected a map")
     settings = {}
-    for name, value in attributes.items():
+    for raw_name, value in attributes.items():
+        # SQS takes "VisibilityTimeout " as "VisibilityTimeout".
+        name = raw_name.strip()
         if not isinstance(value, str):
             raise SqsError("SerializationException", f"Attributes.{name}: a string")
         if name == "VisibilityTimeout":
@@ -443,12 +445,13 @@ def send_message(request, caller, body):
     return outgoing.sent(todo)
 
 
-def _entries(body, required_keys=("Id",)):
+def _entries(body, entry_shape):
     """Validate a batch's Entries: 1 to 10, well-formed and distinct ids."""
     entries = _member(body, "Entries", list, required=True)
     if not entries:
         raise SqsError(
-            "EmptyBatchRequest", "There should be at least one entry in the request."
+            "EmptyBatchRequest",
+            f"There should be at least one {entry_shape} in the request.",
         )
     if len(entries) > MAX_BATCH_ENTRIES:
         raise SqsError(
@@ -484,7 +487,7 @@ def _failed(entry_id, error):
 
 def send_message_batch(request, caller, body):
     queue = _addressed(caller, body)
-    entries = _entries(body)
+    entries = _entries(body, "SendMessageBatchRequestEntry")
     prepared, failed = [], []
     total = 0
     for entry in entries:
@@ -622,11 +625,23 @@ def receive_message(request, caller, body):
 STALE = (store.NotFound, store.Conflict)
 
 
+def _handle_of(body):
+    """The todo id and lease token of a single call's ReceiptHandle."""
+    try:
+        return messages.parse_receipt_handle(
+            _member(body, "ReceiptHandle", str, required=True)
+        )
+    except SqsError as error:
+        if error.shape != "ReceiptHandleIsInvalid":
+            raise
+        raise SqsError(
+            "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
+        ) from None
+
+
 def delete_message(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = messages.parse_receipt_handle(
-        _member(body, "ReceiptHandle", str, required=True)
-    )
+    todo_id, token = _handle_of(body)
     try:
         store.complete_todo(queue.scope, todo_id, None, lease_token=token)
     except store.NotFound:
@@ -639,7 +654,7 @@ def delete_message(request, caller, body):
 
 def delete_message_batch(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    entries = _entries(body)
+    entries = _entries(body, "DeleteMessageBatchRequestEntry")
     actions, ids, failed = [], [], []
     for entry in entries:
         try:
@@ -686,9 +701,7 @@ def _visibility_ack(todo_id, token, timeout):
 
 def change_message_visibility(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = messages.parse_receipt_handle(
-        _member(body, "ReceiptHandle", str, required=True)
-    )
+    todo_id, token = _handle_of(body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
     _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     try:
@@ -707,7 +720,7 @@ def change_message_visibility(request, caller, body):
 
 def change_message_visibility_batch(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    entries = _entries(body)
+    entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
     actions, ids, failed = [], [], []
     for entry in entries:
         try:
