@@ -189,7 +189,7 @@ def main():
         print(f"{label:<42} {median:>10.1f} {p95:>8.1f}  {status}")
 
     print("\nPlan of the overview's live counts:")
-    for line in explain(store.LIVE_OVERVIEW_SQL, {}):
+    for line in explain(store.LIVE_OVERVIEW_SQL.format(scope="TRUE"), {}):
         print("  " + line)
 
 

@@ -217,6 +217,9 @@ SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
 SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
 SWITCHBOARD_MAX_WAIT_SECONDS = 20
+# The bearer token a Prometheus scraper sends to GET /metrics; unset = only
+# staff Board sessions may read it.
+SWITCHBOARD_METRICS_TOKEN = env_str("SWITCHBOARD_METRICS_TOKEN", "")
 # An MCP session unused this long has expired (404; the client initializes anew).
 SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
     "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400

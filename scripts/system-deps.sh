@@ -7,6 +7,8 @@ missing=()
 command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || [ -n "${DATABASE_URL:-}" ] || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# promtool (Debian's prometheus package) checks the /metrics exposition.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # pycurl (kombu's SQS transport, in the dev extra) builds against these when
 # pip finds no wheel for the machine.
 command -v curl-config >/dev/null 2>&1 || missing+=(libcurl4-openssl-dev)
@@ -17,5 +19,5 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-    echo "system-deps: missing Debian packages: ${missing[*]} (browser tests will skip)" >&2
+    echo "system-deps: missing Debian packages: ${missing[*]} (the tests that need them skip)" >&2
 fi

@@ -147,8 +147,8 @@ class TodoEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     # ON DELETE CASCADE is added in SQL by the migration: purging a todo purges
     # its history with it, in one statement.
-    # todo_events_todo_idx (todo_id, id) serves the history read and the
-    # cascade; a second index on todo_id alone would cost WAL on every insert.
+    # The (todo_id, id) primary key serves the history read and the cascade;
+    # another index on todo_id would cost WAL on every history row.
     todo = models.ForeignKey(
         Todo,
         on_delete=models.DO_NOTHING,
@@ -166,7 +166,9 @@ class TodoEvent(models.Model):
 
     class Meta:
         db_table = "todo_events"
-        indexes = [models.Index(fields=["todo", "id"], name="todo_events_todo_idx")]
+        # The primary key is (todo_id, id) in the database (migration
+        # 0008_history_key): it serves the history read and the cascade, so no
+        # other index is needed.
 
     def __str__(self):
         return f"{self.todo_id}: {self.from_state or 'new'} -> {self.to_state}"
@@ -339,3 +341,69 @@ class McpSession(models.Model):
 
     def __str__(self):
         return str(self.id)
+
+
+# --- Board statistics -----------------------------------------------------------
+
+
+class TodoMinute(models.Model):
+    """Transitions per (endpoint, queue, minute), rolled up by the sweep loop.
+
+    The Board's charts and the metrics' counters read these few rows instead of
+    the history: ``todos.store`` (``roll_up_minutes``) re-counts the open
+    minutes from ``todo_events`` on each sweep pass. ``pending`` is the queue's
+    depth sampled at the last pass of the minute (NULL when none sampled it).
+    """
+
+    pk = models.CompositePrimaryKey("endpoint_id", "queue", "minute")
+    endpoint_id = models.UUIDField()
+    queue = models.TextField()
+    minute = models.DateTimeField()
+    created = models.IntegerField(db_default=0)
+    claimed = models.IntegerField(db_default=0)
+    completed = models.IntegerField(db_default=0)
+    failed = models.IntegerField(db_default=0)
+    dead_lettered = models.IntegerField(db_default=0)
+    retried = models.IntegerField(db_default=0)
+    pending = models.IntegerField(null=True)
+
+    class Meta:
+        db_table = "todo_minutes"
+        indexes = [models.Index(fields=["minute"], name="todo_minutes_minute_idx")]
+
+    def __str__(self):
+        return f"{self.endpoint_id}:{self.queue}@{self.minute:%H:%M}"
+
+
+class TransitionTotal(models.Model):
+    """Every transition of an (endpoint, queue) in the minutes already closed and
+    folded out of the open window: the base of the metrics' counters."""
+
+    pk = models.CompositePrimaryKey("endpoint_id", "queue")
+    endpoint_id = models.UUIDField()
+    queue = models.TextField()
+    created = models.BigIntegerField(db_default=0)
+    claimed = models.BigIntegerField(db_default=0)
+    completed = models.BigIntegerField(db_default=0)
+    failed = models.BigIntegerField(db_default=0)
+    dead_lettered = models.BigIntegerField(db_default=0)
+    retried = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "todo_transition_totals"
+
+    def __str__(self):
+        return f"{self.endpoint_id}:{self.queue}"
+
+
+class RollupState(models.Model):
+    """One row: the minute up to which transitions are folded into the totals."""
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    folded_through = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "todo_rollup_state"
+
+    def __str__(self):
+        return f"folded through {self.folded_through}"

@@ -6,6 +6,9 @@ wakeup or not at all; stopping between batches never leaves one half-moved.
 The commands build on the two pieces here:
 
 - ``drain`` runs one sweep batch after batch until a batch comes back short.
+- ``sweep_once`` also rolls the history up into the Board's per-minute
+  statistics (``store.stats.roll_up_minutes``): the charts and /metrics read
+  those, so they are as fresh as the last pass.
 - ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
   SIGTERM/SIGINT once ``install_signal_handlers()`` was called). It sleeps in
   short slices so a stop takes effect within a fraction of a second, and it
@@ -24,6 +27,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
 from todos.mcp import sessions as mcp_sessions
+from todos.store import stats as store_stats
 
 logger = logging.getLogger("switchboard.sweep")
 
@@ -86,6 +90,7 @@ class PassResult:
     woken: int = 0
     # The database time the next pass's delayed-todo window starts from.
     delayed_until: object = None
+    rolled_up: bool = False
     seconds: float = 0.0
     endpoints: set = field(default_factory=set)
 
@@ -129,7 +134,8 @@ def log_pass(message, result):
 
 
 def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
-    """Reap expired leases, requeue due retries, ring delayed todos that came due.
+    """Reap expired leases, requeue due retries, ring delayed todos that came due,
+    roll up the Board's minutes.
 
     ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
     a minute); a delayed todo's ring is a wakeup only, the claim scan takes
@@ -161,6 +167,8 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
         if len(rung) < batch_size or (should_stop is not None and should_stop()):
             break
     result.delayed_until = since
+    # After the sweeps, so the minutes include what they just moved.
+    result.rolled_up = store_stats.roll_up_minutes().ran
     result.seconds = time.monotonic() - started
     return result
 

@@ -2,10 +2,11 @@
 
 from django.urls import include, path
 
-from todos import health
+from todos import health, metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("api/v1/", include("todos.api.urls")),
     path("board/", include("todos.ui.urls")),
     path("hooks/", include("todos.webhooks.urls")),

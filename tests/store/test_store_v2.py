@@ -720,3 +720,25 @@ def test_a_sweep_pass_rings_delayed_todos_that_came_due(scope):
     second = sweep_once(delayed_since=first.delayed_until)
     assert second.woken == 1
     assert sweep_once(delayed_since=second.delayed_until).woken == 0
+
+
+def test_a_prepared_claim_settles_on_its_generic_plan(scope):
+    """Issue #13: a claim is not re-planned on every call (planning costs more
+    than the claim); the generic plan is the one test_claim_plan.py checks."""
+    store.create_many(scope, [{"queue": "q"}] * 30)
+    # psycopg prepares from the 6th run; PostgreSQL plans 5 custom, then decides.
+    for number in range(20):
+        queue = "q" if number % 2 else None
+        todo = store.claim_next(scope, "w", queue=queue)
+        store.complete_todo(scope, todo.id, None, lease_token=todo.lease_token)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ["%WITH RECURSIVE pending_queue%"],
+        )
+        found = cursor.fetchall()
+    if not found:
+        pytest.skip("the test database connection does not prepare statements")
+    generic, custom = found[0]
+    assert generic >= 5 and custom <= 5

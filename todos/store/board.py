@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from .lifecycle import _retry, is_dedupe_violation
 from .reads import STATE_FILTERS, _filter_conditions
 from .rows import Conflict, NotFound
-from .sql import DOORBELL, EVENT_INSERT, _run
+from .sql import DOORBELL, EVENT_INSERT, _run, _uuid
 
 # Terminal rows (done, dead letters) can number millions; the Board never
 # counts them exactly. Each terminal count stops at this cap and the Board
@@ -54,8 +54,9 @@ SELECT endpoint_id, queue,
        count(*) FILTER (WHERE state = 'failed'),
        EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending'))
   FROM todos
- WHERE state IN ('pending', 'claimed')
-    OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ WHERE (state IN ('pending', 'claimed')
+        OR (state = 'failed' AND next_retry_at IS NOT NULL))
+   AND {scope}
  GROUP BY endpoint_id, queue
 """
 
@@ -63,7 +64,7 @@ SELECT endpoint_id, queue,
 # served by todos_claimed_lease_idx.
 LAPSED_OVERVIEW_SQL = """
 SELECT endpoint_id, queue, count(*) FROM todos
- WHERE state = 'claimed' AND lease_expires_at < now()
+ WHERE state = 'claimed' AND lease_expires_at < now() AND {scope}
  GROUP BY endpoint_id, queue
 """
 
@@ -71,22 +72,40 @@ SELECT endpoint_id, queue, count(*) FROM todos
 # after cap + 1 rows, so a million done rows cost the same as ten thousand.
 TERMINAL_OVERVIEW_SQL = """
 SELECT endpoint_id, queue, count(*) FROM (
-    SELECT endpoint_id, queue FROM todos WHERE {state} LIMIT %(cap)s + 1
+    SELECT endpoint_id, queue FROM todos WHERE {state} AND {scope}
+     LIMIT %(cap)s + 1
 ) capped
  GROUP BY endpoint_id, queue
 """
 
 
-def board_overview(*, cap=TERMINAL_COUNT_CAP):
-    """Return counts per endpoint and queue; terminal counts stop at ``cap``."""
+# The Board's owner scope: only these endpoints (None = every endpoint).
+BOARD_SCOPE = "endpoint_id = ANY(%(scope_endpoints)s::uuid[])"
+ANY_ENDPOINT = "TRUE"
+
+
+def _board_scope(endpoint_ids):
+    """Return (predicate, params) of the Board's owner scope."""
+    if endpoint_ids is None:
+        return ANY_ENDPOINT, {}
+    ids = [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
+    return BOARD_SCOPE, {"scope_endpoints": ids}
+
+
+def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
+    """Return counts per endpoint and queue; terminal counts stop at ``cap``.
+
+    ``endpoint_ids`` limits it to those endpoints (the Board's owner scope).
+    """
     counts = {}
+    scope, scope_params = _board_scope(endpoint_ids)
 
     def line(endpoint_id, queue):
         key = (str(endpoint_id), queue)
         return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
     for endpoint_id, queue, pending, claimed, retry, age in _run(
-        "board_overview", LIVE_OVERVIEW_SQL, {}
+        "board_overview", LIVE_OVERVIEW_SQL.format(scope=scope), scope_params
     ):
         line(endpoint_id, queue).update(
             pending=pending,
@@ -94,13 +113,16 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP):
             retry_scheduled=retry,
             oldest_pending_seconds=None if age is None else float(age),
         )
-    for endpoint_id, queue, lapsed in _run("board_overview", LAPSED_OVERVIEW_SQL, {}):
+    for endpoint_id, queue, lapsed in _run(
+        "board_overview", LAPSED_OVERVIEW_SQL.format(scope=scope), scope_params
+    ):
         line(endpoint_id, queue)["lapsed"] = lapsed
     capped = {}
     for name in ("dead_letter", "done"):
-        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name])
+        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name], scope=scope)
         total = 0
-        for endpoint_id, queue, count in _run("board_overview", sql, {"cap": cap}):
+        bound = {**scope_params, "cap": cap}
+        for endpoint_id, queue, count in _run("board_overview", sql, bound):
             line(endpoint_id, queue)[name] = count
             total += count
         capped[name] = total > cap

@@ -77,12 +77,34 @@ def decode_cursor(cursor):
 
 
 def _filter_conditions(
-    *, endpoint_id=None, queue=None, state=None, assignee=None, owner=None, text=None
+    *,
+    endpoint_id=None,
+    queue=None,
+    state=None,
+    assignee=None,
+    owner=None,
+    text=None,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
-    """Return (conditions, params) of the list filters; None when none can match."""
+    """Return (conditions, params) of the list filters; None when none can match.
+
+    ``endpoint_ids`` is the Board's owner scope (None = every endpoint);
+    ``fingerprint`` picks one dead-letter group (``todos.error_fingerprint``).
+    """
     if state and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
     conditions, params = [], {}
+    if endpoint_ids is not None:
+        params["scope_endpoints"] = [
+            parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None
+        ]
+        if not params["scope_endpoints"]:
+            return None
+        conditions.append("endpoint_id = ANY(%(scope_endpoints)s::uuid[])")
+    if fingerprint:
+        params["fingerprint"] = fingerprint
+        conditions.append("error_fingerprint = %(fingerprint)s")
     if endpoint_id is not None:
         params["filter_endpoint"] = _uuid(endpoint_id)
         if params["filter_endpoint"] is None:
@@ -116,6 +138,8 @@ def _list(
     limit=50,
     cursor=None,
     newest_first=False,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
     if state is not None and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
@@ -136,6 +160,8 @@ def _list(
         assignee=assignee,
         owner=owner,
         text=text,
+        endpoint_ids=endpoint_ids,
+        fingerprint=fingerprint,
     )
     if filters is None:
         return Page([], None)
@@ -176,8 +202,11 @@ def list_todos_any_endpoint(
     limit=50,
     cursor=None,
     newest_first=True,
+    endpoint_ids=None,
+    fingerprint=None,
 ):
-    """Return a page of any endpoint's todos with the Board's filters."""
+    """Return a page of any endpoint's todos with the Board's filters
+    (``endpoint_ids``: only these endpoints, the Board's owner scope)."""
     return _list(
         None,
         endpoint_id=endpoint_id,
@@ -189,6 +218,8 @@ def list_todos_any_endpoint(
         limit=limit,
         cursor=cursor,
         newest_first=newest_first,
+        endpoint_ids=endpoint_ids,
+        fingerprint=fingerprint,
     )
 
 

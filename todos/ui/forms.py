@@ -23,23 +23,31 @@ STATE_CHOICES = [
 
 
 class OperatorLoginForm(AuthenticationForm):
-    """Django's login form, for staff only: the Board sees every tenant."""
+    """Django's login form, for Board users: staff, endpoint owners and viewers
+    (``todos.ui.access``); anyone else is told the Board is not theirs."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
 
     def confirm_login_allowed(self, user):
+        from todos.ui.access import BoardAccess
+
         super().confirm_login_allowed(user)
-        if not user.is_staff:
+        if BoardAccess.for_user(user) is None:
             raise ValidationError(
-                "This account is not an operator (staff) account.", code="not_staff"
+                "This account owns no endpoint and is not an operator (staff) "
+                "account, so the Board has nothing to show it.",
+                code="not_board_user",
             )
 
 
-def endpoint_choices(blank_label, *, active_only=False):
-    """Return (id, label) choices of the endpoints, revoked ones marked."""
+def endpoint_choices(blank_label, *, active_only=False, in_scope=None):
+    """Return (id, label) choices of the endpoints (all of them, or the given
+    queryset: the user's scope), revoked ones marked."""
     candidates = Endpoint.objects.select_related("owner")
+    if in_scope is not None:
+        candidates = in_scope
     if active_only:
         candidates = candidates.filter(revoked_at__isnull=True)
     choices = [("", blank_label)]
@@ -69,10 +77,16 @@ class TodoFilterForm(BoardForm):
     owner = forms.CharField(required=False, max_length=200, label="Worker")
     q = forms.CharField(required=False, max_length=200, label="Text")
     after = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    # One dead-letter group (todos.error_fingerprint), from the groups page.
+    fingerprint = forms.CharField(
+        required=False, max_length=400, strip=False, widget=forms.HiddenInput
+    )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["endpoint"].choices = endpoint_choices("any endpoint")
+        self.fields["endpoint"].choices = endpoint_choices(
+            "any endpoint", in_scope=in_scope
+        )
         self.fields["q"].widget.attrs["placeholder"] = "title or idempotency key"
 
     def clean_after(self):
@@ -96,6 +110,7 @@ class TodoFilterForm(BoardForm):
             "assignee": data["assignee"].strip() or None,
             "owner": data["owner"].strip() or None,
             "text": data["q"].strip() or None,
+            "fingerprint": data["fingerprint"] or None,
         }
 
 
@@ -128,11 +143,11 @@ class EndpointCreateForm(BoardForm):
     owner = forms.ModelChoiceField(queryset=None, empty_label=None)
     queues = QueuesField(initial="*")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, owners=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["owner"].queryset = (
-            get_user_model().objects.filter(is_active=True).order_by("username")
-        )
+        if owners is None:
+            owners = get_user_model().objects.filter(is_active=True)
+        self.fields["owner"].queryset = owners.order_by("username")
 
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
@@ -173,11 +188,11 @@ class TodoCreateForm(BoardForm):
         help_text="Empty means the server's default (SWITCHBOARD_MAX_ATTEMPTS).",
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["max_attempts"].initial = settings.SWITCHBOARD_MAX_ATTEMPTS
         self.fields["endpoint"].choices = endpoint_choices(
-            "choose an endpoint", active_only=True
+            "choose an endpoint", active_only=True, in_scope=in_scope
         )
 
     def clean_queue(self):
@@ -219,3 +234,29 @@ class TodoCreateForm(BoardForm):
                     "never claim it.",
                 )
         return data
+
+
+class QueueSettingsForm(BoardForm):
+    """A queue's defaults; a blank field means the server's default."""
+
+    lease_seconds = forms.IntegerField(
+        label="Default lease (s)",
+        min_value=1,
+        max_value=store.MAX_LEASE_SECONDS,
+        required=False,
+        help_text="A claim's lease when the agent names none.",
+    )
+    max_attempts = forms.IntegerField(
+        label="Attempt cap",
+        min_value=1,
+        max_value=1000,
+        required=False,
+        help_text="Claims before a failure dead-letters a new todo.",
+    )
+    delay_seconds = forms.IntegerField(
+        label="Delay (s)",
+        min_value=0,
+        max_value=900,
+        required=False,
+        help_text="How long a new todo waits before it can be claimed.",
+    )

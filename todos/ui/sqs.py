@@ -15,7 +15,7 @@ from todos.ui.views import _endpoint_missing, _endpoint_or_none, operator_view
 @operator_view
 def endpoint_sqs(request, endpoint_id):
     """Show an endpoint's SQS credentials (GET) or issue new ones (POST)."""
-    endpoint = _endpoint_or_none(endpoint_id)
+    endpoint = _endpoint_or_none(request, endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
     issued = None

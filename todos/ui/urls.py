@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.ui import sqs, views, webhooks
+from todos.ui import sqs, stats, views, webhooks
 
 app_name = "board"
 
@@ -17,6 +17,12 @@ urlpatterns = [
     path("todos/<str:todo_id>/", views.todo_detail, name="todo"),
     path("todos/<str:todo_id>/retry/", views.todo_retry, name="todo_retry"),
     path("todos/<str:todo_id>/release/", views.todo_release, name="todo_release"),
+    path("dead-letters/", stats.dead_letter_groups, name="dead_letters"),
+    path(
+        "queues/<uuid:endpoint_id>/<path:queue>/",
+        stats.queue_detail,
+        name="queue",
+    ),
     path("endpoints/", views.endpoint_list, name="endpoints"),
     path("endpoints/new/", views.endpoint_create, name="endpoint_create"),
     path(

@@ -9,6 +9,7 @@ page; an unreachable database is a 503 page.
 """
 
 import json
+import uuid
 from functools import wraps
 from urllib.parse import urlencode
 
@@ -27,8 +28,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from todos import endpoints, store
-from todos.models import Endpoint
 from todos.sqs import messages as sqs_messages
+from todos.ui.access import BoardAccess
 from todos.ui.forms import (
     EndpointCreateForm,
     GrantsForm,
@@ -47,7 +48,13 @@ SELECTION_CLEARED = "selection-cleared"
 
 
 def operator_view(view):
-    """Require a staff login; show an outage as a 503 page, not a traceback.
+    """Require a Board login and enforce its scope (``todos.ui.access``); show an
+    outage as a 503 page, not a traceback.
+
+    The one place access is decided: the user's ``BoardAccess`` goes on
+    ``request.board`` for the view to read and act through; a read-only user's
+    POST is a 403; a URL naming an object outside the scope (an endpoint, a
+    todo, a webhook source or route, an ``endpoint`` filter) is a 404.
 
     Every Board URL answers a whole page, or for htmx a fragment of it: the
     response says it varies on the htmx headers, so that no cache hands a
@@ -63,6 +70,43 @@ def operator_view(view):
     return wrapper
 
 
+def _outside_scope(request, access, kwargs):
+    """Name what this request points at outside the user's scope, or return None.
+
+    Staff see everything; for an owner, a foreign object and a missing one are
+    the same 404 (the view's own lookups then only see objects in scope).
+    """
+    if access.staff:
+        return None
+    if "endpoint_id" in kwargs and not access.covers(kwargs["endpoint_id"]):
+        return "endpoint"
+    if "todo_id" in kwargs and not access.covers_todo(kwargs["todo_id"]):
+        return "todo"
+    if "source_id" in kwargs and not access.covers_source(kwargs["source_id"]):
+        return "webhook source"
+    if "route_id" in kwargs and not access.covers_route(kwargs["route_id"]):
+        return "webhook route"
+    named = request.GET.get("endpoint") or request.POST.get("endpoint")
+    if named and store_uuid(named) and not access.covers(store_uuid(named)):
+        return "endpoint"
+    return None
+
+
+def store_uuid(value):
+    """Return the canonical form of a UUID string, or None."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        return None
+
+
+def action_page(view):
+    """Mark a page that exists only to act (a form): read-only users get a 403
+    for it even on GET, since they are offered no action."""
+    view.board_action = True
+    return view
+
+
 # The request headers a Board answer depends on (django-htmx reads them).
 HTMX_VARY = ("HX-Request", "HX-Target")
 
@@ -75,9 +119,21 @@ def _operator_response(request, view, args, kwargs):
             # A fragment must not swap the login page into the list.
             return HttpResponseClientRedirect(login)
         return redirect(login)
-    if not (user.is_active and user.is_staff):
-        return render(request, "board/forbidden.html", status=403)
     try:
+        access = BoardAccess.for_user(user)
+        if access is None:
+            return render(request, "board/forbidden.html", status=403)
+        request.board = access
+        acting = request.method == "POST" or getattr(view, "board_action", False)
+        if acting and access.read_only:
+            return render(
+                request, "board/forbidden.html", {"read_only": True}, status=403
+            )
+        missing = _outside_scope(request, access, kwargs)
+        if missing:
+            return render(
+                request, "board/not_found.html", {"what": missing}, status=404
+            )
         return view(request, *args, **kwargs)
     except (store.Unavailable, OperationalError, InterfaceError):
         # The ORM's endpoint queries fail this way too; anything else is a bug
@@ -160,12 +216,12 @@ def _flash(request, notices):
         messages.add_message(request, level, notice["text"])
 
 
-def _endpoints_by_id():
-    return {str(e.id): e for e in Endpoint.objects.select_related("owner")}
+def _endpoints_by_id(request):
+    return {str(e.id): e for e in request.board.endpoints()}
 
 
-def _endpoint_or_none(endpoint_id):
-    return Endpoint.objects.select_related("owner").filter(id=endpoint_id).first()
+def _endpoint_or_none(request, endpoint_id):
+    return request.board.endpoint(endpoint_id)
 
 
 def _endpoint_missing(request):
@@ -214,8 +270,8 @@ logout_view = auth_views.LogoutView.as_view()
 @operator_view
 def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
-    data = store.board_overview()
-    by_id = _endpoints_by_id()
+    data = request.board.overview()
+    by_id = _endpoints_by_id(request)
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
@@ -245,6 +301,12 @@ def overview(request):
         "cap": f"{data.cap:,}".replace(",", " "),
         "nav": "overview",
     }
+    from todos.ui.stats import overview_charts
+
+    charts = overview_charts(request, [s["endpoint_id"] for s in sections])
+    for section in sections:
+        section["charts"] = charts["endpoints"].get(section["endpoint_id"])
+    context["charts"] = charts
     return _page(request, "board/overview.html", context, fragments=("counts",))
 
 
@@ -255,7 +317,15 @@ def _query(form, **overrides):
     """Return the list's query string for these filters (and page)."""
     values = {
         name: form.cleaned_data.get(name) or ""
-        for name in ("endpoint", "queue", "state", "assignee", "owner", "q")
+        for name in (
+            "endpoint",
+            "queue",
+            "state",
+            "assignee",
+            "owner",
+            "q",
+            "fingerprint",
+        )
     }
     values.update(overrides)
     query = QueryDict(mutable=True)
@@ -267,16 +337,16 @@ def _query(form, **overrides):
 @operator_view
 def todo_list(request):
     """List todos newest first with the filters in the URL; htmx polls the rows."""
-    form = TodoFilterForm(request.GET)
+    form = TodoFilterForm(request.GET, in_scope=request.board.endpoints())
     status, page, filters = 200, store.Page([], None), {}
     if form.is_valid():
         filters = form.store_filters()
-        page = store.list_todos_any_endpoint(
+        page = request.board.list_todos(
             **filters, cursor=form.cleaned_data["after"] or None, limit=PAGE_SIZE
         )
     else:
         status = 400
-    by_id = _endpoints_by_id()
+    by_id = _endpoints_by_id(request)
     context = {
         "form": form,
         "rows": [
@@ -305,12 +375,11 @@ def todo_list(request):
 # --- Todo detail and actions ----------------------------------------------------
 
 
-def _detail_context(todo):
-    endpoint = Endpoint.objects.select_related("owner").filter(id=todo.endpoint_id)
+def _detail_context(request, todo):
     return {
         "todo": todo,
-        "endpoint": endpoint.first(),
-        "events": store.todo_events_any_endpoint(todo.id),
+        "endpoint": request.board.endpoint(todo.endpoint_id),
+        "events": request.board.todo_events(todo.id),
         "payload_json": json.dumps(todo.payload, indent=2, sort_keys=True),
         # A message sent over SQS: its body as sent (pretty when it is JSON).
         "sqs_body": sqs_messages.readable_body(todo.payload),
@@ -327,11 +396,14 @@ def _detail_context(todo):
 def todo_detail(request, todo_id):
     """Show every field of a todo, its payload and result, and its history."""
     try:
-        todo = store.get_todo_any_endpoint(todo_id)
+        todo = request.board.get_todo(todo_id)
     except store.NotFound:
         return render(request, "board/not_found.html", {"what": "todo"}, status=404)
     return _page(
-        request, "board/todo_detail.html", _detail_context(todo), fragments=("detail",)
+        request,
+        "board/todo_detail.html",
+        _detail_context(request, todo),
+        fragments=("detail",),
     )
 
 
@@ -339,11 +411,11 @@ def _todo_action(request, todo_id, act, verb, done_text):
     """Run one action on one todo and answer with the changed fragment."""
     notices = []
     try:
-        todo = act(todo_id, actor=f"operator:{request.user.get_username()}")
+        todo = act(todo_id, actor=request.board.actor)
         notices.append(_notice("success", done_text))
     except store.Conflict as exc:
         notices.append(_notice("warning", _conflict_text(exc, verb)))
-        todo = store.get_todo_any_endpoint(exc.todo_id)
+        todo = request.board.get_todo(exc.todo_id)
     except store.NotFound:
         notices.append(_notice("error", "That todo no longer exists."))
         todo = None
@@ -354,13 +426,13 @@ def _todo_action(request, todo_id, act, verb, done_text):
         return _notices_only(request, notices)
     events = (COUNTS_CHANGED,)
     if request.htmx.target == "detail":
-        part = ("board/todo_detail.html#detail", _detail_context(todo))
+        part = ("board/todo_detail.html#detail", _detail_context(request, todo))
     else:
         part = (
             "board/todo_list.html#row",
             {
                 "todo": todo,
-                "endpoint": _endpoint_or_none(todo.endpoint_id),
+                "endpoint": _endpoint_or_none(request, todo.endpoint_id),
                 "now": timezone.now(),
             },
         )
@@ -374,7 +446,7 @@ def todo_retry(request, todo_id):
     return _todo_action(
         request,
         todo_id,
-        store.retry_todo_any_endpoint,
+        request.board.retry_todo,
         "retry",
         "Retried: the todo is pending again.",
     )
@@ -387,7 +459,7 @@ def todo_release(request, todo_id):
     return _todo_action(
         request,
         todo_id,
-        store.release_todo_any_endpoint,
+        request.board.release_todo,
         "release",
         "Released: the claim is given back.",
     )
@@ -401,8 +473,8 @@ def todos_retry_selected(request):
     if not ids:
         notices = [_notice("warning", "Tick the todos to retry first.")]
     else:
-        retried, conflicts, missing = store.retry_many_any_endpoint(
-            ids, actor=f"operator:{request.user.get_username()}"
+        retried, conflicts, missing = request.board.retry_many(
+            ids, actor=request.board.actor
         )
         notices = [_notice("success", f"Retried {len(retried)} of {len(ids)}.")]
         if conflicts:
@@ -425,9 +497,13 @@ def todos_retry_selected(request):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def todos_retry_matching(request):
     """Preview, then retry, every failed todo the list's filter matches."""
-    form = TodoFilterForm(request.GET if request.method == "GET" else request.POST)
+    form = TodoFilterForm(
+        request.GET if request.method == "GET" else request.POST,
+        in_scope=request.board.endpoints(),
+    )
     if not form.is_valid():
         return _page(
             request,
@@ -446,12 +522,10 @@ def todos_retry_matching(request):
         "batch": store.BULK_RETRY_BATCH,
     }
     if request.method == "GET":
-        context["count"] = store.count_retryable_any_endpoint(**filters)
-        context["key_held"] = store.count_key_held_any_endpoint(**filters)
+        context["count"] = request.board.count_retryable(**filters)
+        context["key_held"] = request.board.count_key_held(**filters)
         return _page(request, "board/retry_matching.html", context, fragments=("bulk",))
-    outcome = store.retry_matching_any_endpoint(
-        **filters, actor=f"operator:{request.user.get_username()}"
-    )
+    outcome = request.board.retry_matching(**filters, actor=request.board.actor)
     notices = [_notice("success", f"Retried {outcome.retried} matching todos.")]
     if outcome.conflicts:
         notices.append(
@@ -490,14 +564,17 @@ def todos_retry_matching(request):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def todo_create(request):
     """Create a todo by hand for an endpoint."""
     form = TodoCreateForm(
-        _posted(request), initial={"endpoint": request.GET.get("endpoint", "")}
+        _posted(request),
+        initial={"endpoint": request.GET.get("endpoint", "")},
+        in_scope=request.board.endpoints(),
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        todo, created = store.create_todo_any_endpoint(
+        todo, created = request.board.create_todo(
             data["endpoint"],
             queue=data["queue"],
             title=data["title"],
@@ -505,7 +582,7 @@ def todo_create(request):
             idempotency_key=data["idempotency_key"] or None,
             assignee=data["assignee"] or None,
             max_attempts=data["max_attempts"],
-            actor=f"operator:{request.user.get_username()}",
+            actor=request.board.actor,
         )
         if created:
             messages.success(request, "Created the todo.")
@@ -529,9 +606,7 @@ def todo_create(request):
 @operator_view
 def endpoint_list(request):
     """List the endpoints with their owners, grants and token prefixes."""
-    listed = Endpoint.objects.select_related("owner").order_by(
-        "revoked_at", "name", "created_at"
-    )
+    listed = request.board.endpoints().order_by("revoked_at", "name", "created_at")
     return render(
         request, "board/endpoints.html", {"endpoints": listed, "nav": "endpoints"}
     )
@@ -551,9 +626,14 @@ def _token_page(request, endpoint, token, created):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def endpoint_create(request):
     """Create an endpoint and show its token, this once."""
-    form = EndpointCreateForm(_posted(request), initial={"owner": request.user})
+    form = EndpointCreateForm(
+        _posted(request),
+        initial={"owner": request.user},
+        owners=request.board.owners(),
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         endpoint, token = endpoints.create(data["name"], data["owner"], data["queues"])
@@ -571,7 +651,7 @@ def endpoint_create(request):
 @operator_view
 def endpoint_rotate(request, endpoint_id):
     """Replace an endpoint's token; the old one stops working at once."""
-    endpoint = _endpoint_or_none(endpoint_id)
+    endpoint = _endpoint_or_none(request, endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
     if not endpoint.is_active:
@@ -585,7 +665,7 @@ def endpoint_rotate(request, endpoint_id):
 @operator_view
 def endpoint_revoke(request, endpoint_id):
     """Revoke an endpoint: its token stops working; its todos stay for the record."""
-    endpoint = _endpoint_or_none(endpoint_id)
+    endpoint = _endpoint_or_none(request, endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
     revoked = endpoints.revoke(endpoint)
@@ -606,9 +686,10 @@ def endpoint_revoke(request, endpoint_id):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def endpoint_grants(request, endpoint_id):
     """Edit the queues an endpoint may use."""
-    endpoint = _endpoint_or_none(endpoint_id)
+    endpoint = _endpoint_or_none(request, endpoint_id)
     if endpoint is None:
         return _endpoint_missing(request)
     form = GrantsForm(_posted(request), initial={"queues": endpoint.queues})

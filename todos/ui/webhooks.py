@@ -3,8 +3,9 @@
 An operator sees what arrived at each source and what it became — per target,
 the todo it created or collapsed onto — creates a source with its routes (the
 same validation as ``create_webhook``), adds and removes routes, rotates a
-secret, and deletes a source. Staff login and the
-outage page come from the Board's own ``operator_view``.
+secret, and deletes a source. The login, the owner scope (an owner sees the
+sources whose every route goes to their endpoints) and the outage page come
+from the Board's own ``operator_view``.
 """
 
 from django import forms
@@ -16,9 +17,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from todos import crypto
-from todos.models import WEBHOOK_SCHEMES, Endpoint, WebhookRoute, WebhookSource
+from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
 from todos.ui.forms import endpoint_choices
-from todos.ui.views import operator_view
+from todos.ui.views import action_page, operator_view
 from todos.webhooks import core as webhooks
 
 RECENT_DELIVERIES = 10
@@ -81,9 +82,11 @@ class RouteForm(forms.Form):
         "Fields: " + ", ".join("$" + name for name in webhooks.TITLE_FIELDS),
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["endpoint"].choices = endpoint_choices("no route", active_only=True)
+        self.fields["endpoint"].choices = endpoint_choices(
+            "no route", active_only=True, in_scope=in_scope
+        )
 
     def clean(self):
         data = super().clean()
@@ -140,8 +143,8 @@ def _outcome_rows(delivery, endpoints):
 @operator_view
 def webhook_list(request):
     """List the sources with their routes and last deliveries."""
-    sources = WebhookSource.objects.prefetch_related("routes__endpoint")
-    endpoints = {str(e.id): e for e in Endpoint.objects.all()}
+    sources = request.board.sources().prefetch_related("routes__endpoint")
+    endpoints = {str(e.id): e for e in request.board.endpoints()}
     listed = []
     for source in sources:
         deliveries = webhooks.recent_deliveries(source, RECENT_DELIVERIES)
@@ -167,10 +170,15 @@ def webhook_list(request):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def webhook_create(request):
     """Create a source with its routes; a generated secret is shown once."""
     form = SourceForm(request.POST or None, initial={"scheme": "github"})
-    routes = RouteFormSet(request.POST or None, prefix="routes")
+    routes = RouteFormSet(
+        request.POST or None,
+        prefix="routes",
+        form_kwargs={"in_scope": request.board.endpoints()},
+    )
     if request.method == "POST" and form.is_valid() and routes.is_valid():
         data = form.cleaned_data
         generated = not data["secret"]
@@ -242,12 +250,13 @@ def webhook_rotate(request, source_id):
 
 @require_http_methods(["GET", "POST"])
 @operator_view
+@action_page
 def route_create(request, source_id):
     """Add a route to an existing source."""
     source = WebhookSource.objects.filter(id=source_id).first()
     if source is None:
         return _source_missing(request)
-    form = RouteForm(request.POST or None)
+    form = RouteForm(request.POST or None, in_scope=request.board.endpoints())
     if request.method == "POST" and form.is_valid():
         spec = form.spec()
         if spec is None:

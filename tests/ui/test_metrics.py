@@ -1,0 +1,133 @@
+"""GET /metrics: who may read it, what it says, and Debian's promtool accepts it."""
+
+import shutil
+import subprocess
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from todos import store
+from todos.store import stats
+
+TOKEN = "metrics-scraper-token-0123456789"
+
+
+@pytest.fixture
+def staff(db):
+    client = Client()
+    client.force_login(
+        get_user_model().objects.create_user("ops", password="x", is_staff=True)
+    )
+    return client
+
+
+def samples(response):
+    """{(metric sample name, frozenset of labels): value} of an exposition."""
+    found = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            labels.pop("endpoint_id", None)
+            found[(sample.name, frozenset(labels.items()))] = sample.value
+    return found
+
+
+def test_metrics_without_credentials_answer_401(client, db, settings):
+    settings.SWITCHBOARD_METRICS_TOKEN = TOKEN
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_metrics_refuse_a_wrong_token_and_any_token_when_none_is_set(
+    client, db, settings
+):
+    settings.SWITCHBOARD_METRICS_TOKEN = TOKEN
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    settings.SWITCHBOARD_METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+    assert (
+        client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 401
+    )
+
+
+def test_metrics_refuse_a_board_session_that_is_not_staff(client, make_endpoint):
+    owner = make_endpoint("agent", owner="alice").owner
+    client.force_login(owner)
+
+    assert client.get("/metrics").status_code == 403
+
+
+def test_metrics_are_readable_with_the_bearer_token(client, db, settings):
+    settings.SWITCHBOARD_METRICS_TOKEN = TOKEN
+
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+
+
+def test_metrics_report_gauges_and_transition_counters_per_queue(
+    staff, scope, time_travel
+):
+    for _ in range(3):
+        store.create_todo(scope, queue="q")
+    old, _ = store.create_todo(scope, queue="q")
+    time_travel(old.id, created_at=-120, available_at=-120)
+    busy, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, busy.id, "w")
+    store.create_todo(scope, queue="q", delay_seconds=600)
+    retry, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, retry.id, "w")
+    store.fail_todo(scope, retry.id, "w", error="x")
+    dead, _ = store.create_todo(scope, queue="other", max_attempts=1)
+    store.claim_todo(scope, dead.id, "w")
+    store.fail_todo(scope, dead.id, "w", error="boom")
+    stats.roll_up_minutes()
+
+    found = samples(staff.get("/metrics"))
+
+    def value(name, queue, **labels):
+        key = frozenset({"endpoint": "agent-a", "queue": queue, **labels}.items())
+        return found[(name, key)]
+
+    assert value("switchboard_todos", "q", state="pending") == 4
+    assert value("switchboard_todos", "q", state="claimed") == 1
+    assert value("switchboard_todos", "q", state="retry_scheduled") == 1
+    assert value("switchboard_todos", "other", state="dead_letter") == 1
+    assert value("switchboard_todos", "q", state="delayed") == 1
+    assert 115 <= value("switchboard_oldest_pending_age_seconds", "q") <= 200
+    assert value("switchboard_transitions_total", "q", transition="created") == 7
+    assert value("switchboard_transitions_total", "q", transition="claimed") == 2
+    assert value("switchboard_transitions_total", "q", transition="failed") == 1
+    assert (
+        value("switchboard_transitions_total", "other", transition="dead_lettered") == 1
+    )
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="Debian's prometheus package (promtool) is not installed "
+    "(scripts/system-deps.sh installs it)",
+)
+def test_metrics_pass_promtool_check_metrics(staff, scope, other_scope):
+    store.create_todo(scope, queue="q")
+    dead, _ = store.create_todo(other_scope, queue='we"ird\\queue', max_attempts=1)
+    store.claim_todo(other_scope, dead.id, "w")
+    store.fail_todo(other_scope, dead.id, "w", error="boom")
+    stats.roll_up_minutes()
+    exposition = staff.get("/metrics").content
+
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=exposition,
+        capture_output=True,
+        timeout=30,
+    )
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert b"switchboard_todos{" in exposition

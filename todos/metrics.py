@@ -1,0 +1,131 @@
+"""``GET /metrics``: Prometheus' text format, from ``prometheus-client``.
+
+Per endpoint and queue: ``switchboard_todos{state=…}`` gauges (pending,
+delayed, claimed, retry_scheduled, dead_letter), the age of the oldest pending
+todo, and ``switchboard_transitions_total{transition=…}`` counters (created,
+claimed, completed, failed, dead_lettered, retried). The gauges are read from
+the partial indexes of live rows and of dead letters (never the done backlog);
+the counters from the sweep loop's rollup (``todos.store_stats``), so they
+advance once per sweep pass.
+
+Readable by a staff Board session, or with ``Authorization: Bearer <token>``
+when ``SWITCHBOARD_METRICS_TOKEN`` is set (compared in constant time). Anyone
+else: 401 without credentials (or with a wrong token), 403 for a logged-in
+user who is not staff.
+"""
+
+import hmac
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from todos import store
+from todos.models import Endpoint
+from todos.store import stats as store_stats
+
+# The classic text format every Prometheus (and Debian's 2.x) scrapes; the
+# names and labels here are all legacy-safe, so its body is the same.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GAUGE_STATES = ("pending", "delayed", "claimed", "retry_scheduled", "dead_letter")
+
+
+class QueueCollector:
+    """Collects the store's figures once per scrape."""
+
+    def __init__(self, figures, names):
+        self.figures = figures
+        self.names = names
+
+    def collect(self):
+        labels = ["endpoint_id", "endpoint", "queue"]
+        todos = GaugeMetricFamily(
+            "switchboard_todos",
+            "Todos per endpoint, queue and state (pending: claimable now; "
+            "delayed: pending, not yet available; dead_letter: failed at the "
+            "attempt cap; retry_scheduled: failed, waiting for its backoff).",
+            labels=[*labels, "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "switchboard_oldest_pending_age_seconds",
+            "Seconds the oldest claimable pending todo has waited since it became "
+            "available, per endpoint and queue (0 when none).",
+            labels=labels,
+        )
+        transitions = CounterMetricFamily(
+            "switchboard_transitions",
+            "Lifecycle transitions per endpoint and queue, counted from the "
+            "history by the sweep loop's rollup.",
+            labels=[*labels, "transition"],
+        )
+        for figure in self.figures:
+            values = [
+                figure.endpoint_id,
+                self.names.get(figure.endpoint_id, ""),
+                figure.queue,
+            ]
+            for state in GAUGE_STATES:
+                todos.add_metric([*values, state], getattr(figure, state))
+            oldest.add_metric(values, figure.oldest_pending_age_seconds or 0.0)
+            for name in store_stats.TRANSITIONS:
+                count = (figure.transitions or {}).get(name, 0)
+                transitions.add_metric([*values, name], count)
+        yield todos
+        yield oldest
+        yield transitions
+
+
+def _bearer(request):
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _allowed(request):
+    """Return None when the request may read the metrics, else the status."""
+    expected = settings.SWITCHBOARD_METRICS_TOKEN
+    offered = _bearer(request)
+    if offered is not None:
+        if expected and hmac.compare_digest(offered.encode(), expected.encode()):
+            return None
+        return 401
+    user = request.user
+    if user.is_authenticated:
+        return None if (user.is_active and user.is_staff) else 403
+    return 401
+
+
+def _refusal(status):
+    text = {
+        401: "metrics need a staff Board session or the metrics bearer token\n",
+        403: "metrics are for staff only\n",
+    }[status]
+    response = HttpResponse(text, status=status, content_type="text/plain")
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="switchboard-metrics"'
+    return response
+
+
+@require_GET
+def metrics(request):
+    """Serve the Prometheus exposition of every endpoint's queues."""
+    refused = _allowed(request)
+    if refused:
+        return _refusal(refused)
+    try:
+        figures = store_stats.metrics_figures()
+        names = {
+            str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
+        }
+    except (store.Unavailable, OperationalError, InterfaceError):
+        return HttpResponse(
+            "database unavailable\n", status=503, content_type="text/plain"
+        )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(figures, names))
+    response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,478 @@
+"""The Board's statistics SQL: dead-letter groups, the per-minute rollup, charts
+and the figures ``/metrics`` exports.
+
+Part of the store (all todo SQL lives in the store): the same ``_run`` and the
+same owner-scope predicate as ``todos.store.board``. Every
+function that reads todos takes ``endpoint_ids`` (None = every endpoint, the
+staff view; a list = the Board's owner scope).
+
+The charts never read the history (``todo_events``, millions of rows): the
+sweep loop calls ``roll_up_minutes`` on each pass, which re-counts only the
+minutes still open from the history (a BRIN index finds them) into
+``todo_minutes``, one row per (endpoint, queue, minute), and samples each
+queue's depth. Minutes older than two minutes are closed: folded once into
+``todo_transition_totals`` (the base of the metrics' counters) and never
+counted again. A day of charts is then at most 1 440 rows per queue.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from .board import _board_scope
+from .reads import STATE_FILTERS
+from .sql import _run
+
+# Transitions the rollup counts, in the order of todo_minutes' columns.
+TRANSITIONS = ("created", "claimed", "completed", "failed", "dead_lettered", "retried")
+
+# A minute is closed (final) this long after it ended: a transition's history
+# row carries its transaction's start time, and commits within this margin.
+CLOSE_AFTER = timedelta(minutes=2)
+# One pass re-counts at most this much history (catching up after downtime
+# takes several passes rather than one long statement).
+MAX_WINDOW = timedelta(hours=1)
+# How far back a first rollup (or one after a long outage) starts.
+MAX_CATCH_UP = timedelta(days=1)
+# Minute rows are kept this long (the charts show a day at most).
+KEEP_MINUTES = timedelta(days=2)
+
+GROUP_LIMIT = 200
+
+
+# --- Dead letters grouped by error ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeadLetterGroup:
+    """Dead letters of one endpoint and queue whose errors share a fingerprint."""
+
+    endpoint_id: str
+    queue: str
+    fingerprint: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    example_id: str
+    example_error: str
+
+
+# An index-only scan of todos_dead_letter_group_idx (dead letters alone), then
+# one example per group from the same index. A dead letter without an error
+# message has no fingerprint; it forms its own group ("no error recorded").
+DEAD_LETTER_GROUPS_SQL = f"""
+WITH groups AS (
+    SELECT endpoint_id, queue, error_fingerprint, count(*) AS members,
+           min(updated_at) AS first_seen, max(updated_at) AS last_seen
+      FROM todos
+     WHERE {STATE_FILTERS["dead_letter"]} AND {{scope}}
+     GROUP BY endpoint_id, queue, error_fingerprint
+     ORDER BY count(*) DESC, max(updated_at) DESC
+     LIMIT %(limit)s
+)
+SELECT g.endpoint_id, g.queue, g.error_fingerprint, g.members, g.first_seen,
+       g.last_seen, example.id, example.last_error
+  FROM groups g
+  CROSS JOIN LATERAL (
+    SELECT t.id, t.last_error FROM todos t
+     WHERE t.state = 'failed' AND t.next_retry_at IS NULL
+       AND t.endpoint_id = g.endpoint_id AND t.queue = g.queue
+       AND t.error_fingerprint IS NOT DISTINCT FROM g.error_fingerprint
+     ORDER BY t.updated_at DESC
+     LIMIT 1
+  ) example
+ ORDER BY g.members DESC, g.last_seen DESC
+"""
+
+
+def dead_letter_groups(*, endpoint_ids=None, limit=GROUP_LIMIT):
+    """Return the dead letters grouped by (endpoint, queue, error fingerprint),
+    largest group first."""
+    scope, params = _board_scope(endpoint_ids)
+    sql = DEAD_LETTER_GROUPS_SQL.format(scope=scope)
+    rows = _run("dead_letter_groups", sql, {**params, "limit": int(limit)})
+    return [
+        DeadLetterGroup(
+            str(endpoint_id),
+            queue,
+            fingerprint or "",
+            count,
+            first_seen,
+            last_seen,
+            str(example_id),
+            example_error or "",
+        )
+        for (
+            endpoint_id,
+            queue,
+            fingerprint,
+            count,
+            first_seen,
+            last_seen,
+            example_id,
+            example_error,
+        ) in rows
+    ]
+
+
+FINGERPRINT_SQL = "SELECT switchboard_error_fingerprint(%(error)s)"
+
+
+def error_fingerprint(error):
+    """Return the fingerprint PostgreSQL stores for this error message."""
+    if not error:
+        return ""
+    return _run("error_fingerprint", FINGERPRINT_SQL, {"error": error}, "one")[0] or ""
+
+
+# --- The per-minute rollup (run by the sweep loop) ------------------------------
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """What one rollup pass did."""
+
+    ran: bool
+    start: datetime | None = None
+    end: datetime | None = None
+    minutes: int = 0
+    folded_through: datetime | None = None
+
+
+# One sweeper at a time: a second one skips the pass instead of waiting.
+ROLLUP_LOCK_SQL = """
+SELECT folded_through, date_trunc('minute', now()), now()
+  FROM todo_rollup_state WHERE id = 1 FOR UPDATE SKIP LOCKED
+"""
+
+ROLLUP_STATE_INIT_SQL = """
+INSERT INTO todo_rollup_state (id, folded_through) VALUES (1, NULL)
+ON CONFLICT (id) DO NOTHING
+"""
+
+# Re-count the open minutes from the history. A created event has no from
+# state; a heartbeat (claimed -> claimed) is not a claim; a failure below the
+# attempt cap schedules a retry (failed), at the cap it dead-letters.
+COUNT_MINUTES_SQL = """
+WITH counted AS (
+    SELECT e.endpoint_id, t.queue, date_trunc('minute', e.at) AS minute,
+           count(*) FILTER (WHERE e.from_state IS NULL) AS created,
+           count(*) FILTER (WHERE e.to_state = 'claimed'
+                              AND e.from_state IS DISTINCT FROM 'claimed') AS claimed,
+           count(*) FILTER (WHERE e.to_state = 'done') AS completed,
+           count(*) FILTER (WHERE e.to_state = 'failed'
+                              AND e.attempt < t.max_attempts) AS failed,
+           count(*) FILTER (WHERE e.to_state = 'failed'
+                              AND e.attempt >= t.max_attempts) AS dead_lettered,
+           count(*) FILTER (WHERE e.from_state = 'failed'
+                              AND e.to_state = 'pending') AS retried
+      FROM todo_events e
+      JOIN todos t ON t.id = e.todo_id
+     WHERE e.at >= %(start)s AND e.at < %(end)s
+     GROUP BY 1, 2, 3
+)
+INSERT INTO todo_minutes (endpoint_id, queue, minute, created, claimed, completed,
+                          failed, dead_lettered, retried)
+SELECT endpoint_id, queue, minute, created, claimed, completed, failed,
+       dead_lettered, retried
+  FROM counted
+ON CONFLICT (endpoint_id, queue, minute) DO UPDATE
+   SET created = EXCLUDED.created, claimed = EXCLUDED.claimed,
+       completed = EXCLUDED.completed, failed = EXCLUDED.failed,
+       dead_lettered = EXCLUDED.dead_lettered, retried = EXCLUDED.retried
+"""
+
+FOLD_SQL = """
+WITH closed AS (
+    SELECT endpoint_id, queue, sum(created) AS created, sum(claimed) AS claimed,
+           sum(completed) AS completed, sum(failed) AS failed,
+           sum(dead_lettered) AS dead_lettered, sum(retried) AS retried
+      FROM todo_minutes
+     WHERE minute >= %(start)s AND minute < %(closed)s
+     GROUP BY endpoint_id, queue
+)
+INSERT INTO todo_transition_totals AS t (endpoint_id, queue, created, claimed,
+                                         completed, failed, dead_lettered, retried)
+SELECT * FROM closed
+ON CONFLICT (endpoint_id, queue) DO UPDATE
+   SET created = t.created + EXCLUDED.created, claimed = t.claimed + EXCLUDED.claimed,
+       completed = t.completed + EXCLUDED.completed,
+       failed = t.failed + EXCLUDED.failed,
+       dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered,
+       retried = t.retried + EXCLUDED.retried
+"""
+
+SET_FOLDED_SQL = "UPDATE todo_rollup_state SET folded_through = %(closed)s WHERE id = 1"
+
+# Each queue's depth (pending todos) now, from the live overview index; a
+# queue that had pending todos in the last samples and has none now gets a 0.
+SAMPLE_DEPTH_SQL = """
+WITH live AS (
+    SELECT endpoint_id, queue, count(*) AS pending
+      FROM todos
+     WHERE state = 'pending'
+     GROUP BY endpoint_id, queue
+), drained AS (
+    SELECT DISTINCT m.endpoint_id, m.queue, 0 AS pending
+      FROM todo_minutes m
+     WHERE m.minute >= %(minute)s - interval '5 minutes' AND m.pending > 0
+       AND NOT EXISTS (SELECT 1 FROM live l
+                        WHERE l.endpoint_id = m.endpoint_id AND l.queue = m.queue)
+)
+INSERT INTO todo_minutes (endpoint_id, queue, minute, pending)
+SELECT endpoint_id, queue, %(minute)s, pending FROM live
+UNION ALL
+SELECT endpoint_id, queue, %(minute)s, pending FROM drained
+ON CONFLICT (endpoint_id, queue, minute) DO UPDATE SET pending = EXCLUDED.pending
+"""
+
+PRUNE_SQL = """
+DELETE FROM todo_minutes WHERE minute < %(keep_from)s AND minute < %(closed)s
+"""
+
+
+def roll_up_minutes():
+    """Re-count the open minutes, fold the closed ones into the totals, sample
+    each queue's depth, and drop minute rows past two days. One transaction;
+    a pass another sweeper is running is skipped (``ran`` False)."""
+    with transaction.atomic():
+        _run("roll_up_minutes", ROLLUP_STATE_INIT_SQL, {}, fetch=None)
+        row = _run("roll_up_minutes", ROLLUP_LOCK_SQL, {}, fetch="one")
+        if row is None:
+            return Rollup(False)
+        folded_through, this_minute, now = row
+        start = max(folded_through or this_minute, this_minute - MAX_CATCH_UP)
+        end = min(start + MAX_WINDOW, now + timedelta(seconds=1))
+        minutes = _run(
+            "roll_up_minutes", COUNT_MINUTES_SQL, {"start": start, "end": end}, None
+        )
+        # Closed: ended CLOSE_AFTER ago, and counted entirely in this pass.
+        closed = min(this_minute - CLOSE_AFTER, end.replace(second=0, microsecond=0))
+        if closed > start:
+            bound = {"start": start, "closed": closed}
+            _run("roll_up_minutes", FOLD_SQL, bound, None)
+            _run("roll_up_minutes", SET_FOLDED_SQL, {"closed": closed}, None)
+            folded_through = closed
+        elif folded_through is None:
+            # The first pass: nothing closed yet; start counting from here.
+            _run("roll_up_minutes", SET_FOLDED_SQL, {"closed": start}, None)
+            folded_through = start
+        _run("roll_up_minutes", SAMPLE_DEPTH_SQL, {"minute": this_minute}, None)
+        keep = {"keep_from": this_minute - KEEP_MINUTES, "closed": folded_through}
+        _run("roll_up_minutes", PRUNE_SQL, keep, None)
+    return Rollup(True, start, end, minutes, folded_through)
+
+
+# --- Charts ---------------------------------------------------------------------
+
+RANGES = {
+    # name: (span, bucket seconds)
+    "hour": (timedelta(hours=1), 60),
+    "day": (timedelta(days=1), 600),
+}
+
+
+@dataclass(frozen=True)
+class Series:
+    """One chart's buckets, oldest first: the transitions counted in each
+    bucket, and the peak depth sampled in it (None: no sample)."""
+
+    start: datetime
+    bucket_seconds: int
+    buckets: int
+    counts: dict
+    depth: list
+
+    def total(self, name):
+        return sum(self.counts[name])
+
+
+# Per minute first (the depth of a minute is the sum over its queues), then per
+# bucket (transitions summed, depth its peak). {group} adds the endpoint and
+# queue columns when the caller wants one series per endpoint or per queue.
+CHART_SQL = """
+WITH per_minute AS (
+    SELECT {group} minute, sum(created) AS created, sum(claimed) AS claimed,
+           sum(completed) AS completed, sum(failed) AS failed,
+           sum(dead_lettered) AS dead_lettered, sum(retried) AS retried,
+           sum(pending) AS pending
+      FROM todo_minutes
+     WHERE minute >= %(start)s AND {scope} {narrow}
+     GROUP BY {group} minute
+)
+SELECT {group}
+       floor(EXTRACT(EPOCH FROM minute - %(start)s) / %(step)s)::int AS bucket,
+       sum(created), sum(claimed), sum(completed), sum(failed),
+       sum(dead_lettered), sum(retried), max(pending)
+  FROM per_minute
+ GROUP BY {group} bucket
+"""
+
+
+def _range_start(span, step):
+    row = _run(
+        "chart_series",
+        "SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / %(step)s)"
+        " * %(step)s) - %(span)s + make_interval(secs => %(step)s)",
+        {"step": step, "span": span},
+        fetch="one",
+    )
+    return row[0]
+
+
+def chart_series(
+    *, range_name="hour", endpoint_ids=None, endpoint_id=None, queue=None, by=None
+):
+    """Return the chart of a range ("hour": per minute, "day": per 10 minutes).
+
+    ``endpoint_id`` and ``queue`` narrow it to one endpoint or queue; ``by``
+    ("endpoint") returns {endpoint_id: Series} (empty for an endpoint without
+    rows) instead of one Series.
+    """
+    span, step = RANGES[range_name]
+    buckets = int(span.total_seconds() // step)
+    start = _range_start(span, step)
+    scope, params = _board_scope(endpoint_ids)
+    narrow = ""
+    if endpoint_id is not None:
+        narrow += " AND endpoint_id = %(endpoint_id)s"
+        params["endpoint_id"] = str(endpoint_id)
+    if queue is not None:
+        narrow += " AND queue = %(queue)s"
+        params["queue"] = queue
+    group = "endpoint_id," if by == "endpoint" else ""
+    sql = CHART_SQL.format(group=group, scope=scope, narrow=narrow)
+    rows = _run("chart_series", sql, {**params, "start": start, "step": step})
+
+    def empty():
+        return Series(
+            start,
+            step,
+            buckets,
+            {name: [0] * buckets for name in TRANSITIONS},
+            [None] * buckets,
+        )
+
+    charts = SeriesByKey(empty)
+    for row in rows:
+        key = str(row[0]) if by == "endpoint" else None
+        values = row[1:] if by == "endpoint" else row
+        bucket = values[0]
+        if not 0 <= bucket < buckets:
+            continue
+        series = charts[key]
+        for name, value in zip(TRANSITIONS, values[1:7], strict=True):
+            series.counts[name][bucket] = int(value or 0)
+        series.depth[bucket] = None if values[7] is None else int(values[7])
+    return charts if by == "endpoint" else charts[None]
+
+
+class SeriesByKey(dict):
+    """Series per endpoint; an endpoint with no rows gets an empty series."""
+
+    def __init__(self, empty):
+        super().__init__()
+        self._empty = empty
+
+    def __missing__(self, key):
+        self[key] = self._empty()
+        return self[key]
+
+
+# --- Metrics --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    """One (endpoint, queue)'s gauges and transition counters for /metrics."""
+
+    endpoint_id: str
+    queue: str
+    pending: int = 0
+    delayed: int = 0
+    claimed: int = 0
+    retry_scheduled: int = 0
+    dead_letter: int = 0
+    oldest_pending_age_seconds: float | None = None
+    transitions: dict | None = None
+
+
+# Pending todos (due and delayed, by the statement's clock like the claim)
+# from the claim's lanes index, claims and
+# parked retries from the live overview index, dead letters from the
+# dead-letter group index: each an index-only scan that never reads the done
+# backlog.
+METRICS_PENDING_SQL = """
+SELECT endpoint_id, queue,
+       count(*) FILTER (WHERE available_at <= statement_timestamp()),
+       count(*) FILTER (WHERE available_at > statement_timestamp()),
+       EXTRACT(EPOCH FROM statement_timestamp() - min(available_at)
+                                   FILTER (WHERE available_at <= statement_timestamp()))
+  FROM todos
+ WHERE state = 'pending'
+ GROUP BY endpoint_id, queue
+"""
+
+METRICS_LIVE_SQL = """
+SELECT endpoint_id, queue,
+       count(*) FILTER (WHERE state = 'claimed'),
+       count(*) FILTER (WHERE state = 'failed')
+  FROM todos
+ WHERE state = 'claimed' OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ GROUP BY endpoint_id, queue
+"""
+
+METRICS_DEAD_SQL = f"""
+SELECT endpoint_id, queue, count(*) FROM todos
+ WHERE {STATE_FILTERS["dead_letter"]}
+ GROUP BY endpoint_id, queue
+"""
+
+# The counters: the folded totals plus the open minutes.
+METRICS_COUNTERS_SQL = """
+SELECT endpoint_id, queue, sum(created), sum(claimed), sum(completed), sum(failed),
+       sum(dead_lettered), sum(retried)
+  FROM (
+    SELECT endpoint_id, queue, created, claimed, completed, failed, dead_lettered,
+           retried
+      FROM todo_transition_totals
+    UNION ALL
+    SELECT m.endpoint_id, m.queue, m.created, m.claimed, m.completed, m.failed,
+           m.dead_lettered, m.retried
+      FROM todo_minutes m, todo_rollup_state s
+     WHERE s.id = 1 AND m.minute >= COALESCE(s.folded_through, '-infinity')
+  ) counted
+ GROUP BY endpoint_id, queue
+"""
+
+
+def metrics_figures():
+    """Return every (endpoint, queue)'s gauges and counters (the /metrics view)."""
+    figures = {}
+
+    def line(endpoint_id, queue):
+        key = (str(endpoint_id), queue)
+        return figures.setdefault(key, {"endpoint_id": key[0], "queue": queue})
+
+    for endpoint_id, queue, pending, delayed, age in _run(
+        "metrics", METRICS_PENDING_SQL, {}
+    ):
+        line(endpoint_id, queue).update(
+            pending=pending,
+            delayed=delayed,
+            oldest_pending_age_seconds=None if age is None else float(age),
+        )
+    for endpoint_id, queue, claimed, retry in _run("metrics", METRICS_LIVE_SQL, {}):
+        line(endpoint_id, queue).update(claimed=claimed, retry_scheduled=retry)
+    for endpoint_id, queue, count in _run("metrics", METRICS_DEAD_SQL, {}):
+        line(endpoint_id, queue)["dead_letter"] = count
+    for endpoint_id, queue, *counts in _run("metrics", METRICS_COUNTERS_SQL, {}):
+        pairs = zip(TRANSITIONS, counts, strict=True)
+        line(endpoint_id, queue)["transitions"] = {
+            name: int(value or 0) for name, value in pairs
+        }
+    return sorted(
+        (QueueFigures(**values) for values in figures.values()),
+        key=lambda f: (f.endpoint_id, f.queue),
+    )

@@ -1,0 +1,216 @@
+"""Who sees what on the Board (CONTRACT §13), decided in one place.
+
+``operator_view`` builds a ``BoardAccess`` from the logged-in user and hangs it
+on ``request.board``; every Board view reads and acts through it and never
+calls the store's operator twins itself:
+
+- a staff user sees every endpoint (``endpoint_ids`` None);
+- any other user sees the endpoints they own, and nothing else: each store
+  call carries their endpoint ids as a filter on top of the operator twins
+  (never an agent-path function), and ``operator_view`` answers 404 for a URL
+  naming another endpoint, one of its todos, its queues or a webhook source
+  that routes to it (a foreign object looks exactly like a missing one);
+- a member of the Django group ``board-viewers`` is read-only: they see their
+  scope, are offered no action (``can_act``), and every Board POST is a 403.
+"""
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Q
+
+from todos import store
+from todos.models import Endpoint, WebhookRoute, WebhookSource
+from todos.store import stats as store_stats
+
+VIEWERS_GROUP = "board-viewers"
+
+
+@dataclass(frozen=True)
+class BoardAccess:
+    """A Board user's scope: the endpoints they see, and whether they may act."""
+
+    user: object
+    staff: bool
+    read_only: bool
+    # None: every endpoint (staff). Otherwise the ids of the user's endpoints.
+    endpoint_ids: frozenset | None
+
+    @classmethod
+    def for_user(cls, user):
+        """Return the user's access, or None when the Board is not theirs at all
+        (inactive, or neither staff, an endpoint owner nor a viewer)."""
+        if not (user.is_authenticated and user.is_active):
+            return None
+        read_only = user.groups.filter(name=VIEWERS_GROUP).exists()
+        if user.is_staff:
+            return cls(user, True, read_only, None)
+        owned = Endpoint.objects.filter(owner=user).values_list("pk", flat=True)
+        owned = frozenset(str(pk) for pk in owned)
+        if not owned and not read_only:
+            return None
+        return cls(user, False, read_only, owned)
+
+    @property
+    def can_act(self):
+        return not self.read_only
+
+    @property
+    def actor(self):
+        return f"operator:{self.user.get_username()}"
+
+    @property
+    def scope_ids(self):
+        """The store's ``endpoint_ids`` argument: None, or a list."""
+        return None if self.endpoint_ids is None else sorted(self.endpoint_ids)
+
+    def covers(self, endpoint_id):
+        """Say whether this endpoint id is in scope (a malformed id never is)."""
+        if self.endpoint_ids is None:
+            return True
+        return str(endpoint_id) in self.endpoint_ids
+
+    # --- Endpoints ----------------------------------------------------------
+
+    def endpoints(self):
+        """The endpoints in scope, as a queryset (owner loaded)."""
+        endpoints = Endpoint.objects.select_related("owner")
+        if self.endpoint_ids is None:
+            return endpoints
+        return endpoints.filter(owner=self.user)
+
+    def endpoint(self, endpoint_id):
+        return self.endpoints().filter(id=endpoint_id).first()
+
+    def owners(self):
+        """The users an endpoint created here may belong to."""
+        from django.contrib.auth import get_user_model
+
+        users = get_user_model().objects.filter(is_active=True).order_by("username")
+        return users if self.staff else users.filter(pk=self.user.pk)
+
+    # --- Todos (the operator twins, filtered) -------------------------------
+
+    def get_todo(self, todo_id):
+        """Return a todo in scope; NotFound for a foreign one, like a missing one."""
+        todo = store.get_todo_any_endpoint(todo_id)
+        if not self.covers(todo.endpoint_id):
+            raise store.NotFound(todo_id=str(todo_id))
+        return todo
+
+    def covers_todo(self, todo_id):
+        try:
+            self.get_todo(todo_id)
+        except store.NotFound:
+            return False
+        return True
+
+    def todo_events(self, todo_id):
+        self.get_todo(todo_id)
+        return store.todo_events_any_endpoint(todo_id)
+
+    def overview(self):
+        return store.board_overview(endpoint_ids=self.scope_ids)
+
+    def list_todos(self, **filters):
+        return store.list_todos_any_endpoint(**filters, endpoint_ids=self.scope_ids)
+
+    def retry_todo(self, todo_id, *, actor):
+        self.get_todo(todo_id)
+        return store.retry_todo_any_endpoint(todo_id, actor=actor)
+
+    def release_todo(self, todo_id, *, actor):
+        self.get_todo(todo_id)
+        return store.release_todo_any_endpoint(todo_id, actor=actor)
+
+    def retry_many(self, todo_ids, *, actor):
+        """Retry the given todos; ids outside the scope count as missing."""
+        inside, outside = [], []
+        for todo_id in todo_ids:
+            (inside if self.covers_todo(todo_id) else outside).append(todo_id)
+        retried, conflicts, missing = store.retry_many_any_endpoint(inside, actor=actor)
+        missing += [store.NotFound(todo_id=todo_id) for todo_id in outside]
+        return retried, conflicts, missing
+
+    def count_retryable(self, **filters):
+        ids = self.scope_ids
+        return store.count_retryable_any_endpoint(**filters, endpoint_ids=ids)
+
+    def count_key_held(self, **filters):
+        ids = self.scope_ids
+        return store.count_key_held_any_endpoint(**filters, endpoint_ids=ids)
+
+    def retry_matching(self, **filters):
+        ids = self.scope_ids
+        return store.retry_matching_any_endpoint(**filters, endpoint_ids=ids)
+
+    def create_todo(self, endpoint_id, **fields):
+        if not self.covers(endpoint_id):
+            raise store.NotFound("no such endpoint")
+        return store.create_todo_any_endpoint(endpoint_id, **fields)
+
+    # --- Statistics ---------------------------------------------------------
+
+    def dead_letter_groups(self):
+        return store_stats.dead_letter_groups(endpoint_ids=self.scope_ids)
+
+    def chart(self, range_name, **narrow):
+        return store_stats.chart_series(
+            range_name=range_name, endpoint_ids=self.scope_ids, **narrow
+        )
+
+    # --- Queues -------------------------------------------------------------
+    # Queue settings live in the store's ``queues`` table (store v2); until
+    # that table exists a queue page shows figures and charts only.
+
+    @staticmethod
+    def has_queue_settings():
+        return hasattr(store, "get_queue_any_endpoint")
+
+    def queue(self, endpoint_id, name):
+        """Return a queue's settings and figures (QueueInfo), or None."""
+        if not (self.covers(endpoint_id) and self.has_queue_settings()):
+            return None
+        try:
+            return store.get_queue_any_endpoint(endpoint_id, name)
+        except store.NotFound:
+            return None
+
+    def update_queue(self, endpoint_id, name, **settings):
+        self._queue_in_scope(endpoint_id)
+        return store.update_queue_any_endpoint(endpoint_id, name, **settings)
+
+    def pause_queue(self, endpoint_id, name):
+        self._queue_in_scope(endpoint_id)
+        return store.pause_queue_any_endpoint(endpoint_id, name)
+
+    def resume_queue(self, endpoint_id, name):
+        self._queue_in_scope(endpoint_id)
+        return store.resume_queue_any_endpoint(endpoint_id, name)
+
+    def _queue_in_scope(self, endpoint_id):
+        if not self.covers(endpoint_id):
+            raise store.NotFound("no such queue")
+
+    # --- Webhook sources ----------------------------------------------------
+
+    def sources(self):
+        """The webhook sources in scope: for an owner, those with routes, every
+        one of them to an endpoint of theirs (a shared source is staff's)."""
+        sources = WebhookSource.objects.all()
+        if self.endpoint_ids is None:
+            return sources
+        foreign = ~Q(routes__endpoint__owner=self.user)
+        return sources.annotate(
+            routes_total=Count("routes"),
+            routes_foreign=Count("routes", filter=foreign),
+        ).filter(routes_total__gt=0, routes_foreign=0)
+
+    def source(self, source_id):
+        return self.sources().filter(id=source_id).first()
+
+    def covers_source(self, source_id):
+        return self.sources().filter(id=source_id).exists()
+
+    def covers_route(self, route_id):
+        route = WebhookRoute.objects.filter(id=route_id).first()
+        return route is not None and self.covers_source(route.source_id)

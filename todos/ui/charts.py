@@ -1,0 +1,206 @@
+"""Server-rendered SVG charts of the Board: no script, readable without hovering.
+
+A chart is drawn from a ``todos.store.stats.Series``: the transitions per bucket as
+lines (created, completed, failed, dead-lettered), the queue depth as an area
+below them, each with its axis labels written out (the top of the scale, the
+times at both ends and the middle) and a legend that states each line's total
+over the range. The markup is built here, every value escaped, and marked
+safe for the template.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+
+LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 22
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A chart's drawing area in SVG units (its text scales with it)."""
+
+    width: int
+    height: int
+
+    def x(self, index, buckets):
+        inner = self.width - LEFT - RIGHT
+        return LEFT + inner * (index + 0.5) / buckets
+
+    def y(self, value, top):
+        inner = self.height - TOP - BOTTOM
+        return TOP + inner * (1 - value / top)
+
+
+# The transitions chart takes three fifths of a row, the depth chart two.
+WIDE, NARROW = Frame(600, 170), Frame(400, 170)
+WIDE_SMALL, NARROW_SMALL = Frame(600, 120), Frame(400, 120)
+# The phone variant of a transitions chart.
+COMPACT_WIDTH = 380
+
+LINES = (
+    ("created", "created", "var(--chart-created)"),
+    ("completed", "completed", "var(--chart-completed)"),
+    ("failed", "failed (retry)", "var(--chart-failed)"),
+    ("dead_lettered", "dead-lettered", "var(--chart-dead)"),
+)
+
+
+def _scale_top(peak):
+    """Round the top of a scale up to 1, 2 or 5 times a power of ten."""
+    if peak <= 0:
+        return 1
+    magnitude = 1
+    while magnitude * 10 <= peak:
+        magnitude *= 10
+    for step in (1, 2, 5, 10):
+        if peak <= step * magnitude:
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _number(value):
+    return f"{value:,}".replace(",", " ")
+
+
+def _axes(frame, series, top, unit):
+    bottom = frame.height - BOTTOM
+    times = []
+    ends = ((0, "start"), (series.buckets // 2, "middle"), (series.buckets - 1, "end"))
+    for index, anchor in ends:
+        at = series.start + timedelta(seconds=series.bucket_seconds * index)
+        times.append((f"{frame.x(index, series.buckets):.1f}", anchor, f"{at:%H:%M}"))
+    return format_html(
+        '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<line class="grid-line" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>'
+        '<text class="tick" x="{}" y="{}" text-anchor="end">0</text>'
+        '<text class="tick unit" x="{}" y="{}" text-anchor="start">{}</text>'
+        "{}",
+        LEFT,
+        bottom,
+        frame.width - RIGHT,
+        bottom,
+        LEFT,
+        TOP,
+        frame.width - RIGHT,
+        TOP,
+        LEFT - 6,
+        TOP + 4,
+        _number(top),
+        LEFT - 6,
+        bottom,
+        LEFT + 4,
+        TOP + 10,
+        unit,
+        format_html_join(
+            "",
+            '<text class="tick" x="{}" y="{}" text-anchor="{}">{}</text>',
+            ((x, frame.height - 6, anchor, label) for x, anchor, label in times),
+        ),
+    )
+
+
+def _transitions_svg(series, label, frame, variant):
+    peak = max((max(series.counts[name]) for name, _, _ in LINES), default=0)
+    top = _scale_top(peak)
+    paths = []
+    for name, _, colour in LINES:
+        values = series.counts[name]
+        points = " ".join(
+            f"{frame.x(i, series.buckets):.1f},{frame.y(value, top):.1f}"
+            for i, value in enumerate(values)
+        )
+        paths.append((colour, points, name))
+    return format_html(
+        '<svg class="chart {}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}{}</svg>",
+        variant,
+        frame.width,
+        frame.height,
+        label,
+        label,
+        _axes(frame, series, top, f"per {_per(series)}"),
+        format_html_join(
+            "",
+            '<polyline class="series series-{}" fill="none" stroke="{}" points="{}"/>',
+            ((name, colour, points) for colour, points, name in paths),
+        ),
+    )
+
+
+def _per(series):
+    return "minute" if series.bucket_seconds == 60 else "10 minutes"
+
+
+def transitions_chart(series, label, frame=WIDE):
+    """The transitions per bucket as four lines, with a legend of totals.
+
+    Drawn twice: at ``frame`` for wide screens and narrower for phones (CSS
+    shows one), so the axis labels stay legible at either width.
+    """
+    svg = _transitions_svg(series, label, frame, "chart-wide") + _transitions_svg(
+        series, label, Frame(COMPACT_WIDTH, frame.height), "chart-compact"
+    )
+    legend = format_html_join(
+        "",
+        '<li><span class="swatch" style="background:{}"></span>{} '
+        '<strong class="series-total" data-series="{}">{}</strong></li>',
+        (
+            (colour, text, name, _number(series.total(name)))
+            for name, text, colour in LINES
+        ),
+    )
+    return mark_safe(
+        f'<figure class="chart-box">{svg}'
+        f'<figcaption><ul class="legend">{legend}</ul></figcaption></figure>'
+    )
+
+
+def depth_chart(series, label, frame=NARROW):
+    """The queue depth (pending todos, the peak sampled per bucket) as an area;
+    the latest sample is marked, so even a single one shows."""
+    samples = [value for value in series.depth if value is not None]
+    top = _scale_top(max(samples, default=0))
+    bottom = frame.height - BOTTOM
+    points = [
+        (frame.x(i, series.buckets), frame.y(value, top))
+        for i, value in enumerate(series.depth)
+        if value is not None
+    ]
+    area = ""
+    if points:
+        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        outline = f"{points[0][0]:.1f},{bottom} {line} {points[-1][0]:.1f},{bottom}"
+        area = format_html(
+            '<polygon class="depth-area" points="{}"/>'
+            '<polyline class="depth-line" fill="none" points="{}"/>'
+            '<circle class="depth-now" cx="{}" cy="{}" r="3"/>',
+            outline,
+            line,
+            f"{points[-1][0]:.1f}",
+            f"{points[-1][1]:.1f}",
+        )
+    now = series.depth[-1] if series.depth else None
+    peak = max(samples, default=0)
+    svg = format_html(
+        '<svg class="chart chart-depth" viewBox="0 0 {} {}" role="img" '
+        'aria-label="{}"><title>{}</title>{}{}</svg>',
+        frame.width,
+        frame.height,
+        label,
+        label,
+        _axes(frame, series, top, "pending todos"),
+        area,
+    )
+    caption = format_html(
+        '<ul class="legend"><li><span class="swatch swatch-depth"></span>depth now '
+        '<strong data-series="depth-now">{}</strong></li>'
+        '<li>peak <strong data-series="depth-peak">{}</strong></li></ul>',
+        "—" if now is None else _number(now),
+        _number(peak),
+    )
+    return mark_safe(
+        f'<figure class="chart-box">{svg}<figcaption>{caption}</figcaption></figure>'
+    )
