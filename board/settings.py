@@ -241,7 +241,7 @@ SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
 
 # The SQS surface (docs/sqs.md): a whole request may be larger than one
 # message (a batch of ten, JSON-escaped); message sizes are checked after.
-SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # The largest body Django itself may hold in memory: the largest any surface
 # accepts. Each surface checks its own, smaller limit first (todos/http.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
