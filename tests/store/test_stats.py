@@ -146,12 +146,7 @@ def move_history(todo_id, seconds):
 
 
 def reset_rollup(minutes_ago):
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE todo_rollup_state SET folded_through ="
-            " date_trunc('minute', now()) - make_interval(mins => %s)",
-            [minutes_ago],
-        )
+    stats.restart_rollup(seconds_back=60 * minutes_ago)
 
 
 def test_the_rollup_counts_each_transition_per_minute_and_samples_depth(scope):
@@ -231,3 +226,30 @@ def test_the_day_chart_has_ten_minute_buckets(scope):
     assert series.buckets == 144 and series.bucket_seconds == 600
     assert series.total("created") == 1
     assert stats.chart_series(range_name="hour").total("created") == 0
+
+
+def test_dead_letters_without_an_error_form_their_own_group(scope):
+    silent = {dead_letter(scope, "").id for _ in range(3)}
+    loud = dead_letter(scope, "boom 7").id
+
+    groups = {g.fingerprint: g for g in stats.dead_letter_groups()}
+    outcome = store.retry_matching_any_endpoint(
+        state="dead_letter", fingerprint=store.NO_ERROR_GROUP
+    )
+
+    assert groups[store.NO_ERROR_GROUP].count == 3
+    assert groups[store.NO_ERROR_GROUP].example_id in silent
+    assert outcome.retried == 3
+    assert store.get_todo_any_endpoint(loud).state == "failed"
+
+
+def test_the_first_rollup_after_the_state_row_was_lost_starts_counting_now(scope):
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM todo_rollup_state")
+    store.create_todo(scope, queue="q")
+
+    assert stats.roll_up_minutes().ran
+    stats.restart_rollup(seconds_back=600)
+    stats.roll_up_minutes()
+
+    assert stats.metrics_figures()[0].transitions["created"] == 1

@@ -132,10 +132,7 @@ def work_through_the_day(endpoints, rng):
               FROM offsets o WHERE e.todo_id = o.id
             """
         )
-        cursor.execute(
-            "UPDATE todo_rollup_state SET folded_through ="
-            " date_trunc('minute', now()) - interval '1 day'"
-        )
+    stats.restart_rollup(seconds_back=86400)
     for _ in range(26):
         stats.roll_up_minutes()
     with connection.cursor() as cursor:

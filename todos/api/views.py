@@ -14,13 +14,14 @@ from todos.api.core import (
     Fields,
     acknowledge_batch,
     api_view,
-    claim_batch,
+    authenticate,
+    batch_attempt,
     create_batch,
     create_todo,
     list_page,
     todo_response,
 )
-from todos.doorbell import claim_when_ready
+from todos.doorbell import aclaim_when_ready
 
 
 @api_view("GET", "POST")
@@ -53,25 +54,41 @@ def detail(request, todo_id):
 
 
 @api_view("POST")
-def claim_next(request):
+async def claim_next(request):
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
-    With ``max_todos`` (1..10) it claims up to that many in one statement and
-    always answers 200 ``{"todos": [...]}``, an empty list after the wait.
+    An async view: while it waits it holds no thread and no database
+    connection, only a mailbox on the process's doorbell hub. With
+    ``max_todos`` (1..10) it claims up to that many in one statement and always
+    answers 200 ``{"todos": [...]}``, an empty list after the wait.
     """
     body = request.body_fields
     worker = body.worker()
     queue = body.text("queue")
     lease, wait = body.lease_seconds(), body.wait_seconds()
     limit = body.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
-    if limit is not None:
-        todos = claim_batch(request.scope, worker, queue, lease, wait, limit)
-        return JsonResponse({"todos": [todo.to_dict() for todo in todos]})
+    scope = request.scope
 
     def attempt():
-        return store.claim_next(request.scope, worker, queue=queue, lease_seconds=lease)
+        if limit is not None:
+            return batch_attempt(scope, worker, queue, lease, limit)()
+        return store.claim_next(scope, worker, queue=queue, lease_seconds=lease)
 
-    return todo_response(claim_when_ready(request.scope, queue, wait, attempt))
+    def still_valid():
+        # The endpoint changed while we waited: a revoked or re-keyed token
+        # ends the wait (401); a new grant applies from now on.
+        nonlocal scope
+        scope = store.Scope.for_endpoint(authenticate(request))
+        if queue is not None and not scope.covers(queue):
+            raise store.QueueNotGranted(queue)
+        return scope
+
+    claimed = await aclaim_when_ready(
+        scope, queue, wait, attempt, request.db, still_valid=still_valid
+    )
+    if limit is not None:
+        return JsonResponse({"todos": [todo.to_dict() for todo in claimed]})
+    return todo_response(claimed)
 
 
 @api_view("POST")

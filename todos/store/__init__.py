@@ -116,6 +116,7 @@ from .queues import (  # noqa: F401
 from .reads import (  # noqa: F401
     EVENTS_SQL,
     GET_SQL,
+    NO_ERROR_GROUP,
     PENDING_DOORBELL_SQL,
     STATE_FILTERS,
     Page,

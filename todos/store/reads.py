@@ -76,6 +76,11 @@ def decode_cursor(cursor):
     return created_at, _uuid(todo_id)
 
 
+# The fingerprint filter's name for the todos that failed without an error
+# message (their error_fingerprint is NULL): one dead-letter group of their own.
+NO_ERROR_GROUP = "(no error recorded)"
+
+
 def _filter_conditions(
     *,
     endpoint_id=None,
@@ -102,7 +107,9 @@ def _filter_conditions(
         if not params["scope_endpoints"]:
             return None
         conditions.append("endpoint_id = ANY(%(scope_endpoints)s::uuid[])")
-    if fingerprint:
+    if fingerprint == NO_ERROR_GROUP:
+        conditions.append("error_fingerprint IS NULL")
+    elif fingerprint:
         params["fingerprint"] = fingerprint
         conditions.append("error_fingerprint = %(fingerprint)s")
     if endpoint_id is not None:

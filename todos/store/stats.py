@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from .board import _board_scope
-from .reads import STATE_FILTERS
+from .reads import NO_ERROR_GROUP, STATE_FILTERS
 from .sql import _run
 
 # Transitions the rollup counts, in the order of todo_minutes' columns.
@@ -59,8 +59,9 @@ class DeadLetterGroup:
 
 
 # An index-only scan of todos_dead_letter_group_idx (dead letters alone), then
-# one example per group from the same index. A dead letter without an error
-# message has no fingerprint; it forms its own group ("no error recorded").
+# one example per group from the same index (newest first). A dead letter
+# without an error message has no fingerprint: those form their own group
+# (NO_ERROR_GROUP), whose example the second lookup finds.
 DEAD_LETTER_GROUPS_SQL = f"""
 WITH groups AS (
     SELECT endpoint_id, queue, error_fingerprint, count(*) AS members,
@@ -72,16 +73,26 @@ WITH groups AS (
      LIMIT %(limit)s
 )
 SELECT g.endpoint_id, g.queue, g.error_fingerprint, g.members, g.first_seen,
-       g.last_seen, example.id, example.last_error
+       g.last_seen, COALESCE(named.id, unnamed.id),
+       COALESCE(named.last_error, unnamed.last_error)
   FROM groups g
-  CROSS JOIN LATERAL (
+  LEFT JOIN LATERAL (
     SELECT t.id, t.last_error FROM todos t
      WHERE t.state = 'failed' AND t.next_retry_at IS NULL
        AND t.endpoint_id = g.endpoint_id AND t.queue = g.queue
-       AND t.error_fingerprint IS NOT DISTINCT FROM g.error_fingerprint
+       AND t.error_fingerprint = g.error_fingerprint
      ORDER BY t.updated_at DESC
      LIMIT 1
-  ) example
+  ) named ON TRUE
+  LEFT JOIN LATERAL (
+    SELECT t.id, t.last_error FROM todos t
+     WHERE g.error_fingerprint IS NULL
+       AND t.state = 'failed' AND t.next_retry_at IS NULL
+       AND t.endpoint_id = g.endpoint_id AND t.queue = g.queue
+       AND t.error_fingerprint IS NULL
+     ORDER BY t.updated_at DESC
+     LIMIT 1
+  ) unnamed ON TRUE
  ORDER BY g.members DESC, g.last_seen DESC
 """
 
@@ -96,7 +107,7 @@ def dead_letter_groups(*, endpoint_ids=None, limit=GROUP_LIMIT):
         DeadLetterGroup(
             str(endpoint_id),
             queue,
-            fingerprint or "",
+            fingerprint or NO_ERROR_GROUP,
             count,
             first_seen,
             last_seen,
@@ -262,6 +273,19 @@ def roll_up_minutes():
         keep = {"keep_from": this_minute - KEEP_MINUTES, "closed": folded_through}
         _run("roll_up_minutes", PRUNE_SQL, keep, None)
     return Rollup(True, start, end, minutes, folded_through)
+
+
+RESTART_SQL = """
+INSERT INTO todo_rollup_state (id, folded_through)
+VALUES (1, date_trunc('minute', now()) - make_interval(secs => %(back)s))
+ON CONFLICT (id) DO UPDATE SET folded_through = EXCLUDED.folded_through
+"""
+
+
+def restart_rollup(*, seconds_back):
+    """Make the next rollup passes count the history again from this long ago
+    (a backfill, the benchmark, tests); the minutes already counted stay."""
+    _run("restart_rollup", RESTART_SQL, {"back": int(seconds_back)}, fetch=None)
 
 
 # --- Charts ---------------------------------------------------------------------

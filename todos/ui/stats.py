@@ -12,7 +12,7 @@ attempt cap, delay) and pause / resume when the store has queue settings,
 and its charts. Everything goes through ``request.board`` (the user's scope).
 """
 
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
@@ -73,6 +73,11 @@ def _list_url(**filters):
 def dead_letter_groups(request):
     """List the dead letters grouped by endpoint, queue and error fingerprint."""
     endpoints = {str(e.id): e for e in request.board.endpoints()}
+    # Reverse each route once; a page can hold 200 groups.
+    queue_root = reverse("board:queue", args=[UUID_ZERO, "q"]).removesuffix(
+        f"{UUID_ZERO}/q/"
+    )
+    todo_root = reverse("board:todo", args=[UUID_ZERO]).removesuffix(f"{UUID_ZERO}/")
     groups = []
     for group in request.board.dead_letter_groups():
         filters = {
@@ -88,8 +93,12 @@ def dead_letter_groups(request):
                 "endpoint": endpoints.get(group.endpoint_id),
                 "list_url": _list_url(**filters),
                 "retry_url": f"{reverse('board:retry_matching')}?{query}",
+                "queue_url": f"{queue_root}{group.endpoint_id}/{quote(group.queue)}/",
+                "example_url": f"{todo_root}{group.example_id}/",
                 "first_age": _age(_seconds_ago(group.first_seen)),
                 "last_age": _age(_seconds_ago(group.last_seen)),
+                "first_iso": group.first_seen.isoformat(timespec="seconds"),
+                "last_iso": group.last_seen.isoformat(timespec="seconds"),
             }
         )
     context = {
@@ -108,6 +117,7 @@ def _seconds_ago(moment):
 
 
 QUEUE_ACTIONS = ("settings", "pause", "resume")
+UUID_ZERO = "00000000-0000-0000-0000-000000000000"
 
 
 @require_http_methods(["GET", "POST"])
