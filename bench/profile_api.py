@@ -119,7 +119,7 @@ def main():
     info = benchlib.machine(url)
     endpoint_id, token = benchlib.ensure_endpoint(url)
     benchlib.reset_todos(url)
-    benchlib.fill_pending(url, endpoint_id, (2 * args.reps + 2) * args.todos + 1000)
+    benchlib.fill_pending(url, endpoint_id, (3 * args.reps + 2) * args.todos + 1000)
     benchlib.setup_django(url)
     from todos import store
 
