@@ -21,6 +21,8 @@ WAITING = {
     "/api/v1/todos/claim": {"POST"},
     "/api/v1/events": {"GET"},
     "/mcp": {"GET"},
+    # The SQS surface: every call, since any ReceiveMessage may wait.
+    "/": {"POST"},
 }
 
 
