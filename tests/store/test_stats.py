@@ -62,7 +62,8 @@ def test_an_error_fingerprint_sets_aside_numbers_ids_hex_and_quoted_values(
 
 
 def test_the_fingerprint_is_stored_by_the_failing_statement_itself(scope, time_travel):
-    """SPEC: A failure past max_attempts dead-letters the todo."""
+    """SPEC: Fail below cap schedules a backoff retry, at cap dead-letters.
+    SPEC: Repeated expiry dead-letters at the cap."""
     failed = dead_letter(scope, "boom 42")
     released, _ = store.create_todo(scope, queue="q", max_attempts=1)
     store.claim_todo(scope, released.id, "w")
@@ -150,6 +151,7 @@ def reset_rollup(minutes_ago):
 
 
 def test_the_rollup_counts_each_transition_per_minute_and_samples_depth(scope):
+    """SPEC: Background sweep spans tenants without a scope."""
     reset_rollup(30)
     done, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, done.id, "w")

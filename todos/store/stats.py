@@ -438,12 +438,16 @@ SELECT endpoint_id, queue,
  GROUP BY endpoint_id, queue
 """
 
+# The WHERE is exactly todos_live_overview_idx's predicate, so the plan is an
+# index-only scan of it (a narrower WHERE lets the planner pick a bitmap scan
+# of the lease and retry indexes that reads the heap).
 METRICS_LIVE_SQL = """
 SELECT endpoint_id, queue,
        count(*) FILTER (WHERE state = 'claimed'),
        count(*) FILTER (WHERE state = 'failed')
   FROM todos
- WHERE state = 'claimed' OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ WHERE state IN ('pending', 'claimed')
+    OR (state = 'failed' AND next_retry_at IS NOT NULL)
  GROUP BY endpoint_id, queue
 """
 
