@@ -255,3 +255,23 @@ def test_the_first_rollup_after_the_state_row_was_lost_starts_counting_now(scope
     stats.roll_up_minutes()
 
     assert stats.metrics_figures()[0].transitions["created"] == 1
+
+
+def test_charts_per_endpoint_come_with_their_total_in_one_query(scope, other_scope):
+    reset_rollup(30)
+    for _ in range(3):
+        store.create_todo(scope, queue="q")
+    store.create_todo(other_scope, queue="q")
+    stats.roll_up_minutes()
+
+    charts = stats.chart_series(range_name="hour", by="endpoint")
+
+    assert charts[scope.endpoint_id].total("created") == 3
+    assert charts[other_scope.endpoint_id].total("created") == 1
+    assert charts[None].total("created") == 4
+    assert charts[None].depth[-1] == 4
+    assert charts["00000000-0000-0000-0000-000000000000"].total("created") == 0
+    scoped = stats.chart_series(
+        range_name="hour", by="endpoint", endpoint_ids=[other_scope.endpoint_id]
+    )
+    assert scoped[None].total("created") == 1

@@ -48,11 +48,10 @@ def chart_pair(series, label, small=False):
 def overview_charts(request, endpoint_ids):
     """The overview's charts: everything in scope, then one pair per endpoint."""
     range_name = chart_range(request)
-    total = request.board.chart(range_name)
     per_endpoint = request.board.chart(range_name, by="endpoint")
     return {
         "range": range_name,
-        "total": chart_pair(total, "every endpoint in view"),
+        "total": chart_pair(per_endpoint[None], "every endpoint in view"),
         "endpoints": {
             endpoint_id: chart_pair(
                 per_endpoint[endpoint_id], "this endpoint", small=True
