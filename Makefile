@@ -25,7 +25,7 @@ SECRET_KEY_FILE := .switchboard-secret-key
 SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
 export SECRET_KEY
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers bench-sqs resilience
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -78,7 +78,11 @@ bench: venv db $(BENCH_STAMP) ## Run the benchmarks on their own database (see d
 	$(BIN)/python bench/claim_latency.py
 	$(BIN)/python bench/enqueue_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/doorbell_latency.py
+	$(BIN)/python bench/sqs_throughput.py $(BENCH_ARGS)
 	$(BIN)/python bench/profile_api.py
+
+bench-sqs: venv db $(BENCH_STAMP) ## Only bench/sqs_throughput.py: boto3 through SQS next to the API and pgqueuer.
+	$(BIN)/python bench/sqs_throughput.py $(BENCH_ARGS)
 
 bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: Switchboard next to pgqueuer and procrastinate.
 	$(BIN)/python bench/peers.py $(BENCH_ARGS)

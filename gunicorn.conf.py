@@ -1,20 +1,34 @@
 """gunicorn settings for Switchboard (override any with GUNICORN_CMD_ARGS).
 
-Long-poll claims (up to 20 s) and event streams hold a thread each while they
-wait, not a process: gthread workers with many threads serve many waiting
-agents at once. Capacity for concurrent waiting agents = workers x threads.
+gunicorn manages the processes; each runs uvicorn's event loop serving Django's
+ASGI application (``board.workers.Worker``). The waiting surfaces — long-poll
+claims, ``/api/v1/events`` and MCP GET streams — are async views that hold no
+thread and no database connection while they wait, so one process serves
+thousands of waiting agents; every other view is sync and runs in a thread.
+See docs/scaling.md for the figures and the connection budget.
+
+``SWITCHBOARD_SERVER=gthread`` serves WSGI with threads instead (the serving
+before, kept for comparisons: bench/waiters.py); there each waiter holds a
+thread.
 """
 
 import os
 
-wsgi_app = "board.wsgi"
-worker_class = "gthread"
+if os.environ.get("SWITCHBOARD_SERVER", "asgi") == "gthread":
+    wsgi_app = "board.wsgi"
+    worker_class = "gthread"
+    threads = int(os.environ.get("GUNICORN_THREADS", "64"))
+else:
+    wsgi_app = "board.asgi:application"
+    worker_class = "board.workers.Worker"
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
-threads = int(os.environ.get("GUNICORN_THREADS", "64"))
 # A request may wait up to 20 s for work; the timeout must exceed that by far.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))
-graceful_timeout = 25
+# On SIGTERM the waiters end at once (board/workers.py); other requests get this.
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
 keepalive = 75
+# Connections waiting to be accepted, for bursts of agents (re)connecting.
+backlog = 4096
 accesslog = None
 errorlog = "-"
 # gunicorn 27's control socket lives at ~/.gunicorn/gunicorn.ctl, shared by every

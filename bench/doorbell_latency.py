@@ -4,7 +4,8 @@
 
 gunicorn serves Switchboard against the benchmark database. A waiter thread
 holds ``POST /api/v1/todos/claim`` with ``wait_seconds=20`` on an empty queue;
-once its LISTEN connection shows up in ``pg_stat_activity``, the producer
+once the server's LISTEN connection (one per process, the doorbell hub) shows
+in ``pg_stat_activity`` and the claim has had 0.2 s to start waiting, the producer
 creates a todo with ``POST /api/v1/todos`` on its own keep-alive connection.
 The figure is the time from sending the create to the claim's response.
 The baseline, in the same run, is PostgreSQL's own wakeup: a bare psycopg
@@ -60,7 +61,10 @@ def http_samples(url, port, token, samples):
 
             thread = threading.Thread(target=wait_for_work)
             thread.start()
-            wait_for_listeners(monitor, idle_listeners + 1)
+            # The server's one LISTEN connection (per process) is up ...
+            wait_for_listeners(monitor, max(idle_listeners, 1))
+            # ... and the claim has had its first try and is waiting on it.
+            time.sleep(0.2)
             sent = time.perf_counter()
             status, _ = producer.request(
                 "POST", "/api/v1/todos", {"queue": benchlib.QUEUE, "title": str(number)}

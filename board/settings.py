@@ -106,6 +106,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
+    # The waiting (async) views skip the rest: see the middleware's docstring.
+    "todos.middleware.WaitingViewsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Board's middleware, each wrapped to skip /api/: agent requests carry a
     # bearer token, never a session or a CSRF cookie (todos/middleware.py).
@@ -121,6 +123,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "board.urls"
 WSGI_APPLICATION = "board.wsgi.application"
+ASGI_APPLICATION = "board.asgi.application"
 
 TEMPLATES = [
     {
@@ -158,8 +161,39 @@ _db["OPTIONS"]["options"] = (
 _db["OPTIONS"].setdefault(
     "connect_timeout", env_int("SWITCHBOARD_DB_CONNECT_TIMEOUT", 3, 1)
 )
-_db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
+# Request work borrows a connection from a bounded pool of its process
+# (psycopg_pool through Django's OPTIONS["pool"]) and gives it back when the
+# request, or an async view's database call, ends: the number of PostgreSQL
+# connections is bounded by workers x SWITCHBOARD_DB_POOL_MAX, whatever the
+# number of waiting agents (docs/scaling.md). A pool takes the place of
+# persistent connections, so CONN_MAX_AGE then stays 0.
+SWITCHBOARD_DB_POOL = env_bool("SWITCHBOARD_DB_POOL", True)
+SWITCHBOARD_DB_POOL_MAX = env_int("SWITCHBOARD_DB_POOL_MAX", 16, 1)
+if SWITCHBOARD_DB_POOL:
+    _db["OPTIONS"]["pool"] = {
+        "min_size": env_int("SWITCHBOARD_DB_POOL_MIN", 2, 0, SWITCHBOARD_DB_POOL_MAX),
+        "max_size": SWITCHBOARD_DB_POOL_MAX,
+        # Seconds a request waits for a connection before answering 503 (as
+        # long as a connection attempt may take, by default).
+        "timeout": env_int(
+            "SWITCHBOARD_DB_POOL_TIMEOUT",
+            _db["OPTIONS"]["connect_timeout"],
+            1,
+        ),
+        # Idle connections above min_size close after this many seconds.
+        "max_idle": 120,
+        "name": "switchboard",
+    }
+    _db["CONN_MAX_AGE"] = 0
+else:
+    _db["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60, 0)
+# Checked when borrowed, so a pooled connection from before a database restart
+# is replaced instead of failing the request.
 _db["CONN_HEALTH_CHECKS"] = True
+# Threads (per process) that run the async views' database calls.
+SWITCHBOARD_DB_THREADS = env_int(
+    "SWITCHBOARD_DB_THREADS", SWITCHBOARD_DB_POOL_MAX, 1, 1000
+)
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
 _db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}
@@ -207,7 +241,7 @@ SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
 
 # The SQS surface (docs/sqs.md): a whole request may be larger than one
 # message (a batch of ten, JSON-escaped); message sizes are checked after.
-SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # The largest body Django itself may hold in memory: the largest any surface
 # accepts. Each surface checks its own, smaller limit first (todos/http.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
@@ -217,6 +251,12 @@ SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)
 SWITCHBOARD_SWEEP_INTERVAL = env_int("SWITCHBOARD_SWEEP_INTERVAL", 5, 1, 3600)
 SWITCHBOARD_MAX_WAIT_SECONDS = 20
+# How often a process's waiting long polls look for work that turned claimable
+# without a ring (a lapsed lease the reaper has not swept yet): one claim try
+# per waiting scope, not per waiter.
+SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = env_int(
+    "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS", 5, 1, 3600
+)
 # The bearer token a Prometheus scraper sends to GET /metrics; unset = only
 # staff Board sessions may read it.
 SWITCHBOARD_METRICS_TOKEN = env_str("SWITCHBOARD_METRICS_TOKEN", "")

@@ -1,6 +1,7 @@
 """Resilience check: PostgreSQL restarts and dies under running agents; nothing is lost.
 
-    python scripts/resilience.py [--seconds 20] [--outage 3] [--workers 4] [--json]
+    python scripts/resilience.py [--seconds 20] [--outage 3] [--workers 4]
+                                 [--pgbouncer] [--json]
 
 Everything runs on a throwaway PostgreSQL cluster of its own (a free port and a
 temporary data folder, through scripts/devdb.sh), never on the team's cluster,
@@ -24,6 +25,15 @@ redelivered). Then:
 3. **Killed backend.** The same blocked complete has its backend killed with
    ``pg_terminate_backend``: 503 JSON, the todo still claimed, and the next
    request is served on a fresh connection.
+
+With ``--pgbouncer`` the same run goes through Debian's PgBouncer in
+transaction mode (a throwaway instance on a free port) in front of two app
+servers, whose doorbell LISTEN connections go around it
+(``SWITCHBOARD_LISTEN_DATABASE_URL``), without prepared statements (PgBouncer
+< 1.21) and with ``statement_timeout`` set by PgBouncer's ``connect_query``.
+Workers then long-poll (``wait_seconds``), and after the restart each server
+must wake a waiting claim within two seconds of a create (its LISTEN
+reconnected).
 
 It prints the tally (todos created, completed, redelivered, lost) and each
 check's outcome; the exit status is 1 when a check failed.
@@ -65,6 +75,9 @@ class Options:
     crash_rate: float = 0.05
     drain_timeout: float = 40.0
     seed: int = 8
+    # PgBouncer (transaction pooling) in front of two app servers; the doorbell's
+    # LISTEN goes around it, straight to PostgreSQL.
+    pgbouncer: bool = False
 
 
 @dataclass
@@ -87,6 +100,11 @@ class Report:
     sweep_exit_status: int | None = None
     statement_timeout: dict = field(default_factory=dict)
     killed_backend: dict = field(default_factory=dict)
+    servers: int = 1
+    through_pgbouncer: bool = False
+    # Per app server: seconds from a create to a waiting claim's answer, after
+    # the restart (its doorbell hub had to reconnect its LISTEN).
+    wake_after_restart_seconds: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
     def check(self, ok, failure):
@@ -141,18 +159,96 @@ class Cluster:
         shutil.rmtree(self.datadir, ignore_errors=True)
 
 
-def app_env(url):
-    return dict(
-        os.environ,
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="board.settings",
-        SWITCHBOARD_STATEMENT_TIMEOUT_MS=str(STATEMENT_TIMEOUT_MS),
-        SWITCHBOARD_DB_CONNECT_TIMEOUT="1",
-        GUNICORN_WORKERS="2",
-        GUNICORN_THREADS="16",
-        GUNICORN_LOG_LEVEL="warning",
-        LOG_LEVEL="WARNING",
+def pgbouncer_binary():
+    """Return the pgbouncer executable, or None when it is not installed."""
+    return shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
     )
+
+
+class PgBouncer:
+    """A throwaway PgBouncer in transaction mode in front of a Cluster."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.port = free_port()
+        self.dir = Path("/tmp") / f"sb-pgbouncer-{self.port}"
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/switchboard"
+        self.proc = None
+
+    def start(self):
+        self.dir.mkdir(mode=0o755)
+        (self.dir / "users.txt").write_text('"postgres" ""\n')
+        timeout = f"connect_query='SET statement_timeout = {STATEMENT_TIMEOUT_MS}'"
+        (self.dir / "pgbouncer.ini").write_text(
+            f"""[databases]
+switchboard = host=127.0.0.1 port={self.cluster.port} dbname=switchboard {timeout}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {self.dir}/users.txt
+pool_mode = transaction
+max_client_conn = 2000
+default_pool_size = 20
+; Django's connection options; statement_timeout comes from connect_query.
+ignore_startup_parameters = extra_float_digits, options
+; Fail fast while PostgreSQL is down, so the API answers 503 promptly.
+server_connect_timeout = 1
+server_login_retry = 1
+query_wait_timeout = 3
+logfile = {self.dir}/pgbouncer.log
+pidfile = {self.dir}/pgbouncer.pid
+"""
+        )
+        command = [pgbouncer_binary(), str(self.dir / "pgbouncer.ini")]
+        if os.getuid() == 0:
+            # PgBouncer refuses to run as root.
+            import pwd
+
+            user = pwd.getpwnam("postgres")
+            for path in [self.dir, *self.dir.iterdir()]:
+                os.chown(path, user.pw_uid, user.pw_gid)
+            command[1:1] = ["-u", "postgres"]
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            time.sleep(0.1)
+        raise RuntimeError("pgbouncer did not start")
+
+    def destroy(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def app_env(url, **extra):
+    return {
+        **dict(
+            os.environ,
+            DATABASE_URL=url,
+            DJANGO_SETTINGS_MODULE="board.settings",
+            SWITCHBOARD_STATEMENT_TIMEOUT_MS=str(STATEMENT_TIMEOUT_MS),
+            SWITCHBOARD_DB_CONNECT_TIMEOUT="1",
+            GUNICORN_WORKERS="2",
+            GUNICORN_THREADS="16",
+            GUNICORN_LOG_LEVEL="warning",
+            LOG_LEVEL="WARNING",
+        ),
+        **extra,
+    }
 
 
 def manage(url, *args):
@@ -168,12 +264,12 @@ def manage(url, *args):
     return done.stdout
 
 
-def spawn(url, logdir, name, *args):
+def spawn(url, logdir, name, *args, env=None):
     log = (logdir / f"{name}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
-        env=app_env(url),
+        env=app_env(url, **(env or {})),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -249,8 +345,13 @@ class Api:
 class Run:
     """The shared state of the producer and worker threads."""
 
-    def __init__(self, port, token, report, options):
-        self.port, self.token, self.report, self.options = port, token, report, options
+    def __init__(self, ports, token, report, options):
+        self.ports, self.token, self.report, self.options = (
+            ports,
+            token,
+            report,
+            options,
+        )
         self.lock = threading.Lock()
         self.producing = threading.Event()
         self.producing.set()
@@ -260,11 +361,13 @@ class Run:
         self.completions = {}  # todo id -> acknowledged completes
         self.random = random.Random(options.seed)
 
-    def api(self):
-        return Api(self.port, self.token, self.report, self.lock)
+    def api(self, number=0):
+        # Agents are spread over the app servers.
+        port = self.ports[number % len(self.ports)]
+        return Api(port, self.token, self.report, self.lock)
 
     def produce(self, name):
-        api, number = self.api(), 0
+        api, number = self.api(int(name[1:])), 0
         while self.producing.is_set():
             key = f"{name}-{number}"
             # At-least-once ingestion: resend the same key until acknowledged.
@@ -288,13 +391,13 @@ class Run:
             time.sleep(0.02)
 
     def work(self, name):
-        api = self.api()
+        api = self.api(int(name[1:]))
+        claim = {"worker": name, "lease_seconds": LEASE_SECONDS}
+        if self.options.pgbouncer:
+            # Long polls: the doorbell hubs must wake them across the restart.
+            claim["wait_seconds"] = 1
         while self.working.is_set():
-            status, data = api.call(
-                "POST",
-                "/api/v1/todos/claim",
-                {"worker": name, "lease_seconds": LEASE_SECONDS},
-            )
+            status, data = api.call("POST", "/api/v1/todos/claim", claim)
             if status != 200:
                 time.sleep(0.05)
                 continue
@@ -484,6 +587,39 @@ def blocked_complete(cluster, port, token, report, kill):
     return outcome
 
 
+def wake_after_restart(ports, token, report):
+    """On each server, a waiting claim must answer within 2 s of a create."""
+    for number, port in enumerate(ports):
+        queue = f"wake-probe-{number}"
+        answer = {}
+        waiter = Api(port, token, Report(), threading.Lock())
+
+        def claim(waiter=waiter, queue=queue, answer=answer):
+            answer["status"], _ = waiter.call(
+                "POST",
+                "/api/v1/todos/claim",
+                {"worker": "wake-probe", "queue": queue, "wait_seconds": 10},
+            )
+            answer["at"] = time.monotonic()
+
+        thread = threading.Thread(target=claim)
+        thread.start()
+        time.sleep(1.0)
+        creator = Api(ports[-1 - number], token, Report(), threading.Lock())
+        created_at = time.monotonic()
+        creator.call("POST", "/api/v1/todos", {"queue": queue, "title": "wake"})
+        thread.join(timeout=15)
+        seconds = (
+            round(answer["at"] - created_at, 3) if answer.get("status") == 200 else None
+        )
+        report.wake_after_restart_seconds.append(seconds)
+        report.check(
+            seconds is not None and seconds < 2,
+            f"server {number}: a waiting claim was not woken after the restart"
+            f" ({answer})",
+        )
+
+
 ACCOUNTING_SQL = """
 SELECT t.id::text, t.idempotency_key, t.state,
        count(*) FILTER (WHERE e.to_state = 'done') AS done_events,
@@ -545,6 +681,7 @@ def run(options):
     """Run every check on a throwaway cluster and return the Report."""
     report = Report()
     cluster = Cluster()
+    bouncer = PgBouncer(cluster) if options.pgbouncer else None
     logdir = Path(tempfile.mkdtemp(prefix="sb-resilience-logs-"))
     children = []
     try:
@@ -574,21 +711,38 @@ def run(options):
                 "--json",
             )
         )
-        port = free_port()
-        server = spawn(
-            cluster.url,
-            logdir,
-            "gunicorn",
-            "-m",
-            "gunicorn",
-            "-c",
-            "gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-        )
-        children.append(server)
+        app_url, server_env = cluster.url, {}
+        if bouncer is not None:
+            bouncer.start()
+            app_url = bouncer.url
+            server_env = {
+                "SWITCHBOARD_LISTEN_DATABASE_URL": cluster.url,
+                "SWITCHBOARD_DB_PREPARE": "0",
+                "GUNICORN_WORKERS": "1",
+            }
+            report.through_pgbouncer = True
+        ports = [free_port() for _ in range(2 if bouncer is not None else 1)]
+        report.servers = len(ports)
+        servers = []
+        for number, server_port in enumerate(ports):
+            servers.append(
+                spawn(
+                    app_url,
+                    logdir,
+                    f"gunicorn-{number}",
+                    "-m",
+                    "gunicorn",
+                    "-c",
+                    "gunicorn.conf.py",
+                    "--bind",
+                    f"127.0.0.1:{server_port}",
+                    env=server_env,
+                )
+            )
+        children.extend(servers)
+        port = ports[0]
         sweep = spawn(
-            cluster.url,
+            app_url,
             logdir,
             "sweep",
             "manage.py",
@@ -596,11 +750,13 @@ def run(options):
             "--loop",
             "--interval",
             "0.5",
+            env=server_env,
         )
         children.append(sweep)
-        wait_healthy(port, server)
+        for server_port, server_proc in zip(ports, servers, strict=True):
+            wait_healthy(server_port, server_proc)
 
-        state = Run(port, agents["token"], report, options)
+        state = Run(ports, agents["token"], report, options)
         threads = [
             threading.Thread(target=state.produce, args=(f"p{n}",))
             for n in range(options.producers)
@@ -614,6 +770,7 @@ def run(options):
         time.sleep(options.seconds / 3)
         outage(cluster, port, agents["token"], report, options)
         sweep_probe(cluster, port, probe["token"], report, sweep)
+        wake_after_restart(ports, probe["token"], report)
         remaining = options.seconds * 2 / 3 - report.outage_seconds
         time.sleep(max(remaining, 1))
         state.producing.clear()
@@ -645,6 +802,8 @@ def run(options):
     finally:
         for child in children:
             stop_process(child)
+        if bouncer is not None:
+            bouncer.destroy()
         cluster.destroy()
         if not report.failures:
             shutil.rmtree(logdir, ignore_errors=True)
@@ -690,6 +849,11 @@ def print_report(report):
         ("killed backend", report.killed_backend),
     ):
         print(f"{name + ':':19}{outcome}")
+    print(
+        f"serving:           {report.servers} app server(s)"
+        + (" behind PgBouncer (transaction mode)" if report.through_pgbouncer else "")
+    )
+    print(f"wake after restart: {report.wake_after_restart_seconds} s per server")
     print(f"HTTP statuses:     {report.statuses}")
     print(
         "result:            "
@@ -705,6 +869,11 @@ def main():
     parse.add_argument("--workers", type=int, default=defaults.workers)
     parse.add_argument("--producers", type=int, default=defaults.producers)
     parse.add_argument("--crash-rate", type=float, default=defaults.crash_rate)
+    parse.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="through PgBouncer (transaction mode) in front of two app servers",
+    )
     parse.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parse.parse_args()
     options = Options(
@@ -713,6 +882,7 @@ def main():
         workers=args.workers,
         producers=args.producers,
         crash_rate=args.crash_rate,
+        pgbouncer=args.pgbouncer,
     )
     report = run(options)
     if args.json:

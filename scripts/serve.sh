@@ -10,7 +10,7 @@ sweeper=$!
 stop_sweeper() { kill -TERM "$sweeper" 2>/dev/null || true; wait "$sweeper" 2>/dev/null || true; }
 trap stop_sweeper EXIT
 trap 'exit 0' INT TERM
-"$bin/gunicorn" board.wsgi -c gunicorn.conf.py --bind "$bind" &
+"$bin/gunicorn" -c gunicorn.conf.py --bind "$bind" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null; wait "$server"; exit 0' INT TERM
 wait "$server"

@@ -7,6 +7,8 @@ missing=()
 command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || [ -n "${DATABASE_URL:-}" ] || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# PgBouncer (transaction pooling) in front of two app servers: tests/system/test_pgbouncer.py.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 # promtool (Debian's prometheus package) checks the /metrics exposition.
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # pycurl (kombu's SQS transport, in the dev extra) builds against these when

@@ -8,6 +8,19 @@ import pytest
 from django.db import connection
 
 from todos import endpoints, store
+from todos.doorbell import hub
+
+
+@pytest.fixture(scope="session", autouse=True)
+def doorbell_hub(django_db_setup, django_db_blocker):
+    """The process's doorbell hub, stopped before the test database is dropped
+    (its LISTEN connection would hold the database open)."""
+    yield hub
+    hub.stop()
+    from django.db import connections
+
+    for conn in connections.all():
+        conn.close_pool()
 
 
 @pytest.fixture

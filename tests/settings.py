@@ -15,3 +15,10 @@ from board.settings import *  # noqa: E402,F403
 
 # Hashing a password the production way costs a quarter second per user.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The test process runs many threads that each keep their connection (claimant
+# threads, the live server's request threads) without handing it back: its own
+# pool must not be the bound. The servers the tests start keep the project's.
+if "pool" in DATABASES["default"]["OPTIONS"]:  # noqa: F405
+    DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 200  # noqa: F405
+    DATABASES["default"]["OPTIONS"]["pool"]["min_size"] = 0  # noqa: F405

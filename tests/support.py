@@ -50,7 +50,7 @@ def child_env(database=None, **extra):
 def start_gunicorn(database, **env):
     """Start gunicorn (the project's config) on a free port; return (process, port).
 
-    One worker with eight threads, keep-alives every second, a one-second
+    One worker (uvicorn's event loop), keep-alives every second, a one-second
     database connect timeout (an outage is answered quickly).
     """
     port = free_port()
@@ -59,15 +59,12 @@ def start_gunicorn(database, **env):
             sys.executable,
             "-m",
             "gunicorn",
-            "board.wsgi",
             "-c",
             "gunicorn.conf.py",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
             "1",
-            "--threads",
-            "8",
             "--log-level",
             "warning",
         ],

@@ -5,15 +5,37 @@ claimable (create, release, retry, lease-expiry requeue, due-retry requeue),
 so a wakeup is sent exactly when the transition commits. The payload carries
 the todo's own ``endpoint_id``, ``queue`` and ``id``.
 
-A listener holds its own PostgreSQL connection (never the request's: LISTEN
-state is per connection, and Django may reuse or close the request's one), and
-filters every notification by endpoint first — the tenant boundary — and then
-by the endpoint's queue grant.
+One ``Hub`` per server process holds the only LISTEN connection (its own, never
+a request's: LISTEN state is per connection, and it must bypass a
+transaction-mode pooler, see ``SWITCHBOARD_LISTEN_DATABASE_URL``). It fans each
+ring out to that process's waiters, filtered by endpoint first — the tenant
+boundary — and then by the waiter's queue grant:
+
+- a *stream* waiter (``/api/v1/events``, an MCP GET stream) hears every ring
+  of its scope;
+- a *claim* waiter (a long-poll claim) is one of many competing for work: a
+  ring wakes the longest-waiting one only, and a waiter that claimed, or left
+  without trying, passes the ring on to the next, so no ready todo is slept
+  through and a ring does not stampede a thousand claims.
+
+A waiter holds no thread and no database connection while it waits: it is a
+mailbox the hub thread fills. The hub also carries control notices on a second
+channel (``CONTROL_CHANNEL``, rung by triggers of migration 0012): an endpoint
+revoked, its token rotated or its grant changed; an MCP session ended or its
+log level changed. On (re)connecting it tells every waiter to re-check, since
+rings sent while it was away are lost; every few seconds it asks one claim
+waiter per scope to re-check, for work that turns claimable without a ring (a
+lease that lapsed before the reaper's pass).
 """
 
+import asyncio
+import contextlib
 import json
 import logging
+import os
+import threading
 import time
+from collections import deque
 
 import psycopg
 from django.conf import settings
@@ -23,119 +45,48 @@ from todos.store import DOORBELL_CHANNEL, NotFound, Scope
 
 logger = logging.getLogger("switchboard.doorbell")
 
+CONTROL_CHANNEL = "switchboard_control"
+# Notices a waiter may receive besides rings.
+RECHECK = "recheck"  # look again: the hub (re)connected, or a periodic re-check
+LOST = "lost"  # the LISTEN connection is gone; rings may be missed until RECHECK
+ENDPOINT = "endpoint"  # the endpoint was revoked, re-keyed or re-granted
+SESSION = "session"  # the MCP session ended or changed
+SHUTDOWN = "shutdown"  # the server is stopping: end now
+
+
+def recheck_seconds():
+    """How often one claim waiter per scope re-tries without a ring (see above)."""
+    return settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
+
+
+# How long the hub waits before reconnecting, doubling up to the cap.
+RECONNECT_FIRST_SECONDS = 0.2
+RECONNECT_CAP_SECONDS = 2.0
+# While the hub is not listening, claim waiters poll this often instead.
+UNHEARD_POLL_SECONDS = 1.0
+# How long the hub thread blocks on the socket before looking at its own state.
+TICK_SECONDS = 0.5
+
 
 def _connect():
     # Behind a transaction-mode pooler LISTEN is lost between transactions, so
     # the doorbell may have a connection string of its own (session mode, or
     # PostgreSQL itself).
+    keepalives = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
     url = settings.SWITCHBOARD_LISTEN_DATABASE_URL
     if url:
-        return psycopg.connect(url, autocommit=True)
+        return psycopg.connect(url, autocommit=True, connect_timeout=3, **keepalives)
     params = connections["default"].get_connection_params()
-    # Django's cursor class and adapters are for its own connections.
-    for key in ("cursor_factory", "context", "prepare_threshold"):
+    # Django's cursor class, adapters and pool are for its own connections.
+    for key in ("cursor_factory", "context", "prepare_threshold", "pool"):
         params.pop(key, None)
-    return psycopg.connect(autocommit=True, **params)
-
-
-class Doorbell:
-    """A LISTEN connection that yields the ready-todo rings of one scope.
-
-    Use as a context manager so the connection closes when the waiter leaves::
-
-        with Doorbell(scope) as bell:
-            rings = bell.wait(timeout=20)
-    """
-
-    def __init__(self, scope):
-        self.scope = scope
-        self.conn = None
-
-    def __enter__(self):
-        self.open()
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def open(self):
-        self.conn = _connect()
-        self.conn.execute(f"LISTEN {DOORBELL_CHANNEL}")
-
-    def close(self):
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            finally:
-                self.conn = None
-
-    def matches(self, ring):
-        """Say whether a ring belongs to this scope: endpoint first, then grant."""
-        if ring.get("endpoint_id") != str(self.scope.endpoint_id):
-            return False
-        return self.scope.covers(ring.get("queue"))
-
-    def wait(self, timeout, stop_after=1):
-        """Wait up to ``timeout`` s for rings of this scope.
-
-        Returns as soon as one has rung, together with any others already
-        delivered (at most ``stop_after``), or an empty list at the timeout.
-        Rings of other endpoints are dropped here and never returned.
-        """
-        deadline = time.monotonic() + max(timeout, 0)
-        rings = []
-        while not rings:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return rings
-            rings.extend(self._receive(remaining, 1))
-        # Drain what is already here, without waiting for more.
-        while len(rings) < stop_after:
-            more = self._receive(0, stop_after - len(rings))
-            if not more:
-                break
-            rings.extend(more)
-        return rings
-
-    def _receive(self, timeout, limit):
-        """Return this scope's rings among up to ``limit`` notifications."""
-        received = []
-        for notify in self.conn.notifies(timeout=timeout, stop_after=limit):
-            ring = parse(notify.payload)
-            if ring is not None and self.matches(ring):
-                received.append(ring)
-        return received
-
-
-# How often a long poll re-tries the claim while no ring comes: a lapsed lease
-# or an elapsed retry window becomes claimable without ringing.
-LONG_POLL_RECHECK_SECONDS = 5
-
-
-def claim_when_ready(scope, queue, wait, attempt):
-    """Call ``attempt`` until it claims, waking on this scope's rings, for ``wait`` s.
-
-    ``attempt`` raises ``store.NotFound`` while there is no claimable work; the
-    last NotFound propagates at the deadline (at once when ``wait`` is 0). The
-    first try needs no LISTEN; after a miss the LISTEN starts before the next
-    try, so a todo that turns ready in between cannot slip by unheard.
-    """
-    deadline = time.monotonic() + wait
-    try:
-        return attempt()
-    except NotFound:
-        if wait <= 0:
-            raise
-    bell_scope = Scope(scope.endpoint_id, (queue,)) if queue else scope
-    with Doorbell(bell_scope) as bell:
-        while True:
-            try:
-                return attempt()
-            except NotFound:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-            bell.wait(min(remaining, LONG_POLL_RECHECK_SECONDS))
+    params.setdefault("application_name", "switchboard-doorbell")
+    return psycopg.connect(autocommit=True, **{**keepalives, **params})
 
 
 def parse(payload):
@@ -146,3 +97,465 @@ def parse(payload):
         logger.warning("doorbell: ignoring a malformed payload")
         return None
     return ring if isinstance(ring, dict) else None
+
+
+class Waiter:
+    """One waiting request's mailbox: the rings and notices the hub left for it.
+
+    ``wait`` (async) or ``wait_blocking`` (a thread) returns ``(rings,
+    notices)`` as soon as there is something, or empty at the timeout. The
+    waiter may move between event loops between two waits (under WSGI each
+    step of a stream runs in a loop of its own).
+    """
+
+    def __init__(self, hub, scope, kind, session_id=None):
+        self.hub = hub
+        self.scope = scope
+        self.kind = kind
+        self.session_id = str(session_id) if session_id is not None else None
+        self.rings = deque()
+        self.notices = set()
+        self.ended = False
+        self._loop = None
+        self._event = None
+        self._thread_event = threading.Event()
+
+    def matches(self, ring):
+        """Say whether a ring belongs to this waiter: endpoint first, then grant."""
+        if ring.get("endpoint_id") != str(self.scope.endpoint_id):
+            return False
+        return self.scope.covers(ring.get("queue"))
+
+    @property
+    def busy(self):
+        return bool(self.rings or self.notices)
+
+    # Called by the hub with its lock held.
+    def _deliver(self, ring=None, notice=None):
+        if ring is not None:
+            self.rings.append(ring)
+        if notice is not None:
+            self.notices.add(notice)
+        self._thread_event.set()
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._event.set)
+            except RuntimeError:
+                # That loop is closed: the waiter is between two waits.
+                self._loop = None
+
+    def _take(self):
+        rings, notices = list(self.rings), set(self.notices)
+        self.rings.clear()
+        self.notices.clear()
+        self._thread_event.clear()
+        return rings, notices
+
+    async def wait(self, timeout):
+        loop = asyncio.get_running_loop()
+        with self.hub.lock:
+            if self.busy:
+                return self._take()
+            if self._loop is not loop:
+                self._loop, self._event = loop, asyncio.Event()
+            self._event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), max(timeout, 0))
+        with self.hub.lock:
+            return self._take()
+
+    def wait_blocking(self, timeout):
+        self._thread_event.wait(max(timeout, 0))
+        with self.hub.lock:
+            return self._take()
+
+    def close(self):
+        """Leave the hub; rings not taken yet go to another claim waiter."""
+        self.hub.unsubscribe(self)
+
+
+class Hub:
+    """The process's one LISTEN connection and the waiters it serves."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_endpoint = {}
+        self.connected = False
+        self.shutting_down = False
+        self.conn = None
+        self.generation = 0
+        self._thread = None
+        self._started_in_pid = None
+        self._stop = threading.Event()
+        self.listening = threading.Event()
+
+    # --- Waiters ------------------------------------------------------------
+
+    def subscribe(self, scope, kind="claim", session_id=None):
+        """Register a waiter; it hears rings from now on (once the hub listens)."""
+        self._ensure_running()
+        waiter = Waiter(self, scope, kind, session_id)
+        with self.lock:
+            self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
+            if self.shutting_down:
+                waiter._deliver(notice=SHUTDOWN)
+            elif self.generation and not self.connected:
+                # It listened before and lost its connection: rings are being
+                # missed now. (Before the first LISTEN, the RECHECK that
+                # follows it covers the gap.)
+                waiter._deliver(notice=LOST)
+        return waiter
+
+    def unsubscribe(self, waiter):
+        with self.lock:
+            if waiter.ended:
+                return
+            waiter.ended = True
+            group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
+            if waiter in group:
+                group.remove(waiter)
+            if not group:
+                self.by_endpoint.pop(str(waiter.scope.endpoint_id), None)
+            leftover = list(waiter.rings)
+            if waiter.kind == "claim":
+                for ring in leftover:
+                    self._dispatch_ring(ring)
+
+    def pass_on(self, waiter, rings, recheck=False):
+        """Hand a claim waiter's rings (or its re-check) to the next waiter."""
+        with self.lock:
+            for ring in rings:
+                self._dispatch_ring(ring, exclude=waiter)
+            if recheck:
+                for other in self.by_endpoint.get(str(waiter.scope.endpoint_id), []):
+                    if (
+                        other is not waiter
+                        and other.kind == "claim"
+                        and other.scope == waiter.scope
+                        and not other.busy
+                    ):
+                        other._deliver(notice=RECHECK)
+                        break
+
+    def waiter_count(self):
+        with self.lock:
+            return sum(len(group) for group in self.by_endpoint.values())
+
+    def shutdown(self):
+        """Tell every waiter to end now (the server is stopping)."""
+        with self.lock:
+            self.shutting_down = True
+            for waiter in self._all():
+                waiter._deliver(notice=SHUTDOWN)
+
+    def _all(self):
+        return [waiter for group in self.by_endpoint.values() for waiter in group]
+
+    # --- Fan-out (lock held) -----------------------------------------------
+
+    def _dispatch_ring(self, ring, exclude=None):
+        group = self.by_endpoint.get(str(ring.get("endpoint_id")), ())
+        chosen = None
+        for waiter in group:
+            if waiter is exclude or not waiter.matches(ring):
+                continue
+            if waiter.kind == "stream":
+                waiter._deliver(ring=ring)
+            elif chosen is None or (chosen.busy and not waiter.busy):
+                # The longest-waiting idle claim waiter, else the first busy one.
+                chosen = waiter
+        if chosen is not None:
+            chosen._deliver(ring=ring)
+
+    def _dispatch_control(self, notice):
+        endpoint_id = str(notice.get("endpoint_id"))
+        kind = notice.get("kind")
+        for waiter in self.by_endpoint.get(endpoint_id, ()):
+            if kind == ENDPOINT:
+                waiter._deliver(notice=ENDPOINT)
+            elif kind == SESSION and waiter.session_id == str(notice.get("session_id")):
+                waiter._deliver(notice=SESSION)
+
+    def _recheck_claims(self):
+        """Ask the first idle claim waiter of each distinct scope to look again."""
+        seen = set()
+        for waiter in self._all():
+            if waiter.kind != "claim" or waiter.scope in seen:
+                continue
+            seen.add(waiter.scope)
+            if not waiter.busy:
+                waiter._deliver(notice=RECHECK)
+
+    # --- The listening thread ------------------------------------------------
+
+    def _ensure_running(self):
+        with self.lock:
+            pid = os.getpid()
+            if self._thread is not None and self._started_in_pid == pid:
+                return
+            # First use in this process (or in a forked child of the one that
+            # started it: threads do not survive a fork).
+            self._started_in_pid = pid
+            self.connected = False
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="switchboard-doorbell", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self):
+        """Stop the listening thread (tests; a server process just exits)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+        with self.lock:
+            self._thread = None
+            self.connected = False
+            self.listening.clear()
+
+    def _run(self):
+        delay = RECONNECT_FIRST_SECONDS
+        last_recheck = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                conn = _connect()
+                conn.execute(f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}")
+            except psycopg.Error as exc:
+                logger.warning(
+                    "doorbell: cannot listen; retrying",
+                    extra={"fields": {"error": type(exc).__name__}},
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, RECONNECT_CAP_SECONDS)
+                continue
+            delay = RECONNECT_FIRST_SECONDS
+            with self.lock:
+                self.conn = conn
+                self.connected = True
+                self.listening.set()
+                self.generation += 1
+                # Rings sent while nobody listened are lost: everyone looks again.
+                for waiter in self._all():
+                    waiter.notices.discard(LOST)
+                    waiter._deliver(notice=RECHECK)
+            try:
+                while not self._stop.is_set():
+                    for notify in conn.notifies(timeout=TICK_SECONDS):
+                        message = parse(notify.payload)
+                        if message is None:
+                            continue
+                        with self.lock:
+                            if notify.channel == CONTROL_CHANNEL:
+                                self._dispatch_control(message)
+                            else:
+                                self._dispatch_ring(message)
+                    if time.monotonic() - last_recheck >= recheck_seconds():
+                        last_recheck = time.monotonic()
+                        with self.lock:
+                            self._recheck_claims()
+            except psycopg.Error as exc:
+                logger.warning(
+                    "doorbell: LISTEN connection lost; reconnecting",
+                    extra={"fields": {"error": type(exc).__name__}},
+                )
+            finally:
+                with self.lock:
+                    self.connected = False
+                    self.listening.clear()
+                    self.conn = None
+                    if not self._stop.is_set():
+                        for waiter in self._all():
+                            waiter._deliver(notice=LOST)
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+
+
+hub = Hub()
+
+
+class Doorbell:
+    """A stream waiter of one scope, used as a context manager::
+
+    with Doorbell(scope) as bell:
+        rings = bell.wait(timeout=20)
+    """
+
+    def __init__(self, scope):
+        self.scope = scope
+        self.waiter = None
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def open(self):
+        self.waiter = hub.subscribe(self.scope, "stream")
+        # A blocking caller cannot take the RECHECK that follows a first LISTEN.
+        hub.listening.wait(5)
+
+    @property
+    def conn(self):
+        """The hub's LISTEN connection (shared by the process's waiters)."""
+        return hub.conn
+
+    def close(self):
+        if self.waiter is not None:
+            self.waiter.close()
+            self.waiter = None
+
+    def wait(self, timeout, stop_after=1):
+        """Wait up to ``timeout`` s for rings of this scope (a blocking wait)."""
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            rings, _ = self.waiter.wait_blocking(deadline - time.monotonic())
+            if rings or time.monotonic() >= deadline:
+                return rings[: max(stop_after, len(rings))]
+
+
+# --- Long-poll claims -------------------------------------------------------------
+
+
+class Revoked(Exception):
+    """The waiter's endpoint was revoked or re-keyed while it waited."""
+
+
+def _bell_scope(scope, queue):
+    return Scope(scope.endpoint_id, (queue,)) if queue else scope
+
+
+async def aclaim_when_ready(scope, queue, wait, attempt, db, *, still_valid=None):
+    """Await ``attempt`` (run through ``db``) until it claims, for ``wait`` s.
+
+    ``attempt`` is a plain function that claims one todo or a batch (it raises
+    ``store.NotFound`` or returns an empty list while there is no claimable
+    work); ``db(attempt)`` runs it in a thread that holds a pooled connection
+    only for the call. Between tries the waiter holds nothing but its mailbox.
+    The last NotFound (or empty batch) is the answer at the deadline, at once
+    when ``wait`` is 0, and when the server shuts down. ``still_valid`` (run
+    through ``db`` when the endpoint changed) returns the scope to go on with,
+    or raises.
+    """
+    deadline = time.monotonic() + wait
+    tries = _Attempts(db, attempt)
+    result = await tries.claimed()
+    if result is not None or wait <= 0:
+        return result if result is not None else tries.nothing()
+    waiter = hub.subscribe(_bell_scope(scope, queue), "claim")
+    try:
+        while True:
+            # Registered before this try: a todo that turns ready after it rings us.
+            result = await tries.claimed()
+            if result is not None:
+                return result
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return tries.nothing()
+                timeout = remaining if hub.connected else UNHEARD_POLL_SECONDS
+                rings, notices = await waiter.wait(min(remaining, timeout))
+                if SHUTDOWN in notices:
+                    hub.pass_on(waiter, rings)
+                    return tries.nothing()
+                if ENDPOINT in notices and still_valid is not None:
+                    new_scope = await db(still_valid)
+                    if new_scope != scope:
+                        hub.unsubscribe(waiter)
+                        hub.pass_on(waiter, rings)
+                        return await aclaim_when_ready(
+                            new_scope,
+                            queue,
+                            max(deadline - time.monotonic(), 0),
+                            attempt,
+                            db,
+                            still_valid=still_valid,
+                        )
+                if rings or notices - {LOST} or not hub.connected:
+                    break
+            result = await tries.claimed()
+            if result is not None:
+                # There may be more: the next waiter looks too.
+                hub.pass_on(waiter, rings, recheck=RECHECK in notices)
+                return result
+    finally:
+        hub.unsubscribe(waiter)
+
+
+class _Attempts:
+    """Runs the tries; remembers the last empty answer to give at the end."""
+
+    def __init__(self, db, attempt):
+        self.db = db
+        self.attempt = attempt
+        self.empty = None
+
+    async def claimed(self):
+        """Try once; return the claim, or None when nothing was claimable."""
+        try:
+            result = await self.db(self.attempt)
+        except NotFound as exc:
+            self.empty = exc
+            return None
+        if isinstance(result, list) and not result:
+            self.empty = result
+            return None
+        return result
+
+    def claimed_blocking(self):
+        try:
+            result = self.attempt()
+        except NotFound as exc:
+            self.empty = exc
+            return None
+        if isinstance(result, list) and not result:
+            self.empty = result
+            return None
+        return result
+
+    def nothing(self):
+        """The answer when the wait ends empty: the last NotFound, or []."""
+        if isinstance(self.empty, list):
+            return self.empty
+        raise self.empty if self.empty is not None else NotFound(NO_WORK)
+
+
+NO_WORK = "no claimable todo"
+
+
+def claim_when_ready(scope, queue, wait, attempt):
+    """The blocking twin of ``aclaim_when_ready`` for sync callers (MCP tools).
+
+    The calling thread waits on the hub's mailbox, not on a LISTEN connection
+    of its own, and gives its database connection back while it waits.
+    """
+    deadline = time.monotonic() + wait
+    tries = _Attempts(None, attempt)
+    result = tries.claimed_blocking()
+    if result is not None or wait <= 0:
+        return result if result is not None else tries.nothing()
+    waiter = hub.subscribe(_bell_scope(scope, queue), "claim")
+    try:
+        while True:
+            result = tries.claimed_blocking()
+            if result is not None:
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return tries.nothing()
+            _release_connection()
+            timeout = remaining if hub.connected else UNHEARD_POLL_SECONDS
+            rings, notices = waiter.wait_blocking(min(remaining, timeout))
+            if SHUTDOWN in notices:
+                hub.pass_on(waiter, rings)
+                return tries.nothing()
+    finally:
+        hub.unsubscribe(waiter)
+
+
+def _release_connection():
+    connection = connections["default"]
+    if not connection.in_atomic_block:
+        connection.close()

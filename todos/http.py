@@ -21,6 +21,7 @@ import math
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse
 
 # Every surface answers a status with this code (the CONTRACT's error codes).
@@ -117,6 +118,18 @@ def _drain(stream, length):
 def read_body(request, limit=None):
     """Return the request body's bytes; raise BodyTooLarge (drained) or BadBody."""
     limit = body_limit() if limit is None else limit
+    if isinstance(request, ASGIRequest):
+        # Served by ASGI (uvicorn): the server de-chunked the body and Django
+        # has already read all of it (there is nothing left to drain).
+        if _content_length(request) > limit:
+            raise BodyTooLarge(limit)
+        try:
+            raw = request.body
+        except RequestDataTooBig:
+            raise BodyTooLarge(limit) from None
+        if len(raw) > limit:
+            raise BodyTooLarge(limit)
+        return raw
     stream = request.META.get("wsgi.input")
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         # Django reads only Content-Length bodies. A server that de-chunks and

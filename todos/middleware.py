@@ -9,7 +9,9 @@ import logging
 import time
 import uuid
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.utils.module_loading import import_string
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from todos import http
 
@@ -60,14 +62,32 @@ def _todo_id(request, response):
 
 
 class RequestLogMiddleware:
-    """Log each request once; turn any HTML error of an agent surface into JSON."""
+    """Log each request once; turn any HTML error of an agent surface into JSON.
+
+    Sync and async capable, as every middleware here must be: one sync-only
+    middleware would make Django run the async (waiting) views in a thread.
+    """
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
     def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
         started = time.monotonic()
-        response = self.get_response(request)
+        return self._finish(request, self.get_response(request), started)
+
+    async def _acall(self, request):
+        started = time.monotonic()
+        return self._finish(request, await self.get_response(request), started)
+
+    def _finish(self, request, response, started):
         if (
             _answers_json(request)
             and response.status_code >= 400
@@ -111,6 +131,93 @@ class RequestLogMiddleware:
         logger.log(level, "request", extra={"fields": fields})
 
 
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """whitenoise, made async capable: a static file is served from a thread,
+    every other request passes straight on (whitenoise itself is sync only).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return super().__call__(request)
+
+    def _static_file(self, request):
+        if self.autorefresh:
+            return self.find_file(request.path_info)
+        return self.files.get(request.path_info)
+
+    async def _acall(self, request):
+        if self.autorefresh:
+            static_file = await sync_to_async(self._static_file)(request)
+        else:
+            static_file = self._static_file(request)
+        if static_file is not None:
+            return await sync_to_async(self.serve)(static_file, request)
+        return await self.get_response(request)
+
+
+class WaitingViewsMiddleware:
+    """Take the waiting views (async views marked ``waits``) past the
+    middleware below this one.
+
+    Django runs a sync middleware's hooks in a thread, one hop each way per
+    middleware, even around an async view: a long poll would cost a dozen
+    thread hops and park a thread while it waits. The views below need none
+    of them (token auth, no session, no cookie, no CSRF), so they are called
+    here directly; the headers the skipped middleware would add (security
+    headers, Content-Length) are added here. Everything else goes down the
+    chain as usual.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        from django.middleware.clickjacking import XFrameOptionsMiddleware
+        from django.middleware.security import SecurityMiddleware
+
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        self.headers = (
+            SecurityMiddleware(get_response),
+            XFrameOptionsMiddleware(get_response),
+        )
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return self.get_response(request)
+
+    async def _acall(self, request):
+        from django.urls import Resolver404, resolve
+
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            match = None
+        if match is None or not getattr(match.func, "waits", False):
+            return await self.get_response(request)
+        request.resolver_match = match
+        response = await match.func(request, *match.args, **match.kwargs)
+        for middleware in self.headers:
+            response = middleware.process_response(request, response)
+        if not response.streaming and not response.has_header("Content-Length"):
+            # As CommonMiddleware would: keep-alive clients need the length.
+            response.headers["Content-Length"] = str(len(response.content))
+        return response
+
+
 def _is_api(request):
     # POST / is the SQS surface (todos/sqs): signed per request, like the API.
     return request.path_info.startswith(API_PREFIX) or (
@@ -119,7 +226,8 @@ def _is_api(request):
 
 
 def board_only(dotted_path):
-    """Return a subclass of ``dotted_path``'s middleware that acts only off /api/.
+    """Return a subclass of ``dotted_path``'s (or a class's) middleware that acts
+    only off /api/.
 
     The agent API authenticates every request by its bearer token and answers
     JSON: sessions, CSRF, the auth user, messages, static files, frame options
@@ -129,7 +237,7 @@ def board_only(dotted_path):
     paths, so the Board keeps them all; being a subclass, Django's system
     checks still find the middleware they require.
     """
-    parent = import_string(dotted_path)
+    parent = import_string(dotted_path) if isinstance(dotted_path, str) else dotted_path
 
     def __call__(self, request):
         if _is_api(request):
@@ -165,7 +273,8 @@ def board_only(dotted_path):
 
 
 # The Board's middleware, skipped on /api/ and POST / (board/settings.py lists these).
-BoardWhiteNoise = board_only("whitenoise.middleware.WhiteNoiseMiddleware")
+# whitenoise made async capable first (StaticFilesMiddleware), then Board-only.
+BoardWhiteNoise = board_only(StaticFilesMiddleware)
 BoardSessions = board_only("django.contrib.sessions.middleware.SessionMiddleware")
 BoardCsrf = board_only("django.middleware.csrf.CsrfViewMiddleware")
 BoardAuthentication = board_only(

@@ -263,9 +263,10 @@ def test_receive_returns_only_the_message_attributes_asked_for(client, queue_url
         QueueUrl=queue_url, MessageBody="x", MessageAttributes=ATTRIBUTES
     )
     message = client.receive_message(
-        QueueUrl=queue_url, MessageAttributeNames=["text", "cou.*"]
+        QueueUrl=queue_url, MessageAttributeNames=["text", "cou.*", "blo.*"]
     )["Messages"][0]
-    assert set(message["MessageAttributes"]) == {"text"}
+    # "cou.*" selects the names that start with "cou".
+    assert set(message["MessageAttributes"]) == {"text", "count", "blob"}
     assert "Attributes" not in message
 
 
@@ -408,11 +409,13 @@ def test_message_deduplication_id_is_the_idempotency_key(client, queue_url, sqs)
 
 
 def test_message_body_limits_and_characters(client, queue_url):
-    error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="x" * 262_145)
+    error = error_of(
+        client.send_message, QueueUrl=queue_url, MessageBody="x" * 1_048_577
+    )
     assert error.response["Error"]["Code"] == "InvalidParameterValue"
     error = error_of(client.send_message, QueueUrl=queue_url, MessageBody="a\x00b")
     assert isinstance(error, client.exceptions.InvalidMessageContents)
-    big = "y" * 262_144
+    big = "y" * 1_048_576
     client.send_message(QueueUrl=queue_url, MessageBody=big)
     assert client.receive_message(QueueUrl=queue_url)["Messages"][0]["Body"] == big
 
@@ -509,7 +512,9 @@ def test_receive_up_to_ten_and_delete_them_in_a_batch(client, queue_url):
             "Id": "d3",
             "SenderFault": True,
             "Code": "ReceiptHandleIsInvalid",
-            "Message": 'The input receipt handle "not-a-handle" is not valid.',
+            "Message": (
+                'The input receipt handle "not-a-handle" is not a valid receipt handle.'
+            ),
         }
     ]
 
@@ -573,7 +578,7 @@ def test_change_message_visibility_batch_with_mixed_outcomes(client, queue_url):
             "AWS.SimpleQueueService.InvalidBatchEntryId",
         ),
         (
-            [{"Id": f"e{i}", "MessageBody": "x" * 40_000} for i in range(7)],
+            [{"Id": f"e{i}", "MessageBody": "x" * 110_000} for i in range(10)],
             "BatchRequestTooLong",
             "AWS.SimpleQueueService.BatchRequestTooLong",
         ),
@@ -760,3 +765,26 @@ def test_a_base64_binary_attribute_round_trips_byte_for_byte(client, queue_url):
     message = client.receive_message(QueueUrl=queue_url, MessageAttributeNames=["raw"])
     assert message["Messages"][0]["MessageAttributes"]["raw"]["BinaryValue"] == data
     assert base64.b64encode(data)
+
+
+def test_message_actions_on_a_missing_queue_are_queue_does_not_exist(client, queue_url):
+    client.send_message(QueueUrl=queue_url, MessageBody="x")
+    handle = client.receive_message(QueueUrl=queue_url)["Messages"][0]["ReceiptHandle"]
+    missing = queue_url.rsplit("/", 1)[0] + "/never-made"
+    for call in (
+        lambda: client.receive_message(QueueUrl=missing, WaitTimeSeconds=1),
+        lambda: client.delete_message(QueueUrl=missing, ReceiptHandle=handle),
+        lambda: client.change_message_visibility(
+            QueueUrl=missing, ReceiptHandle=handle, VisibilityTimeout=5
+        ),
+        lambda: client.delete_message_batch(
+            QueueUrl=missing, Entries=[{"Id": "a", "ReceiptHandle": handle}]
+        ),
+        lambda: client.change_message_visibility_batch(
+            QueueUrl=missing,
+            Entries=[{"Id": "a", "ReceiptHandle": handle, "VisibilityTimeout": 5}],
+        ),
+    ):
+        assert isinstance(error_of(call), client.exceptions.QueueDoesNotExist)
+    # The message in the real queue was not touched by any of them.
+    client.delete_message(QueueUrl=queue_url, ReceiptHandle=handle)

@@ -156,7 +156,7 @@ def test_invalid_message_attributes_are_refused(attributes):
     assert caught.value.shape == "InvalidParameterValue"
 
 
-def test_a_message_over_256_kib_is_refused():
+def test_a_message_over_1_mib_is_refused():
     _, size = messages.clean_body("x" * (messages.MAX_MESSAGE_BYTES + 1))
-    with pytest.raises(SqsError, match="shorter than 262144"):
+    with pytest.raises(SqsError, match="shorter than 1048576"):
         messages.check_size(size)

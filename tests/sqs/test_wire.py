@@ -168,7 +168,7 @@ def test_a_missing_member_is_missing_parameter(sqs_url, keyed):
 
 
 def test_an_oversize_body_is_request_entity_too_large(sqs_url, keyed):
-    body = json.dumps({"QueueName": "q", "x": "y" * (3 * 1024 * 1024)})
+    body = json.dumps({"QueueName": "q", "x": "y" * (5 * 1024 * 1024)})
     answer = send(sqs_url, body, target="AmazonSQS.CreateQueue", issued=keyed[1])
     assert_error(answer, 413, "RequestEntityTooLarge")
     assert not store.list_queues(store.Scope.for_endpoint(keyed[0]))

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from todos import store
-from todos.doorbell import Doorbell
+from todos.doorbell import Doorbell, hub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,11 +54,16 @@ def test_the_doorbell_may_listen_through_a_connection_string_of_its_own(
     params = connection.get_connection_params()
     settings.SWITCHBOARD_LISTEN_DATABASE_URL = (
         f"postgresql://{params['user']}@{params['host']}:{params['port']}"
-        f"/{params['dbname']}?application_name=switchboard-doorbell"
+        f"/{params['dbname']}?application_name=switchboard-doorbell-own-url"
     )
-    with Doorbell(scope) as bell:
-        assert bell.conn.info.parameter_status("application_name") == (
-            "switchboard-doorbell"
-        )
-        create_later(scope).join()
-        assert len(bell.wait(2)) == 1
+    # The hub connects on first use: restart it to take the setting.
+    hub.stop()
+    try:
+        with Doorbell(scope) as bell:
+            assert bell.conn.info.parameter_status("application_name") == (
+                "switchboard-doorbell-own-url"
+            )
+            create_later(scope).join()
+            assert len(bell.wait(2)) == 1
+    finally:
+        hub.stop()

@@ -365,11 +365,14 @@ def test_a_delivery_while_the_database_is_down_is_503(client):
     WebhookSource.objects.create(slug="acme-app", secret=SECRET)
     saved_port = connection.settings_dict["PORT"]
     connection.close()
+    # The connection pool was made with the old port: a new one takes the new.
+    connection.close_pool()
     connection.settings_dict["PORT"] = str(free_port())
     try:
         response = deliver(client)
     finally:
         connection.close()
+        connection.close_pool()
         connection.settings_dict["PORT"] = saved_port
 
     assert response.status_code == 503

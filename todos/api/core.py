@@ -10,6 +10,7 @@ body reader and strict JSON are ``todos.http``'s.
 """
 
 import functools
+import inspect
 import logging
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import auth, http, store
+from todos import aio, auth, http, store
 
 logger = logging.getLogger("switchboard.api")
 
@@ -181,17 +182,45 @@ def api_view(*methods, authenticated=True):
     never by a cookie.
     """
 
+    def refuse(request):
+        if request.method in methods:
+            return None
+        return http.error_response(
+            405,
+            "method_not_allowed",
+            f"use {' or '.join(methods)} on this path",
+            {"Allow": ", ".join(methods)},
+        )
+
     def decorate(view):
+        if inspect.iscoroutinefunction(view):
+            # A waiting view: its database work runs through request.db.
+            @csrf_exempt
+            @functools.wraps(view)
+            async def async_wrapper(request, *args, **kwargs):
+                refused = refuse(request)
+                if refused is not None:
+                    return refused
+                request.db = aio.db_runner(request)
+                try:
+                    if authenticated:
+                        request.endpoint = await request.db(authenticate, request)
+                        request.scope = store.Scope.for_endpoint(request.endpoint)
+                    if request.method in {"POST", "PUT", "PATCH"}:
+                        request.body_fields = Fields(read_json_body(request))
+                    return await view(request, *args, **kwargs)
+                except Exception as exc:
+                    return _api_error_response(exc)
+
+            async_wrapper.waits = True
+            return async_wrapper
+
         @csrf_exempt
         @functools.wraps(view)
         def wrapper(request, *args, **kwargs):
-            if request.method not in methods:
-                return http.error_response(
-                    405,
-                    "method_not_allowed",
-                    f"use {' or '.join(methods)} on this path",
-                    {"Allow": ", ".join(methods)},
-                )
+            refused = refuse(request)
+            if refused is not None:
+                return refused
             try:
                 if authenticated:
                     request.endpoint = authenticate(request)
@@ -200,16 +229,19 @@ def api_view(*methods, authenticated=True):
                     request.body_fields = Fields(read_json_body(request))
                 return view(request, *args, **kwargs)
             except Exception as exc:
-                error = api_error_for(exc)
-                if error is None:
-                    raise
-                return http.error_response(
-                    error.status, error.code, error.detail, error.headers
-                )
+                return _api_error_response(exc)
 
         return wrapper
 
     return decorate
+
+
+def _api_error_response(exc):
+    """Answer a known failure with its JSON error; re-raise an unknown one."""
+    error = api_error_for(exc)
+    if error is None:
+        raise exc
+    return http.error_response(error.status, error.code, error.detail, error.headers)
 
 
 def list_page(scope, fields):

@@ -5,23 +5,32 @@ sees nothing of a stream until its first chunk), then the endpoint's todos
 that are claimable now, then a ``todo.ready`` event per ring of its own scope,
 with a keep-alive comment whenever nothing rang for a while. A ring is a hint,
 not a lease: the agent still claims, and may lose the race to another worker.
+
+An async view: an open stream is a mailbox on the process's doorbell hub
+(``todos.doorbell``), holding no thread and no database connection. It ends
+when the client goes, when the server shuts down, when the database goes away
+(the client reconnects after ``retry``), and within a second of its endpoint
+being revoked, its token rotated or its grant changed.
 """
 
+import functools
 import json
 import logging
 
-import psycopg
 from django.conf import settings
 from django.http import StreamingHttpResponse
 
-from todos import store
-from todos.api.core import api_view
-from todos.doorbell import Doorbell
+from todos import aio, store
+from todos.api.core import api_view, authenticate
+from todos.doorbell import ENDPOINT, LOST, RECHECK, SHUTDOWN, hub
 
 logger = logging.getLogger("switchboard.events")
 
 BACKLOG_LIMIT = 100
 RECONNECT_MILLISECONDS = 3000
+ENDED_SHUTDOWN = ": the server is shutting down; reconnect\n\n"
+ENDED_UNAVAILABLE = ": the database is unavailable; reconnect shortly\n\n"
+ENDED_ACCESS = ": this endpoint's token or grant changed; reconnect\n\n"
 
 
 def _event(ring):
@@ -31,67 +40,79 @@ def _event(ring):
     return f"event: todo.ready\ndata: {data}\n\n"
 
 
-class EventStream:
-    """The stream's body. Django calls ``close`` when the response ends, also
-    when the client has gone, which is what closes the LISTEN connection.
-    """
+def _rings(todos):
+    return [{"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue} for t in todos]
 
-    def __init__(self, bell, backlog, keepalive_seconds):
-        self.bell = bell
-        self.backlog = backlog
-        self.keepalive_seconds = keepalive_seconds
 
-    def __iter__(self):
+def backlog(scope):
+    return store.pending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
+
+
+def same_access(request, scope):
+    """Say whether the request's token still opens the same scope."""
+    try:
+        endpoint = authenticate(request)
+    except Exception:
+        return False
+    return store.Scope.for_endpoint(endpoint) == scope
+
+
+async def stream_events(request, waiter, first, keepalive_seconds):
+    """The stream's body; ``waiter`` is closed when it ends, however it ends."""
+    scope = waiter.scope
+    try:
         # "retry" tells an EventSource how long to wait before reconnecting.
         yield f": connected\nretry: {RECONNECT_MILLISECONDS}\n\n"
-        for todo in self.backlog:
-            yield _event(
-                {"id": todo.id, "endpoint_id": todo.endpoint_id, "queue": todo.queue}
-            )
+        rings = first
         while True:
-            try:
-                rings = self.bell.wait(self.keepalive_seconds, stop_after=BACKLOG_LIMIT)
-            except psycopg.Error as exc:
-                # The headers are long gone, so no 503: end the stream cleanly
-                # and let the client reconnect once the database is back.
+            if rings:
+                yield "".join(_event(ring) for ring in rings)
+            rings, notices = await waiter.wait(keepalive_seconds)
+            if SHUTDOWN in notices:
+                yield ENDED_SHUTDOWN
+                return
+            if LOST in notices:
                 logger.warning(
                     "event stream ended: doorbell connection lost",
-                    extra={
-                        "fields": {
-                            "endpoint_id": self.bell.scope.endpoint_id,
-                            "error": type(exc).__name__,
-                        }
-                    },
+                    extra={"fields": {"endpoint_id": scope.endpoint_id}},
                 )
-                yield ": the database is unavailable; reconnect shortly\n\n"
+                yield ENDED_UNAVAILABLE
                 return
-            if not rings:
-                # Writing is how a WSGI server learns that the client left.
+            if ENDPOINT in notices and not await aio.run_pooled(
+                same_access, request, scope
+            ):
+                yield ENDED_ACCESS
+                return
+            if RECHECK in notices:
+                # Rings may have been missed before the hub listened: announce
+                # what is claimable now (some twice; the claim settles it).
+                rings = rings + _rings(await aio.run_pooled(backlog, scope))
+            if not rings and not notices:
                 yield ": keep-alive\n\n"
-            for ring in rings:
-                yield _event(ring)
-
-    def close(self):
-        self.bell.close()
+    finally:
+        waiter.close()
 
 
 @api_view("GET")
-def events(request):
+async def events(request):
     """Stream this endpoint's doorbell as ``todo.ready`` events."""
-    bell = Doorbell(request.scope)
+    # Listen before reading the backlog, so nothing turns ready unheard in
+    # between (a todo may then be announced twice; the claim settles it).
+    waiter = hub.subscribe(request.scope, "stream")
     try:
-        # Listen before reading the backlog, so nothing turns ready unheard in
-        # between (a todo may then be announced twice; the claim settles it).
-        bell.open()
-        backlog = store.pending_doorbell_todos(request.scope, limit=BACKLOG_LIMIT)
-    except Exception:
-        bell.close()
+        first = _rings(await request.db(functools.partial(backlog, request.scope)))
+    except BaseException:
+        waiter.close()
         raise
-    stream = EventStream(bell, backlog, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS)
+    body = stream_events(
+        request, waiter, first, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
+    )
     # Each event must leave at once: the stream is never compressed (Django's
     # GZipMiddleware would hold small chunks back; it is not installed) and
     # whitenoise passes non-static paths through untouched.
-    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response = StreamingHttpResponse(
+        aio.streaming_body(request, body), content_type="text/event-stream"
+    )
     # No caching, and no buffering by a proxy (nginx honours X-Accel-Buffering).
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

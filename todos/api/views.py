@@ -12,11 +12,12 @@ from todos.api.core import (
     MAX_ERROR_LENGTH,
     Fields,
     api_view,
+    authenticate,
     create_todo,
     list_page,
     todo_response,
 )
-from todos.doorbell import claim_when_ready
+from todos.doorbell import aclaim_when_ready
 
 
 @api_view("GET", "POST")
@@ -42,17 +43,34 @@ def detail(request, todo_id):
 
 
 @api_view("POST")
-def claim_next(request):
-    """Claim the next claimable todo, waiting up to wait_seconds for one."""
+async def claim_next(request):
+    """Claim the next claimable todo, waiting up to wait_seconds for one.
+
+    An async view: while it waits it holds no thread and no database
+    connection, only a mailbox on the process's doorbell hub.
+    """
     body = request.body_fields
     worker = body.worker()
     queue = body.text("queue")
     lease, wait = body.lease_seconds(), body.wait_seconds()
+    scope = request.scope
 
     def attempt():
-        return store.claim_next(request.scope, worker, queue=queue, lease_seconds=lease)
+        return store.claim_next(scope, worker, queue=queue, lease_seconds=lease)
 
-    return todo_response(claim_when_ready(request.scope, queue, wait, attempt))
+    def still_valid():
+        # The endpoint changed while we waited: a revoked or re-keyed token
+        # ends the wait (401); a new grant applies from now on.
+        nonlocal scope
+        scope = store.Scope.for_endpoint(authenticate(request))
+        if queue is not None and not scope.covers(queue):
+            raise store.QueueNotGranted(queue)
+        return scope
+
+    todo = await aclaim_when_ready(
+        scope, queue, wait, attempt, request.db, still_valid=still_valid
+    )
+    return todo_response(todo)
 
 
 @api_view("POST")

@@ -29,17 +29,18 @@ import uuid
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-import psycopg
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
 from django.db.models.functions import Now
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import http, store
+from todos import aio, http, store
 from todos.api.core import api_error_for, authenticate
-from todos.doorbell import Doorbell
+from todos.api.events import _rings, same_access
+from todos.api.events import backlog as events_backlog
+from todos.doorbell import ENDPOINT, LOST, RECHECK, SESSION, SHUTDOWN, hub
 from todos.mcp import sessions
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
@@ -421,66 +422,59 @@ def _wants_doorbell(log_level):
     return LOG_LEVELS.index(log_level) <= LOG_LEVELS.index(DOORBELL_LEVEL)
 
 
-# Read on the stream's own LISTEN connection (notifications that arrive
-# meanwhile wait in its backlog), so that a stream holds one database
-# connection, not two, for as long as its client stays.
-SESSION_LEVEL_SQL = "SELECT log_level FROM mcp_sessions WHERE id = %s"
+def session_level(session_id):
+    """Return the session's log level, or None when the session has ended."""
+    return (
+        McpSession.objects.filter(pk=session_id)
+        .values_list("log_level", flat=True)
+        .first()
+    )
 
 
-class SessionStream:
-    """The body of a session's GET stream.
+async def session_stream(request, waiter, session, rings, keepalive_seconds):
+    """The body of a session's GET stream; ``waiter`` is closed when it ends.
 
-    Django calls ``close`` when the response ends, also when the client has
-    gone, and that closes the LISTEN connection. The stream ends by itself
-    when its session ends (DELETE, possibly in another process), checked on
-    every wake-up, and when the database goes away (the client reconnects).
+    It ends when its client goes, when the server shuts down, when the
+    database goes away (the client reconnects), when its session ends (a
+    DELETE, possibly in another process, or the endpoint's revocation), and
+    when its endpoint's token or grant changes. The hub's control channel
+    says when the session changed, so the stream reads its row only then.
     """
-
-    def __init__(self, bell, session, backlog, keepalive_seconds):
-        self.bell = bell
-        self.session_id = session.pk
-        self.log_level = session.log_level
-        self.backlog = backlog
-        self.keepalive_seconds = keepalive_seconds
-
-    def __iter__(self):
-        if not connection.in_atomic_block:
-            # The request's own connection is done with; the stream may last hours.
-            connection.close()
+    session_id, log_level = session.pk, session.log_level
+    scope = waiter.scope
+    try:
         yield ": connected\n\n"
-        rings = [
-            {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
-            for t in self.backlog
-        ]
-        try:
-            while True:
-                if rings and _wants_doorbell(self.log_level):
-                    yield "".join(_event(doorbell_notification(ring)) for ring in rings)
-                else:
-                    # Writing is how a WSGI server learns that the client left.
-                    yield ": keep-alive\n\n"
-                rings = self.bell.wait(self.keepalive_seconds)
-                row = self.bell.conn.execute(
-                    SESSION_LEVEL_SQL, [self.session_id]
-                ).fetchone()
-                if row is None:
+        while True:
+            if rings and _wants_doorbell(log_level):
+                yield "".join(_event(doorbell_notification(ring)) for ring in rings)
+            else:
+                yield ": keep-alive\n\n"
+            rings, notices = await waiter.wait(keepalive_seconds)
+            if SHUTDOWN in notices:
+                return
+            if LOST in notices:
+                logger.warning("mcp stream ended: database unavailable")
+                return
+            if ENDPOINT in notices and not await aio.run_pooled(
+                same_access, request, scope
+            ):
+                return
+            if notices & {SESSION, RECHECK}:
+                log_level = await aio.run_pooled(session_level, session_id)
+                if log_level is None:
                     return
-                self.log_level = row[0]
-        except psycopg.OperationalError as exc:
-            logger.warning(
-                "mcp stream ended: database unavailable",
-                extra={"fields": {"error": type(exc).__name__}},
-            )
-
-    def close(self):
-        self.bell.close()
+            if RECHECK in notices:
+                # Rings may have been missed before the hub listened.
+                rings = rings + _rings(await aio.run_pooled(events_backlog, scope))
+    finally:
+        waiter.close()
 
 
 def _event(message):
     return f"event: message\ndata: {json.dumps(message)}\n\n"
 
 
-def _stream(request, endpoint):
+async def _stream(request, endpoint, db):
     if not _accepts(request, "text/event-stream"):
         raise TransportError(
             406,
@@ -488,21 +482,22 @@ def _stream(request, endpoint):
             "the client must accept text/event-stream",
             error="not_acceptable",
         )
-    session = _session(request, endpoint)
+    session = await db(_session, request, endpoint)
     scope = store.Scope.for_endpoint(endpoint)
-    bell = Doorbell(scope)
     # Listen before reading the backlog, so nothing turns ready unheard in
     # between (a todo may then be announced twice; the claim settles it).
-    bell.open()
+    waiter = hub.subscribe(scope, "stream", session_id=session.pk)
     try:
-        backlog = store.pending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
-    except Exception:
-        bell.close()
+        rings = _rings(await db(events_backlog, scope))
+    except BaseException:
+        waiter.close()
         raise
-    stream = SessionStream(
-        bell, session, backlog, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
+    body = session_stream(
+        request, waiter, session, rings, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
     )
-    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response = StreamingHttpResponse(
+        aio.streaming_body(request, body), content_type="text/event-stream"
+    )
     response[SESSION_HEADER] = str(session.id)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -515,12 +510,32 @@ def _delete(request, endpoint):
     return HttpResponse(status=204)
 
 
-HANDLERS = {"POST": _post, "GET": _stream, "DELETE": _delete}
+HANDLERS = {"POST": _post, "DELETE": _delete}
 
 
 @csrf_exempt
-def endpoint(request):
-    """Serve the MCP Streamable HTTP transport for the token's endpoint."""
+async def endpoint(request):
+    """Serve the MCP Streamable HTTP transport for the token's endpoint.
+
+    An async view for the GET stream's sake (it waits without a thread or a
+    connection); POST and DELETE run as sync code in a thread, as any sync
+    view does.
+    """
+    if request.method != "GET":
+        return await sync_to_async(_answer)(request)
+    db = aio.db_runner(request)
+    try:
+        _check_origin(request)
+        request.endpoint = await db(authenticate, request)
+        return await _stream(request, request.endpoint, db)
+    except Exception as exc:
+        return _failure(exc)
+
+
+endpoint.waits = True
+
+
+def _answer(request):
     try:
         handler = HANDLERS.get(request.method)
         if handler is None:
@@ -535,13 +550,18 @@ def endpoint(request):
         # The request log names the endpoint, as it does for the JSON API.
         request.endpoint = authenticate(request)
         return handler(request, request.endpoint)
-    except TransportError as exc:
-        return exc.response()
     except Exception as exc:
-        error = api_error_for(exc)
-        if error is None:
-            raise
-        code = INTERNAL_ERROR if error.status >= 500 else INVALID_REQUEST
-        return TransportError(
-            error.status, code, error.detail, error=error.code, headers=error.headers
-        ).response()
+        return _failure(exc)
+
+
+def _failure(exc):
+    """Answer a known failure as the transport does; re-raise an unknown one."""
+    if isinstance(exc, TransportError):
+        return exc.response()
+    error = api_error_for(exc)
+    if error is None:
+        raise exc
+    code = INTERNAL_ERROR if error.status >= 500 else INVALID_REQUEST
+    return TransportError(
+        error.status, code, error.detail, error=error.code, headers=error.headers
+    ).response()

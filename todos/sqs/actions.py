@@ -7,7 +7,6 @@ DeleteMessage completes, ChangeMessageVisibility heartbeats (0 releases).
 """
 
 import base64
-import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ CREATE_DEFAULTS = {"lease_seconds": 30, "delay_seconds": 0}
 # client that sets its retention keeps working), reported as they are.
 FIXED_ATTRIBUTES = {
     "MaximumMessageSize": str(messages.MAX_MESSAGE_BYTES),
-    "MessageRetentionPeriod": "1209600",
+    "MessageRetentionPeriod": "345600",
     "ReceiveMessageWaitTimeSeconds": "0",
     "SqsManagedSseEnabled": "false",
 }
@@ -110,9 +109,7 @@ class Queue:
 
 
 def _no_such_queue():
-    return SqsError(
-        "QueueDoesNotExist", "The specified queue does not exist for this wsdl version."
-    )
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
 
 
 def _queue_scope(caller, name):
@@ -164,7 +161,9 @@ def _settings_from_attributes(attributes):
     if not isinstance(attributes, dict):
         raise SqsError("SerializationException", "Attributes: expected a map")
     settings = {}
-    for name, value in attributes.items():
+    for raw_name, value in attributes.items():
+        # SQS takes "VisibilityTimeout " as "VisibilityTimeout".
+        name = raw_name.strip()
         if not isinstance(value, str):
             raise SqsError("SerializationException", f"Attributes.{name}: a string")
         if name == "VisibilityTimeout":
@@ -446,12 +445,13 @@ def send_message(request, caller, body):
     return outgoing.sent(todo)
 
 
-def _entries(body, required_keys=("Id",)):
+def _entries(body, entry_shape):
     """Validate a batch's Entries: 1 to 10, well-formed and distinct ids."""
     entries = _member(body, "Entries", list, required=True)
     if not entries:
         raise SqsError(
-            "EmptyBatchRequest", "There should be at least one entry in the request."
+            "EmptyBatchRequest",
+            f"There should be at least one {entry_shape} in the request.",
         )
     if len(entries) > MAX_BATCH_ENTRIES:
         raise SqsError(
@@ -487,7 +487,7 @@ def _failed(entry_id, error):
 
 def send_message_batch(request, caller, body):
     queue = _addressed(caller, body)
-    entries = _entries(body)
+    entries = _entries(body, "SendMessageBatchRequestEntry")
     prepared, failed = [], []
     total = 0
     for entry in entries:
@@ -551,7 +551,8 @@ def _selected_attributes(attributes, wanted):
         return {}
     if "All" in wanted or ".*" in wanted:
         return attributes
-    prefixes = tuple(name[:-1] for name in wanted if name.endswith(".*"))
+    # "bar.*" selects the names that start with "bar".
+    prefixes = tuple(name[:-2] for name in wanted if name.endswith(".*"))
     return {
         name: value
         for name, value in attributes.items()
@@ -578,7 +579,10 @@ def _received(caller, todo, system_wanted, attributes_wanted):
 
 
 def receive_message(request, caller, body):
-    queue = _addressed(caller, body)
+    # The queue's existence is checked only when nothing is claimed: a claim
+    # in a queue that does not exist claims nothing, and the hot path (work
+    # to take) saves a statement.
+    queue = _addressed(caller, body, must_exist=False)
     limit = _integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1
     visibility = _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     wait = _integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0
@@ -597,9 +601,15 @@ def receive_message(request, caller, body):
         return claimed
 
     try:
-        claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+        claimed = attempt()
     except store.NotFound:
-        return {}
+        _check_exists(caller, queue.name)
+        if wait == 0:
+            return {}
+        try:
+            claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+        except store.NotFound:
+            return {}
     return {
         "Messages": [
             _received(caller, todo, system_wanted, attributes_wanted)
@@ -615,19 +625,36 @@ def receive_message(request, caller, body):
 STALE = (store.NotFound, store.Conflict)
 
 
+def _handle_of(body):
+    """The todo id and lease token of a single call's ReceiptHandle."""
+    try:
+        return messages.parse_receipt_handle(
+            _member(body, "ReceiptHandle", str, required=True)
+        )
+    except SqsError as error:
+        if error.shape != "ReceiptHandleIsInvalid":
+            raise
+        raise SqsError(
+            "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
+        ) from None
+
+
 def delete_message(request, caller, body):
-    queue = _addressed(caller, body)
-    todo_id, token = messages.parse_receipt_handle(
-        _member(body, "ReceiptHandle", str, required=True)
-    )
-    with contextlib.suppress(*STALE):
+    queue = _addressed(caller, body, must_exist=False)
+    todo_id, token = _handle_of(body)
+    try:
         store.complete_todo(queue.scope, todo_id, None, lease_token=token)
+    except store.NotFound:
+        # Stale, unless there is no such queue at all.
+        _check_exists(caller, queue.name)
+    except store.Conflict:
+        pass
     return {}
 
 
 def delete_message_batch(request, caller, body):
-    queue = _addressed(caller, body)
-    entries = _entries(body)
+    queue = _addressed(caller, body, must_exist=False)
+    entries = _entries(body, "DeleteMessageBatchRequestEntry")
     actions, ids, failed = [], [], []
     for entry in entries:
         try:
@@ -640,17 +667,26 @@ def delete_message_batch(request, caller, body):
     successful = []
     if actions:
         results = store.acknowledge_many(queue.scope, actions)
+        _check_exists_when_missed(caller, queue, results)
         for entry_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, STALE):
                 raise result
             successful.append({"Id": entry_id})
+    else:
+        _check_exists(caller, queue.name)
     return {"Successful": successful, "Failed": failed}
+
+
+def _check_exists_when_missed(caller, queue, results):
+    """A todo not found may mean no such queue: look once, only then."""
+    if any(isinstance(result, store.NotFound) for result in results):
+        _check_exists(caller, queue.name)
 
 
 def _visibility_error(exc):
     if isinstance(exc, store.NotFound):
         return SqsError(
-            "ReceiptHandleIsInvalid", "The input receipt handle is not valid."
+            "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
         )
     if isinstance(exc, store.Conflict):
         return SqsError("MessageNotInflight", "The message is not in flight.")
@@ -664,10 +700,8 @@ def _visibility_ack(todo_id, token, timeout):
 
 
 def change_message_visibility(request, caller, body):
-    queue = _addressed(caller, body)
-    todo_id, token = messages.parse_receipt_handle(
-        _member(body, "ReceiptHandle", str, required=True)
-    )
+    queue = _addressed(caller, body, must_exist=False)
+    todo_id, token = _handle_of(body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
     _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
     try:
@@ -678,13 +712,15 @@ def change_message_visibility(request, caller, body):
                 queue.scope, todo_id, None, lease_seconds=timeout, lease_token=token
             )
     except (store.NotFound, store.Conflict) as exc:
+        if isinstance(exc, store.NotFound):
+            _check_exists(caller, queue.name)
         raise _visibility_error(exc) from None
     return {}
 
 
 def change_message_visibility_batch(request, caller, body):
-    queue = _addressed(caller, body)
-    entries = _entries(body)
+    queue = _addressed(caller, body, must_exist=False)
+    entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
     actions, ids, failed = [], [], []
     for entry in entries:
         try:
@@ -699,6 +735,7 @@ def change_message_visibility_batch(request, caller, body):
     successful = []
     if actions:
         results = store.acknowledge_many(queue.scope, actions)
+        _check_exists_when_missed(caller, queue, results)
         for entry_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception):
                 error = _visibility_error(result)
@@ -707,6 +744,8 @@ def change_message_visibility_batch(request, caller, body):
                 failed.append(_failed(entry_id, error))
             else:
                 successful.append({"Id": entry_id})
+    else:
+        _check_exists(caller, queue.name)
     return {"Successful": successful, "Failed": failed}
 
 

@@ -22,7 +22,8 @@ import uuid
 from todos.sqs.protocol import SqsError, invalid
 
 PAYLOAD_KEY = "sqs_message"
-MAX_MESSAGE_BYTES = 262_144
+# SQS raised its limit from 256 KiB to 1 MiB in 2025.
+MAX_MESSAGE_BYTES = 1_048_576
 MAX_ATTRIBUTES = 10
 ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 DATA_TYPE_RE = re.compile(r"^(String|Number|Binary)(\.[^\s]{1,255})?$")
@@ -96,7 +97,11 @@ def clean_attributes(raw):
             or name.endswith(".")
             or ".." in name
         ):
-            raise invalid(f"The message attribute name '{name}' is invalid.")
+            raise invalid(
+                f"The message attribute name '{name}' is invalid. Attribute name "
+                "can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period "
+                "(.) characters."
+            )
         if not isinstance(attribute, dict):
             raise invalid(f"The message attribute '{name}' must be a structure.")
         data_type = attribute.get("DataType")
@@ -250,5 +255,6 @@ def parse_receipt_handle(handle):
 def _invalid_handle(handle):
     shown = handle if isinstance(handle, str) and len(handle) <= 100 else "…"
     return SqsError(
-        "ReceiptHandleIsInvalid", f'The input receipt handle "{shown}" is not valid.'
+        "ReceiptHandleIsInvalid",
+        f'The input receipt handle "{shown}" is not a valid receipt handle.',
     )

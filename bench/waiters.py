@@ -1,0 +1,707 @@
+"""Waiting agents against one `make run`-style server: the new serving and the old.
+
+    python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
+                            [--seconds 20] [--before REF] [--only new|before]
+
+For each serving — "new" (this checkout: gunicorn + uvicorn workers, the
+doorbell hub, pooled connections) and "before" (a `git worktree` of REF, by
+default the commit before the ASGI serving landed: gunicorn gthread 2 x 64) —
+the benchmark starts what `make run` starts (gunicorn with gunicorn.conf.py,
+GUNICORN_WORKERS=2, and `manage.py sweep --loop`) on the benchmark database,
+then measures, once with no waiters and once with the waiters open:
+
+- create: ``POST /api/v1/todos`` latency (and timeouts, at 10 s);
+- overview: the Board's ``GET /board/`` (a logged-in operator);
+- healthz: ``GET /healthz``;
+- wake: a create, to the moment a long poll waiting on that queue returns it;
+- PostgreSQL connections of the server's processes (the most seen).
+
+The waiters come from a separate process (asyncio, raw sockets): long polls
+(``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
+GET streams (each after its ``initialize``), over 50 endpoints (a tenth of the
+streams on the probes' endpoint, so each create rings them). It also runs
+bench/http_throughput.py's claim+complete loop against both servings (no
+waiters), and prints everything side by side, with `uptime` before and after.
+Results: bench/results/waiters-*.json; the figures in docs/scaling.md.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import benchlib
+import http_throughput
+import psycopg
+
+ROOT = benchlib.ROOT
+APP_NAME = "sb-bench-waiters"
+LOAD_ENDPOINTS = 50
+TIMEOUT = 10.0
+
+
+def raise_fd_limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def server_url(url):
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}application_name={APP_NAME}"
+
+
+# --- Seeding (in a child process, with Django) ---------------------------------
+
+
+def seed(url):
+    """Create the endpoints and an operator session; print them as JSON."""
+    benchlib.setup_django(url)
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from todos import endpoints
+    from todos.models import Endpoint
+
+    Endpoint.objects.filter(name__startswith="bench-waiters-").update(
+        revoked_at="2000-01-01T00:00:00Z"
+    )
+    made = []
+    for number in range(LOAD_ENDPOINTS + 1):
+        endpoint, token = endpoints.create(
+            f"bench-waiters-{number}", "bench-waiters", "*"
+        )
+        made.append({"id": str(endpoint.id), "token": token})
+    user, _ = get_user_model().objects.get_or_create(username="bench-operator")
+    user.is_staff = True
+    user.set_password("bench-operator-password")
+    user.save()
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    print(
+        json.dumps({"probe": made[0], "load": made[1:], "session": session.session_key})
+    )
+
+
+def seeded(url):
+    env = benchlib.django_env(url)
+    env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
+    done = subprocess.run(
+        [sys.executable, __file__, "--seed", url],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- The servers -----------------------------------------------------------------
+
+
+class Serving:
+    """A `make run`-style server (gunicorn + the sweep loop) from a source tree."""
+
+    def __init__(self, name, tree, url):
+        self.name, self.tree, self.url = name, Path(tree), url
+        self.port = benchlib.free_port()
+        self.procs = []
+
+    def env(self):
+        env = benchlib.django_env(
+            server_url(self.url),
+            GUNICORN_LOG_LEVEL="warning",
+            LOG_LEVEL="WARNING",
+            GUNICORN_WORKERS="2",
+        )
+        env["PYTHONPATH"] = str(self.tree)
+        # Production settings refuse to start without a key; any will do here.
+        env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
+        return env
+
+    def __enter__(self):
+        benchlib.RESULTS.mkdir(parents=True, exist_ok=True)
+        label = self.name.split()[0]
+        log = (benchlib.RESULTS / f"waiters-{label}-{self.port}.log").open("ab")
+        self.log = log
+        gunicorn = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                "gunicorn.conf.py",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--backlog",
+                "4096",
+            ],
+            cwd=self.tree,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sweep = subprocess.Popen(
+            [sys.executable, "manage.py", "sweep", "--loop"],
+            cwd=self.tree,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs = [gunicorn, sweep]
+        benchlib.wait_healthy(self.port, gunicorn)
+        self.server = benchlib.Server(self.port, gunicorn.pid)
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.log.close()
+
+
+@contextlib.contextmanager
+def before_tree(ref):
+    """A `git worktree` of ``ref`` (removed afterwards)."""
+    path = Path(tempfile.mkdtemp(prefix="sb-bench-before-"))
+    path.rmdir()
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), ref],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(path)],
+            cwd=ROOT,
+            capture_output=True,
+        )
+
+
+def default_before():
+    """The commit before the ASGI serving (board/workers.py) was added."""
+    added = subprocess.run(
+        [
+            "git",
+            "log",
+            "--diff-filter=A",
+            "--format=%H",
+            "--reverse",
+            "--",
+            "board/workers.py",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return f"{added[0]}^" if added else "HEAD"
+
+
+# --- Probes (this process: plain blocking HTTP, one thread per kind) -----------
+
+
+class Probe:
+    def __init__(self, port, headers):
+        self.port, self.headers = port, headers
+
+    def call(self, method, path, body=None, timeout=TIMEOUT):
+        """Return (status, body bytes, seconds); status 0 on a timeout or error."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        started = time.monotonic()
+        try:
+            conn.request(
+                method,
+                path,
+                None if body is None else json.dumps(body),
+                {"Content-Type": "application/json", **self.headers},
+            )
+            response = conn.getresponse()
+            raw = response.read()
+            return response.status, raw, time.monotonic() - started
+        except (OSError, http.client.HTTPException):
+            return 0, b"", time.monotonic() - started
+        finally:
+            conn.close()
+
+
+def loop_probe(seconds, step):
+    """Call ``step()`` back to back for ``seconds``; return its latencies and fails."""
+    latencies, failures = [], 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ok, elapsed = step()
+        latencies.append(elapsed)
+        failures += not ok
+        time.sleep(0.02)
+    return latencies, failures
+
+
+def wake_probe(api, seconds):
+    """Wait on a queue of its own, create there, time create -> claimed."""
+    latencies, failures = [], 0
+    deadline = time.monotonic() + seconds
+    number = 0
+    while time.monotonic() < deadline:
+        number += 1
+        queue = f"wake-{number}"
+        answer = {}
+
+        def claim(queue=queue, answer=answer):
+            answer["status"], answer["raw"], _ = api.call(
+                "POST",
+                "/api/v1/todos/claim",
+                {"worker": "wake-probe", "queue": queue, "wait_seconds": 10},
+                timeout=15,
+            )
+            answer["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=claim)
+        waiter.start()
+        time.sleep(0.3)
+        status, raw, _ = api.call("POST", "/api/v1/todos", {"queue": queue})
+        created_at = time.monotonic()
+        waiter.join(timeout=20)
+        if status == 201 and answer.get("status") == 200:
+            latencies.append(answer["at"] - created_at)
+        else:
+            failures += 1
+            latencies.append(TIMEOUT)
+    return latencies, failures
+
+
+def count_connections(url):
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            [APP_NAME],
+        ).fetchone()[0]
+
+
+def measure(serving, seeds, seconds):
+    """Run every probe at once for ``seconds``; return their figures."""
+    probe = seeds["probe"]
+    api = Probe(serving.port, {"Authorization": f"Bearer {probe['token']}"})
+    board = Probe(serving.port, {"Cookie": f"sessionid={seeds['session']}"})
+    plain = Probe(serving.port, {})
+
+    def create():
+        status, _, elapsed = api.call(
+            "POST", "/api/v1/todos", {"queue": "create-probe", "title": "probe"}
+        )
+        return status == 201, elapsed
+
+    def overview():
+        status, _, elapsed = board.call("GET", "/board/")
+        return status == 200, elapsed
+
+    def healthz():
+        status, _, elapsed = plain.call("GET", "/healthz")
+        return status == 200, elapsed
+
+    results, connections = {}, []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            connections.append(count_connections(serving.url))
+            stop.wait(0.5)
+
+    kinds = {
+        "create": lambda: loop_probe(seconds, create),
+        "overview": lambda: loop_probe(seconds, overview),
+        "healthz": lambda: loop_probe(seconds, healthz),
+        "wake": lambda: wake_probe(api, seconds),
+    }
+    threads = [
+        threading.Thread(target=lambda k=k, f=f: results.__setitem__(k, f()))
+        for k, f in kinds.items()
+    ]
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stop.set()
+    watcher.join()
+    figures = {}
+    for kind, (latencies, failures) in results.items():
+        figures[kind] = {
+            "n": len(latencies),
+            "failed": failures,
+            "p50_ms": round(benchlib.percentile(latencies, 0.50) * 1000, 1),
+            "p99_ms": round(benchlib.percentile(latencies, 0.99) * 1000, 1),
+        }
+    figures["pg_connections_max"] = max(connections) if connections else None
+    return figures
+
+
+# --- The waiters (a process of their own) -----------------------------------------
+
+
+async def read_head(reader):
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("closed")
+    status = int(line.split()[1])
+    headers = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        name, _, value = line.decode("latin1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def read_body(reader, headers):
+    if "content-length" in headers:
+        return await reader.readexactly(int(headers["content-length"]))
+    raise ConnectionError("no length")
+
+
+def request_bytes(method, path, token, body=None, extra=""):
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n{extra}\r\n"
+    )
+    return head.encode() + payload
+
+
+class Load:
+    def __init__(self, port, spec):
+        self.port, self.spec = port, spec
+        self.stats = {"polls_waiting": 0, "polls_answered": 0, "sse_open": 0}
+        self.stats.update(mcp_open=0, errors=0)
+
+    async def long_poll(self, token, delay):
+        body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
+        # Agents do not all start in the same second: spread over one wait.
+        await asyncio.sleep(delay)
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                while True:
+                    writer.write(
+                        request_bytes("POST", "/api/v1/todos/claim", token, body)
+                    )
+                    self.stats["polls_waiting"] += 1
+                    try:
+                        status, headers = await read_head(reader)
+                        await read_body(reader, headers)
+                    finally:
+                        self.stats["polls_waiting"] -= 1
+                    self.stats["polls_answered"] += 1
+                    if status not in (200, 404):
+                        self.stats["errors"] += 1
+                        await asyncio.sleep(1)
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+                self.stats["errors"] += 1
+                await asyncio.sleep(1)
+
+    async def stream(self, token, kind):
+        while True:
+            try:
+                headers = ""
+                if kind == "mcp_open":
+                    session = await self.mcp_session(token)
+                    headers = (
+                        f"Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                    )
+                    path = "/mcp"
+                else:
+                    path = "/api/v1/events"
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.write(request_bytes("GET", path, token, extra=headers))
+                status, _ = await read_head(reader)
+                if status != 200:
+                    raise ConnectionError(status)
+                self.stats[kind] += 1
+                try:
+                    while await reader.read(65536):
+                        pass
+                finally:
+                    self.stats[kind] -= 1
+                writer.close()
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+                self.stats["errors"] += 1
+            await asyncio.sleep(1)
+
+    async def mcp_session(self, token):
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "clientInfo": {"name": "b"}},
+        }
+        writer.write(
+            request_bytes(
+                "POST",
+                "/mcp",
+                token,
+                message,
+                "Accept: application/json, text/event-stream\r\n",
+            )
+        )
+        status, headers = await read_head(reader)
+        await read_body(reader, headers)
+        writer.close()
+        if status != 200:
+            raise ConnectionError(status)
+        return headers["mcp-session-id"]
+
+    async def run(self):
+        spec = self.spec
+        tasks, load, probe = [], spec["load"], spec["probe"]
+        plan = [("poll", load[i % len(load)]["token"]) for i in range(spec["polls"])]
+        for i in range(spec["sse"]):
+            owner = probe if i % 10 == 0 else load[i % len(load)]
+            plan.append(("sse_open", owner["token"]))
+        for i in range(spec["mcp"]):
+            owner = probe if i % 10 == 0 else load[i % len(load)]
+            plan.append(("mcp_open", owner["token"]))
+        spread = random.Random(12)
+        for number, (kind, token) in enumerate(plan):
+            if kind == "poll":
+                delay = spread.uniform(0, spec["spread"])
+                tasks.append(asyncio.create_task(self.long_poll(token, delay)))
+            else:
+                tasks.append(asyncio.create_task(self.stream(token, kind)))
+            if number % 100 == 99:
+                await asyncio.sleep(0.1)
+        while True:
+            print(json.dumps(self.stats), flush=True)
+            await asyncio.sleep(1)
+
+
+def load_main(port, spec_path):
+    raise_fd_limit()
+    spec = json.loads(Path(spec_path).read_text())
+    asyncio.run(Load(port, spec).run())
+
+
+class LoadProcess:
+    """The waiters' process; ``stats`` is its latest report."""
+
+    def __init__(self, port, seeds, polls, sse, mcp, spread):
+        spec = {**seeds, "polls": polls, "sse": sse, "mcp": mcp, "spread": spread}
+        handle, self.spec_path = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(handle, "w") as spec_file:
+            json.dump(spec, spec_file)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--load", str(port), self.spec_path],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.stats = {}
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                self.stats = json.loads(line)
+
+    def wait_open(self, polls, sse, mcp, seconds):
+        """Wait until every waiter is open (or ``seconds``); return the stats."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            stats = self.stats
+            if (
+                stats.get("polls_waiting", 0) >= polls * 0.99
+                and stats.get("sse_open", 0) >= sse
+                and stats.get("mcp_open", 0) >= mcp
+            ):
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        return dict(self.stats)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.unlink(self.spec_path)
+
+
+# --- The run ---------------------------------------------------------------------
+
+
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def run_serving(name, tree, url, seeds, args, bench_endpoint):
+    print(f"\n== {name}: {tree}", flush=True)
+    result = {"name": name, "tree": str(tree)}
+    with Serving(name, tree, url) as serving:
+        figures = http_throughput.measure(
+            url,
+            bench_endpoint[0],
+            serving.server,
+            bench_endpoint[1],
+            args.throughput_workers,
+            args.throughput_seconds,
+            0.5,
+        )
+        result["http_throughput"] = {
+            "clients": args.throughput_workers,
+            "http_per_s": round(figures["http"]["rate"], 1),
+            "store_per_s": round(figures["store"]["rate"], 1),
+            "ratio": round(figures["http"]["rate"] / figures["store"]["rate"], 3),
+        }
+        print(f"  claim+complete: {result['http_throughput']}", flush=True)
+        benchlib.reset_todos(url)
+        result["idle"] = measure(serving, seeds, args.seconds)
+        print(f"  no waiters: {result['idle']}", flush=True)
+        load = LoadProcess(
+            serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
+        )
+        try:
+            opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
+            result["waiters_open"] = opened
+            print(f"  waiters: {opened}", flush=True)
+            result["loaded"] = measure(serving, seeds, args.seconds)
+            result["waiters_after"] = dict(load.stats)
+            print(f"  with waiters: {result['loaded']}", flush=True)
+        finally:
+            load.stop()
+    return result
+
+
+def print_side_by_side(results, args):
+    rows = []
+    for kind, unit in (
+        ("create", "p99_ms"),
+        ("create", "failed"),
+        ("overview", "p99_ms"),
+        ("healthz", "p99_ms"),
+        ("wake", "p99_ms"),
+        ("wake", "failed"),
+    ):
+        row = [f"{kind} {unit}"]
+        for result in results:
+            row += [result["idle"][kind][unit], result["loaded"][kind][unit]]
+        rows.append(row)
+    row = ["PostgreSQL connections (max)"]
+    for result in results:
+        row += [
+            result["idle"]["pg_connections_max"],
+            result["loaded"]["pg_connections_max"],
+        ]
+    rows.append(row)
+    for key in ("polls_waiting", "sse_open", "mcp_open"):
+        row = [f"waiters open: {key}"]
+        for result in results:
+            row += ["", result["waiters_open"].get(key)]
+        rows.append(row)
+    row = ["claim+complete http/s (no waiters)"]
+    for result in results:
+        row += [result["http_throughput"]["http_per_s"], ""]
+    rows.append(row)
+    headers = ["figure"]
+    for result in results:
+        headers += [f"{result['name']}: no waiters", f"{result['name']}: waiters"]
+    benchlib.print_table(
+        f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams,"
+        f" {args.seconds:g} s per measurement",
+        headers,
+        rows,
+    )
+
+
+def main():
+    parse = benchlib.parser(__doc__.splitlines()[0])
+    parse.add_argument("--long-polls", type=int, default=2000)
+    parse.add_argument("--sse", type=int, default=1000)
+    parse.add_argument("--mcp", type=int, default=500)
+    parse.add_argument("--seconds", type=float, default=20)
+    parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
+    parse.add_argument(
+        "--spread",
+        type=float,
+        default=20,
+        help="seconds over which the long polls start (0: all at once)",
+    )
+    parse.add_argument("--before", default=None, help="the old serving's git ref")
+    parse.add_argument("--only", choices=("new", "before"), default=None)
+    parse.add_argument("--throughput-workers", type=int, default=4)
+    parse.add_argument("--throughput-seconds", type=float, default=8)
+    parse.add_argument("--seed", help=argparse.SUPPRESS)
+    parse.add_argument("--load", nargs=2, help=argparse.SUPPRESS)
+    args = parse.parse_args()
+    if args.seed:
+        return seed(args.seed)
+    if args.load:
+        return load_main(int(args.load[0]), args.load[1])
+
+    limit = raise_fd_limit()
+    url = args.database_url
+    benchlib.prepare_database(url)
+    bench_endpoint = benchlib.ensure_endpoint(url)
+    seeds = seeded(url)
+    before = args.before or default_before()
+    info = benchlib.machine(url)
+    info["uptime_before"] = uptime()
+    info["fd_limit"] = limit
+    print(f"uptime: {info['uptime_before']}", flush=True)
+    results = []
+    if args.only in (None, "new"):
+        results.append(run_serving("new", ROOT, url, seeds, args, bench_endpoint))
+    if args.only in (None, "before"):
+        with before_tree(before) as tree:
+            results.append(
+                run_serving(
+                    f"before ({before})", tree, url, seeds, args, bench_endpoint
+                )
+            )
+    info["uptime_after"] = uptime()
+    print(f"uptime: {info['uptime_after']}", flush=True)
+    print_side_by_side(results, args)
+    benchlib.write_results(
+        "waiters",
+        {
+            "benchmark": "waiters",
+            "machine": info,
+            "command": " ".join(sys.argv),
+            "load": {"long_polls": args.long_polls, "sse": args.sse, "mcp": args.mcp},
+            "results": results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Database work from async views: in a bounded thread pool, a pooled connection
+held only for the call.
+
+The waiting surfaces (long-poll claim, ``/api/v1/events``, MCP GET streams)
+are async views: while they wait they hold no thread and no connection. Each
+piece of database work they do (authenticate, try a claim, read a backlog) runs
+through ``db_runner(request)``:
+
+- served by ASGI, in ``EXECUTOR`` (at most ``SWITCHBOARD_DB_THREADS`` threads),
+  and the thread's connection goes back to the pool when the call returns;
+- served by WSGI (the test live server, ``runserver``) the async view already
+  runs inside a request thread: the work runs in that thread, on its own
+  connection, as a sync view's would (so a test's transaction sees it too).
+"""
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
+
+_executor = None
+
+
+def executor():
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(
+            max_workers=settings.SWITCHBOARD_DB_THREADS,
+            thread_name_prefix="switchboard-db",
+        )
+    return _executor
+
+
+def _closing(fn, *args):
+    try:
+        return fn(*args)
+    finally:
+        # With the pool on, close() hands the connection back to it.
+        connections.close_all()
+
+
+async def run_pooled(fn, *args):
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        executor(), functools.partial(_closing, fn, *args)
+    )
+
+
+def db_runner(request):
+    """Return how this request runs a blocking database call from async code."""
+    if isinstance(request, ASGIRequest):
+        return run_pooled
+    return lambda fn, *args: sync_to_async(fn, thread_sensitive=True)(*args)
+
+
+class BlockingStream:
+    """An async generator as a WSGI response body: each step runs in an event
+    loop of the stream's own (under ASGI the server iterates it directly).
+    """
+
+    def __init__(self, agen):
+        self.agen = agen
+        self.loop = asyncio.new_event_loop()
+
+    def __iter__(self):
+        while True:
+            try:
+                yield self.loop.run_until_complete(self.agen.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def close(self):
+        if not self.loop.is_closed():
+            try:
+                self.loop.run_until_complete(self.agen.aclose())
+            finally:
+                self.loop.close()
+
+
+def streaming_body(request, agen):
+    """Return what a StreamingHttpResponse should iterate for this server."""
+    if isinstance(request, ASGIRequest):
+        return agen
+    return BlockingStream(agen)
