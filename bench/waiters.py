@@ -1,11 +1,14 @@
 """Waiting agents against one `make run`-style server: the new serving and the old.
 
     python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
-                            [--seconds 20] [--before REF] [--only new|before]
+                            [--seconds 20] [--before REF]
+                            [--servings new,gthread,before]
 
 For each serving — "new" (this checkout: gunicorn + uvicorn workers, the
-doorbell hub, pooled connections) and "before" (a `git worktree` of REF, by
-default the commit before the ASGI serving landed: gunicorn gthread 2 x 64) —
+doorbell hub, pooled connections), "gthread" (this checkout with
+SWITCHBOARD_SERVER=gthread, 2 x 64 threads) and "before" (a `git worktree` of
+REF, by default the commit before the ASGI serving landed: the old serving and
+its code, on a database of its own, ``<bench db>_before``) —
 the benchmark starts what `make run` starts (gunicorn with gunicorn.conf.py,
 GUNICORN_WORKERS=2, and `manage.py sweep --loop`) on the benchmark database,
 then measures, once with no waiters and once with the waiters open:
