@@ -398,7 +398,9 @@ def _item_args(fields):
 #    locked here but not taken (another lane's rows were older) is free again
 #    when this statement commits.
 # 5. moved: claim them, with a fresh lease token each; the lease is the call's,
-#    else the queue's, else the server's.
+#    else the queue's, else the server's. The rows are fetched by primary key
+#    (id = ANY(...)): the planner cannot know how few candidates there are,
+#    and a join it guesses at could hash the whole table.
 # 6. history, and the rows in claim order (redeliveries first).
 # Every value is read through a one-row subquery, (SELECT %(x)s): the planner
 # then cannot see the values, so a custom plan costs exactly what the generic
@@ -479,7 +481,7 @@ WITH RECURSIVE pending_queue (name) AS (
            lease_token = replace(gen_random_uuid()::text, '-', ''),
            next_retry_at = NULL, updated_at = now()
       FROM candidate c
-     WHERE t.id = c.id
+     WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM candidate))
  RETURNING {T_COLUMNS}, c.from_state, c.rank, c.rank_at
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
@@ -563,7 +565,7 @@ WITH candidate AS (
            lease_token = replace(gen_random_uuid()::text, '-', ''),
            next_retry_at = NULL, updated_at = now()
       FROM candidate c
-     WHERE t.id = c.id
+     WHERE t.id = c.id AND t.id = %(id)s
  RETURNING {T_COLUMNS}, c.from_state
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
@@ -663,9 +665,10 @@ class Ack:
 #   queue's, else the server's; the token stays.
 # - release: the lease handed back now, with the outcome its expiry would have
 #   had (pending below the cap, else a dead letter).
-# The lease token stays on the row after the lease ends, so a complete
-# repeated with the token that completed the todo can be told apart from a
-# superseded one (see _ack_miss).
+# The rows are fetched by primary key (id = ANY(ids)), never by a join the
+# planner might turn into a scan of the table. The lease token stays on the
+# row after the lease ends, so a complete repeated with the token that
+# completed the todo can be told apart from a superseded one (see _ack_miss).
 ACK_SQL = f"""
 WITH action AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(ops)s::text[], %(workers)s::text[],
@@ -699,7 +702,7 @@ WITH action AS (
                    30 * power(2, LEAST(GREATEST(t.attempt, 1), 16) - 1), 900)) END,
            updated_at = now()
       FROM action a
-     WHERE t.id = a.id
+     WHERE t.id = a.id AND t.id = ANY(%(ids)s::uuid[])
        AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
             AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
        AND t.state = 'claimed'
