@@ -231,8 +231,10 @@ def doorbell_latency(data):
 
 def profile_api(data):
     cpu = data["cpu_ms_per_todo"]
-    rows = [
-        ["store alone (baseline)", cpu["store"], ""],
+    rows = [["store alone (baseline)", cpu["store"], ""]]
+    if "api_before" in cpu:
+        rows.append(["WSGI app before the #13 cuts", cpu["api_before"], ""])
+    rows += [
         ["WSGI app: claim + complete requests", cpu["api"], "100 %"],
     ] + [
         [label, cpu["api"] * share, f"{share:.0%}"]

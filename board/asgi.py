@@ -26,10 +26,15 @@ WAITING = {
 }
 
 
+# The agent API's sync views run in todos.aio's bounded pool instead (one hop).
+API_PREFIX = "/api/"
+
+
 class Handler(ASGIHandler):
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] in WAITING.get(
-            scope["path"], ()
+        if scope["type"] == "http" and (
+            scope["path"].startswith(API_PREFIX)
+            or scope["method"] in WAITING.get(scope["path"], ())
         ):
             await self.handle(scope, receive, send)
             return

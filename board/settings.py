@@ -66,7 +66,8 @@ def database_from_url(url):
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     options = {key: value for key, value in query.items() if key != "conn_max_age"}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's PostgreSQL backend, health-checking only after idleness.
+        "ENGINE": "todos.pgbackend",
         "NAME": unquote(parts.path.lstrip("/")) or "switchboard",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),

@@ -128,3 +128,34 @@ def test_the_event_stream_is_not_buffered_by_the_server(gunicorn_port, endpoint)
     assert response.readline() == b"\n"
     assert response.readline() == b": keep-alive\n"
     conn.close()
+
+
+def test_a_connection_idle_across_a_backend_kill_is_replaced_before_use(
+    django_db_blocker,
+):
+    """The per-request health check is skipped only for a connection used a
+    moment ago (todos/pgbackend): one left idle is still checked, so a backend
+    killed meanwhile (a PostgreSQL restart) costs no request."""
+    from django.db import connection
+
+    name = "sb-idle-check"
+    with django_db_blocker.unblock():
+        process, port = start_gunicorn(database_url(application_name=name))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(5):
+            response, _ = request(conn, "GET", "/api/v1/openapi.json")
+            response, _ = request(conn, "GET", "/healthz")
+            assert response.status == 200
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                [name],
+            )
+            assert cursor.fetchone()[0] >= 1
+        time.sleep(1.5)
+        statuses = [request(conn, "GET", "/healthz")[0].status for _ in range(10)]
+        assert statuses == [200] * 10
+    finally:
+        stop(process)

@@ -39,6 +39,8 @@ TOOL_NAMES = {
     "fail_todo",
     "release_todo",
     "retry_todo",
+    "batch",
+    "list_queues",
 }
 
 
@@ -159,6 +161,76 @@ def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
     assert seen["done"]["result"] == {"ok": True}
     # The client's DELETE on exit ended the session.
     assert not McpSession.objects.filter(endpoint=endpoint).exists()
+
+
+@live
+def test_sdk_client_claims_a_batch_and_acknowledges_it_with_lease_tokens(
+    live_server, endpoint
+):
+    """CONTRACT §10 over MCP: claim_next with max_todos, the owner tools with
+    lease_token, the batch tool, create_todo with delay_seconds, list_queues."""
+    seen = {}
+
+    async def main():
+        async with mcp_client(live_server.url, endpoint.token) as session:
+            for n in range(3):
+                await call(session, "create_todo", queue="jobs", title=f"t{n}")
+            delayed = await call(
+                session, "create_todo", queue="jobs", delay_seconds=600
+            )
+            seen["delayed"] = delayed.structured_content["todo"]
+            claimed = await call(session, "claim_next", queue="jobs", max_todos=10)
+            seen["claimed"] = claimed.structured_content["todos"]
+            first, second, third = seen["claimed"]
+            seen["stale"] = await call(
+                session, "complete_todo", todo_id=first["id"], lease_token="stale"
+            )
+            done = await call(
+                session,
+                "complete_todo",
+                todo_id=first["id"],
+                lease_token=first["lease_token"],
+                worker="anyone",
+            )
+            seen["done"] = done.structured_content["todo"]
+            batch = await call(
+                session,
+                "batch",
+                actions=[
+                    {
+                        "op": "heartbeat",
+                        "id": second["id"],
+                        "lease_token": second["lease_token"],
+                    },
+                    {"op": "release", "id": third["id"]},
+                    {"op": "complete", "id": str(uuid.uuid4())},
+                ],
+            )
+            seen["batch"] = batch.structured_content["results"]
+            seen["bad_batch"] = await call(
+                session, "batch", actions=[{"op": "delete", "id": second["id"]}]
+            )
+            empty = await call(session, "claim_next", queue="nothing", max_todos=2)
+            seen["empty"] = empty
+            queues = await call(session, "list_queues")
+            seen["queues"] = queues.structured_content["queues"]
+
+    run(main)
+    assert [todo["title"] for todo in seen["claimed"]] == ["t0", "t1", "t2"]
+    assert all(todo["lease_token"] for todo in seen["claimed"])
+    assert seen["delayed"]["available_at"] > seen["delayed"]["created_at"]
+    assert seen["stale"].is_error
+    assert seen["stale"].structured_content["error"] == "conflict"
+    assert seen["done"]["state"] == "done"
+    assert [result["status"] for result in seen["batch"]] == [200, 200, 404]
+    assert seen["batch"][0]["todo"]["lease_token"] == seen["claimed"][1]["lease_token"]
+    assert seen["batch"][1]["todo"]["state"] == "pending"
+    assert seen["bad_batch"].is_error
+    assert "actions[0].op" in seen["bad_batch"].structured_content["detail"]
+    assert not seen["empty"].is_error
+    assert seen["empty"].structured_content == {"todos": []}
+    (jobs,) = seen["queues"]
+    assert jobs["name"] == "jobs" and jobs["delayed"] == 1 and jobs["pending"] == 1
 
 
 @live

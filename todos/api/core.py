@@ -20,6 +20,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import aio, auth, http, store
+from todos.doorbell import claim_when_ready
 
 logger = logging.getLogger("switchboard.api")
 
@@ -29,6 +30,15 @@ MAX_TITLE_LENGTH = 1000
 MAX_KEY_LENGTH = 200
 MAX_ATTEMPTS_CAP = 1000
 MAX_ERROR_LENGTH = 10_000
+# Lease tokens the store mints are at most 64 characters; a longer one can only
+# be superseded, but there is no reason to read a huge one.
+MAX_LEASE_TOKEN_LENGTH = 200
+MAX_CLAIM_BATCH = 10
+# A delayed todo becomes claimable at most 12 h after its create (CONTRACT §10).
+MAX_DELAY_SECONDS = 43_200
+MAX_ACK_BATCH = 100
+MAX_CREATE_BATCH = 100
+ACK_OPS = ("complete", "fail", "heartbeat", "release")
 
 
 class ApiError(Exception):
@@ -114,26 +124,31 @@ class Fields:
     Every error names the field, so an agent can fix its call.
     """
 
-    def __init__(self, data, *, from_query=False):
+    def __init__(self, data, *, from_query=False, prefix=""):
         self.data = data
         # A query string carries every value as text; a JSON body has types.
         self.from_query = from_query
+        # Where these fields sit in a batch body, e.g. "actions[3].": errors
+        # name the field as the caller wrote it.
+        self.prefix = prefix
 
     def text(self, name, *, required=False, max_length=MAX_NAME_LENGTH, empty=False):
         value = self.data.get(name)
         if value is None:
             if required:
-                raise bad_request(f"{name}: is required")
+                raise bad_request(f"{self.prefix}{name}: is required")
             return None
         if not isinstance(value, str):
-            raise bad_request(f"{name}: must be a string")
+            raise bad_request(f"{self.prefix}{name}: must be a string")
         if not value and not empty:
-            raise bad_request(f"{name}: must not be empty")
+            raise bad_request(f"{self.prefix}{name}: must not be empty")
         if len(value) > max_length:
-            raise bad_request(f"{name}: must be at most {max_length} characters")
+            raise bad_request(
+                f"{self.prefix}{name}: must be at most {max_length} characters"
+            )
         problem = http.text_problem(value)
         if problem:
-            raise bad_request(f"{name}: {problem}")
+            raise bad_request(f"{self.prefix}{name}: {problem}")
         return value
 
     def integer(self, name, *, minimum, maximum, default=None):
@@ -144,18 +159,20 @@ class Fields:
             try:
                 value = int(value, 10)
             except ValueError:
-                raise bad_request(f"{name}: must be an integer") from None
+                raise bad_request(f"{self.prefix}{name}: must be an integer") from None
         if isinstance(value, float) and value.is_integer():
             # JSON has one number type: 30.0 is the integer 30 to JSON Schema.
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise bad_request(f"{name}: must be an integer")
+            raise bad_request(f"{self.prefix}{name}: must be an integer")
         if not minimum <= value <= maximum:
-            raise bad_request(f"{name}: must be between {minimum} and {maximum}")
+            raise bad_request(
+                f"{self.prefix}{name}: must be between {minimum} and {maximum}"
+            )
         return value
 
     def json(self, name):
-        return check_storable_json(name, self.data.get(name))
+        return check_storable_json(self.prefix + name, self.data.get(name))
 
     def lease_seconds(self):
         return self.integer("lease_seconds", minimum=1, maximum=store.MAX_LEASE_SECONDS)
@@ -170,6 +187,35 @@ class Fields:
 
     def worker(self):
         return self.text("worker", required=True)
+
+    def lease_token(self):
+        return self.text("lease_token", max_length=MAX_LEASE_TOKEN_LENGTH)
+
+    def owner(self, default_worker=None):
+        """Return (worker, lease_token) of an owner transition.
+
+        The lease token alone authorizes (CONTRACT §10); without it the worker
+        is required, as in §5.
+        """
+        token = self.lease_token()
+        worker = self.text("worker") or default_worker
+        if worker is None and token is None:
+            raise bad_request(f"{self.prefix}worker: is required without lease_token")
+        return worker, token
+
+    def items(self, name, maximum):
+        """Return a list field of 1..maximum JSON objects, or raise 400."""
+        value = self.data.get(name)
+        if not isinstance(value, list):
+            raise bad_request(f"{self.prefix}{name}: must be a list of objects")
+        if not 1 <= len(value) <= maximum:
+            raise bad_request(
+                f"{self.prefix}{name}: must hold 1 to {maximum} items, not {len(value)}"
+            )
+        for index, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise bad_request(f"{self.prefix}{name}[{index}]: must be an object")
+        return value
 
 
 def api_view(*methods, authenticated=True):
@@ -271,26 +317,148 @@ def list_page(scope, fields):
     }
 
 
+def create_arguments(fields):
+    """Return store.create_todo's keyword arguments (but the actor) from fields."""
+    return {
+        "queue": fields.text("queue", required=True),
+        "title": fields.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
+        "payload": fields.json("payload"),
+        "idempotency_key": fields.text("idempotency_key", max_length=MAX_KEY_LENGTH),
+        "assignee": fields.text("assignee"),
+        # None: the queue's setting, else SWITCHBOARD_MAX_ATTEMPTS.
+        "max_attempts": fields.integer(
+            "max_attempts", minimum=1, maximum=MAX_ATTEMPTS_CAP
+        ),
+        "delay_seconds": fields.integer(
+            "delay_seconds", minimum=0, maximum=MAX_DELAY_SECONDS
+        ),
+    }
+
+
 def create_todo(scope, fields, *, actor):
     """Enqueue a todo from validated fields; return (todo, created).
 
     Shared by the JSON view and the MCP tool, so both accept the same input.
     """
-    return store.create_todo(
-        scope,
-        queue=fields.text("queue", required=True),
-        title=fields.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
-        payload=fields.json("payload"),
-        idempotency_key=fields.text("idempotency_key", max_length=MAX_KEY_LENGTH),
-        assignee=fields.text("assignee"),
-        max_attempts=fields.integer(
-            "max_attempts",
-            minimum=1,
-            maximum=MAX_ATTEMPTS_CAP,
-            default=settings.SWITCHBOARD_MAX_ATTEMPTS,
-        ),
-        actor=actor,
+    return store.create_todo(scope, **create_arguments(fields), actor=actor)
+
+
+def claim_batch(scope, worker, queue, lease, wait, limit):
+    """Claim up to ``limit`` todos, waiting up to ``wait`` s; [] when none came.
+
+    The blocking form, for the MCP tools; the JSON view awaits the same attempt.
+    """
+    return claim_when_ready(
+        scope, queue, wait, batch_attempt(scope, worker, queue, lease, limit)
     )
+
+
+def batch_attempt(scope, worker, queue, lease, limit):
+    """Return an attempt that claims up to ``limit`` todos ([] when none)."""
+
+    def attempt():
+        return store.claim_many(
+            scope, worker, limit=limit, queue=queue, lease_seconds=lease
+        )
+
+    return attempt
+
+
+def _failure(exc):
+    """Render a per-item failure of a batch: its status, code and detail."""
+    if isinstance(exc, ValueError):
+        # The store refused an item's arguments (the views check them first).
+        exc = bad_request(str(exc))
+    error = exc if isinstance(exc, ApiError) else api_error_for(exc)
+    if error is None:
+        raise exc
+    if error.status == 503:
+        # The database went away mid-batch: the whole request answers 503.
+        raise error
+    return {"status": error.status, "error": error.code, "detail": error.detail}
+
+
+def create_batch(scope, fields, *, actor):
+    """Enqueue 1..100 todos (``{"todos": [...]}``); return the results body.
+
+    Every item is validated before any is created: a bad field answers 400 for
+    the whole batch (naming ``todos[i].field``) and creates nothing. Each valid
+    item is then created and deduplicated on its own (CONTRACT §10); what the
+    store refuses for one item (a queue outside the grant, a held key) is that
+    item's result.
+    """
+    items = [
+        create_arguments(Fields(item, prefix=f"todos[{index}]."))
+        for index, item in enumerate(fields.items("todos", MAX_CREATE_BATCH))
+    ]
+    results = []
+    for outcome in store.create_many(scope, items, actor=actor):
+        if isinstance(outcome, Exception):
+            results.append(_failure(outcome))
+        else:
+            todo, created = outcome
+            results.append(
+                {
+                    "status": 201 if created else 200,
+                    "todo": todo.to_dict(),
+                    "created": created,
+                }
+            )
+    return {"results": results}
+
+
+def _ack(op, fields, default_worker):
+    """Return the store.Ack of one batch action from its validated fields.
+
+    Every field is checked whatever the op, so a bad one is refused even where
+    the op would not use it.
+    """
+    todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
+    worker, token = fields.owner(default_worker)
+    result = fields.json("result")
+    error = fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
+    lease = fields.lease_seconds()
+    extra = {
+        "complete": {"result": result},
+        "fail": {"error": error},
+        "heartbeat": {"lease_seconds": lease},
+        "release": {},
+    }[op]
+    return store.Ack(op, todo_id, worker=worker, lease_token=token, **extra)
+
+
+def acknowledge_batch(scope, fields, *, default_worker=None):
+    """Apply 1..100 owner transitions (``POST /api/v1/todos/batch``).
+
+    Every action is validated before any is applied: an unknown ``op``, a bad
+    field, or an action with neither worker nor lease_token answers 400 for the
+    whole batch (naming ``actions[i].field``) and applies nothing. Each action
+    is then applied on its own and answers the status the single call would
+    have had (200, 404, 409; 400 for what the store refuses).
+    """
+    default_worker = fields.text("worker") or default_worker
+    actions = fields.items("actions", MAX_ACK_BATCH)
+    acks = []
+    for index, action in enumerate(actions):
+        op = action.get("op")
+        if op not in ACK_OPS:
+            raise bad_request(
+                f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
+            )
+        acks.append(
+            _ack(op, Fields(action, prefix=f"actions[{index}]."), default_worker)
+        )
+    results = []
+    for ack, outcome in zip(acks, store.acknowledge_many(scope, acks), strict=True):
+        # The id as the caller sent it: a foreign id and a never-minted one
+        # answer alike.
+        if isinstance(outcome, Exception):
+            results.append({"id": ack.todo_id, **_failure(outcome)})
+        else:
+            results.append(
+                {"id": ack.todo_id, "status": 200, "todo": outcome.to_dict()}
+            )
+    return {"results": results}
 
 
 def todo_response(todo, status=200, **extra):

@@ -49,6 +49,8 @@ TODO_SCHEMA = {
         "result",
         "created_at",
         "updated_at",
+        "available_at",
+        "lease_token",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -75,6 +77,50 @@ TODO_SCHEMA = {
         "result": {"description": "The JSON result given on complete, or null."},
         "created_at": {"type": "string", "format": "date-time"},
         "updated_at": {"type": "string", "format": "date-time"},
+        "available_at": {
+            "type": "string",
+            "format": "date-time",
+            "description": "When a pending todo becomes claimable; created_at "
+            "unless it was created with delay_seconds.",
+        },
+        "lease_token": {
+            "type": ["string", "null"],
+            "description": "Minted fresh by every claim: pass it to heartbeat, "
+            "complete, fail and release (fencing).",
+        },
+    },
+}
+
+QUEUE_SCHEMA = {
+    "type": "object",
+    "required": [
+        "name",
+        "lease_seconds",
+        "max_attempts",
+        "delay_seconds",
+        "paused",
+        "pending",
+        "delayed",
+        "claimed",
+        "retry_scheduled",
+        "dead_letter",
+        "oldest_pending_age_seconds",
+    ],
+    "properties": {
+        "name": {"type": "string"},
+        "lease_seconds": {"type": ["integer", "null"]},
+        "max_attempts": {"type": ["integer", "null"]},
+        "delay_seconds": {"type": ["integer", "null"]},
+        "paused": {"type": "boolean"},
+        "paused_at": NULLABLE_TIME,
+        "created_at": {"type": "string", "format": "date-time"},
+        "updated_at": {"type": "string", "format": "date-time"},
+        "pending": {"type": "integer", "minimum": 0},
+        "delayed": {"type": "integer", "minimum": 0},
+        "claimed": {"type": "integer", "minimum": 0},
+        "retry_scheduled": {"type": "integer", "minimum": 0},
+        "dead_letter": {"type": "integer", "minimum": 0},
+        "oldest_pending_age_seconds": {"type": ["number", "null"]},
     },
 }
 
@@ -105,7 +151,8 @@ ERRORS = {
     "403": "A queue outside the endpoint's grant.",
     "404": "No such todo in this endpoint (absent, foreign or malformed id), "
     "or no claimable work.",
-    "409": "The todo exists but is not in the needed state or not this worker's.",
+    "409": "The todo exists but is not in the needed state or not this worker's, "
+    "or the lease_token is not the current lease's (lease superseded).",
     "413": "The body exceeds 256 KiB.",
     "503": "The database cannot be reached.",
 }
@@ -129,11 +176,20 @@ def _todo_ok(description):
     return {"200": {"description": description, **_json(_ref("TodoEnvelope"))}}
 
 
-def _body(properties, required=()):
-    schema = {"type": "object", "properties": properties}
+def _body(properties, required=(), **extra):
+    schema = {"type": "object", "properties": properties, **extra}
     if required:
         schema["required"] = list(required)
     return {"required": True, **_json(schema)}
+
+
+def _present(name):
+    """A schema saying that ``name`` is given as a string (not left out or null)."""
+    return {"required": [name], "properties": {name: {"type": "string"}}}
+
+
+# An owner transition names its worker or passes its lease token (or both).
+WORKER_OR_TOKEN = [_present("worker"), _present("lease_token")]
 
 
 # An optional field may also be null, which means the same as leaving it out.
@@ -145,6 +201,20 @@ LEASE = {
     "description": "Lease (visibility timeout); default SWITCHBOARD_LEASE_SECONDS.",
 }
 WORKER = {**NAME, "description": "The claimant's name, stored as the todo's owner."}
+OWNER_WORKER = {
+    **WORKER,
+    "type": ["string", "null"],
+    "description": "The claimant's name; required unless lease_token is given.",
+}
+LEASE_TOKEN = {
+    "type": ["string", "null"],
+    "minLength": 1,
+    "maxLength": api.MAX_LEASE_TOKEN_LENGTH,
+    "pattern": NO_NUL,
+    "description": "The claim's lease_token: the call succeeds only while that "
+    "claim is current (else 409, nothing changed); worker may then be left out.",
+}
+
 JSON_VALUE = {"$ref": "#/components/schemas/JsonValue"}
 # Any JSON value PostgreSQL's jsonb can store: no NUL in a string or a key.
 JSON_VALUE_SCHEMA = {
@@ -164,13 +234,14 @@ JSON_VALUE_SCHEMA = {
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
 
-def _transition(summary, operation_id, properties, required=("worker",)):
+def _transition(summary, operation_id, properties, required=(), owner=True):
+    extra = {"anyOf": WORKER_OR_TOKEN} if owner else {}
     return {
         "post": {
             "summary": summary,
             "operationId": operation_id,
             "parameters": [TODO_ID],
-            "requestBody": _body(properties, required),
+            "requestBody": _body(properties, required, **extra),
             "responses": {
                 **_todo_ok("The todo after the transition."),
                 **_errors(*WRITE_ERRORS),
@@ -203,6 +274,58 @@ def build_document():
             "default": 5,
         },
     }
+    create_properties["delay_seconds"] = {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": api.MAX_DELAY_SECONDS,
+        "description": "Keep the todo unclaimable this long (default: the "
+        "queue's delay_seconds, else 0).",
+    }
+    create_one = {
+        "type": "object",
+        "properties": create_properties,
+        "required": ["queue"],
+        "not": {"required": ["todos"]},
+    }
+    create_many = {
+        "type": "object",
+        "properties": {
+            "todos": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": api.MAX_CREATE_BATCH,
+                "items": {
+                    "type": "object",
+                    "properties": create_properties,
+                    "required": ["queue"],
+                },
+            }
+        },
+        "required": ["todos"],
+    }
+    ack_action = {
+        "type": "object",
+        "required": ["op", "id"],
+        "properties": {
+            "op": {"type": "string", "enum": list(api.ACK_OPS)},
+            "id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": api.MAX_NAME_LENGTH,
+                "pattern": NO_NUL,
+            },
+            "lease_token": LEASE_TOKEN,
+            "worker": OWNER_WORKER,
+            "result": JSON_VALUE,
+            "error": {
+                "type": ["string", "null"],
+                "maxLength": api.MAX_ERROR_LENGTH,
+                "pattern": NO_NUL,
+            },
+            "lease_seconds": LEASE,
+        },
+    }
+    owner = {"worker": OWNER_WORKER, "lease_token": LEASE_TOKEN}
     paths = {
         "/api/v1/todos": {
             "get": {
@@ -243,17 +366,29 @@ def build_document():
                 },
             },
             "post": {
-                "summary": "Enqueue a todo (deduplicated on idempotency_key).",
+                "summary": "Enqueue a todo, or up to 100 with {todos: [...]} "
+                "(deduplicated on idempotency_key).",
                 "operationId": "create_todo",
-                "requestBody": _body(create_properties, ["queue"]),
+                "requestBody": {
+                    "required": True,
+                    **_json({"oneOf": [create_one, create_many]}),
+                },
                 "responses": {
                     "201": {
                         "description": "Created.",
                         **_json(_ref("CreatedEnvelope")),
                     },
                     "200": {
-                        "description": "Collapsed onto a live duplicate.",
-                        **_json(_ref("CreatedEnvelope")),
+                        "description": "Collapsed onto a live duplicate; or, for "
+                        "{todos: [...]}, one result per item in order.",
+                        **_json(
+                            {
+                                "oneOf": [
+                                    _ref("CreatedEnvelope"),
+                                    _ref("CreateResults"),
+                                ]
+                            }
+                        ),
                     },
                     **_errors("400", "401", "403", "404", "409", "413", "503"),
                 },
@@ -274,12 +409,87 @@ def build_document():
                             "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
                             "default": 0,
                         },
+                        "max_todos": {
+                            "type": ["integer", "null"],
+                            "minimum": 1,
+                            "maximum": api.MAX_CLAIM_BATCH,
+                            "description": "Claim up to this many in one statement; "
+                            "the answer is then always 200 {todos: [...]}.",
+                        },
                     },
                     ["worker"],
                 ),
                 "responses": {
-                    **_todo_ok("The claimed todo."),
+                    "200": {
+                        "description": "The claimed todo; with max_todos, the "
+                        "claimed todos (possibly none).",
+                        **_json({"oneOf": [_ref("TodoEnvelope"), _ref("TodoList")]}),
+                    },
                     **_errors("400", "401", "403", "404", "413", "503"),
+                },
+            }
+        },
+        "/api/v1/todos/batch": {
+            "post": {
+                "summary": "Apply up to 100 complete/fail/heartbeat/release actions, "
+                "each on its own.",
+                "operationId": "batch",
+                "requestBody": _body(
+                    {
+                        "worker": {
+                            **OWNER_WORKER,
+                            "description": "The worker of every action that "
+                            "names none.",
+                        },
+                        "actions": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": api.MAX_ACK_BATCH,
+                            "items": ack_action,
+                        },
+                    },
+                    ["actions"],
+                    # Every action has a worker (its own or the default) or a token.
+                    anyOf=[
+                        _present("worker"),
+                        {
+                            "properties": {
+                                "actions": {"items": {"anyOf": WORKER_OR_TOKEN}}
+                            }
+                        },
+                    ],
+                ),
+                "responses": {
+                    "200": {
+                        "description": "One result per action, in order; status is "
+                        "what the single call would have answered.",
+                        **_json(_ref("BatchResults")),
+                    },
+                    **_errors("400", "401", "413", "503"),
+                },
+            }
+        },
+        "/api/v1/queues": {
+            "get": {
+                "summary": "This endpoint's queues: settings and live figures.",
+                "operationId": "list_queues",
+                "responses": {
+                    "200": {
+                        "description": "The queues.",
+                        **_json(
+                            {
+                                "type": "object",
+                                "required": ["queues"],
+                                "properties": {
+                                    "queues": {
+                                        "type": "array",
+                                        "items": _ref("Queue"),
+                                    }
+                                },
+                            }
+                        ),
+                    },
+                    **_errors("401", "503"),
                 },
             }
         },
@@ -295,22 +505,25 @@ def build_document():
             "Claim one specific todo.",
             "claim_todo",
             {"worker": WORKER, "lease_seconds": LEASE},
+            ("worker",),
+            owner=False,
         ),
         "/api/v1/todos/{todo_id}/heartbeat": _transition(
-            "Extend the caller's lease.",
+            "Extend the caller's lease (the lease_token stays).",
             "heartbeat",
-            {"worker": WORKER, "lease_seconds": LEASE},
+            {**owner, "lease_seconds": LEASE},
         ),
         "/api/v1/todos/{todo_id}/complete": _transition(
-            "Mark the caller's claimed todo done.",
+            "Mark the caller's claimed todo done (repeatable with the same "
+            "lease_token).",
             "complete_todo",
-            {"worker": WORKER, "result": JSON_VALUE},
+            {**owner, "result": JSON_VALUE},
         ),
         "/api/v1/todos/{todo_id}/fail": _transition(
             "Fail the caller's claimed todo (retry window, or dead letter at the cap).",
             "fail_todo",
             {
-                "worker": WORKER,
+                **owner,
                 "error": {
                     "type": ["string", "null"],
                     "maxLength": api.MAX_ERROR_LENGTH,
@@ -319,7 +532,7 @@ def build_document():
             },
         ),
         "/api/v1/todos/{todo_id}/release": _transition(
-            "Give the caller's lease back now.", "release_todo", {"worker": WORKER}
+            "Give the caller's lease back now.", "release_todo", owner
         ),
         "/api/v1/todos/{todo_id}/retry": {
             "post": {
@@ -397,6 +610,64 @@ def build_document():
                     "properties": {
                         "todo": _ref("Todo"),
                         "created": {"type": "boolean"},
+                    },
+                },
+                "Queue": QUEUE_SCHEMA,
+                "TodoList": {
+                    "type": "object",
+                    "required": ["todos"],
+                    "properties": {"todos": {"type": "array", "items": _ref("Todo")}},
+                },
+                "ItemError": {
+                    "type": "object",
+                    "required": ["status", "error", "detail"],
+                    "properties": {
+                        "status": {"type": "integer"},
+                        "error": {"type": "string"},
+                        "detail": {"type": "string"},
+                    },
+                },
+                "CreateResults": {
+                    "type": "object",
+                    "required": ["results"],
+                    "properties": {
+                        "results": {
+                            "type": "array",
+                            "items": {
+                                "oneOf": [
+                                    {
+                                        "type": "object",
+                                        "required": ["status", "todo", "created"],
+                                        "properties": {
+                                            "status": {"enum": [200, 201]},
+                                            "todo": _ref("Todo"),
+                                            "created": {"type": "boolean"},
+                                        },
+                                    },
+                                    _ref("ItemError"),
+                                ]
+                            },
+                        }
+                    },
+                },
+                "BatchResults": {
+                    "type": "object",
+                    "required": ["results"],
+                    "properties": {
+                        "results": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "status"],
+                                "properties": {
+                                    "id": {"type": ["string", "null"]},
+                                    "status": {"enum": [200, 400, 403, 404, 409]},
+                                    "todo": _ref("Todo"),
+                                    "error": {"type": "string"},
+                                    "detail": {"type": "string"},
+                                },
+                            },
+                        }
                     },
                 },
                 "TodoPage": {

@@ -4,10 +4,12 @@ from django.urls import path
 
 from todos.api import events, openapi, views
 
-# "todos/claim" comes before "todos/<todo_id>" so that it is never read as an id.
+# "todos/claim" and "todos/batch" come before "todos/<todo_id>" so that neither
+# is ever read as an id.
 urlpatterns = [
     path("todos", views.todos, name="api-todos"),
     path("todos/claim", views.claim_next, name="api-claim-next"),
+    path("todos/batch", views.batch, name="api-batch"),
     path("todos/<str:todo_id>", views.detail, name="api-todo"),
     path("todos/<str:todo_id>/claim", views.claim, name="api-claim"),
     path("todos/<str:todo_id>/heartbeat", views.heartbeat, name="api-heartbeat"),
@@ -15,6 +17,7 @@ urlpatterns = [
     path("todos/<str:todo_id>/fail", views.fail, name="api-fail"),
     path("todos/<str:todo_id>/release", views.release, name="api-release"),
     path("todos/<str:todo_id>/retry", views.retry, name="api-retry"),
+    path("queues", views.queues, name="api-queues"),
     path("events", events.events, name="api-events"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
 ]

@@ -9,10 +9,14 @@ from django.http import JsonResponse
 
 from todos import store
 from todos.api.core import (
+    MAX_CLAIM_BATCH,
     MAX_ERROR_LENGTH,
     Fields,
+    acknowledge_batch,
     api_view,
     authenticate,
+    batch_attempt,
+    create_batch,
     create_todo,
     list_page,
     todo_response,
@@ -29,10 +33,17 @@ def todos(request):
 
 
 def create(request):
-    """Enqueue a todo: 201, or 200 when it collapsed onto a live duplicate."""
-    todo, created = create_todo(
-        request.scope, request.body_fields, actor=f"agent:{request.endpoint.name}"
-    )
+    """Enqueue a todo: 201, or 200 when it collapsed onto a live duplicate.
+
+    A body ``{"todos": [...]}`` enqueues up to 100 and answers 200 with one
+    result per item, in order.
+    """
+    actor = f"agent:{request.endpoint.name}"
+    if "todos" in request.body_fields.data:
+        return JsonResponse(
+            create_batch(request.scope, request.body_fields, actor=actor)
+        )
+    todo, created = create_todo(request.scope, request.body_fields, actor=actor)
     return todo_response(todo, status=201 if created else 200, created=created)
 
 
@@ -47,15 +58,20 @@ async def claim_next(request):
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
     An async view: while it waits it holds no thread and no database
-    connection, only a mailbox on the process's doorbell hub.
+    connection, only a mailbox on the process's doorbell hub. With
+    ``max_todos`` (1..10) it claims up to that many in one statement and always
+    answers 200 ``{"todos": [...]}``, an empty list after the wait.
     """
     body = request.body_fields
     worker = body.worker()
     queue = body.text("queue")
     lease, wait = body.lease_seconds(), body.wait_seconds()
+    limit = body.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
     scope = request.scope
 
     def attempt():
+        if limit is not None:
+            return batch_attempt(scope, worker, queue, lease, limit)()
         return store.claim_next(scope, worker, queue=queue, lease_seconds=lease)
 
     def still_valid():
@@ -67,10 +83,12 @@ async def claim_next(request):
             raise store.QueueNotGranted(queue)
         return scope
 
-    todo = await aclaim_when_ready(
+    claimed = await aclaim_when_ready(
         scope, queue, wait, attempt, request.db, still_valid=still_valid
     )
-    return todo_response(todo)
+    if limit is not None:
+        return JsonResponse({"todos": [todo.to_dict() for todo in claimed]})
+    return todo_response(claimed)
 
 
 @api_view("POST")
@@ -87,9 +105,11 @@ def claim(request, todo_id):
 def heartbeat(request, todo_id):
     """Extend the caller's lease on a claimed todo."""
     body = request.body_fields
-    worker, lease = body.worker(), body.lease_seconds()
+    (worker, token), lease = body.owner(), body.lease_seconds()
     return todo_response(
-        store.heartbeat(request.scope, todo_id, worker, lease_seconds=lease)
+        store.heartbeat(
+            request.scope, todo_id, worker, lease_seconds=lease, lease_token=token
+        )
     )
 
 
@@ -97,9 +117,11 @@ def heartbeat(request, todo_id):
 def complete(request, todo_id):
     """Mark the caller's claimed todo done with its result."""
     body = request.body_fields
-    worker, result = body.worker(), body.json("result")
+    (worker, token), result = body.owner(), body.json("result")
     return todo_response(
-        store.complete_todo(request.scope, todo_id, worker, result=result)
+        store.complete_todo(
+            request.scope, todo_id, worker, result=result, lease_token=token
+        )
     )
 
 
@@ -107,16 +129,20 @@ def complete(request, todo_id):
 def fail(request, todo_id):
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
     body = request.body_fields
-    worker = body.worker()
+    worker, token = body.owner()
     error = body.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
-    return todo_response(store.fail_todo(request.scope, todo_id, worker, error=error))
+    return todo_response(
+        store.fail_todo(request.scope, todo_id, worker, error=error, lease_token=token)
+    )
 
 
 @api_view("POST")
 def release(request, todo_id):
     """Give the caller's lease back now."""
-    worker = request.body_fields.worker()
-    return todo_response(store.release_todo(request.scope, todo_id, worker))
+    worker, token = request.body_fields.owner()
+    return todo_response(
+        store.release_todo(request.scope, todo_id, worker, lease_token=token)
+    )
 
 
 @api_view("POST")
@@ -124,4 +150,18 @@ def retry(request, todo_id):
     """Requeue a failed todo of this endpoint now."""
     return todo_response(
         store.retry_todo(request.scope, todo_id, actor=f"agent:{request.endpoint.name}")
+    )
+
+
+@api_view("POST")
+def batch(request):
+    """Apply up to 100 owner transitions; one result per action, in order."""
+    return JsonResponse(acknowledge_batch(request.scope, request.body_fields))
+
+
+@api_view("GET")
+def queues(request):
+    """List this endpoint's queues with their settings and live figures."""
+    return JsonResponse(
+        {"queues": [queue.to_dict() for queue in store.list_queues(request.scope)]}
     )

@@ -51,6 +51,9 @@ class ToolArguments(Fields):
     def worker(self):
         return self.text("worker") or self.caller.session_id
 
+    def owner(self, default_worker=None):
+        return super().owner(default_worker or self.caller.session_id)
+
     def todo_id(self):
         return self.text("todo_id", required=True)
 
@@ -61,7 +64,8 @@ HINTS = {
     "conflict": (
         "Call get_todo to see its state and owner. Only the worker that claimed a "
         "todo may heartbeat, complete, fail or release it: pass the same worker "
-        "name you claimed it with."
+        "name you claimed it with, or the lease_token of the claim. A superseded "
+        "lease means the todo was claimed again since: drop your work on it."
     ),
     "forbidden": "Use a queue this endpoint is granted, or leave queue out.",
     "bad_request": "Fix the argument and call the tool again.",
@@ -111,6 +115,10 @@ def create_todo(args, caller):
 def claim_next(args, caller):
     worker, queue, lease = args.worker(), args.text("queue"), args.lease_seconds()
     wait = args.wait_seconds()
+    limit = args.integer("max_todos", minimum=1, maximum=api.MAX_CLAIM_BATCH)
+    if limit is not None:
+        todos = api.claim_batch(caller.scope, worker, queue, lease, wait, limit)
+        return _ok({"todos": [todo.to_dict() for todo in todos]})
 
     def attempt():
         return store.claim_next(caller.scope, worker, queue=queue, lease_seconds=lease)
@@ -124,24 +132,48 @@ def claim_todo(args, caller):
 
 
 def heartbeat(args, caller):
-    todo_id, worker, lease = args.todo_id(), args.worker(), args.lease_seconds()
-    return _todo(store.heartbeat(caller.scope, todo_id, worker, lease_seconds=lease))
+    todo_id, (worker, token) = args.todo_id(), args.owner()
+    lease = args.lease_seconds()
+    return _todo(
+        store.heartbeat(
+            caller.scope, todo_id, worker, lease_seconds=lease, lease_token=token
+        )
+    )
 
 
 def complete_todo(args, caller):
-    todo_id, worker, result = args.todo_id(), args.worker(), args.json("result")
-    return _todo(store.complete_todo(caller.scope, todo_id, worker, result=result))
+    todo_id, (worker, token) = args.todo_id(), args.owner()
+    result = args.json("result")
+    return _todo(
+        store.complete_todo(
+            caller.scope, todo_id, worker, result=result, lease_token=token
+        )
+    )
 
 
 def fail_todo(args, caller):
-    todo_id, worker = args.todo_id(), args.worker()
-    error = args.text("error", max_length=10_000, empty=True) or ""
-    return _todo(store.fail_todo(caller.scope, todo_id, worker, error=error))
+    todo_id, (worker, token) = args.todo_id(), args.owner()
+    error = args.text("error", max_length=api.MAX_ERROR_LENGTH, empty=True) or ""
+    return _todo(
+        store.fail_todo(caller.scope, todo_id, worker, error=error, lease_token=token)
+    )
 
 
 def release_todo(args, caller):
-    todo_id, worker = args.todo_id(), args.worker()
-    return _todo(store.release_todo(caller.scope, todo_id, worker))
+    todo_id, (worker, token) = args.todo_id(), args.owner()
+    return _todo(store.release_todo(caller.scope, todo_id, worker, lease_token=token))
+
+
+def batch(args, caller):
+    return _ok(
+        api.acknowledge_batch(caller.scope, args, default_worker=caller.session_id)
+    )
+
+
+def list_queues(args, caller):
+    return _ok(
+        {"queues": [queue.to_dict() for queue in store.list_queues(caller.scope)]}
+    )
 
 
 def retry_todo(args, caller):
@@ -164,6 +196,24 @@ WORKER = {
     ),
 }
 QUEUE = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+LEASE_TOKEN = {
+    "type": "string",
+    "maxLength": api.MAX_LEASE_TOKEN_LENGTH,
+    "description": (
+        "The lease_token your claim returned. With it the call succeeds only "
+        "while that claim is the todo's current one (else a conflict: the lease "
+        "was superseded, nothing changed), and worker may be left out."
+    ),
+}
+RESULT = {
+    "type": "object",
+    "description": 'What was done, e.g. {"summary": "…", "url": "…"}.',
+}
+ERROR_TEXT = {
+    "type": "string",
+    "maxLength": api.MAX_ERROR_LENGTH,
+    "description": "What went wrong, for whoever looks next.",
+}
 
 
 def _lease():
@@ -264,7 +314,19 @@ SCHEMAS = {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_ATTEMPTS_CAP,
-                "description": "Claims allowed before it dead-letters (default 5).",
+                "description": (
+                    "Claims allowed before it dead-letters (default: the queue's "
+                    "setting, else 5)."
+                ),
+            },
+            "delay_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": api.MAX_DELAY_SECONDS,
+                "description": (
+                    "Keep the todo invisible to claims for this long (default: the "
+                    "queue's setting, else 0). Its available_at says when it is due."
+                ),
             },
         },
         ["queue"],
@@ -281,22 +343,35 @@ SCHEMAS = {
                 "default": 0,
                 "description": "If nothing is claimable, wait this long for work.",
             },
+            "max_todos": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": api.MAX_CLAIM_BATCH,
+                "description": (
+                    "Claim up to this many at once. The result is then {todos: "
+                    "[...]}, an empty list (not an error) when nothing came."
+                ),
+            },
         }
     ),
     "claim_todo": lambda: _object(
         {"todo_id": TODO_ID, "worker": WORKER, "lease_seconds": _lease()}, ["todo_id"]
     ),
     "heartbeat": lambda: _object(
-        {"todo_id": TODO_ID, "worker": WORKER, "lease_seconds": _lease()}, ["todo_id"]
+        {
+            "todo_id": TODO_ID,
+            "worker": WORKER,
+            "lease_token": LEASE_TOKEN,
+            "lease_seconds": _lease(),
+        },
+        ["todo_id"],
     ),
     "complete_todo": lambda: _object(
         {
             "todo_id": TODO_ID,
             "worker": WORKER,
-            "result": {
-                "type": "object",
-                "description": 'What was done, e.g. {"summary": "…", "url": "…"}.',
-            },
+            "lease_token": LEASE_TOKEN,
+            "result": RESULT,
         },
         ["todo_id"],
     ),
@@ -304,17 +379,41 @@ SCHEMAS = {
         {
             "todo_id": TODO_ID,
             "worker": WORKER,
-            "error": {
-                "type": "string",
-                "maxLength": 10_000,
-                "description": "What went wrong, for whoever looks next.",
-            },
+            "lease_token": LEASE_TOKEN,
+            "error": ERROR_TEXT,
         },
         ["todo_id"],
     ),
     "release_todo": lambda: _object(
-        {"todo_id": TODO_ID, "worker": WORKER}, ["todo_id"]
+        {"todo_id": TODO_ID, "worker": WORKER, "lease_token": LEASE_TOKEN},
+        ["todo_id"],
     ),
+    "batch": lambda: _object(
+        {
+            "worker": WORKER,
+            "actions": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": api.MAX_ACK_BATCH,
+                "description": "The transitions to apply, each on its own.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "op": {"type": "string", "enum": list(api.ACK_OPS)},
+                        "id": TODO_ID,
+                        "lease_token": LEASE_TOKEN,
+                        "worker": WORKER,
+                        "result": RESULT,
+                        "error": ERROR_TEXT,
+                        "lease_seconds": _lease(),
+                    },
+                    "required": ["op", "id"],
+                },
+            },
+        },
+        ["actions"],
+    ),
+    "list_queues": lambda: _object({}),
     "retry_todo": lambda: _object({"todo_id": TODO_ID}, ["todo_id"]),
 }
 
@@ -355,7 +454,10 @@ TOOLS = {
             "Take the oldest claimable todo (of one queue, if given) and hold it "
             "under a lease. Work on it, call heartbeat before the lease lapses if "
             "you need longer, then complete_todo or fail_todo. When nothing is "
-            "claimable this is an error; pass wait_seconds to wait for work.",
+            "claimable this is an error; pass wait_seconds to wait for work. With "
+            "max_todos it claims up to that many at once (then an empty list is "
+            "not an error). Keep each todo's lease_token: pass it to heartbeat, "
+            "complete_todo, fail_todo, release_todo or batch.",
             claim_next,
         ),
         Tool(
@@ -391,6 +493,26 @@ TOOLS = {
             "Give a todo you claimed back to the queue now, unfinished, so another "
             "worker can take it.",
             release_todo,
+        ),
+        Tool(
+            "batch",
+            "Acknowledge many todos",
+            "Apply up to 100 complete/fail/heartbeat/release actions on todos you "
+            "claimed, in one call (e.g. after claim_next with max_todos). Each "
+            "action succeeds or fails on its own; the result lists one {id, status, "
+            "todo | error, detail} per action, in order, status being what the "
+            "single tool call would have answered (200, 404, 409, 400).",
+            batch,
+        ),
+        Tool(
+            "list_queues",
+            "List queues",
+            "List this endpoint's queues with their settings (lease_seconds, "
+            "max_attempts, delay_seconds, paused) and live counts (pending, "
+            "delayed, claimed, retry_scheduled, dead_letter, oldest pending age).",
+            list_queues,
+            read_only=True,
+            idempotent=True,
         ),
         Tool(
             "retry_todo",

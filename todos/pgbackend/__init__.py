@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend, with the per-request health check made cheap."""
