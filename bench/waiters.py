@@ -1,11 +1,14 @@
 """Waiting agents against one `make run`-style server: the new serving and the old.
 
     python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
-                            [--seconds 20] [--before REF] [--only new|before]
+                            [--seconds 20] [--before REF]
+                            [--servings new,gthread,before]
 
 For each serving — "new" (this checkout: gunicorn + uvicorn workers, the
-doorbell hub, pooled connections) and "before" (a `git worktree` of REF, by
-default the commit before the ASGI serving landed: gunicorn gthread 2 x 64) —
+doorbell hub, pooled connections), "gthread" (this checkout with
+SWITCHBOARD_SERVER=gthread, 2 x 64 threads) and "before" (a `git worktree` of
+REF, by default the commit before the ASGI serving landed: the old serving and
+its code, on a database of its own, ``<bench db>_before``) —
 the benchmark starts what `make run` starts (gunicorn with gunicorn.conf.py,
 GUNICORN_WORKERS=2, and `manage.py sweep --loop`) on the benchmark database,
 then measures, once with no waiters and once with the waiters open:
@@ -39,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import benchlib
 import http_throughput
@@ -64,9 +68,17 @@ def server_url(url):
 # --- Seeding (in a child process, with Django) ---------------------------------
 
 
-def seed(url):
-    """Create the endpoints and an operator session; print them as JSON."""
-    benchlib.setup_django(url)
+def seed(url, tree):
+    """Create the endpoints and an operator session; print them as JSON.
+
+    Runs the code of ``tree`` (this checkout's, or the old serving's worktree).
+    """
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "board.settings"
+    sys.path.insert(0, str(tree))
+    import django
+
+    django.setup()
     from django.contrib.auth import (
         BACKEND_SESSION_KEY,
         HASH_SESSION_KEY,
@@ -75,17 +87,19 @@ def seed(url):
     )
     from django.contrib.sessions.backends.db import SessionStore
 
-    from todos import endpoints
     from todos.models import Endpoint
 
-    Endpoint.objects.filter(name__startswith="bench-waiters-").update(
-        revoked_at="2000-01-01T00:00:00Z"
-    )
+    stamp = int(time.time())
+    owner, _ = get_user_model().objects.get_or_create(username="bench-waiters")
     made = []
-    for number in range(LOAD_ENDPOINTS + 1):
-        endpoint, token = endpoints.create(
-            f"bench-waiters-{number}", "bench-waiters", "*"
+    for number in range(LOAD_ENDPOINTS + 2):
+        # The model's own token minting: the old serving's code has no
+        # todos.endpoints yet.
+        endpoint = Endpoint(
+            name=f"bench-waiters-{stamp}-{number}", owner=owner, queues=["*"]
         )
+        token = endpoint.set_new_token()
+        endpoint.save()
         made.append({"id": str(endpoint.id), "token": token})
     user, _ = get_user_model().objects.get_or_create(username="bench-operator")
     user.is_staff = True
@@ -97,16 +111,24 @@ def seed(url):
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     print(
-        json.dumps({"probe": made[0], "load": made[1:], "session": session.session_key})
+        json.dumps(
+            {
+                "probe": made[0],
+                "throughput": made[1],
+                "load": made[2:],
+                "session": session.session_key,
+            }
+        )
     )
 
 
-def seeded(url):
+def seeded(url, tree):
     env = benchlib.django_env(url)
     env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
+    env["PYTHONPATH"] = str(tree)
     done = subprocess.run(
-        [sys.executable, __file__, "--seed", url],
-        cwd=ROOT,
+        [sys.executable, __file__, "--seed", url, str(tree)],
+        cwd=tree,
         env=env,
         check=True,
         capture_output=True,
@@ -121,8 +143,9 @@ def seeded(url):
 class Serving:
     """A `make run`-style server (gunicorn + the sweep loop) from a source tree."""
 
-    def __init__(self, name, tree, url):
+    def __init__(self, name, tree, url, extra_env=None):
         self.name, self.tree, self.url = name, Path(tree), url
+        self.extra_env = extra_env or {}
         self.port = benchlib.free_port()
         self.procs = []
 
@@ -134,6 +157,7 @@ class Serving:
             GUNICORN_WORKERS="2",
         )
         env["PYTHONPATH"] = str(self.tree)
+        env.update(self.extra_env)
         # Production settings refuse to start without a key; any will do here.
         env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
         return env
@@ -564,25 +588,65 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run_serving(name, tree, url, seeds, args, bench_endpoint):
-    print(f"\n== {name}: {tree}", flush=True)
+def throughput_worker(index, port, token):
+    """bench/http_throughput.py's HTTP step (claim, complete), on its own."""
+    step = http_throughput.http_step(port, token, f"tp{index}")
+    return lambda stop_at: benchlib.alternate(stop_at, 0.5, {"http": step})
+
+
+def throughput(url, serving, endpoint, clients, seconds):
+    benchlib.reset_todos(url)
+    benchlib.fill_pending(url, endpoint["id"], int(max(20_000, 2_000 * seconds)))
+    before = serving.server.cpu_seconds()
+    outcomes = benchlib.run_processes(
+        throughput_worker, clients, seconds, (serving.port, endpoint["token"])
+    )
+    cpu = serving.server.cpu_seconds() - before
+    figures = benchlib.merge_modes(outcomes)["http"]
+    return {
+        "clients": clients,
+        "http_per_s": round(figures["rate"], 1),
+        "claim_p50_ms": round(figures["latency_ms"]["claim"]["p50"], 2),
+        "server_cpu_ms_per_todo": round(cpu / figures["done"] * 1000, 2)
+        if figures["done"]
+        else None,
+    }
+
+
+def prepare_tree_database(url, tree):
+    """Create ``url``'s database when missing; migrate it with ``tree``'s code."""
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    name = parts.path.lstrip("/")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    env = benchlib.django_env(url, SWITCHBOARD_STATEMENT_TIMEOUT_MS="0")
+    env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
+    env["PYTHONPATH"] = str(tree)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
+        cwd=tree,
+        env=env,
+        check=True,
+    )
+
+
+def run_serving(name, tree, url, args, extra_env=None):
+    print(f"\n== {name}: {tree} on {url}", flush=True)
+    prepare_tree_database(url, tree)
+    seeds = seeded(url, tree)
     result = {"name": name, "tree": str(tree)}
-    with Serving(name, tree, url) as serving:
-        figures = http_throughput.measure(
+    with Serving(name, tree, url, extra_env) as serving:
+        result["http_throughput"] = throughput(
             url,
-            bench_endpoint[0],
-            serving.server,
-            bench_endpoint[1],
+            serving,
+            seeds["throughput"],
             args.throughput_workers,
             args.throughput_seconds,
-            0.5,
         )
-        result["http_throughput"] = {
-            "clients": args.throughput_workers,
-            "http_per_s": round(figures["http"]["rate"], 1),
-            "store_per_s": round(figures["store"]["rate"], 1),
-            "ratio": round(figures["http"]["rate"] / figures["store"]["rate"], 3),
-        }
         print(f"  claim+complete: {result['http_throughput']}", flush=True)
         benchlib.reset_todos(url)
         result["idle"] = measure(serving, seeds, args.seconds)
@@ -657,37 +721,42 @@ def main():
         help="seconds over which the long polls start (0: all at once)",
     )
     parse.add_argument("--before", default=None, help="the old serving's git ref")
-    parse.add_argument("--only", choices=("new", "before"), default=None)
+    parse.add_argument(
+        "--servings",
+        default="new,gthread,before",
+        help="new (this code, ASGI), gthread (this code, SWITCHBOARD_SERVER="
+        "gthread), before (the --before tree: the old serving and its code)",
+    )
     parse.add_argument("--throughput-workers", type=int, default=4)
     parse.add_argument("--throughput-seconds", type=float, default=8)
-    parse.add_argument("--seed", help=argparse.SUPPRESS)
+    parse.add_argument("--seed", nargs=2, help=argparse.SUPPRESS)
     parse.add_argument("--load", nargs=2, help=argparse.SUPPRESS)
     args = parse.parse_args()
     if args.seed:
-        return seed(args.seed)
+        return seed(*args.seed)
     if args.load:
         return load_main(int(args.load[0]), args.load[1])
 
     limit = raise_fd_limit()
     url = args.database_url
-    benchlib.prepare_database(url)
-    bench_endpoint = benchlib.ensure_endpoint(url)
-    seeds = seeded(url)
+    # The old serving runs its own code on its own schema: a database of its own.
+    before_url = url.rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1] + "_before"
     before = args.before or default_before()
     info = benchlib.machine(url)
     info["uptime_before"] = uptime()
     info["fd_limit"] = limit
     print(f"uptime: {info['uptime_before']}", flush=True)
     results = []
-    if args.only in (None, "new"):
-        results.append(run_serving("new", ROOT, url, seeds, args, bench_endpoint))
-    if args.only in (None, "before"):
+    servings = args.servings.split(",")
+    if "new" in servings:
+        results.append(run_serving("new", ROOT, url, args))
+    if "gthread" in servings:
+        results.append(
+            run_serving("gthread", ROOT, url, args, {"SWITCHBOARD_SERVER": "gthread"})
+        )
+    if "before" in servings:
         with before_tree(before) as tree:
-            results.append(
-                run_serving(
-                    f"before ({before})", tree, url, seeds, args, bench_endpoint
-                )
-            )
+            results.append(run_serving(f"before ({before})", tree, before_url, args))
     info["uptime_after"] = uptime()
     print(f"uptime: {info['uptime_after']}", flush=True)
     print_side_by_side(results, args)

@@ -21,13 +21,20 @@ WAITING = {
     "/api/v1/todos/claim": {"POST"},
     "/api/v1/events": {"GET"},
     "/mcp": {"GET"},
+    # The SQS surface: every call, since any ReceiveMessage may wait.
+    "/": {"POST"},
 }
+
+
+# The agent API's sync views run in todos.aio's bounded pool instead (one hop).
+API_PREFIX = "/api/"
 
 
 class Handler(ASGIHandler):
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] in WAITING.get(
-            scope["path"], ()
+        if scope["type"] == "http" and (
+            scope["path"].startswith(API_PREFIX)
+            or scope["method"] in WAITING.get(scope["path"], ())
         ):
             await self.handle(scope, receive, send)
             return

@@ -62,7 +62,8 @@ def test_an_error_fingerprint_sets_aside_numbers_ids_hex_and_quoted_values(
 
 
 def test_the_fingerprint_is_stored_by_the_failing_statement_itself(scope, time_travel):
-    """SPEC: A failure past max_attempts dead-letters the todo."""
+    """SPEC: Fail below cap schedules a backoff retry, at cap dead-letters.
+    SPEC: Repeated expiry dead-letters at the cap."""
     failed = dead_letter(scope, "boom 42")
     released, _ = store.create_todo(scope, queue="q", max_attempts=1)
     store.claim_todo(scope, released.id, "w")
@@ -150,6 +151,7 @@ def reset_rollup(minutes_ago):
 
 
 def test_the_rollup_counts_each_transition_per_minute_and_samples_depth(scope):
+    """SPEC: Background sweep spans tenants without a scope."""
     reset_rollup(30)
     done, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, done.id, "w")
@@ -253,3 +255,23 @@ def test_the_first_rollup_after_the_state_row_was_lost_starts_counting_now(scope
     stats.roll_up_minutes()
 
     assert stats.metrics_figures()[0].transitions["created"] == 1
+
+
+def test_charts_per_endpoint_come_with_their_total_in_one_query(scope, other_scope):
+    reset_rollup(30)
+    for _ in range(3):
+        store.create_todo(scope, queue="q")
+    store.create_todo(other_scope, queue="q")
+    stats.roll_up_minutes()
+
+    charts = stats.chart_series(range_name="hour", by="endpoint")
+
+    assert charts[scope.endpoint_id].total("created") == 3
+    assert charts[other_scope.endpoint_id].total("created") == 1
+    assert charts[None].total("created") == 4
+    assert charts[None].depth[-1] == 4
+    assert charts["00000000-0000-0000-0000-000000000000"].total("created") == 0
+    scoped = stats.chart_series(
+        range_name="hour", by="endpoint", endpoint_ids=[other_scope.endpoint_id]
+    )
+    assert scoped[None].total("created") == 1

@@ -90,6 +90,7 @@ def test_an_owner_logs_in_with_the_login_form(world):
 
 
 def test_an_owner_sees_only_their_endpoints_everywhere(world):
+    """SPEC: Cross-endpoint queue collision is isolated (both use queue jobs)."""
     client = logged_in(world["alice"])
 
     for url in [
@@ -159,6 +160,7 @@ def test_every_url_of_another_owners_objects_answers_404(world):
 
 
 def test_a_foreign_todo_answers_like_a_missing_one(world):
+    """SPEC: A foreign todo id is indistinguishable from a nonexistent one."""
     client = logged_in(world["alice"])
     foreign = client.get(f"/board/todos/{world['todos']['bob_dead'].id}/")
     missing = client.get("/board/todos/00000000-0000-0000-0000-000000000000/")
@@ -303,7 +305,7 @@ def test_board_views_reach_the_store_only_through_the_access_scope():
 
 
 def test_the_queue_page_edits_settings_and_pauses_and_resumes_claims(world):
-    """SPEC: queue settings (CONTRACT §10): default lease, attempt cap, delay."""
+    """CONTRACT §10 queue settings: default lease, attempt cap, delay, pause."""
     client = logged_in(world["alice"])
     url = f"/board/queues/{world['mine'].id}/jobs/"
     page = client.get(url).content.decode()

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from todos import store
-from todos.doorbell import claim_when_ready
+from todos import auth, store
+from todos.doorbell import aclaim_when_ready
 from todos.sqs import messages
 from todos.sqs.protocol import SqsError, invalid
 
@@ -600,22 +600,61 @@ def receive_message(request, caller, body):
             raise store.NotFound("no message is available")
         return claimed
 
+    def render(claimed):
+        if not claimed:
+            return {}
+        return {
+            "Messages": [
+                _received(caller, todo, system_wanted, attributes_wanted)
+                for todo in claimed
+            ]
+        }
+
     try:
-        claimed = attempt()
+        return render(attempt())
     except store.NotFound:
         _check_exists(caller, queue.name)
         if wait == 0:
             return {}
+    return Wait(caller, queue, wait, attempt, render)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A ReceiveMessage that found nothing and waits (the view awaits ``run``)."""
+
+    caller: object
+    queue: Queue
+    seconds: int
+    attempt: object
+    render: object
+
+    async def run(self, db):
         try:
-            claimed = claim_when_ready(queue.scope, queue.name, wait, attempt)
+            claimed = await aclaim_when_ready(
+                self.queue.scope,
+                self.queue.name,
+                self.seconds,
+                self.attempt,
+                db,
+                still_valid=self.still_valid,
+            )
         except store.NotFound:
-            return {}
-    return {
-        "Messages": [
-            _received(caller, todo, system_wanted, attributes_wanted)
-            for todo in claimed
-        ]
-    }
+            claimed = []
+        return await db(self.render, claimed)
+
+    def still_valid(self):
+        """The endpoint changed while it waited: a revoked key ends the wait."""
+        found = auth.endpoint_for_access_key(self.caller.access_key_id)
+        if found is None:
+            raise SqsError(
+                "InvalidClientTokenId",
+                "The security token included in the request is invalid.",
+            )
+        scope = store.Scope.for_endpoint(found[0])
+        if not scope.covers(self.queue.name):
+            raise _no_such_queue()
+        return self.queue.scope
 
 
 # --- Delete and visibility --------------------------------------------------

@@ -157,10 +157,11 @@ def _raw_path(request):
 class Caller:
     """The authenticated SQS caller: endpoint, scope, account id, signing region."""
 
-    def __init__(self, endpoint, account_id, region):
+    def __init__(self, endpoint, account_id, region, access_key_id):
         self.endpoint = endpoint
         self.account_id = account_id
         self.region = region
+        self.access_key_id = access_key_id
         self.scope = store.Scope.for_endpoint(endpoint)
 
 
@@ -209,4 +210,6 @@ def authenticate(request, raw_body):
     except sigv4.SignatureError as exc:
         raise SqsError(exc.code, exc.message) from None
     request.endpoint = endpoint
-    return Caller(endpoint, account_id, authorization.region)
+    return Caller(
+        endpoint, account_id, authorization.region, authorization.access_key_id
+    )

@@ -11,6 +11,7 @@ import logging
 from django.http import HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
+from todos import aio
 from todos.sqs import actions, protocol
 from todos.sqs.protocol import SqsError
 
@@ -18,12 +19,21 @@ logger = logging.getLogger("switchboard.sqs")
 
 
 @csrf_exempt
-def root(request):
-    """Answer an SQS call (POST), or lead a browser to the Board."""
+async def root(request):
+    """Answer an SQS call (POST), or lead a browser to the Board.
+
+    An async view: its database work runs through the bounded pool of
+    todos.aio, and a waiting ReceiveMessage waits on the doorbell hub like the
+    JSON API's long-poll claim, holding no thread and no connection.
+    """
     if request.method != "POST":
         return HttpResponseRedirect("/board/")
+    db = aio.db_runner(request)
     try:
-        return protocol.json_response(handle(request))
+        outcome = await db(handle, request)
+        if isinstance(outcome, actions.Wait):
+            outcome = await outcome.run(db)
+        return protocol.json_response(outcome)
     except Exception as exc:
         error = protocol.error_for(exc)
         if error is None:
@@ -33,6 +43,11 @@ def root(request):
             )
             error = SqsError("InternalFailure", "The request processing has failed.")
         return protocol.error_response(error.shape, error.message)
+
+
+# board/asgi.py serves POST / outside the per-request thread context, and
+# todos.middleware.WaitingViewsMiddleware takes it past the sync middleware.
+root.waits = True
 
 
 def handle(request):

@@ -312,37 +312,38 @@ class Series:
         return sum(self.counts[name])
 
 
-# Per minute first (the depth of a minute is the sum over its queues), then per
-# bucket (transitions summed, depth its peak). {group} adds the endpoint and
-# queue columns when the caller wants one series per endpoint or per queue.
+# One statement: the range's start from PostgreSQL's clock, then per minute
+# (the depth of a minute is the sum over its queues), then per bucket
+# (transitions summed, depth its peak). With ``by="endpoint"`` the minutes are
+# grouped both per endpoint and in total (GROUPING SETS), so the overview's
+# charts are one query. The clock row is LEFT JOINed, so an empty range still
+# answers its start.
 CHART_SQL = """
-WITH per_minute AS (
-    SELECT {group} minute, sum(created) AS created, sum(claimed) AS claimed,
+WITH clock AS (
+    SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / %(step)s) * %(step)s)
+           - %(span)s + make_interval(secs => %(step)s) AS start
+), per_minute AS (
+    SELECT {endpoint} AS endpoint_id, minute, sum(created) AS created,
+           sum(claimed) AS claimed, sum(completed) AS completed,
+           sum(failed) AS failed, sum(dead_lettered) AS dead_lettered,
+           sum(retried) AS retried, sum(pending) AS pending
+      FROM todo_minutes, clock
+     WHERE minute >= clock.start AND {scope} {narrow}
+     GROUP BY {grouping}
+), buckets AS (
+    SELECT endpoint_id,
+           floor(EXTRACT(EPOCH FROM minute - clock.start) / %(step)s)::int AS bucket,
+           sum(created) AS created, sum(claimed) AS claimed,
            sum(completed) AS completed, sum(failed) AS failed,
            sum(dead_lettered) AS dead_lettered, sum(retried) AS retried,
-           sum(pending) AS pending
-      FROM todo_minutes
-     WHERE minute >= %(start)s AND {scope} {narrow}
-     GROUP BY {group} minute
+           max(pending) AS pending
+      FROM per_minute, clock
+     GROUP BY endpoint_id, bucket
 )
-SELECT {group}
-       floor(EXTRACT(EPOCH FROM minute - %(start)s) / %(step)s)::int AS bucket,
-       sum(created), sum(claimed), sum(completed), sum(failed),
-       sum(dead_lettered), sum(retried), max(pending)
-  FROM per_minute
- GROUP BY {group} bucket
+SELECT clock.start, b.endpoint_id, b.bucket, b.created, b.claimed, b.completed,
+       b.failed, b.dead_lettered, b.retried, b.pending
+  FROM clock LEFT JOIN buckets b ON TRUE
 """
-
-
-def _range_start(span, step):
-    row = _run(
-        "chart_series",
-        "SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / %(step)s)"
-        " * %(step)s) - %(span)s + make_interval(secs => %(step)s)",
-        {"step": step, "span": span},
-        fetch="one",
-    )
-    return row[0]
 
 
 def chart_series(
@@ -352,11 +353,10 @@ def chart_series(
 
     ``endpoint_id`` and ``queue`` narrow it to one endpoint or queue; ``by``
     ("endpoint") returns {endpoint_id: Series} (empty for an endpoint without
-    rows) instead of one Series.
+    rows) with the total of them all under the key None, instead of one Series.
     """
     span, step = RANGES[range_name]
     buckets = int(span.total_seconds() // step)
-    start = _range_start(span, step)
     scope, params = _board_scope(endpoint_ids)
     narrow = ""
     if endpoint_id is not None:
@@ -365,9 +365,18 @@ def chart_series(
     if queue is not None:
         narrow += " AND queue = %(queue)s"
         params["queue"] = queue
-    group = "endpoint_id," if by == "endpoint" else ""
-    sql = CHART_SQL.format(group=group, scope=scope, narrow=narrow)
-    rows = _run("chart_series", sql, {**params, "start": start, "step": step})
+    if by == "endpoint":
+        endpoint, grouping = (
+            "endpoint_id",
+            "GROUPING SETS ((endpoint_id, minute), (minute))",
+        )
+    else:
+        endpoint, grouping = "NULL::uuid", "minute"
+    sql = CHART_SQL.format(
+        endpoint=endpoint, grouping=grouping, scope=scope, narrow=narrow
+    )
+    rows = _run("chart_series", sql, {**params, "step": step, "span": span})
+    start = rows[0][0]
 
     def empty():
         return Series(
@@ -379,16 +388,14 @@ def chart_series(
         )
 
     charts = SeriesByKey(empty)
-    for row in rows:
-        key = str(row[0]) if by == "endpoint" else None
-        values = row[1:] if by == "endpoint" else row
-        bucket = values[0]
-        if not 0 <= bucket < buckets:
+    charts[None]  # the total, even when there is nothing to count
+    for _, key, bucket, *values in rows:
+        if bucket is None or not 0 <= bucket < buckets:
             continue
-        series = charts[key]
-        for name, value in zip(TRANSITIONS, values[1:7], strict=True):
+        series = charts[None if key is None else str(key)]
+        for name, value in zip(TRANSITIONS, values[:6], strict=True):
             series.counts[name][bucket] = int(value or 0)
-        series.depth[bucket] = None if values[7] is None else int(values[7])
+        series.depth[bucket] = None if values[6] is None else int(values[6])
     return charts if by == "endpoint" else charts[None]
 
 
@@ -438,12 +445,16 @@ SELECT endpoint_id, queue,
  GROUP BY endpoint_id, queue
 """
 
+# The WHERE is exactly todos_live_overview_idx's predicate, so the plan is an
+# index-only scan of it (a narrower WHERE lets the planner pick a bitmap scan
+# of the lease and retry indexes that reads the heap).
 METRICS_LIVE_SQL = """
 SELECT endpoint_id, queue,
        count(*) FILTER (WHERE state = 'claimed'),
        count(*) FILTER (WHERE state = 'failed')
   FROM todos
- WHERE state = 'claimed' OR (state = 'failed' AND next_retry_at IS NOT NULL)
+ WHERE state IN ('pending', 'claimed')
+    OR (state = 'failed' AND next_retry_at IS NOT NULL)
  GROUP BY endpoint_id, queue
 """
 

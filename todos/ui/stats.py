@@ -20,7 +20,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from todos.store import QueueCounts
 from todos.store.stats import RANGES
 from todos.ui import charts
 from todos.ui.forms import QueueSettingsForm
@@ -49,11 +48,10 @@ def chart_pair(series, label, small=False):
 def overview_charts(request, endpoint_ids):
     """The overview's charts: everything in scope, then one pair per endpoint."""
     range_name = chart_range(request)
-    total = request.board.chart(range_name)
     per_endpoint = request.board.chart(range_name, by="endpoint")
     return {
         "range": range_name,
-        "total": chart_pair(total, "every endpoint in view"),
+        "total": chart_pair(per_endpoint[None], "every endpoint in view"),
         "endpoints": {
             endpoint_id: chart_pair(
                 per_endpoint[endpoint_id], "this endpoint", small=True
@@ -127,7 +125,9 @@ def queue_detail(request, endpoint_id, queue):
     edit the defaults, pause and resume claims (POST ``op``)."""
     endpoint = request.board.endpoint(endpoint_id)
     settings = request.board.queue(endpoint_id, queue)
-    counts = next(
+    # The queue's own row carries its live figures; only without one (a store
+    # without queue settings) do they come from the overview.
+    counts = settings or next(
         (
             row
             for row in request.board.overview().rows
@@ -135,7 +135,7 @@ def queue_detail(request, endpoint_id, queue):
         ),
         None,
     )
-    if endpoint is None or (counts is None and settings is None):
+    if endpoint is None or counts is None:
         return render(request, "board/not_found.html", {"what": "queue"}, status=404)
     here = reverse("board:queue", args=[endpoint_id, queue])
     form = QueueSettingsForm(initial=_settings_initial(settings))
@@ -165,10 +165,14 @@ def queue_detail(request, endpoint_id, queue):
     context = {
         "endpoint": endpoint,
         "queue": queue,
-        "counts": counts or QueueCounts(str(endpoint_id), queue),
+        "counts": counts,
         "settings": settings,
         "settings_form": form,
-        "age": _age(counts.oldest_pending_seconds if counts else None),
+        "age": _age(
+            settings.oldest_pending_age_seconds
+            if settings
+            else counts.oldest_pending_seconds
+        ),
         "range": range_name,
         "charts": chart_pair(series, queue),
         "list_url": _list_url(endpoint=str(endpoint_id), queue=queue),

@@ -1,0 +1,87 @@
+"""A waiting ReceiveMessage costs what the JSON API's waiting claim costs: it
+parks no server thread and holds no database connection (CONTRACT §12), and a
+message created meanwhile wakes it through the doorbell hub.
+"""
+
+import threading
+import time
+
+import pytest
+
+from tests.sqs.conftest import client_for
+from tests.system.test_waiters import (
+    server_connections,
+    settle,
+    start_server,
+    stop_server,
+    worker_threads,
+)
+from todos import store
+from todos.sqs import credentials
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        started = start_server()
+    yield started
+    stop_server(started)
+
+
+def sqs_client(server, endpoint):
+    issued = credentials.issue(endpoint)
+    return client_for(
+        f"http://127.0.0.1:{server.port}",
+        issued.access_key_id,
+        issued.secret_access_key,
+        max_pool_connections=64,
+        read_timeout=30,
+    )
+
+
+class Receive(threading.Thread):
+    def __init__(self, client, url, seconds):
+        super().__init__(daemon=True)
+        self.client, self.url, self.seconds = client, url, seconds
+        self.answer = None
+        self.start()
+
+    def run(self):
+        self.answer = self.client.receive_message(
+            QueueUrl=self.url, WaitTimeSeconds=self.seconds
+        )
+
+
+def test_waiting_receives_park_no_thread_and_hold_no_connection(server, make_endpoint):
+    endpoint = make_endpoint("sqs-waiters")
+    client = sqs_client(server, endpoint)
+    url = client.create_queue(QueueName="idle")["QueueUrl"]
+    for warm in [Receive(client, url, 1) for _ in range(4)]:
+        warm.join(timeout=15)
+    before = worker_threads(server)
+    waiting = [Receive(client, url, 5) for _ in range(40)]
+    settle(1.5)
+    assert all(receive.answer is None for receive in waiting)
+    assert worker_threads(server) <= before + 2
+    total, busy = server_connections()
+    assert busy == 0 and total <= 6
+    for receive in waiting:
+        receive.join(timeout=20)
+    assert all("Messages" not in receive.answer for receive in waiting)
+
+
+def test_a_waiting_receive_wakes_on_a_create(server, make_endpoint):
+    endpoint = make_endpoint("sqs-wake")
+    client = sqs_client(server, endpoint)
+    url = client.create_queue(QueueName="wake")["QueueUrl"]
+    receive = Receive(client, url, 10)
+    settle()
+    created_at = time.monotonic()
+    todo, _ = store.create_todo(
+        store.Scope.for_endpoint(endpoint), queue="wake", title="t"
+    )
+    receive.join(timeout=15)
+    assert receive.answer["Messages"][0]["MessageId"] == todo.id
+    assert time.monotonic() - created_at < 2.0
