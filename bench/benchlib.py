@@ -70,8 +70,8 @@ def int_list(text):
 # --- The database ---------------------------------------------------------------
 
 
-def prepare_database(url):
-    """Create the benchmark database when missing and apply the migrations."""
+def create_database(url):
+    """Create the database named by url when it is missing."""
     parts = urlsplit(url)
     name = parts.path.lstrip("/")
     admin_url = urlunsplit(parts._replace(path="/postgres"))
@@ -81,6 +81,11 @@ def prepare_database(url):
         ).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def prepare_database(url):
+    """Create the benchmark database when missing and apply the migrations."""
+    create_database(url)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
         cwd=ROOT,

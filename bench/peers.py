@@ -44,7 +44,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import benchlib
 import psycopg
-from psycopg import sql
 
 BATCH = 10
 BARE_TABLE = "peers_bare_todos"
@@ -84,18 +83,6 @@ def sibling_url(url, suffix):
     """Return the URL of the database named like ``url``'s plus ``suffix``."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=parts.path + suffix))
-
-
-def create_database(url):
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
-        ).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def load():
@@ -526,10 +513,10 @@ def prepare(args, systems):
     if "bare" in systems:
         bare_prepare(base)
     if {"pgqueuer1", "pgqueuer10"} & set(systems):
-        create_database(urls["pgqueuer"])
+        benchlib.create_database(urls["pgqueuer"])
         run_async(pgqueuer_prepare_async(urls["pgqueuer"]))
     if "procrastinate" in systems:
-        create_database(urls["procrastinate"])
+        benchlib.create_database(urls["procrastinate"])
         asyncio.run(procrastinate_prepare_async(urls["procrastinate"]))
     return urls, endpoint_id, token
 
