@@ -4,6 +4,7 @@ for management commands. Fixtures live in the conftest.py files; plain
 functions live here (``from tests.support import free_port``).
 """
 
+import importlib.util
 import os
 import signal
 import socket
@@ -114,3 +115,23 @@ def command_output(*args, **options):
     out = StringIO()
     call_command(*args, stdout=out, **options)
     return out.getvalue()
+
+
+def load_resilience_script(module_name):
+    """Import scripts/resilience.py (a script, not a package) as module_name.
+
+    Skip the calling test when there are no PostgreSQL server binaries for the
+    throwaway cluster the script starts.
+    """
+    import pytest
+
+    found = subprocess.run(
+        [str(ROOT / "scripts" / "devdb.sh"), "bindir"], capture_output=True
+    )
+    if found.returncode != 0:
+        pytest.skip("no PostgreSQL server binaries to start a throwaway cluster")
+    script = ROOT / "scripts" / "resilience.py"
+    spec = importlib.util.spec_from_file_location(module_name, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

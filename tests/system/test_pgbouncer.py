@@ -9,33 +9,16 @@ is completed twice, and after the restart each server's doorbell hub has
 reconnected its LISTEN: a waiting claim wakes within two seconds of a create.
 """
 
-import importlib.util
-import subprocess
-
 import pytest
 
-from tests.support import ROOT
-
-SCRIPT = ROOT / "scripts" / "resilience.py"
+from tests.support import load_resilience_script
 
 pytestmark = pytest.mark.slow
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("resilience_pgbouncer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def report():
-    found = subprocess.run(
-        [str(ROOT / "scripts" / "devdb.sh"), "bindir"], capture_output=True
-    )
-    if found.returncode != 0:
-        pytest.skip("no PostgreSQL server binaries to start a throwaway cluster")
-    resilience = load_script()
+    resilience = load_resilience_script("resilience_pgbouncer")
     if resilience.pgbouncer_binary() is None:
         pytest.skip("pgbouncer is not installed (scripts/system-deps.sh installs it)")
     return resilience.run(

@@ -7,33 +7,16 @@ producer and worker threads over HTTP, PostgreSQL stopped and started under
 them. It never touches the test database or the team's cluster.
 """
 
-import importlib.util
-import subprocess
-
 import pytest
 
-from tests.support import ROOT
-
-SCRIPT = ROOT / "scripts" / "resilience.py"
+from tests.support import load_resilience_script
 
 pytestmark = pytest.mark.slow
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("resilience", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def report():
-    found = subprocess.run(
-        [str(ROOT / "scripts" / "devdb.sh"), "bindir"], capture_output=True
-    )
-    if found.returncode != 0:
-        pytest.skip("no PostgreSQL server binaries to start a throwaway cluster")
-    resilience = load_script()
+    resilience = load_resilience_script("resilience")
     return resilience.run(
         resilience.Options(
             seconds=8,
