@@ -44,10 +44,34 @@ def _closing(fn, *args):
 
 
 async def run_pooled(fn, *args):
+    """Run ``fn`` in the bounded pool; its connection goes back after the call."""
+    return await run_in_thread(_closing, fn, *args)
+
+
+async def run_in_thread(fn, *args):
+    """Run ``fn`` in the bounded pool as it is (it gives its connections back)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(
-        executor(), functools.partial(_closing, fn, *args)
-    )
+    return await loop.run_in_executor(executor(), functools.partial(fn, *args))
+
+
+async def run_owned(db, fn, *args):
+    """``await db(fn, *args)``, for a result that holds something (a waiter
+    on the doorbell hub): when the caller is cancelled meanwhile, the result
+    is closed as soon as the call ends instead of being lost.
+    """
+    call = asyncio.ensure_future(db(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        call.add_done_callback(_close_result)
+        raise
+
+
+def _close_result(call):
+    if not call.cancelled() and call.exception() is None:
+        close = getattr(call.result(), "close", None)
+        if close is not None:
+            close()
 
 
 def db_runner(request):

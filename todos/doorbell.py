@@ -138,11 +138,7 @@ class Waiter:
             self.notices.add(notice)
         self._thread_event.set()
         if self._loop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._event.set)
-            except RuntimeError:
-                # That loop is closed: the waiter is between two waits.
-                self._loop = None
+            self.hub.lock.wake(self._loop, self._event)
 
     def _take(self):
         rings, notices = list(self.rings), set(self.notices)
@@ -174,11 +170,45 @@ class Waiter:
         self.hub.unsubscribe(self)
 
 
+class HubLock:
+    """The hub's lock; on release it wakes the async waiters delivered to.
+
+    One ring may reach a thousand streams: their events are set by one
+    callback per event loop, not by a cross-thread call each.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._wakes = {}
+
+    def wake(self, loop, event):
+        """Set ``event`` in ``loop`` once the lock is released (lock held)."""
+        self._wakes.setdefault(loop, []).append(event)
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        wakes, self._wakes = self._wakes, {}
+        self._lock.release()
+        for loop, events in wakes.items():
+            # A closed loop's waiter is between two waits: it looks at its
+            # mailbox before it waits again.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_all, events)
+
+
+def _set_all(events):
+    for event in events:
+        event.set()
+
+
 class Hub:
     """The process's one LISTEN connection and the waiters it serves."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = HubLock()
         self.by_endpoint = {}
         self.connected = False
         self.shutting_down = False
@@ -427,7 +457,42 @@ def _bell_scope(scope, queue):
     return Scope(scope.endpoint_id, (queue,)) if queue else scope
 
 
-async def aclaim_when_ready(scope, queue, wait, attempt, db, *, still_valid=None):
+class FirstTry:
+    """A long poll's first try, made by ``begin_claim`` in a database thread."""
+
+    def __init__(self, scope, queue, wait, attempt):
+        self.scope, self.queue, self.attempt = scope, queue, attempt
+        self.deadline = time.monotonic() + wait
+        self.tries = _Attempts(None, attempt)
+        # Registered before the try: a todo that turns ready after it rings
+        # us, so one try both answers at once and starts the wait.
+        self.waiter = (
+            hub.subscribe(_bell_scope(scope, queue), "claim") if wait > 0 else None
+        )
+        try:
+            self.result = self.tries.claimed_blocking()
+        except BaseException:
+            self.close()
+            raise
+        if self.result is not None:
+            # Leaving passes on a ring that came during the try.
+            self.close()
+
+    def close(self):
+        if self.waiter is not None:
+            self.waiter.close()
+
+
+def begin_claim(scope, queue, wait, attempt):
+    """The first try of a long poll (sync: run it in the request's database
+    call, after the authentication, to save a hop); finish it with
+    ``aclaim_when_ready(..., first=...)``."""
+    return FirstTry(scope, queue, wait, attempt)
+
+
+async def aclaim_when_ready(
+    scope, queue, wait, attempt, db, *, still_valid=None, first=None
+):
     """Await ``attempt`` (run through ``db``) until it claims, for ``wait`` s.
 
     ``attempt`` is a plain function that claims one todo or a batch (it raises
@@ -437,20 +502,16 @@ async def aclaim_when_ready(scope, queue, wait, attempt, db, *, still_valid=None
     The last NotFound (or empty batch) is the answer at the deadline, at once
     when ``wait`` is 0, and when the server shuts down. ``still_valid`` (run
     through ``db`` when the endpoint changed) returns the scope to go on with,
-    or raises.
+    or raises. ``first`` is the first try when ``begin_claim`` made it already.
     """
-    deadline = time.monotonic() + wait
-    tries = _Attempts(db, attempt)
-    result = await tries.claimed()
-    if result is not None or wait <= 0:
-        return result if result is not None else tries.nothing()
-    waiter = hub.subscribe(_bell_scope(scope, queue), "claim")
+    if first is None:
+        first = await db(begin_claim, scope, queue, wait, attempt)
+    tries, waiter, deadline = first.tries, first.waiter, first.deadline
+    tries.db = db
+    if first.result is not None or waiter is None:
+        return first.result if first.result is not None else tries.nothing()
     try:
         while True:
-            # Registered before this try: a todo that turns ready after it rings us.
-            result = await tries.claimed()
-            if result is not None:
-                return result
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -533,8 +594,8 @@ def claim_when_ready(scope, queue, wait, attempt):
     """
     deadline = time.monotonic() + wait
     tries = _Attempts(None, attempt)
-    result = tries.claimed_blocking()
-    if result is not None or wait <= 0:
+    if wait <= 0:
+        result = tries.claimed_blocking()
         return result if result is not None else tries.nothing()
     waiter = hub.subscribe(_bell_scope(scope, queue), "claim")
     try:

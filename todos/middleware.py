@@ -5,7 +5,6 @@ The log line carries the endpoint id, the route, the todo id, the outcome
 so never a token. Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
 """
 
-import functools
 import logging
 import time
 import uuid
@@ -14,7 +13,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from todos import aio, http
+from todos import http
 
 logger = logging.getLogger("switchboard.request")
 
@@ -212,14 +211,6 @@ class WaitingViewsMiddleware:
         if getattr(match.func, "waits", False):
             request.resolver_match = match
             response = await match.func(request, *match.args, **match.kwargs)
-        elif request.path_info.startswith(API_PREFIX) and not iscoroutinefunction(
-            match.func
-        ):
-            # An agent API call: the sync view in one hop to the bounded pool.
-            request.resolver_match = match
-            response = await aio.run_pooled(
-                functools.partial(match.func, request, *match.args, **match.kwargs)
-            )
         else:
             return await self.get_response(request)
         for middleware in self.headers:

@@ -158,6 +158,35 @@ def test_overview_fragment_is_only_the_counts(board, scope):
     assert "<html" not in html
 
 
+def test_endpoints_without_todos_share_one_short_list_on_the_overview(
+    board, scope, endpoint, make_endpoint
+):
+    """Defect: every endpoint got a section and a pair of charts, work or not;
+    an operator seeing 416 endpoints waited 1.1 s for the overview (charts
+    drawn for all of them), with the endpoints that had work buried."""
+    store.create_todo(scope, queue="reviews")
+    idle = [make_endpoint(f"idle-{number}") for number in range(3)]
+
+    html = board.get("/board/").content.decode()
+
+    assert f'id="ep-{endpoint.id}"' in html
+    listed = html.split('id="idle-endpoints"', 1)[1]
+    assert "3 endpoints" in listed
+    for other in idle:
+        assert f'id="ep-{other.id}"' not in html
+        assert f"?endpoint={other.id}" in listed and other.name in listed
+    # One pair of charts for the endpoint with work, one for the total.
+    assert html.count('class="chart-pair chart-pair-small"') == 1
+    assert b"No endpoints yet" not in html.encode()
+
+
+def test_an_operator_with_only_idle_endpoints_sees_them_listed(board, endpoint):
+    html = board.get("/board/").content.decode()
+
+    assert "No todos yet" in html and endpoint.name in html
+    assert "No endpoints yet" not in html
+
+
 def test_overview_without_endpoints_shows_an_empty_state(board):
     response = board.get("/board/")
 

@@ -218,12 +218,15 @@ class Fields:
         return value
 
 
-def api_view(*methods, authenticated=True):
+def api_view(*methods, authenticated=True, first=None):
     """Make a function view an agent API view.
 
     Answers 405 for other methods, authenticates the bearer token (setting
     ``request.endpoint`` and ``request.scope``), parses a JSON body into
     ``request.body_fields``, and maps every known failure to its JSON error.
+    An async view's ``first(request)`` (sync) runs in the same database call
+    as the authentication; its result is ``request.first`` (closed, when it
+    has a ``close``, if the client leaves before the view gets it).
     CSRF does not apply: the API authenticates each request by its token,
     never by a cookie.
     """
@@ -238,6 +241,14 @@ def api_view(*methods, authenticated=True):
             {"Allow": ", ".join(methods)},
         )
 
+    def begin(request):
+        if authenticated:
+            request.endpoint = authenticate(request)
+            request.scope = store.Scope.for_endpoint(request.endpoint)
+        if request.method in {"POST", "PUT", "PATCH"}:
+            request.body_fields = Fields(read_json_body(request))
+        return first(request) if first is not None else None
+
     def decorate(view):
         if inspect.iscoroutinefunction(view):
             # A waiting view: its database work runs through request.db.
@@ -249,11 +260,9 @@ def api_view(*methods, authenticated=True):
                     return refused
                 request.db = aio.db_runner(request)
                 try:
-                    if authenticated:
-                        request.endpoint = await request.db(authenticate, request)
-                        request.scope = store.Scope.for_endpoint(request.endpoint)
-                    if request.method in {"POST", "PUT", "PATCH"}:
-                        request.body_fields = Fields(read_json_body(request))
+                    # One database call: authenticate, read the body, and
+                    # the view's first step.
+                    request.first = await aio.run_owned(request.db, begin, request)
                     return await view(request, *args, **kwargs)
                 except Exception as exc:
                     return _api_error_response(exc)

@@ -21,7 +21,7 @@ from todos.api.core import (
     list_page,
     todo_response,
 )
-from todos.doorbell import aclaim_when_ready
+from todos.doorbell import aclaim_when_ready, begin_claim
 
 
 @api_view("GET", "POST")
@@ -53,7 +53,42 @@ def detail(request, todo_id):
     return todo_response(store.get_todo(request.scope, todo_id))
 
 
-@api_view("POST")
+class LongPoll:
+    """A claim_next request's fields and first try, made in the database call
+    that authenticated it (``api_view``'s ``first``)."""
+
+    def __init__(self, request):
+        body = request.body_fields
+        self.request = request
+        self.worker = body.worker()
+        self.queue = body.text("queue")
+        self.lease, self.wait = body.lease_seconds(), body.wait_seconds()
+        self.limit = body.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
+        self.scope = request.scope
+        self.first = begin_claim(self.scope, self.queue, self.wait, self.attempt)
+
+    def attempt(self):
+        if self.limit is not None:
+            return batch_attempt(
+                self.scope, self.worker, self.queue, self.lease, self.limit
+            )()
+        return store.claim_next(
+            self.scope, self.worker, queue=self.queue, lease_seconds=self.lease
+        )
+
+    def still_valid(self):
+        # The endpoint changed while we waited: a revoked or re-keyed token
+        # ends the wait (401); a new grant applies from now on.
+        self.scope = store.Scope.for_endpoint(authenticate(self.request))
+        if self.queue is not None and not self.scope.covers(self.queue):
+            raise store.QueueNotGranted(self.queue)
+        return self.scope
+
+    def close(self):
+        self.first.close()
+
+
+@api_view("POST", first=LongPoll)
 async def claim_next(request):
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
@@ -62,31 +97,17 @@ async def claim_next(request):
     ``max_todos`` (1..10) it claims up to that many in one statement and always
     answers 200 ``{"todos": [...]}``, an empty list after the wait.
     """
-    body = request.body_fields
-    worker = body.worker()
-    queue = body.text("queue")
-    lease, wait = body.lease_seconds(), body.wait_seconds()
-    limit = body.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
-    scope = request.scope
-
-    def attempt():
-        if limit is not None:
-            return batch_attempt(scope, worker, queue, lease, limit)()
-        return store.claim_next(scope, worker, queue=queue, lease_seconds=lease)
-
-    def still_valid():
-        # The endpoint changed while we waited: a revoked or re-keyed token
-        # ends the wait (401); a new grant applies from now on.
-        nonlocal scope
-        scope = store.Scope.for_endpoint(authenticate(request))
-        if queue is not None and not scope.covers(queue):
-            raise store.QueueNotGranted(queue)
-        return scope
-
+    poll = request.first
     claimed = await aclaim_when_ready(
-        scope, queue, wait, attempt, request.db, still_valid=still_valid
+        poll.scope,
+        poll.queue,
+        poll.wait,
+        poll.attempt,
+        request.db,
+        still_valid=poll.still_valid,
+        first=poll.first,
     )
-    if limit is not None:
+    if poll.limit is not None:
         return JsonResponse({"todos": [todo.to_dict() for todo in claimed]})
     return todo_response(claimed)
 

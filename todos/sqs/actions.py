@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from todos import auth, store
-from todos.doorbell import aclaim_when_ready
+from todos.doorbell import aclaim_when_ready, begin_claim
 from todos.sqs import messages
 from todos.sqs.protocol import SqsError, invalid
 
@@ -610,13 +610,23 @@ def receive_message(request, caller, body):
             ]
         }
 
-    try:
-        return render(attempt())
-    except store.NotFound:
-        _check_exists(caller, queue.name)
-        if wait == 0:
+    if wait == 0:
+        try:
+            return render(attempt())
+        except store.NotFound:
+            _check_exists(caller, queue.name)
             return {}
-    return Wait(caller, queue, wait, attempt, render)
+    # Subscribed to the doorbell before the first try, so the wait needs no
+    # second one (the view closes the Wait if its client leaves first).
+    first = begin_claim(queue.scope, queue.name, wait, attempt)
+    if first.result is not None:
+        return render(first.result)
+    try:
+        _check_exists(caller, queue.name)
+    except BaseException:
+        first.close()
+        raise
+    return Wait(caller, queue, wait, attempt, render, first)
 
 
 @dataclass(frozen=True)
@@ -628,6 +638,7 @@ class Wait:
     seconds: int
     attempt: object
     render: object
+    first: object
 
     async def run(self, db):
         try:
@@ -638,10 +649,14 @@ class Wait:
                 self.attempt,
                 db,
                 still_valid=self.still_valid,
+                first=self.first,
             )
         except store.NotFound:
             claimed = []
         return await db(self.render, claimed)
+
+    def close(self):
+        self.first.close()
 
     def still_valid(self):
         """The endpoint changed while it waited: a revoked key ends the wait."""

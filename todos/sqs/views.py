@@ -30,7 +30,7 @@ async def root(request):
         return HttpResponseRedirect("/board/")
     db = aio.db_runner(request)
     try:
-        outcome = await db(handle, request)
+        outcome = await aio.run_owned(db, handle, request)
         if isinstance(outcome, actions.Wait):
             outcome = await outcome.run(db)
         return protocol.json_response(outcome)

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from todos.store.stats import RANGES
 from todos.ui import charts
 from todos.ui.forms import QueueSettingsForm
-from todos.ui.views import _age, _page, operator_view
+from todos.ui.views import UUID_ZERO, _age, _page, operator_view
 
 
 def chart_range(request):
@@ -115,7 +115,6 @@ def _seconds_ago(moment):
 
 
 QUEUE_ACTIONS = ("settings", "pause", "resume")
-UUID_ZERO = "00000000-0000-0000-0000-000000000000"
 
 
 @require_http_methods(["GET", "POST"])

@@ -11,7 +11,7 @@ page; an unreachable database is a 503 page.
 import json
 import uuid
 from functools import wraps
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -45,6 +45,10 @@ SELECTION_CLEARED = "selection-cleared"
 
 
 # --- Plumbing -------------------------------------------------------------------
+
+
+# A path argument for reversing a route once and filling the id in per row.
+UUID_ZERO = "00000000-0000-0000-0000-000000000000"
 
 
 def operator_view(view):
@@ -272,10 +276,19 @@ def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
     data = request.board.overview()
     by_id = _endpoints_by_id(request)
+    # Each row links to its queue and to its list per state: reversed once.
+    queue_root = reverse("board:queue", args=[UUID_ZERO, "q"]).removesuffix(
+        f"{UUID_ZERO}/q/"
+    )
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
-            {"counts": row, "age": _age(row.oldest_pending_seconds)}
+            {
+                "counts": row,
+                "age": _age(row.oldest_pending_seconds),
+                "queue_url": f"{queue_root}{row.endpoint_id}/{quote(row.queue)}/",
+                "filter": urlencode({"endpoint": row.endpoint_id, "queue": row.queue}),
+            }
         )
     sections = [
         {
@@ -291,13 +304,19 @@ def overview(request):
         for endpoint_id, queues in groups.items()
         if endpoint_id not in by_id
     ]
+    # Endpoints with no todos yet share one short list: an operator may see
+    # hundreds of them, and a section each buried the ones with work.
+    idle = [s for s in sections if not s["queues"]]
+    sections = [s for s in sections if s["queues"]]
     context = {
         "overview": data,
         "sections": sections,
+        "idle": idle,
         "oldest_pending": _age(
             max((r.oldest_pending_seconds or 0 for r in data.rows), default=0) or None
         ),
         "checked_at": timezone.now(),
+        "todos_url": reverse("board:todos"),
         "cap": f"{data.cap:,}".replace(",", " "),
         "nav": "overview",
     }

@@ -1,0 +1,141 @@
+"""How gunicorn's uvicorn workers serve what does not wait (board/asgi.py):
+sync Django in the process's bounded, long-lived threads, each request start
+to finish in one hop, as a threaded WSGI server would. The browser tests run
+the Board on Django's WSGI test server; these run it on the real one.
+"""
+
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from tests.support import database_url, serve_gunicorn
+from todos import endpoints
+from todos.pgbackend.base import HEALTH_CHECK_AFTER_IDLE_SECONDS, check_after_idle
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "a-board-password-for-tests"
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    yield from serve_gunicorn(django_db_blocker)
+
+
+@pytest.fixture
+def operator(db):
+    user = get_user_model().objects.create_user("carol", password=PASSWORD)
+    endpoints.create("carols-agent", user, ["*"])
+    return user
+
+
+def csrf_token(html):
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+
+
+def logged_in(server):
+    browser = requests.Session()
+    page = browser.get(f"{server}/board/login/", timeout=10)
+    assert page.status_code == 200
+    answer = browser.post(
+        f"{server}/board/login/",
+        data={
+            "username": "carol",
+            "password": PASSWORD,
+            "csrfmiddlewaretoken": csrf_token(page.text),
+        },
+        headers={"Referer": f"{server}/board/login/"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert answer.status_code == 302, answer.text[:500]
+    return browser
+
+
+def test_the_board_logs_in_and_acts_over_the_real_server(server, operator):
+    browser = logged_in(server)
+
+    overview = browser.get(f"{server}/board/", timeout=10)
+    assert overview.status_code == 200
+    assert "carols-agent" in overview.text
+    assert "HX-Request" in overview.headers["Vary"]
+
+    form = browser.get(f"{server}/board/todos/new/", timeout=10)
+    made = browser.post(
+        f"{server}/board/todos/new/",
+        data={
+            "endpoint": re.search(r'<option value="([0-9a-f-]{36})"', form.text)[1],
+            "queue": "by-hand",
+            "title": "made on the real server",
+            "payload": "{}",
+            "csrfmiddlewaretoken": csrf_token(form.text),
+        },
+        headers={"Referer": f"{server}/board/todos/new/"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert made.status_code == 302, made.text[:500]
+    listed = browser.get(f"{server}/board/todos/?queue=by-hand", timeout=10)
+    assert "made on the real server" in listed.text
+
+
+def test_a_board_form_without_its_csrf_token_is_refused(server, operator):
+    browser = logged_in(server)
+
+    refused = browser.post(
+        f"{server}/board/todos/new/",
+        data={"queue": "by-hand", "title": "forged"},
+        allow_redirects=False,
+        timeout=10,
+    )
+
+    assert refused.status_code == 403
+
+
+def test_a_static_file_is_served_whole(server):
+    answer = requests.get(f"{server}/static/board/board.css", timeout=10)
+
+    assert answer.status_code == 200
+    assert answer.content == (ROOT / "static/board/board.css").read_bytes()
+
+
+def test_board_and_health_requests_give_their_connections_back(server, operator):
+    browser = logged_in(server)
+    for _ in range(20):
+        assert requests.get(f"{server}/healthz", timeout=10).status_code == 200
+        assert browser.get(f"{server}/board/", timeout=10).status_code == 200
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE state <> 'idle'), count(*)"
+            " FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            " AND application_name <> 'switchboard-doorbell'"
+        )
+        busy, total = cursor.fetchone()
+    # Idle in the pool, none left in a transaction; at most the pool's size.
+    assert busy == 0
+    assert total <= 16
+
+
+def test_the_pool_checks_a_connection_only_after_it_sat_idle(db):
+    """A round trip on every borrow (psycopg_pool's check) cost each database
+    call of an async view one more; a connection borrowed a moment ago is
+    now trusted, and one left idle is checked (and replaced when dead)."""
+    conn = psycopg.connect(database_url(), autocommit=True)
+    try:
+        check_after_idle(conn)  # first borrow: checked
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+        check_after_idle(conn)  # borrowed a moment ago: trusted, no round trip
+        conn._switchboard_borrowed_at -= HEALTH_CHECK_AFTER_IDLE_SECONDS + 1
+        with pytest.raises(psycopg.OperationalError):
+            check_after_idle(conn)
+    finally:
+        conn.close()
