@@ -27,11 +27,6 @@ class Worker(UvicornWorker):
     async def _serve(self):
         from todos.doorbell import hub
 
-        # The event loop hands each request's sync work to a thread and back: a
-        # shorter GIL switch interval (5 ms by default) makes each hand-over
-        # prompt instead of waiting out a busy thread's slice.
-        sys.setswitchinterval(0.0005)
-
         self.config.app = self.wsgi
         server = Server(config=self.config)
         loop = asyncio.get_running_loop()
