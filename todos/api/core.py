@@ -277,11 +277,7 @@ def api_view(*methods, authenticated=True, first=None):
             if refused is not None:
                 return refused
             try:
-                if authenticated:
-                    request.endpoint = authenticate(request)
-                    request.scope = store.Scope.for_endpoint(request.endpoint)
-                if request.method in {"POST", "PUT", "PATCH"}:
-                    request.body_fields = Fields(read_json_body(request))
+                begin(request)
                 return view(request, *args, **kwargs)
             except Exception as exc:
                 return _api_error_response(exc)
