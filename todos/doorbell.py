@@ -306,14 +306,16 @@ class Hub:
             elif kind == SESSION and waiter.session_id == str(notice.get("session_id")):
                 waiter._deliver(notice=SESSION)
 
-    def _recheck_claims(self):
-        """Ask the first idle claim waiter of each distinct scope to look again."""
+    def _recheck_claims(self, part=0, parts=1):
+        """Ask the first idle claim waiter of each distinct scope to look again:
+        of the scopes in ``part`` (of ``parts``), so that a recheck period's
+        claim tries are spread over it instead of arriving at once."""
         seen = set()
         for waiter in self._all():
             if waiter.kind != "claim" or waiter.scope in seen:
                 continue
             seen.add(waiter.scope)
-            if not waiter.busy:
+            if hash(waiter.scope) % parts == part and not waiter.busy:
                 waiter._deliver(notice=RECHECK)
 
     # --- The listening thread ------------------------------------------------
@@ -346,7 +348,7 @@ class Hub:
 
     def _run(self):
         delay = RECONNECT_FIRST_SECONDS
-        last_recheck = time.monotonic()
+        last_recheck, rechecks = time.monotonic(), 0
         while not self._stop.is_set():
             try:
                 conn = _connect()
@@ -380,10 +382,14 @@ class Hub:
                                 self._dispatch_control(message)
                             else:
                                 self._dispatch_ring(message)
-                    if time.monotonic() - last_recheck >= recheck_seconds():
+                    # One part of the scopes each tick: every scope once per
+                    # recheck period, the tries spread over it.
+                    if time.monotonic() - last_recheck >= TICK_SECONDS:
                         last_recheck = time.monotonic()
+                        parts = max(1, round(recheck_seconds() / TICK_SECONDS))
                         with self.lock:
-                            self._recheck_claims()
+                            self._recheck_claims(rechecks % parts, parts)
+                        rechecks += 1
             except psycopg.Error as exc:
                 logger.warning(
                     "doorbell: LISTEN connection lost; reconnecting",

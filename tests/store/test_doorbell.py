@@ -67,3 +67,39 @@ def test_the_doorbell_may_listen_through_a_connection_string_of_its_own(
             assert len(bell.wait(2)) == 1
     finally:
         hub.stop()
+
+
+def test_the_periodic_recheck_spreads_the_scopes_over_its_period():
+    """Defect: every recheck period each process asked one claim waiter of
+    every waiting scope to try again in the same instant: 50 scopes were 50
+    claim tries at once every 5 s, a burst each probe's p99 ran into. Each
+    tick now asks one part of the scopes; over a period, each scope once."""
+    from uuid import uuid4
+
+    from todos.doorbell import RECHECK, Hub
+
+    quiet = Hub()
+    scopes = [store.Scope(uuid4(), None) for _ in range(40)]
+    waiters = []
+    for scope in scopes:
+        for _ in range(2):
+            waiter = quiet.subscribe(scope, "claim")
+            waiters.append(waiter)
+    quiet.stop()  # no LISTEN thread: the test drives the ticks
+    for waiter in waiters:
+        waiter._take()  # the RECHECK of its first LISTEN
+    parts = 10
+    asked_per_tick = []
+    for part in range(parts):
+        with quiet.lock:
+            quiet._recheck_claims(part, parts)
+        asked = [w for w in waiters if RECHECK in w.notices]
+        asked_per_tick.append(len(asked))
+        for waiter in asked:
+            waiter._take()
+            waiter.asked = getattr(waiter, "asked", 0) + 1
+    assert sum(asked_per_tick) == len(scopes)  # each scope once a period
+    assert max(asked_per_tick) < len(scopes) // 2  # not all at once
+    for scope in scopes:
+        asked = [getattr(w, "asked", 0) for w in waiters if w.scope == scope]
+        assert sorted(asked) == [0, 1]  # one waiter of the scope, not both
