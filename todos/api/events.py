@@ -18,7 +18,6 @@ import json
 import logging
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
 
 from todos import aio, store
 from todos.api.core import api_view, authenticate
@@ -110,10 +109,4 @@ async def events(request):
     # Each event must leave at once: the stream is never compressed (Django's
     # GZipMiddleware would hold small chunks back; it is not installed) and
     # whitenoise passes non-static paths through untouched.
-    response = StreamingHttpResponse(
-        aio.streaming_body(request, body), content_type="text/event-stream"
-    )
-    # No caching, and no buffering by a proxy (nginx honours X-Accel-Buffering).
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return aio.event_stream(request, body)

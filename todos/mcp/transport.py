@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models.functions import Now
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
@@ -495,12 +495,8 @@ async def _stream(request, endpoint, db):
     body = session_stream(
         request, waiter, session, rings, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
     )
-    response = StreamingHttpResponse(
-        aio.streaming_body(request, body), content_type="text/event-stream"
-    )
+    response = aio.event_stream(request, body)
     response[SESSION_HEADER] = str(session.id)
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
     return response
 
 
