@@ -159,7 +159,8 @@ def main():
             )
         )
     if "before" in servings:
-        before_url = url + "_before"
+        # A database of its own: a tree migrates its database to its own schema.
+        before_url = url + "_cost_before"
         with waiters.before_tree(args.before) as tree:
             results.append(measure(f"before ({args.before})", tree, before_url, args))
     info["uptime_after"] = waiters.uptime()
