@@ -337,8 +337,11 @@ def count_connections(url):
         ).fetchone()[0]
 
 
-def measure(serving, seeds, seconds):
-    """Run every probe at once for ``seconds``; return their figures."""
+PROBES = ("create", "overview", "healthz", "wake")
+
+
+def measure(serving, seeds, seconds, probes=PROBES):
+    """Run the probes all at once for ``seconds``; return their figures."""
     probe = seeds["probe"]
     api = Probe(serving.port, {"Authorization": f"Bearer {probe['token']}"})
     board = Probe(serving.port, {"Cookie": f"sessionid={seeds['session']}"})
@@ -375,6 +378,7 @@ def measure(serving, seeds, seconds):
     threads = [
         threading.Thread(target=lambda k=k, f=f: results.__setitem__(k, f()))
         for k, f in kinds.items()
+        if k in probes
     ]
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -657,7 +661,7 @@ def run_serving(name, tree, url, args, extra_env=None):
         )
         print(f"  claim+complete: {result['http_throughput']}", flush=True)
         benchlib.reset_todos(url)
-        result["idle"] = measure(serving, seeds, args.seconds)
+        result["idle"] = measure(serving, seeds, args.seconds, args.probes)
         print(f"  no waiters: {result['idle']}", flush=True)
         load = LoadProcess(
             serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
@@ -666,7 +670,7 @@ def run_serving(name, tree, url, args, extra_env=None):
             opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
             result["waiters_open"] = opened
             print(f"  waiters: {opened}", flush=True)
-            result["loaded"] = measure(serving, seeds, args.seconds)
+            result["loaded"] = measure(serving, seeds, args.seconds, args.probes)
             result["waiters_after"] = dict(load.stats)
             print(f"  with waiters: {result['loaded']}", flush=True)
         finally:
@@ -684,6 +688,8 @@ def print_side_by_side(results, args):
         ("wake", "p99_ms"),
         ("wake", "failed"),
     ):
+        if kind not in args.probes:
+            continue
         row = [f"{kind} {unit}"]
         for result in results:
             row += [result["idle"][kind][unit], result["loaded"][kind][unit]]
@@ -734,6 +740,12 @@ def main():
         default="new,gthread,before",
         help="new (this code, ASGI), gthread (this code, SWITCHBOARD_SERVER="
         "gthread), before (the --before tree: the old serving and its code)",
+    )
+    parse.add_argument(
+        "--probes",
+        type=lambda text: tuple(text.split(",")),
+        default=PROBES,
+        help="which probes run at once (default: all of create,overview,healthz,wake)",
     )
     parse.add_argument("--throughput-workers", type=int, default=4)
     parse.add_argument("--throughput-seconds", type=float, default=8)
