@@ -138,7 +138,11 @@ class Waiter:
             self.notices.add(notice)
         self._thread_event.set()
         if self._loop is not None:
-            self.hub.lock.wake(self._loop, self._event)
+            try:
+                self._loop.call_soon_threadsafe(self._event.set)
+            except RuntimeError:
+                # That loop is closed: the waiter is between two waits.
+                self._loop = None
 
     def _take(self):
         rings, notices = list(self.rings), set(self.notices)
@@ -170,45 +174,11 @@ class Waiter:
         self.hub.unsubscribe(self)
 
 
-class HubLock:
-    """The hub's lock; on release it wakes the async waiters delivered to.
-
-    One ring may reach a thousand streams: their events are set by one
-    callback per event loop, not by a cross-thread call each.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._wakes = {}
-
-    def wake(self, loop, event):
-        """Set ``event`` in ``loop`` once the lock is released (lock held)."""
-        self._wakes.setdefault(loop, []).append(event)
-
-    def __enter__(self):
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        wakes, self._wakes = self._wakes, {}
-        self._lock.release()
-        for loop, events in wakes.items():
-            # A closed loop's waiter is between two waits: it looks at its
-            # mailbox before it waits again.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_set_all, events)
-
-
-def _set_all(events):
-    for event in events:
-        event.set()
-
-
 class Hub:
     """The process's one LISTEN connection and the waiters it serves."""
 
     def __init__(self):
-        self.lock = HubLock()
+        self.lock = threading.Lock()
         self.by_endpoint = {}
         self.connected = False
         self.shutting_down = False
@@ -467,7 +437,6 @@ class FirstTry:
     """A long poll's first try, made by ``begin_claim`` in a database thread."""
 
     def __init__(self, scope, queue, wait, attempt):
-        self.scope, self.queue, self.attempt = scope, queue, attempt
         self.deadline = time.monotonic() + wait
         self.tries = _Attempts(None, attempt)
         # Registered before the try: a todo that turns ready after it rings
@@ -560,16 +529,8 @@ class _Attempts:
         self.empty = None
 
     async def claimed(self):
-        """Try once; return the claim, or None when nothing was claimable."""
-        try:
-            result = await self.db(self.attempt)
-        except NotFound as exc:
-            self.empty = exc
-            return None
-        if isinstance(result, list) and not result:
-            self.empty = result
-            return None
-        return result
+        """Try once through ``db``; the claim, or None when nothing was claimable."""
+        return await self.db(self.claimed_blocking)
 
     def claimed_blocking(self):
         try:
