@@ -12,7 +12,7 @@ attempt cap, delay) and pause / resume when the store has queue settings,
 and its charts. Everything goes through ``request.board`` (the user's scope).
 """
 
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from todos.store.stats import RANGES
 from todos.ui import charts
 from todos.ui.forms import QueueSettingsForm
-from todos.ui.views import UUID_ZERO, _age, _page, operator_view
+from todos.ui.views import UUID_ZERO, _age, _page, operator_view, queue_urls
 
 
 def chart_range(request):
@@ -72,9 +72,7 @@ def dead_letter_groups(request):
     """List the dead letters grouped by endpoint, queue and error fingerprint."""
     endpoints = {str(e.id): e for e in request.board.endpoints()}
     # Reverse each route once; a page can hold 200 groups.
-    queue_root = reverse("board:queue", args=[UUID_ZERO, "q"]).removesuffix(
-        f"{UUID_ZERO}/q/"
-    )
+    queue_url = queue_urls()
     todo_root = reverse("board:todo", args=[UUID_ZERO]).removesuffix(f"{UUID_ZERO}/")
     groups = []
     for group in request.board.dead_letter_groups():
@@ -91,7 +89,7 @@ def dead_letter_groups(request):
                 "endpoint": endpoints.get(group.endpoint_id),
                 "list_url": _list_url(**filters),
                 "retry_url": f"{reverse('board:retry_matching')}?{query}",
-                "queue_url": f"{queue_root}{group.endpoint_id}/{quote(group.queue)}/",
+                "queue_url": queue_url(group.endpoint_id, group.queue),
                 "example_url": f"{todo_root}{group.example_id}/",
                 "first_age": _age(_seconds_ago(group.first_seen)),
                 "last_age": _age(_seconds_ago(group.last_seen)),

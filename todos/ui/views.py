@@ -51,6 +51,13 @@ SELECTION_CLEARED = "selection-cleared"
 UUID_ZERO = "00000000-0000-0000-0000-000000000000"
 
 
+def queue_urls():
+    """Return ``url(endpoint_id, queue)`` of the queue page, reversed once
+    (a page may link hundreds of queues)."""
+    root = reverse("board:queue", args=[UUID_ZERO, "q"]).removesuffix(f"{UUID_ZERO}/q/")
+    return lambda endpoint_id, queue: f"{root}{endpoint_id}/{quote(queue)}/"
+
+
 def operator_view(view):
     """Require a Board login and enforce its scope (``todos.ui.access``); show an
     outage as a 503 page, not a traceback.
@@ -277,16 +284,14 @@ def overview(request):
     data = request.board.overview()
     by_id = _endpoints_by_id(request)
     # Each row links to its queue and to its list per state: reversed once.
-    queue_root = reverse("board:queue", args=[UUID_ZERO, "q"]).removesuffix(
-        f"{UUID_ZERO}/q/"
-    )
+    queue_url = queue_urls()
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
             {
                 "counts": row,
                 "age": _age(row.oldest_pending_seconds),
-                "queue_url": f"{queue_root}{row.endpoint_id}/{quote(row.queue)}/",
+                "queue_url": queue_url(row.endpoint_id, row.queue),
                 "filter": urlencode({"endpoint": row.endpoint_id, "queue": row.queue}),
             }
         )
