@@ -707,25 +707,45 @@ def delete_message(request, caller, body):
 
 
 def delete_message_batch(request, caller, body):
+    def action(entry):
+        todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
+        return store.Ack("complete", todo_id, lease_token=token)
+
+    def failure(result):
+        # A stale handle deletes nothing and succeeds, as DeleteMessage does.
+        if isinstance(result, Exception) and not isinstance(result, STALE):
+            raise result
+
+    return _acknowledge_batch(
+        caller, body, "DeleteMessageBatchRequestEntry", action, failure
+    )
+
+
+def _acknowledge_batch(caller, body, member, action, failure):
+    """The batch acknowledgements' shared run: one store action per entry
+    (``action(entry)``, or the entry fails with its SqsError), applied in one
+    statement; ``failure(result)`` returns the SqsError an entry fails with,
+    None for a success, or raises.
+    """
     queue = _addressed(caller, body, must_exist=False)
-    entries = _entries(body, "DeleteMessageBatchRequestEntry")
     actions, ids, failed = [], [], []
-    for entry in entries:
+    for entry in _entries(body, member):
         try:
-            todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
+            actions.append(action(entry))
         except SqsError as error:
             failed.append(_failed(entry["Id"], error))
             continue
-        actions.append(store.Ack("complete", todo_id, lease_token=token))
         ids.append(entry["Id"])
     successful = []
     if actions:
         results = store.acknowledge_many(queue.scope, actions)
         _check_exists_when_missed(caller, queue, results)
         for entry_id, result in zip(ids, results, strict=True):
-            if isinstance(result, Exception) and not isinstance(result, STALE):
-                raise result
-            successful.append({"Id": entry_id})
+            error = failure(result)
+            if error is None:
+                successful.append({"Id": entry_id})
+            else:
+                failed.append(_failed(entry_id, error))
     else:
         _check_exists(caller, queue.name)
     return {"Successful": successful, "Failed": failed}
@@ -773,34 +793,23 @@ def change_message_visibility(request, caller, body):
 
 
 def change_message_visibility_batch(request, caller, body):
-    queue = _addressed(caller, body, must_exist=False)
-    entries = _entries(body, "ChangeMessageVisibilityBatchRequestEntry")
-    actions, ids, failed = [], [], []
-    for entry in entries:
-        try:
-            todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
-            timeout = _member(entry, "VisibilityTimeout", int, required=True)
-            _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
-        except SqsError as error:
-            failed.append(_failed(entry["Id"], error))
-            continue
-        actions.append(_visibility_ack(todo_id, token, timeout))
-        ids.append(entry["Id"])
-    successful = []
-    if actions:
-        results = store.acknowledge_many(queue.scope, actions)
-        _check_exists_when_missed(caller, queue, results)
-        for entry_id, result in zip(ids, results, strict=True):
-            if isinstance(result, Exception):
-                error = _visibility_error(result)
-                if not isinstance(error, SqsError):
-                    raise error
-                failed.append(_failed(entry_id, error))
-            else:
-                successful.append({"Id": entry_id})
-    else:
-        _check_exists(caller, queue.name)
-    return {"Successful": successful, "Failed": failed}
+    def action(entry):
+        todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
+        timeout = _member(entry, "VisibilityTimeout", int, required=True)
+        _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+        return _visibility_ack(todo_id, token, timeout)
+
+    def failure(result):
+        if not isinstance(result, Exception):
+            return None
+        error = _visibility_error(result)
+        if not isinstance(error, SqsError):
+            raise error
+        return error
+
+    return _acknowledge_batch(
+        caller, body, "ChangeMessageVisibilityBatchRequestEntry", action, failure
+    )
 
 
 ACTIONS = {
