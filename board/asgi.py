@@ -79,15 +79,24 @@ class Handler(ASGIHandler):
         self.sync_chain = SyncChain()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            path, method = scope["path"], scope["method"]
-            if method in WAITING.get(path, ()):
-                await self.serve(scope, receive, send, self.serve_waiting)
-                return
-            if method not in OWN_THREAD.get(path, ()):
-                await self.serve(scope, receive, send, self.serve_in_thread)
-                return
-        await super().__call__(scope, receive, send)
+        try:
+            if scope["type"] == "http":
+                path, method = scope["path"], scope["method"]
+                if method in WAITING.get(path, ()):
+                    await self.serve(scope, receive, send, self.serve_waiting)
+                    return
+                if method not in OWN_THREAD.get(path, ()):
+                    await self.serve(scope, receive, send, self.serve_in_thread)
+                    return
+            await super().__call__(scope, receive, send)
+        finally:
+            release(scope.pop(REQUEST, None))
+
+    def create_request(self, scope, body_file):
+        request, response = super().create_request(scope, body_file)
+        if request is not None:
+            scope[REQUEST] = request
+        return request, response
 
     async def serve(self, scope, receive, send, how):
         """Django's ``handle``: read the body, make the request, answer."""
@@ -131,6 +140,18 @@ class Handler(ASGIHandler):
             await self.send_response(response, send)
         return response
 
+    async def listen_for_disconnect(self, receive):
+        """Return when the client disconnects.
+
+        Django's raises RequestAborted, and the task keeps it; its traceback
+        then ties the task, the handler's frame and the whole request into a
+        reference cycle that only a full garbage collection frees. A waiting
+        request lives long enough to reach that generation, so this returns.
+        """
+        message = await receive()
+        if message["type"] != "http.disconnect":
+            raise AssertionError(f"unexpected ASGI message {message['type']!r}")
+
     async def until_disconnect(self, responding, receive):
         """Run ``responding`` until it ends or the client disconnects.
 
@@ -146,11 +167,30 @@ class Handler(ASGIHandler):
                 with contextlib.suppress(asyncio.CancelledError):
                     await other
         if not listening.cancelled():
-            with contextlib.suppress(RequestAborted):
-                listening.result()
+            listening.result()
         if task.cancelled():
             return None
         return task.result()
+
+
+# Where create_request leaves the request for __call__ to release.
+REQUEST = "switchboard.request"
+
+
+def release(request):
+    """Let go of what an answered ``request`` holds.
+
+    A Django request is the hub of reference cycles: the session's lazy user,
+    the messages storage, django-htmx's details and a long poll's state each
+    hold it back. Refcounting cannot free a cycle; only the garbage collector
+    can, and a request that lives past its first collections (a long poll,
+    any request in a busy process) reaches the oldest generation, whose
+    collections walk every object in the process while the event loop stands
+    still (see docs/scaling.md, "Garbage collection"). Emptied once the answer
+    is sent, nothing in the request holds it back, and it is freed at once.
+    """
+    if request is not None:
+        request.__dict__.clear()
 
 
 def close_resources(response):

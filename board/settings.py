@@ -56,6 +56,25 @@ def env_list(name, default):
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_gc_thresholds(name, default):
+    """Three garbage-collector thresholds (``10000,5,100``), or None for "python"."""
+    raw = os.environ.get(name, "").strip()
+    if raw == "":
+        return default
+    if raw == "python":
+        return None
+    try:
+        values = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 0:
+        raise ImproperlyConfigured(
+            f"{name} must be three integers >= 0 (like 10000,5,100) or python, "
+            f"not {raw!r}"
+        )
+    return values
+
+
 def database_from_url(url):
     """Turn a postgres:// URL into a Django DATABASES entry."""
     parts = urlsplit(url)
@@ -194,6 +213,11 @@ _db["CONN_HEALTH_CHECKS"] = True
 # Threads (per process) that run the async views' database calls.
 SWITCHBOARD_DB_THREADS = env_int(
     "SWITCHBOARD_DB_THREADS", SWITCHBOARD_DB_POOL_MAX, 1, 1000
+)
+# The served processes' garbage collector (board/workers.py, tune_gc): Python's
+# thresholds are (700, 10, 10); "python" keeps them and skips the freeze.
+SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(
+    "SWITCHBOARD_GC_THRESHOLDS", (10_000, 5, 100)
 )
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")

@@ -10,6 +10,7 @@ about a second. uvicorn's own graceful timeout is set just below gunicorn's.
 """
 
 import asyncio
+import gc
 import sys
 
 from uvicorn.server import Server
@@ -28,6 +29,7 @@ class Worker(UvicornWorker):
         from todos.doorbell import hub
 
         self.config.app = self.wsgi
+        tune_gc()
         server = Server(config=self.config)
         loop = asyncio.get_running_loop()
         stop = server.handle_exit
@@ -44,3 +46,26 @@ class Worker(UvicornWorker):
             from gunicorn.arbiter import Arbiter
 
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
+
+
+def tune_gc():
+    """Keep the garbage collector's pauses short in a process of waiters.
+
+    A full collection walks every object of the process with the event loop
+    stopped. With 3 500 waiters open, Python's defaults ran one every few
+    seconds per process, 150–470 ms each, and every request waited behind
+    it. So: freeze what the process has loaded (Django, the URL resolvers,
+    the settings: never garbage, never walked again), and collect the young
+    generation after 10 000 allocations, not 700, so a request's own garbage
+    dies young instead of aging into the full collections. The serving's
+    reference cycles are gone (board.asgi.release, tests/system/test_garbage),
+    so a collection finds little to free. ``SWITCHBOARD_GC_THRESHOLDS``
+    (board/settings.py) sets the thresholds. Measured in docs/scaling.md
+    ("Garbage collection").
+    """
+    from django.conf import settings
+
+    thresholds = settings.SWITCHBOARD_GC_THRESHOLDS
+    if thresholds is not None:
+        gc.freeze()
+        gc.set_threshold(*thresholds)

@@ -457,6 +457,16 @@ class FirstTry:
         if self.waiter is not None:
             self.waiter.close()
 
+    def take(self):
+        """Hand the tries and the waiter over to the wait, which ends them.
+
+        Let go of here: the tries hold the caller's ``attempt``, and the
+        caller often holds this, a cycle that would outlive the request.
+        """
+        taken = self.tries, self.waiter, self.deadline
+        self.tries = self.waiter = None
+        return taken
+
 
 def begin_claim(scope, queue, wait, attempt):
     """The first try of a long poll (sync: run it in the request's database
@@ -481,7 +491,7 @@ async def aclaim_when_ready(
     """
     if first is None:
         first = await db(begin_claim, scope, queue, wait, attempt)
-    tries, waiter, deadline = first.tries, first.waiter, first.deadline
+    tries, waiter, deadline = first.take()
     tries.db = db
     if first.result is not None or waiter is None:
         return first.result if first.result is not None else tries.nothing()
@@ -536,7 +546,9 @@ class _Attempts:
         try:
             result = self.attempt()
         except NotFound as exc:
-            self.empty = exc
+            # Without its traceback: that holds this frame, and so ``self``,
+            # a reference cycle only a full garbage collection would free.
+            self.empty = exc.with_traceback(None)
             return None
         if isinstance(result, list) and not result:
             self.empty = result
@@ -545,9 +557,17 @@ class _Attempts:
 
     def nothing(self):
         """The answer when the wait ends empty: the last NotFound, or []."""
-        if isinstance(self.empty, list):
-            return self.empty
-        raise self.empty if self.empty is not None else NotFound(NO_WORK)
+        empty, self.empty = self.empty, None
+        if isinstance(empty, list):
+            return empty
+        if empty is None:
+            raise NotFound(NO_WORK)
+        # Raised, it holds this frame through its traceback; neither it nor
+        # this frame may hold it back, or the request becomes a cycle.
+        try:
+            raise empty
+        finally:
+            del empty
 
 
 NO_WORK = "no claimable todo"

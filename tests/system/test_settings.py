@@ -76,3 +76,23 @@ def test_make_generates_a_local_secret_key_once_and_git_ignores_it(tmp_path):
 def test_the_unused_admin_and_postgres_apps_are_not_installed():
     assert "django.contrib.admin" not in settings.INSTALLED_APPS
     assert "django.contrib.postgres" not in settings.INSTALLED_APPS
+
+
+@pytest.mark.parametrize("value", ["10000,5", "a,b,c", "10000,-1,100", "fast"])
+def test_bad_gc_thresholds_refuse_to_start(value):
+    finished = start_django(DEBUG="1", SWITCHBOARD_GC_THRESHOLDS=value)
+
+    assert finished.returncode != 0
+    assert "SWITCHBOARD_GC_THRESHOLDS must be three integers" in finished.stderr
+
+
+def test_gc_thresholds_default_and_python_and_three_integers(monkeypatch):
+    from board.settings import env_gc_thresholds
+
+    assert settings.SWITCHBOARD_GC_THRESHOLDS == (10_000, 5, 100)
+    monkeypatch.setenv("SB_TEST_GC", "python")
+    assert env_gc_thresholds("SB_TEST_GC", (1, 2, 3)) is None
+    monkeypatch.setenv("SB_TEST_GC", " 20000,10,50 ")
+    assert env_gc_thresholds("SB_TEST_GC", (1, 2, 3)) == (20_000, 10, 50)
+    monkeypatch.delenv("SB_TEST_GC")
+    assert env_gc_thresholds("SB_TEST_GC", (1, 2, 3)) == (1, 2, 3)

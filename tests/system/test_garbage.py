@@ -1,0 +1,211 @@
+"""Served requests leave no reference cycles (issue #12, the waiters' tail).
+
+A cycle is freed only by the garbage collector, and a request that lives past
+a few collections — every long poll, any request in a busy process — reaches
+the oldest generation, whose collections walk every object of the process
+while the event loop stands still. With 3 500 waiters open those took
+150–470 ms each (docs/scaling.md, "Garbage collection"). So each agent-facing
+path, served by the real handler (board.asgi) on the real database, must
+leave nothing for the collector: ``gc.collect()`` after a request finds no
+unreachable object.
+
+Each path is served twice first, so caches that fill once (URL resolvers,
+the lazy settings, prepared statements) are not counted.
+"""
+
+import asyncio
+import collections
+import gc
+import json
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from board.asgi import application
+from todos.sqs import credentials
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def serve(method, path, headers=(), body=b"", leave_after_first_chunk=False):
+    """Serve one request through ``application`` as uvicorn would: (status, body).
+
+    The client "disconnects" once the answer is complete (uvicorn's receive()
+    then says so), or after the first chunk of a stream.
+    """
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in dict(headers).items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+    sent, gone, first = [], asyncio.Event(), [True]
+
+    async def receive():
+        if first[0]:
+            first[0] = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        ends = leave_after_first_chunk or not message.get("more_body")
+        if message["type"] == "http.response.body" and ends:
+            gone.set()
+
+    await application(scope, receive, send)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def cycles_left_by(request):
+    """Serve ``request`` (a zero-argument coroutine function) twice to warm
+    up, then once more: the status and what the collector found unreachable."""
+
+    async def run():
+        for _ in range(2):
+            await request()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            status, _ = await request()
+            gc.collect()
+        finally:
+            gc.set_debug(0)
+        return status
+
+    status = asyncio.run(run())
+    found = collections.Counter(type(o).__qualname__ for o in gc.garbage)
+    gc.garbage.clear()
+    return status, found
+
+
+def json_call(token, path, fields, method="POST"):
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    return lambda: serve(method, path, headers, json.dumps(fields).encode())
+
+
+def test_health_checks_leave_no_cycles(db):
+    assert cycles_left_by(lambda: serve("GET", "/healthz")) == (200, {})
+
+
+def test_creates_leave_no_cycles(endpoint):
+    create = json_call(endpoint.token, "/api/v1/todos", {"queue": "q"})
+    assert cycles_left_by(create) == (201, {})
+
+
+def test_an_empty_claim_leaves_no_cycles(endpoint):
+    claim = json_call(
+        endpoint.token,
+        "/api/v1/todos/claim",
+        {"worker": "w", "queue": "empty", "wait_seconds": 0},
+    )
+    assert cycles_left_by(claim) == (404, {})
+
+
+def test_a_long_poll_whose_wait_runs_out_leaves_no_cycles(endpoint):
+    # The defect: the wait's last NotFound, kept with its traceback by the
+    # tries that its frames held, and Django's RequestAborted, raised into
+    # the handler's frame, each tied the whole request into a cycle.
+    poll = json_call(
+        endpoint.token,
+        "/api/v1/todos/claim",
+        {"worker": "w", "queue": "empty", "wait_seconds": 1},
+    )
+    assert cycles_left_by(poll) == (404, {})
+
+
+def test_a_long_poll_that_claims_leaves_no_cycles(endpoint):
+    create = json_call(endpoint.token, "/api/v1/todos", {"queue": "q"})
+    poll = json_call(
+        endpoint.token,
+        "/api/v1/todos/claim",
+        {"worker": "w", "queue": "q", "wait_seconds": 1, "max_todos": 2},
+    )
+
+    async def created_then_claimed():
+        await create()
+        return await poll()
+
+    assert cycles_left_by(created_then_claimed) == (200, {})
+
+
+def test_an_event_stream_that_ends_leaves_no_cycles(endpoint):
+    headers = {"Authorization": f"Bearer {endpoint.token}"}
+    stream = lambda: serve(  # noqa: E731
+        "GET", "/api/v1/events", headers, leave_after_first_chunk=True
+    )
+    assert cycles_left_by(stream) == (200, {})
+
+
+def test_a_waiting_sqs_receive_leaves_no_cycles(endpoint):
+    issued = credentials.issue(endpoint)
+    signer = SigV4Auth(
+        Credentials(issued.access_key_id, issued.secret_access_key), "sqs", "us-east-1"
+    )
+
+    def sqs(target, fields):
+        request = AWSRequest(
+            method="POST",
+            url="http://testserver/",
+            data=json.dumps(fields).encode(),
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": f"AmazonSQS.{target}",
+                "Host": "testserver",
+            },
+        )
+        signer.add_auth(request)
+        return serve("POST", "/", dict(request.headers.items()), request.body)
+
+    async def receive():
+        status, raw = await sqs("CreateQueue", {"QueueName": "waits"})
+        assert status == 200, raw
+        url = json.loads(raw)["QueueUrl"]
+        return await sqs("ReceiveMessage", {"QueueUrl": url, "WaitTimeSeconds": 1})
+
+    assert cycles_left_by(receive) == (200, {})
+
+
+@pytest.fixture
+def python_gc():
+    """Put the collector back as Python had it after the test."""
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_the_served_process_freezes_its_start_and_collects_young_less_often(
+    python_gc, settings
+):
+    from board.workers import tune_gc
+
+    gc.unfreeze()
+    settings.SWITCHBOARD_GC_THRESHOLDS = (10_000, 5, 100)
+    tune_gc()
+
+    assert gc.get_threshold() == (10_000, 5, 100)
+    assert gc.get_freeze_count() > 10_000
+
+
+def test_python_keeps_the_collector_as_python_has_it(python_gc, settings):
+    from board.workers import tune_gc
+
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    settings.SWITCHBOARD_GC_THRESHOLDS = None
+    tune_gc()
+
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
