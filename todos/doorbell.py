@@ -117,7 +117,7 @@ class Waiter:
         self.notices = set()
         self.ended = False
         self._loop = None
-        self._event = None
+        self._woken = None
         self._thread_event = threading.Event()
 
     def matches(self, ring):
@@ -137,12 +137,13 @@ class Waiter:
         if notice is not None:
             self.notices.add(notice)
         self._thread_event.set()
-        if self._loop is not None:
+        if self._woken is not None:
             try:
-                self._loop.call_soon_threadsafe(self._event.set)
+                self._loop.call_soon_threadsafe(_wake, self._woken)
             except RuntimeError:
                 # That loop is closed: the waiter is between two waits.
                 self._loop = None
+            self._woken = None
 
     def _take(self):
         rings, notices = list(self.rings), set(self.notices)
@@ -152,15 +153,21 @@ class Waiter:
         return rings, notices
 
     async def wait(self, timeout):
+        # One future woken by the hub or by a timer: a stream waits once per
+        # ring, and asyncio.wait_for's coroutine, Event and Timeout cost more.
         loop = asyncio.get_running_loop()
         with self.hub.lock:
             if self.busy:
                 return self._take()
-            if self._loop is not loop:
-                self._loop, self._event = loop, asyncio.Event()
-            self._event.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), max(timeout, 0))
+            self._loop, self._woken = loop, loop.create_future()
+            woken = self._woken
+        timer = loop.call_later(max(timeout, 0), _wake, woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            with self.hub.lock:
+                self._woken = None
         with self.hub.lock:
             return self._take()
 
@@ -172,6 +179,11 @@ class Waiter:
     def close(self):
         """Leave the hub; rings not taken yet go to another claim waiter."""
         self.hub.unsubscribe(self)
+
+
+def _wake(woken):
+    if not woken.done():
+        woken.set_result(None)
 
 
 class Hub:

@@ -33,9 +33,13 @@ ENDED_ACCESS = ": this endpoint's token or grant changed; reconnect\n\n"
 
 
 def _event(ring):
-    data = json.dumps(
-        {"id": ring["id"], "endpoint_id": ring["endpoint_id"], "queue": ring["queue"]}
-    )
+    return _ready_event(str(ring["id"]), str(ring["endpoint_id"]), ring["queue"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _ready_event(todo_id, endpoint_id, queue):
+    # One ring reaches every open stream of its scope: its text is made once.
+    data = json.dumps({"id": todo_id, "endpoint_id": endpoint_id, "queue": queue})
     return f"event: todo.ready\ndata: {data}\n\n"
 
 

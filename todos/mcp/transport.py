@@ -22,6 +22,7 @@ wrong (unknown method, bad params) is a JSON-RPC error at 200; a tool whose
 work fails is a result with ``isError`` (``todos.mcp.tools``).
 """
 
+import functools
 import importlib.metadata
 import json
 import logging
@@ -418,6 +419,17 @@ def doorbell_notification(ring):
     }
 
 
+def _doorbell_event(ring):
+    return _doorbell_text(str(ring["id"]), str(ring["endpoint_id"]), ring["queue"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _doorbell_text(todo_id, endpoint_id, queue):
+    # One ring reaches every open stream of its scope: its text is made once.
+    ring = {"id": todo_id, "endpoint_id": endpoint_id, "queue": queue}
+    return _event(doorbell_notification(ring))
+
+
 def _wants_doorbell(log_level):
     return LOG_LEVELS.index(log_level) <= LOG_LEVELS.index(DOORBELL_LEVEL)
 
@@ -446,7 +458,7 @@ async def session_stream(request, waiter, session, rings, keepalive_seconds):
         yield ": connected\n\n"
         while True:
             if rings and _wants_doorbell(log_level):
-                yield "".join(_event(doorbell_notification(ring)) for ring in rings)
+                yield "".join(_doorbell_event(ring) for ring in rings)
             else:
                 yield ": keep-alive\n\n"
             rings, notices = await waiter.wait(keepalive_seconds)
