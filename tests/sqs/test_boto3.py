@@ -310,6 +310,41 @@ def test_visibility_timeout_hides_a_message_until_it_lapses(client, queue_url, s
     assert again["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "2"
 
 
+def test_a_lapsed_visibility_timeout_counts_as_visible_before_any_sweep(
+    client, queue_url
+):
+    """Defect: a message whose visibility timeout ran out was counted as not
+    visible until the sweep requeued it, though the next receive took it."""
+    sent = client.send_message(QueueUrl=queue_url, MessageBody="x")
+    client.send_message(QueueUrl=queue_url, MessageBody="y")
+    client.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=2)
+
+    def counts():
+        attributes = client.get_queue_attributes(
+            QueueUrl=queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )["Attributes"]
+        return (
+            attributes["ApproximateNumberOfMessages"],
+            attributes["ApproximateNumberOfMessagesNotVisible"],
+        )
+
+    assert counts() == ("0", "2")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE todos SET lease_expires_at = now() - interval '1 second'"
+            " WHERE id = %s",
+            [sent["MessageId"]],
+        )
+    assert counts() == ("1", "1")
+    again = client.receive_message(QueueUrl=queue_url)["Messages"]
+    assert [m["MessageId"] for m in again] == [sent["MessageId"]]
+    assert counts() == ("0", "2")
+
+
 def test_change_message_visibility_extends_the_lease(client, queue_url, sqs):
     sent = client.send_message(QueueUrl=queue_url, MessageBody="x")
     handle = client.receive_message(QueueUrl=queue_url)["Messages"][0]["ReceiptHandle"]

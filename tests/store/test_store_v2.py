@@ -670,7 +670,11 @@ def test_list_queues_shows_live_figures(scope, time_travel):
     assert (info.pending, info.delayed, info.claimed) == (0, 1, 1)
     assert info.retry_scheduled == 2
     assert info.oldest_pending_age_seconds is None
+    assert info.lapsed == 0
     assert info.to_dict()["name"] == "q"
+    time_travel(claimed.id, lease_expires_at=-10_000)
+    [info] = store.list_queues(scope)
+    assert (info.claimed, info.lapsed) == (1, 1)
 
 
 def test_queues_outside_the_grant_are_neither_listed_nor_reachable(

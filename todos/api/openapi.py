@@ -105,6 +105,7 @@ QUEUE_SCHEMA = {
         "retry_scheduled",
         "dead_letter",
         "oldest_pending_age_seconds",
+        "lapsed",
     ],
     "properties": {
         "name": {"type": "string"},
@@ -121,6 +122,7 @@ QUEUE_SCHEMA = {
         "retry_scheduled": {"type": "integer", "minimum": 0},
         "dead_letter": {"type": "integer", "minimum": 0},
         "oldest_pending_age_seconds": {"type": ["number", "null"]},
+        "lapsed": {"type": "integer", "minimum": 0},
     },
 }
 

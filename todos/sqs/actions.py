@@ -252,8 +252,9 @@ def _epoch_seconds(moment):
 
 def _queue_attributes(caller, info):
     return {
-        "ApproximateNumberOfMessages": str(info.pending),
-        "ApproximateNumberOfMessagesNotVisible": str(info.claimed),
+        # A lapsed lease is visible again, as in SQS: the next receive takes it.
+        "ApproximateNumberOfMessages": str(info.pending + info.lapsed),
+        "ApproximateNumberOfMessagesNotVisible": str(info.claimed - info.lapsed),
         "ApproximateNumberOfMessagesDelayed": str(info.delayed + info.retry_scheduled),
         "CreatedTimestamp": _epoch_seconds(info.created_at),
         "LastModifiedTimestamp": _epoch_seconds(info.updated_at),

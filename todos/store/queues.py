@@ -46,6 +46,9 @@ class QueueInfo:
     # Counted up to TERMINAL_FIGURE_CAP + 1, like the Board's terminal counts.
     dead_letter: int = 0
     oldest_pending_age_seconds: float | None = None
+    # Of ``claimed``: those whose lease has run out, claimable again at once
+    # (the claim scan takes them) though no reaper has requeued them yet.
+    lapsed: int = 0
 
     @classmethod
     def from_row(cls, row):
@@ -65,6 +68,7 @@ class QueueInfo:
             updated,
             *row[8:13],
             None if age is None else float(age),
+            row[14],
         )
 
     def to_dict(self):
@@ -83,7 +87,7 @@ QUEUES_SQL = """
 SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
        q.paused_at, q.created_at, q.updated_at,
        live.pending, live.delayed, live.claimed, live.retry_scheduled, dead.n,
-       live.oldest_age
+       live.oldest_age, live.lapsed
   FROM queues q
  CROSS JOIN (SELECT statement_timestamp() AS at) clock
  CROSS JOIN LATERAL (
@@ -92,6 +96,8 @@ SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
             count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at)
                 AS delayed,
             count(*) FILTER (WHERE state = 'claimed') AS claimed,
+            count(*) FILTER (WHERE state = 'claimed'
+                             AND lease_expires_at <= clock.at) AS lapsed,
             count(*) FILTER (WHERE state = 'failed') AS retry_scheduled,
             EXTRACT(EPOCH FROM clock.at - min(available_at)
                 FILTER (WHERE state = 'pending' AND available_at <= clock.at))
