@@ -345,6 +345,33 @@ def test_a_lapsed_visibility_timeout_counts_as_visible_before_any_sweep(
     assert counts() == ("0", "2")
 
 
+def test_a_lapsed_handle_deletes_its_message_until_the_sweep_requeues_it(
+    client, queue_url, sqs
+):
+    first, second = (
+        client.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
+        for body in ("x", "y")
+    )
+    handles = {
+        m["MessageId"]: m["ReceiptHandle"]
+        for m in client.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=2)[
+            "Messages"
+        ]
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE todos SET lease_expires_at = now() - interval '1 second'"
+            " WHERE id = ANY(%s::uuid[])",
+            [[first, second]],
+        )
+    client.delete_message(QueueUrl=queue_url, ReceiptHandle=handles[first])
+    assert store.get_todo(scope_of(sqs[0]), first).state == "done"
+
+    assert [moved.id for moved in store.reap_expired()] == [second]
+    client.delete_message(QueueUrl=queue_url, ReceiptHandle=handles[second])
+    assert store.get_todo(scope_of(sqs[0]), second).state == "pending"
+
+
 def test_change_message_visibility_extends_the_lease(client, queue_url, sqs):
     sent = client.send_message(QueueUrl=queue_url, MessageBody="x")
     handle = client.receive_message(QueueUrl=queue_url)["Messages"][0]["ReceiptHandle"]
