@@ -148,6 +148,31 @@ def test_an_event_stream_that_ends_leaves_no_cycles(endpoint):
     assert cycles_left_by(stream) == (200, {})
 
 
+def test_an_mcp_post_leaves_no_cycles(endpoint):
+    # Served by Django's own ASGI handling (a thread per request): its
+    # disconnect listener raised RequestAborted into the handler's frame too.
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "pytest", "version": "1"},
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {endpoint.token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Host": "testserver",
+    }
+    post = lambda: serve(  # noqa: E731
+        "POST", "/mcp", headers, json.dumps(initialize).encode()
+    )
+    assert cycles_left_by(post) == (200, {})
+
+
 def test_a_waiting_sqs_receive_leaves_no_cycles(endpoint):
     issued = credentials.issue(endpoint)
     signer = SigV4Auth(
