@@ -282,7 +282,13 @@ logout_view = auth_views.LogoutView.as_view()
 def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
     data = request.board.overview()
-    by_id = _endpoints_by_id(request)
+    # Only what the page shows of each endpoint: an operator may see hundreds.
+    by_id = {
+        str(e.id): e
+        for e in request.board.endpoints().only(
+            "id", "name", "revoked_at", "owner", "owner__username"
+        )
+    }
     # Each row links to its queue and to its list per state: reversed once.
     queue_url = queue_urls()
     groups = {}
