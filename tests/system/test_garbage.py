@@ -24,6 +24,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from board.asgi import application
+from tests.mcp.test_mcp import INITIALIZE
 from todos.sqs import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -151,16 +152,6 @@ def test_an_event_stream_that_ends_leaves_no_cycles(endpoint):
 def test_an_mcp_post_leaves_no_cycles(endpoint):
     # Served by Django's own ASGI handling (a thread per request): its
     # disconnect listener raised RequestAborted into the handler's frame too.
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "pytest", "version": "1"},
-        },
-    }
     headers = {
         "Authorization": f"Bearer {endpoint.token}",
         "Content-Type": "application/json",
@@ -168,7 +159,7 @@ def test_an_mcp_post_leaves_no_cycles(endpoint):
         "Host": "testserver",
     }
     post = lambda: serve(  # noqa: E731
-        "POST", "/mcp", headers, json.dumps(initialize).encode()
+        "POST", "/mcp", headers, json.dumps(INITIALIZE).encode()
     )
     assert cycles_left_by(post) == (200, {})
 
