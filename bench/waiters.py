@@ -25,6 +25,10 @@ GET streams (each after its ``initialize``), over 50 endpoints (a tenth of the
 streams on the probes' endpoint, so each create rings them). It also runs
 bench/http_throughput.py's claim+complete loop against both servings (no
 waiters), and prints everything side by side, with `uptime` before and after.
+With ``--gc-probe`` the server's processes also time their garbage
+collections (bench/gcprobe/sitecustomize.py): each measurement then reports the
+workers' full collections and the slowest pauses (docs/scaling.md, "Garbage
+collection"; set SWITCHBOARD_GC_THRESHOLDS=python to compare with Python's).
 Results: bench/results/waiters-*.json; the figures in docs/scaling.md.
 """
 
@@ -50,6 +54,7 @@ import psycopg
 
 ROOT = benchlib.ROOT
 APP_NAME = "sb-bench-waiters"
+GC_PROBE = Path(__file__).resolve().parent / "gcprobe"
 LOAD_ENDPOINTS = 50
 TIMEOUT = 10.0
 
@@ -151,9 +156,10 @@ def seeded(url, tree):
 class Serving:
     """A `make run`-style server (gunicorn + the sweep loop) from a source tree."""
 
-    def __init__(self, name, tree, url, extra_env=None):
+    def __init__(self, name, tree, url, extra_env=None, gc_probe=False):
         self.name, self.tree, self.url = name, Path(tree), url
         self.extra_env = extra_env or {}
+        self.gc_probe = gc_probe
         self.port = benchlib.free_port()
         self.procs = []
 
@@ -165,6 +171,10 @@ class Serving:
             GUNICORN_WORKERS="2",
         )
         env["PYTHONPATH"] = str(self.tree)
+        if self.gc_probe:
+            # bench/gcprobe/sitecustomize.py times every process's collections.
+            env["PYTHONPATH"] = os.pathsep.join([str(GC_PROBE), str(self.tree)])
+            env["SWITCHBOARD_BENCH_GC_PROBE"] = "1"
         env.update(self.extra_env)
         # Production settings refuse to start without a key; any will do here.
         env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
@@ -173,7 +183,8 @@ class Serving:
     def __enter__(self):
         benchlib.RESULTS.mkdir(parents=True, exist_ok=True)
         label = self.name.split()[0]
-        log = (benchlib.RESULTS / f"waiters-{label}-{self.port}.log").open("ab")
+        self.log_path = benchlib.RESULTS / f"waiters-{label}-{self.port}.log"
+        log = self.log_path.open("ab")
         self.log = log
         gunicorn = subprocess.Popen(
             [
@@ -651,7 +662,8 @@ def run_serving(name, tree, url, args, extra_env=None):
     prepare_tree_database(url, tree)
     seeds = seeded(url, tree)
     result = {"name": name, "tree": str(tree)}
-    with Serving(name, tree, url, extra_env) as serving:
+    windows = {}
+    with Serving(name, tree, url, extra_env, args.gc_probe) as serving:
         result["http_throughput"] = throughput(
             url,
             serving,
@@ -661,7 +673,9 @@ def run_serving(name, tree, url, args, extra_env=None):
         )
         print(f"  claim+complete: {result['http_throughput']}", flush=True)
         benchlib.reset_todos(url)
+        started = time.time()
         result["idle"] = measure(serving, seeds, args.seconds, args.probes)
+        windows["idle"] = (started, time.time())
         print(f"  no waiters: {result['idle']}", flush=True)
         load = LoadProcess(
             serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
@@ -670,12 +684,41 @@ def run_serving(name, tree, url, args, extra_env=None):
             opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
             result["waiters_open"] = opened
             print(f"  waiters: {opened}", flush=True)
+            started = time.time()
             result["loaded"] = measure(serving, seeds, args.seconds, args.probes)
+            windows["loaded"] = (started, time.time())
             result["waiters_after"] = dict(load.stats)
             print(f"  with waiters: {result['loaded']}", flush=True)
         finally:
             load.stop()
+    if args.gc_probe:
+        # The gunicorn workers' collections: not the master's, not the sweep's.
+        others = {str(proc.pid) for proc in serving.procs}
+        result["gc"] = gc_pauses(serving.log_path, windows, others)
+        print(f"  garbage collections: {result['gc']}", flush=True)
     return result
+
+
+def gc_pauses(log_path, windows, others):
+    """Per measurement window: the workers' full collections (all processes'
+    but ``others``), the slowest of them and the slowest younger one, from
+    the probe's lines in the server's log."""
+    lines = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith("gc-probe "):
+            stamp, pid, generation, ms = line.split()[1:5]
+            lines.append((float(stamp), pid[4:], int(generation[11:]), float(ms[3:])))
+    found = {}
+    for phase, (start, end) in windows.items():
+        seen = [x for x in lines if start <= x[0] <= end and x[1] not in others]
+        full = [ms for _, _, generation, ms in seen if generation == 2]
+        young = [ms for _, _, generation, ms in seen if generation < 2]
+        found[phase] = {
+            "full_collections": len(full),
+            "slowest_full_ms": max(full, default=0),
+            "slowest_young_ms": max(young, default=0),
+        }
+    return found
 
 
 def print_side_by_side(results, args):
@@ -746,6 +789,11 @@ def main():
         type=lambda text: tuple(text.split(",")),
         default=PROBES,
         help="which probes run at once (default: all of create,overview,healthz,wake)",
+    )
+    parse.add_argument(
+        "--gc-probe",
+        action="store_true",
+        help="time the server's garbage collections (bench/gcprobe) per measurement",
     )
     parse.add_argument("--throughput-workers", type=int, default=4)
     parse.add_argument("--throughput-seconds", type=float, default=8)
