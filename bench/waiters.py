@@ -706,8 +706,10 @@ def gc_pauses(log_path, windows, others):
     lines = []
     for line in log_path.read_text(errors="replace").splitlines():
         if line.startswith("gc-probe "):
-            stamp, pid, generation, ms = line.split()[1:5]
-            lines.append((float(stamp), pid[4:], int(generation[11:]), float(ms[3:])))
+            _, stamp, *pairs = line.split()
+            field = dict(pair.split("=", 1) for pair in pairs)
+            generation, ms = int(field["generation"]), float(field["ms"])
+            lines.append((float(stamp), field["pid"], generation, ms))
     found = {}
     for phase, (start, end) in windows.items():
         seen = [x for x in lines if start <= x[0] <= end and x[1] not in others]

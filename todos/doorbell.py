@@ -116,7 +116,6 @@ class Waiter:
         self.rings = deque()
         self.notices = set()
         self.ended = False
-        self._loop = None
         self._woken = None
         self._thread_event = threading.Event()
 
@@ -138,11 +137,9 @@ class Waiter:
             self.notices.add(notice)
         self._thread_event.set()
         if self._woken is not None:
-            try:
-                self._loop.call_soon_threadsafe(_wake, self._woken)
-            except RuntimeError:
-                # That loop is closed: the waiter is between two waits.
-                self._loop = None
+            with contextlib.suppress(RuntimeError):
+                # (RuntimeError: that loop is closed; the wait it had is gone.)
+                self._woken.get_loop().call_soon_threadsafe(_wake, self._woken)
             self._woken = None
 
     def _take(self):
@@ -159,16 +156,16 @@ class Waiter:
         with self.hub.lock:
             if self.busy:
                 return self._take()
-            self._loop, self._woken = loop, loop.create_future()
-            woken = self._woken
+            woken = self._woken = loop.create_future()
         timer = loop.call_later(max(timeout, 0), _wake, woken)
         try:
             await woken
         finally:
             timer.cancel()
-            with self.hub.lock:
-                self._woken = None
+        # (A cancelled wait leaves its done future behind: a later ring's
+        # _wake then does nothing, and the ring stays in the mailbox.)
         with self.hub.lock:
+            self._woken = None
             return self._take()
 
     def wait_blocking(self, timeout):

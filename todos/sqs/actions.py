@@ -252,7 +252,8 @@ def _epoch_seconds(moment):
 
 def _queue_attributes(caller, info):
     return {
-        # A lapsed lease is visible again, as in SQS: the next receive takes it.
+        # A lapsed lease is no longer in flight, as in SQS: the next receive
+        # takes it (at the attempt cap, the sweep dead-letters it instead).
         "ApproximateNumberOfMessages": str(info.pending + info.lapsed),
         "ApproximateNumberOfMessagesNotVisible": str(info.claimed - info.lapsed),
         "ApproximateNumberOfMessagesDelayed": str(info.delayed + info.retry_scheduled),

@@ -46,8 +46,9 @@ class QueueInfo:
     # Counted up to TERMINAL_FIGURE_CAP + 1, like the Board's terminal counts.
     dead_letter: int = 0
     oldest_pending_age_seconds: float | None = None
-    # Of ``claimed``: those whose lease has run out, claimable again at once
-    # (the claim scan takes them) though no reaper has requeued them yet.
+    # Of ``claimed``: those whose lease has run out though no reaper has moved
+    # them yet (the Board's "lapsed"). Below the attempt cap the next claim
+    # takes one at once; at the cap the reaper dead-letters it.
     lapsed: int = 0
 
     @classmethod

@@ -228,7 +228,12 @@ def _flash(request, notices):
 
 
 def _endpoints_by_id(request):
-    return {str(e.id): e for e in request.board.endpoints()}
+    """The endpoints in scope by id, with only what the lists show of each
+    (name, owner, revoked): an operator may see hundreds."""
+    endpoints = request.board.endpoints().only(
+        "id", "name", "revoked_at", "owner", "owner__username"
+    )
+    return {str(e.id): e for e in endpoints}
 
 
 def _endpoint_or_none(request, endpoint_id):
@@ -282,13 +287,7 @@ logout_view = auth_views.LogoutView.as_view()
 def overview(request):
     """Show counts per endpoint and queue, with stuck and failed work first."""
     data = request.board.overview()
-    # Only what the page shows of each endpoint: an operator may see hundreds.
-    by_id = {
-        str(e.id): e
-        for e in request.board.endpoints().only(
-            "id", "name", "revoked_at", "owner", "owner__username"
-        )
-    }
+    by_id = _endpoints_by_id(request)
     # Each row links to its queue and to its list per state: reversed once.
     queue_url = queue_urls()
     groups = {}
