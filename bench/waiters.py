@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import resource
@@ -268,7 +269,7 @@ def default_before():
     return f"{added[0]}^" if added else "HEAD"
 
 
-# --- Probes (this process: plain blocking HTTP, one thread per kind) -----------
+# --- Probes (plain blocking HTTP, a process per kind) ---------------------------
 
 
 class Probe:
@@ -351,28 +352,40 @@ def count_connections(url):
 PROBES = ("create", "overview", "healthz", "wake")
 
 
-def measure(serving, seeds, seconds, probes=PROBES):
-    """Run the probes all at once for ``seconds``; return their figures."""
-    probe = seeds["probe"]
-    api = Probe(serving.port, {"Authorization": f"Bearer {probe['token']}"})
-    board = Probe(serving.port, {"Cookie": f"sessionid={seeds['session']}"})
-    plain = Probe(serving.port, {})
-
-    def create():
-        status, _, elapsed = api.call(
-            "POST", "/api/v1/todos", {"queue": "create-probe", "title": "probe"}
+def run_probe(kind, port, seeds, seconds):
+    """One probe's latencies and failures (in a process of its own)."""
+    api = Probe(port, {"Authorization": f"Bearer {seeds['probe']['token']}"})
+    if kind == "wake":
+        return wake_probe(api, seconds)
+    if kind == "create":
+        probe, method, path, body, ok = (
+            api,
+            "POST",
+            "/api/v1/todos",
+            {"queue": "create-probe", "title": "probe"},
+            201,
         )
-        return status == 201, elapsed
+    elif kind == "overview":
+        board = Probe(port, {"Cookie": f"sessionid={seeds['session']}"})
+        probe, method, path, body, ok = board, "GET", "/board/", None, 200
+    else:
+        probe, method, path, body, ok = Probe(port, {}), "GET", "/healthz", None, 200
 
-    def overview():
-        status, _, elapsed = board.call("GET", "/board/")
-        return status == 200, elapsed
+    def step():
+        status, _, elapsed = probe.call(method, path, body)
+        return status == ok, elapsed
 
-    def healthz():
-        status, _, elapsed = plain.call("GET", "/healthz")
-        return status == 200, elapsed
+    return loop_probe(seconds, step)
 
-    results, connections = {}, []
+
+def measure(serving, seeds, seconds, probes=PROBES):
+    """Run the probes all at once for ``seconds``; return their figures.
+
+    Each probe is a process of its own, as independent clients are: as
+    threads of one interpreter, one probe's parsing (the overview's 70 kB)
+    held the others' clocks behind its GIL.
+    """
+    connections = []
     stop = threading.Event()
 
     def watch():
@@ -380,23 +393,16 @@ def measure(serving, seeds, seconds, probes=PROBES):
             connections.append(count_connections(serving.url))
             stop.wait(0.5)
 
-    kinds = {
-        "create": lambda: loop_probe(seconds, create),
-        "overview": lambda: loop_probe(seconds, overview),
-        "healthz": lambda: loop_probe(seconds, healthz),
-        "wake": lambda: wake_probe(api, seconds),
-    }
-    threads = [
-        threading.Thread(target=lambda k=k, f=f: results.__setitem__(k, f()))
-        for k, f in kinds.items()
-        if k in probes
-    ]
     watcher = threading.Thread(target=watch)
     watcher.start()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(len(probes)) as pool:
+        calls = {
+            kind: pool.apply_async(run_probe, (kind, serving.port, seeds, seconds))
+            for kind in PROBES
+            if kind in probes
+        }
+        results = {kind: call.get() for kind, call in calls.items()}
     stop.set()
     watcher.join()
     figures = {}

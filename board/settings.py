@@ -219,6 +219,9 @@ SWITCHBOARD_DB_THREADS = env_int(
 SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(
     "SWITCHBOARD_GC_THRESHOLDS", (10_000, 5, 100)
 )
+# How long a served process's thread may hold the GIL while another waits
+# for it (board/workers.py, tune_switch_interval); Python's own is 5 ms.
+SWITCHBOARD_SWITCH_INTERVAL_MS = env_int("SWITCHBOARD_SWITCH_INTERVAL_MS", 1, 1, 100)
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
 _db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}
@@ -294,6 +297,11 @@ SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
 SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(
     "SWITCHBOARD_SSE_KEEPALIVE_SECONDS", 15, 1, 300
 )
+
+# How long a ring may wait to reach the event streams (SSE, MCP GET) of its
+# scope: the streams a moment's rings wake are woken together, once, and each
+# sends those rings in one write (todos.doorbell). 0 = each ring at once.
+SWITCHBOARD_STREAM_BATCH_MS = env_int("SWITCHBOARD_STREAM_BATCH_MS", 20, 0, 1000)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()

@@ -30,6 +30,7 @@ class Worker(UvicornWorker):
 
         self.config.app = self.wsgi
         tune_gc()
+        tune_switch_interval()
         server = Server(config=self.config)
         loop = asyncio.get_running_loop()
         stop = server.handle_exit
@@ -69,3 +70,19 @@ def tune_gc():
     if thresholds is not None:
         gc.freeze()
         gc.set_threshold(*thresholds)
+
+
+def tune_switch_interval():
+    """Hand the GIL over sooner: every 1 ms rather than Python's 5.
+
+    A served process's event loop and its request threads take turns at the
+    GIL. When a thread's database call returns, it waits for the GIL until
+    the holder lets go, at most one switch interval; a wake-up (the hub's
+    thread, the loop, a claim in a thread, the loop again) waits at each hop.
+    With 3 500 waiters open, 1 ms cut the wake p99 from a median of 100 ms
+    over 8 runs to 73 over 5, the rest unchanged (docs/scaling.md).
+    ``SWITCHBOARD_SWITCH_INTERVAL_MS`` sets it.
+    """
+    from django.conf import settings
+
+    sys.setswitchinterval(settings.SWITCHBOARD_SWITCH_INTERVAL_MS / 1000)

@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 
 import psycopg
@@ -117,6 +118,7 @@ class Waiter:
         self.notices = set()
         self.ended = False
         self._woken = None
+        self._in_batch = False
         self._thread_event = threading.Event()
 
     def matches(self, ring):
@@ -136,11 +138,17 @@ class Waiter:
         if notice is not None:
             self.notices.add(notice)
         self._thread_event.set()
-        if self._woken is not None:
-            with contextlib.suppress(RuntimeError):
-                # (RuntimeError: that loop is closed; the wait it had is gone.)
-                self._woken.get_loop().call_soon_threadsafe(_wake, self._woken)
-            self._woken = None
+        if self._woken is None:
+            return
+        if self.kind == "stream" and notice is None:
+            # A ring: with the other streams of the loop, in a moment. (The
+            # wait stays open to a notice, which wakes it at once.)
+            if not self._in_batch:
+                self._in_batch = True
+                self.hub._wake_in_batch(self._woken)
+            return
+        _wake_soon(self._woken)
+        self._woken = None
 
     def _take(self):
         rings, notices = list(self.rings), set(self.notices)
@@ -157,6 +165,7 @@ class Waiter:
             if self.busy:
                 return self._take()
             woken = self._woken = loop.create_future()
+            self._in_batch = False
         timer = loop.call_later(max(timeout, 0), _wake, woken)
         try:
             await woken
@@ -183,6 +192,16 @@ def _wake(woken):
         woken.set_result(None)
 
 
+def _wake_soon(woken):
+    with contextlib.suppress(RuntimeError):
+        # (RuntimeError: that loop is closed; the wait it had is gone.)
+        woken.get_loop().call_soon_threadsafe(_wake, woken)
+
+
+def stream_batch_seconds():
+    return settings.SWITCHBOARD_STREAM_BATCH_MS / 1000
+
+
 class Hub:
     """The process's one LISTEN connection and the waiters it serves."""
 
@@ -197,6 +216,9 @@ class Hub:
         self._started_in_pid = None
         self._stop = threading.Event()
         self.listening = threading.Event()
+        # Stream waiters rung but not woken yet, per event loop (see
+        # _wake_in_batch); weak, so a closed loop's batch goes with it.
+        self._batches = weakref.WeakKeyDictionary()
 
     # --- Waiters ------------------------------------------------------------
 
@@ -261,6 +283,38 @@ class Hub:
         return [waiter for group in self.by_endpoint.values() for waiter in group]
 
     # --- Fan-out (lock held) -----------------------------------------------
+
+    def _wake_in_batch(self, woken):
+        """Wake a stream waiter with the others of its loop, a moment later.
+
+        A ring reaches every open stream of its scope, and each woken stream
+        costs its event loop a write. Woken together ``SWITCHBOARD_STREAM_
+        BATCH_MS`` after the first ring, the streams take every ring of that
+        moment in one write, and the request that rang (a create) is answered
+        before its loop turns to the fan-out instead of after it.
+        """
+        delay = stream_batch_seconds()
+        loop = woken.get_loop()
+        if delay <= 0:
+            _wake_soon(woken)
+            return
+        batch = self._batches.get(loop)
+        if batch is None:
+            try:
+                loop.call_soon_threadsafe(
+                    loop.call_later, delay, self._wake_batch, loop
+                )
+            except RuntimeError:
+                return  # That loop is closed; the wait it had is gone.
+            batch = self._batches[loop] = []
+        batch.append(woken)
+
+    def _wake_batch(self, loop):
+        # In the loop's own thread.
+        with self.lock:
+            batch = self._batches.pop(loop, ())
+        for woken in batch:
+            _wake(woken)
 
     def _dispatch_ring(self, ring, exclude=None):
         group = self.by_endpoint.get(str(ring.get("endpoint_id")), ())

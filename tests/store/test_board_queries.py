@@ -89,6 +89,16 @@ def test_overview_live_counts_use_the_live_overview_index(db):
     assert "todos_live_overview_idx" in plan
 
 
+def test_the_overview_is_one_statement_whose_parts_keep_their_indexes(db):
+    """Its four counts came in four round trips, each a wait for the page;
+    joined, each part must still be planned on its own index."""
+    lines = plan(store.overview_sql("TRUE"), {"cap": 10})
+
+    assert "todos_live_overview_idx" in lines
+    assert lines.count("->  GroupAggregate") + lines.count("->  HashAggregate") == 4
+    assert "Seq Scan" not in lines
+
+
 def test_retryable_count_previews_failed_todos_matching_the_filter(scope):
     failed(scope, dead=True, queue="a")
     failed(scope, dead=False, queue="a")
@@ -185,7 +195,7 @@ def plan(sql, params):
 
 def test_overview_dead_letter_count_reads_only_the_dead_letter_index(db):
     sql = store.TERMINAL_OVERVIEW_SQL.format(
-        state=store.STATE_FILTERS["dead_letter"], scope="TRUE"
+        name="dead_letter", state=store.STATE_FILTERS["dead_letter"], scope="TRUE"
     )
 
     lines = plan(sql, {"cap": 10})

@@ -103,3 +103,88 @@ def test_the_periodic_recheck_spreads_the_scopes_over_its_period():
     for scope in scopes:
         asked = [getattr(w, "asked", 0) for w in waiters if w.scope == scope]
         assert sorted(asked) == [0, 1]  # one waiter of the scope, not both
+
+
+def quiet_streams(count):
+    """A hub with no LISTEN thread and ``count`` stream waiters of one scope."""
+    from uuid import uuid4
+
+    from todos.doorbell import Hub
+
+    quiet = Hub()
+    scope = store.Scope(uuid4(), None)
+    waiters = [quiet.subscribe(scope, "stream") for _ in range(count)]
+    quiet.stop()
+    for waiter in waiters:
+        waiter._take()  # the RECHECK of its first LISTEN
+    return quiet, scope, waiters
+
+
+def ring(scope, number):
+    return {"endpoint_id": str(scope.endpoint_id), "queue": "q", "id": f"t{number}"}
+
+
+def test_streams_take_the_rings_of_one_moment_in_one_wake(settings):
+    """Each ring woke each open stream for a write of its own, and the loop
+    served that fan-out before the answer of the create that rang. Rings now
+    reach a loop's streams together, SWITCHBOARD_STREAM_BATCH_MS later."""
+    import asyncio
+
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 50
+    quiet, scope, waiters = quiet_streams(3)
+
+    async def main():
+        waits = [asyncio.ensure_future(w.wait(5)) for w in waiters]
+        await asyncio.sleep(0)  # every stream waiting
+        for number in (1, 2):
+            with quiet.lock:
+                quiet._dispatch_ring(ring(scope, number))
+            await asyncio.sleep(0.005)
+        return await asyncio.gather(*waits)
+
+    taken = asyncio.run(main())
+
+    for rings, notices in taken:
+        assert [r["id"] for r in rings] == ["t1", "t2"] and not notices
+    assert not quiet._batches
+
+
+def test_a_notice_wakes_a_stream_at_once_even_with_rings_in_a_batch(settings):
+    import asyncio
+
+    from todos.doorbell import ENDPOINT
+
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 1000
+    quiet, scope, (waiter,) = quiet_streams(1)
+
+    async def main():
+        wait = asyncio.ensure_future(waiter.wait(5))
+        await asyncio.sleep(0)
+        with quiet.lock:
+            quiet._dispatch_ring(ring(scope, 1))
+            quiet._dispatch_control(
+                {"endpoint_id": str(scope.endpoint_id), "kind": "endpoint"}
+            )
+        return await asyncio.wait_for(wait, 0.5)  # not the batch's second
+
+    rings, notices = asyncio.run(main())
+
+    assert [r["id"] for r in rings] == ["t1"] and notices == {ENDPOINT}
+
+
+def test_stream_batching_off_wakes_each_ring_at_once(settings):
+    import asyncio
+
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 0
+    quiet, scope, (waiter,) = quiet_streams(1)
+
+    async def main():
+        wait = asyncio.ensure_future(waiter.wait(5))
+        await asyncio.sleep(0)
+        with quiet.lock:
+            quiet._dispatch_ring(ring(scope, 1))
+        return await asyncio.wait_for(wait, 0.5)
+
+    rings, _ = asyncio.run(main())
+
+    assert [r["id"] for r in rings] == ["t1"] and not quiet._batches

@@ -1,12 +1,14 @@
 """The Board's todo pages and actions: full pages, htmx fragments, login, CSRF."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
 from todos import store
+from todos.ui import views
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -146,6 +148,39 @@ def test_overview_page_shows_counts_per_endpoint_and_queue(board, scope, endpoin
     assert endpoint.name in html and "reviews" in html
     assert "Dead letter" in html and "Oldest pending" in html
     assert "stop at 10 000" in html
+
+
+def test_overview_rows_link_each_count_to_its_list_and_escape_the_queue(
+    board, scope, endpoint
+):
+    """The counts rows are made in Python (todos.ui.views.counts_row) for
+    speed: they must still escape what an agent named and link each count."""
+    queue = "<b>q&a</b>"
+    dead_letter(scope, queue=queue)
+    store.create_todo(scope, queue=queue)
+    claimed(scope)
+
+    html = board.get("/board/").content.decode()
+
+    assert "<b>q&a</b>" not in html
+    row = html.split("&lt;b&gt;q&amp;a&lt;/b&gt;</a></th>", 1)[1].split("</tr>")[0]
+    link = f"/board/todos/?endpoint={endpoint.id}&amp;queue=%3Cb%3Eq%26a%3C%2Fb%3E"
+    assert f'data-label="Pending"><a href="{link}&amp;state=pending">1</a>' in row
+    assert f'<a class="bad-text" href="{link}&amp;state=dead_letter">1</a>' in row
+    assert 'data-label="Claimed"><span class="zero">0</span>' in row
+    assert re.search(r'data-label="Oldest pending">\d+s</td>', row)
+    assert html.count(f'<th scope="row"><a href="/board/queues/{endpoint.id}/') == 2
+
+
+def test_overview_rows_mark_capped_terminal_counts(scope):
+    counts = store.QueueCounts(endpoint_id="e", queue="q", dead_letter=3, done=0)
+
+    row = views.counts_row(counts, "/q/", "/board/todos/", {"dead_letter": True})
+
+    assert '<a class="bad-text" href="/board/todos/?endpoint=e&amp;queue=q' in row
+    assert 'state=dead_letter">3+</a>' in row
+    assert '<span class="zero">0</span>' in row  # done, not capped
+    assert 'data-label="Oldest pending">\u2014</td>' in row
 
 
 def test_overview_fragment_is_only_the_counts(board, scope):

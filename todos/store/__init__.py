@@ -43,6 +43,7 @@ from .board import (  # noqa: F401
     board_overview,
     count_key_held_any_endpoint,
     count_retryable_any_endpoint,
+    overview_sql,
     retry_many_any_endpoint,
     retry_matching_any_endpoint,
 )

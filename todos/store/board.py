@@ -44,11 +44,14 @@ class Overview:
     cap: int
 
 
+# The overview is one statement of four parts, each planned as if alone: one
+# round trip instead of four.
+#
 # Live rows by endpoint, queue and state. The WHERE is exactly the predicate of
 # todos_live_overview_idx, so this is an index-only scan that never reads the
 # terminal backlog.
 LIVE_OVERVIEW_SQL = """
-SELECT endpoint_id, queue,
+SELECT 'live', endpoint_id, queue,
        count(*) FILTER (WHERE state = 'pending'),
        count(*) FILTER (WHERE state = 'claimed'),
        count(*) FILTER (WHERE state = 'failed'),
@@ -57,26 +60,39 @@ SELECT endpoint_id, queue,
  WHERE (state IN ('pending', 'claimed')
         OR (state = 'failed' AND next_retry_at IS NOT NULL))
    AND {scope}
- GROUP BY endpoint_id, queue
-"""
+ GROUP BY endpoint_id, queue"""
 
 # Claims whose lease has lapsed but that no reaper has moved yet: few rows,
 # served by todos_claimed_lease_idx.
 LAPSED_OVERVIEW_SQL = """
-SELECT endpoint_id, queue, count(*) FROM todos
+SELECT 'lapsed', endpoint_id, queue, count(*), NULL, NULL, NULL FROM todos
  WHERE state = 'claimed' AND lease_expires_at < now() AND {scope}
- GROUP BY endpoint_id, queue
-"""
+ GROUP BY endpoint_id, queue"""
 
 # A terminal state, counted only up to the cap: the inner LIMIT stops the scan
 # after cap + 1 rows, so a million done rows cost the same as ten thousand.
 TERMINAL_OVERVIEW_SQL = """
-SELECT endpoint_id, queue, count(*) FROM (
+SELECT '{name}', endpoint_id, queue, count(*), NULL, NULL, NULL FROM (
     SELECT endpoint_id, queue FROM todos WHERE {state} AND {scope}
      LIMIT %(cap)s + 1
-) capped
- GROUP BY endpoint_id, queue
-"""
+) {name}
+ GROUP BY endpoint_id, queue"""
+
+
+def overview_sql(scope):
+    """The overview's statement: its four parts, as one."""
+    return "\nUNION ALL".join(
+        [
+            LIVE_OVERVIEW_SQL.format(scope=scope),
+            LAPSED_OVERVIEW_SQL.format(scope=scope),
+        ]
+        + [
+            TERMINAL_OVERVIEW_SQL.format(
+                name=name, state=STATE_FILTERS[name], scope=scope
+            )
+            for name in ("dead_letter", "done")
+        ]
+    )
 
 
 # The Board's owner scope: only these endpoints (None = every endpoint).
@@ -104,28 +120,22 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
         key = (str(endpoint_id), queue)
         return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
-    for endpoint_id, queue, pending, claimed, retry, age in _run(
-        "board_overview", LIVE_OVERVIEW_SQL.format(scope=scope), scope_params
-    ):
-        line(endpoint_id, queue).update(
-            pending=pending,
-            claimed=claimed,
-            retry_scheduled=retry,
-            oldest_pending_seconds=None if age is None else float(age),
-        )
-    for endpoint_id, queue, lapsed in _run(
-        "board_overview", LAPSED_OVERVIEW_SQL.format(scope=scope), scope_params
-    ):
-        line(endpoint_id, queue)["lapsed"] = lapsed
-    capped = {}
-    for name in ("dead_letter", "done"):
-        sql = TERMINAL_OVERVIEW_SQL.format(state=STATE_FILTERS[name], scope=scope)
-        total = 0
-        bound = {**scope_params, "cap": cap}
-        for endpoint_id, queue, count in _run("board_overview", sql, bound):
-            line(endpoint_id, queue)[name] = count
-            total += count
-        capped[name] = total > cap
+    totals_terminal = {"dead_letter": 0, "done": 0}
+    rows = _run("board_overview", overview_sql(scope), {**scope_params, "cap": cap})
+    for part, endpoint_id, queue, count, claimed, retry, age in rows:
+        if part == "live":
+            line(endpoint_id, queue).update(
+                pending=count,
+                claimed=claimed,
+                retry_scheduled=retry,
+                oldest_pending_seconds=None if age is None else float(age),
+            )
+        elif part == "lapsed":
+            line(endpoint_id, queue)["lapsed"] = count
+        else:
+            line(endpoint_id, queue)[part] = count
+            totals_terminal[part] += count
+    capped = {name: total > cap for name, total in totals_terminal.items()}
     rows = sorted(
         (QueueCounts(**values) for values in counts.values()),
         key=lambda row: (row.endpoint_id, row.queue),

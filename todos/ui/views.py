@@ -23,7 +23,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.html import escape
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -290,15 +292,13 @@ def overview(request):
     by_id = _endpoints_by_id(request)
     # Each row links to its queue and to its list per state: reversed once.
     queue_url = queue_urls()
+    todos_url = reverse("board:todos")
     groups = {}
     for row in data.rows:
         groups.setdefault(row.endpoint_id, []).append(
-            {
-                "counts": row,
-                "age": _age(row.oldest_pending_seconds),
-                "queue_url": queue_url(row.endpoint_id, row.queue),
-                "filter": urlencode({"endpoint": row.endpoint_id, "queue": row.queue}),
-            }
+            counts_row(
+                row, queue_url(row.endpoint_id, row.queue), todos_url, data.capped
+            )
         )
     sections = [
         {
@@ -326,7 +326,7 @@ def overview(request):
             max((r.oldest_pending_seconds or 0 for r in data.rows), default=0) or None
         ),
         "checked_at": timezone.now(),
-        "todos_url": reverse("board:todos"),
+        "todos_url": todos_url,
         "cap": f"{data.cap:,}".replace(",", " "),
         "nav": "overview",
     }
@@ -337,6 +337,44 @@ def overview(request):
         section["charts"] = charts["endpoints"].get(section["endpoint_id"])
     context["charts"] = charts
     return _page(request, "board/overview.html", context, fragments=("counts",))
+
+
+def counts_row(counts, queue_url, todos_url, capped):
+    """One queue's row of the overview's counts table, as HTML.
+
+    Made here rather than in the template: an overview may show hundreds of
+    queues, and the template engine's two dozen lookups per row were most of
+    the page's rendering time (docs/scaling.md). Every text is escaped.
+    """
+    link = f"{escape(todos_url)}?" + escape(
+        urlencode({"endpoint": counts.endpoint_id, "queue": counts.queue})
+    )
+
+    def cell(label, count, state=None, plus="", css=""):
+        if not count:
+            inner = f'<span class="zero">0{plus}</span>'
+        elif state is None:
+            inner = f'<span class="{css}">{count}</span>'
+        else:
+            style = f' class="{css}"' if css else ""
+            inner = f'<a{style} href="{link}&amp;state={state}">{count}{plus}</a>'
+        return f'<td class="num" data-label="{label}">{inner}</td>'
+
+    dead_plus = "+" if capped.get("dead_letter") else ""
+    done_plus = "+" if capped.get("done") else ""
+    age = _age(counts.oldest_pending_seconds) or "\u2014"
+    return mark_safe(
+        "<tr>"
+        f'<th scope="row"><a href="{escape(queue_url)}">{escape(counts.queue)}</a></th>'
+        + cell("Pending", counts.pending, "pending")
+        + cell("Claimed", counts.claimed, "claimed")
+        + cell("Lapsed", counts.lapsed, css="warn-text")
+        + cell("Retry scheduled", counts.retry_scheduled, "retry_scheduled")
+        + cell("Dead letter", counts.dead_letter, "dead_letter", dead_plus, "bad-text")
+        + cell("Done", counts.done, "done", done_plus)
+        + f'<td class="num" data-label="Oldest pending">{escape(age)}</td>'
+        "</tr>"
+    )
 
 
 # --- Todo list ------------------------------------------------------------------
