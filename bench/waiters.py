@@ -459,7 +459,6 @@ class Load:
 
     async def long_poll(self, token, delay):
         body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
-        # Agents do not all start in the same second: spread over one wait.
         await asyncio.sleep(delay)
         while True:
             try:
@@ -482,7 +481,8 @@ class Load:
                 self.stats["errors"] += 1
                 await asyncio.sleep(1)
 
-    async def stream(self, token, kind):
+    async def stream(self, token, kind, delay):
+        await asyncio.sleep(delay)
         while True:
             try:
                 headers = ""
@@ -544,15 +544,15 @@ class Load:
         for i in range(spec["mcp"]):
             owner = probe if i % 10 == 0 else load[i % len(load)]
             plan.append(("mcp_open", owner["token"]))
+        # Agents do not all start in the same second: each waiter starts at a
+        # random moment of the spread (the long polls and the streams alike).
         spread = random.Random(12)
-        for number, (kind, token) in enumerate(plan):
+        for kind, token in plan:
+            delay = spread.uniform(0, spec["spread"])
             if kind == "poll":
-                delay = spread.uniform(0, spec["spread"])
                 tasks.append(asyncio.create_task(self.long_poll(token, delay)))
             else:
-                tasks.append(asyncio.create_task(self.stream(token, kind)))
-            if number % 100 == 99:
-                await asyncio.sleep(0.1)
+                tasks.append(asyncio.create_task(self.stream(token, kind, delay)))
         while True:
             print(json.dumps(self.stats), flush=True)
             await asyncio.sleep(1)
@@ -783,7 +783,7 @@ def main():
         "--spread",
         type=float,
         default=20,
-        help="seconds over which the long polls start (0: all at once)",
+        help="seconds over which the waiters start, polls and streams (0: at once)",
     )
     parse.add_argument("--before", default=None, help="the old serving's git ref")
     parse.add_argument(

@@ -217,6 +217,28 @@ def test_an_idle_stream_sends_keep_alive_comments(open_stream, endpoint):
     assert stream.next_message(timeout=2.5) == ": keep-alive"
 
 
+def test_each_keep_alive_wait_is_drawn_anew(open_stream, endpoint, monkeypatch):
+    """Streams opened together kept their keep-alives in step, a burst of
+    writes every period; each wait now draws its own (keepalive_wait)."""
+    from django.conf import settings
+
+    from todos.api import events
+
+    asked = []
+
+    def drawn(seconds):
+        asked.append(seconds)
+        return 0.2 + 0.1 * len(asked)
+
+    monkeypatch.setattr(events, "keepalive_wait", drawn)
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    assert stream.next_message(timeout=2) == ": keep-alive"
+    assert stream.next_message(timeout=2) == ": keep-alive"
+
+    assert asked[:2] == [settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS] * 2
+
+
 def test_the_stream_leaves_the_hub_when_the_client_leaves(open_stream, endpoint):
     stream = open_stream(endpoint)
     assert stream.next_message(timeout=1) == ": connected"

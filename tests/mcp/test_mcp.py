@@ -334,6 +334,33 @@ def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
 
 
 @live
+def test_the_get_stream_draws_each_keep_alive_wait_anew(
+    live_server, endpoint, monkeypatch
+):
+    """As /api/v1/events: streams opened together kept their keep-alives in
+    step; each wait of the session's GET stream draws its own."""
+    from django.conf import settings
+
+    from todos.mcp import transport
+
+    asked = []
+
+    def drawn(seconds):
+        asked.append(seconds)
+        return 0.2
+
+    monkeypatch.setattr(transport, "keepalive_wait", drawn)
+
+    async def main():
+        async with mcp_client(live_server.url, endpoint.token):
+            await anyio.sleep(1)
+
+    run(main)
+    assert len(asked) >= 2
+    assert set(asked) == {settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS}
+
+
+@live
 def test_claim_next_waits_for_work_that_arrives_during_the_wait(live_server, endpoint):
     """SPEC: Atomic Claim with FOR UPDATE SKIP LOCKED (a long poll, woken by the
     doorbell)"""

@@ -188,3 +188,15 @@ def test_stream_batching_off_wakes_each_ring_at_once(settings):
     rings, _ = asyncio.run(main())
 
     assert [r["id"] for r in rings] == ["t1"] and not quiet._batches
+
+
+def test_streams_keep_alive_out_of_step_with_each_other():
+    """Defect: streams opened together sent their keep-alives together for
+    good, 1 350 writes of one process in one burst every 15 s. Each wait's
+    silence is now drawn between 3/4 of the setting and all of it."""
+    from todos.doorbell import keepalive_wait
+
+    waits = [keepalive_wait(15) for _ in range(200)]
+
+    assert all(11.25 <= wait <= 15 for wait in waits)
+    assert max(waits) - min(waits) > 2  # spread, not one instant

@@ -21,7 +21,7 @@ from django.conf import settings
 
 from todos import aio, store
 from todos.api.core import api_view, authenticate
-from todos.doorbell import ENDPOINT, LOST, RECHECK, SHUTDOWN, hub
+from todos.doorbell import ENDPOINT, LOST, RECHECK, SHUTDOWN, hub, keepalive_wait
 
 logger = logging.getLogger("switchboard.events")
 
@@ -70,7 +70,7 @@ async def stream_events(request, waiter, first, keepalive_seconds):
         while True:
             if rings:
                 yield "".join(_event(ring) for ring in rings)
-            rings, notices = await waiter.wait(keepalive_seconds)
+            rings, notices = await waiter.wait(keepalive_wait(keepalive_seconds))
             if SHUTDOWN in notices:
                 yield ENDED_SHUTDOWN
                 return

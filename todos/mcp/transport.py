@@ -41,7 +41,15 @@ from todos import aio, http, store
 from todos.api.core import api_error_for, authenticate
 from todos.api.events import _rings, same_access
 from todos.api.events import backlog as events_backlog
-from todos.doorbell import ENDPOINT, LOST, RECHECK, SESSION, SHUTDOWN, hub
+from todos.doorbell import (
+    ENDPOINT,
+    LOST,
+    RECHECK,
+    SESSION,
+    SHUTDOWN,
+    hub,
+    keepalive_wait,
+)
 from todos.mcp import sessions
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
@@ -461,7 +469,7 @@ async def session_stream(request, waiter, session, rings, keepalive_seconds):
                 yield "".join(_doorbell_event(ring) for ring in rings)
             else:
                 yield ": keep-alive\n\n"
-            rings, notices = await waiter.wait(keepalive_seconds)
+            rings, notices = await waiter.wait(keepalive_wait(keepalive_seconds))
             if SHUTDOWN in notices:
                 return
             if LOST in notices:
