@@ -79,8 +79,9 @@ def tune_switch_interval():
     GIL. When a thread's database call returns, it waits for the GIL until
     the holder lets go, at most one switch interval; a wake-up (the hub's
     thread, the loop, a claim in a thread, the loop again) waits at each hop.
-    With 3 500 waiters open, 1 ms cut the wake p99 from a median of 100 ms
-    over 8 runs to 73 over 5, the rest unchanged (docs/scaling.md).
+    With 3 500 waiters open, the wake p99's median was 73 ms over 5 runs at
+    1 ms and 100 over 8 at 5 ms, the rest unchanged; weak evidence, within the
+    noise of later runs (docs/scaling.md, "The GIL switch interval").
     ``SWITCHBOARD_SWITCH_INTERVAL_MS`` sets it.
     """
     from django.conf import settings
