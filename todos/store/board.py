@@ -120,9 +120,8 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
         key = (str(endpoint_id), queue)
         return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
-    totals_terminal = {"dead_letter": 0, "done": 0}
-    rows = _run("board_overview", overview_sql(scope), {**scope_params, "cap": cap})
-    for part, endpoint_id, queue, count, claimed, retry, age in rows:
+    fetched = _run("board_overview", overview_sql(scope), {**scope_params, "cap": cap})
+    for part, endpoint_id, queue, count, claimed, retry, age in fetched:
         if part == "live":
             line(endpoint_id, queue).update(
                 pending=count,
@@ -134,8 +133,6 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
             line(endpoint_id, queue)["lapsed"] = count
         else:
             line(endpoint_id, queue)[part] = count
-            totals_terminal[part] += count
-    capped = {name: total > cap for name, total in totals_terminal.items()}
     rows = sorted(
         (QueueCounts(**values) for values in counts.values()),
         key=lambda row: (row.endpoint_id, row.queue),
@@ -151,6 +148,8 @@ def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
             "done",
         )
     }
+    # A terminal total past the cap reads as the cap ("10 000+").
+    capped = {name: totals[name] > cap for name in ("dead_letter", "done")}
     for name, over in capped.items():
         if over:
             totals[name] = cap
