@@ -97,8 +97,9 @@ SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
             count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at)
                 AS delayed,
             count(*) FILTER (WHERE state = 'claimed') AS claimed,
+            -- Lapsed as the claim scan and the reaper judge it (sql.REDELIVERABLE).
             count(*) FILTER (WHERE state = 'claimed'
-                             AND lease_expires_at <= clock.at) AS lapsed,
+                             AND lease_expires_at < clock.at) AS lapsed,
             count(*) FILTER (WHERE state = 'failed') AS retry_scheduled,
             EXTRACT(EPOCH FROM clock.at - min(available_at)
                 FILTER (WHERE state = 'pending' AND available_at <= clock.at))
