@@ -1,0 +1,45 @@
+"""Django's template backend, less the reference cycle each render leaves.
+
+``make_context`` pushes the view's context onto a ``RequestContext`` and never
+pops it; a pushed ``ContextDict`` and its context refer to each other, so every
+rendered page left its whole context (the Board overview: each row, endpoint
+and owner) for the garbage collector. In a served process beside thousands of
+waiters those young collections took 25-120 ms with the event loop stopped
+(docs/scaling.md, "Garbage collection"). Here a render lets go of its context
+when it ends: the page is a string by then. A form in the context is another
+such cycle (its bound fields refer to it, and it keeps them); its bound fields
+are let go too, and made anew if the form is used again.
+"""
+
+from django.forms import BaseForm
+from django.template.backends import django as backend
+
+
+class Template(backend.Template):
+    def render(self, context=None, request=None):
+        context = backend.make_context(
+            context, request, autoescape=self.backend.engine.autoescape
+        )
+        try:
+            return self.template.render(context)
+        except backend.TemplateDoesNotExist as exc:
+            backend.reraise(exc, self.backend)
+        finally:
+            let_go(context)
+
+
+def let_go(context):
+    for values in context.dicts:
+        for value in values.values():
+            if isinstance(value, BaseForm):
+                value._bound_fields_cache.clear()
+    # The context's dicts hold the ContextDicts that hold the context.
+    context.dicts.clear()
+
+
+class DjangoTemplates(backend.DjangoTemplates):
+    def from_string(self, template_code):
+        return Template(super().from_string(template_code).template, self)
+
+    def get_template(self, template_name):
+        return Template(super().get_template(template_name).template, self)
