@@ -311,6 +311,16 @@ class Series:
     def total(self, name):
         return sum(self.counts[name])
 
+    def key(self):
+        """The series as a hashable value: series with equal keys chart alike."""
+        return (
+            self.start,
+            self.bucket_seconds,
+            self.buckets,
+            tuple((name, tuple(values)) for name, values in self.counts.items()),
+            tuple(self.depth),
+        )
+
 
 # One statement: the range's start from PostgreSQL's clock, then per minute
 # (the depth of a minute is the sum over its queues), then per bucket

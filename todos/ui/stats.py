@@ -12,6 +12,7 @@ attempt cap, delay) and pause / resume when the store has queue settings,
 and its charts. Everything goes through ``request.board`` (the user's scope).
 """
 
+import threading
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -32,8 +33,29 @@ def chart_range(request):
     return wanted if wanted in RANGES else "hour"
 
 
+# Drawn charts by what they show: a series changes once a sweep pass (or a
+# minute) at most, while every open Board reloads its overview every 10 s.
+DRAWN_PAIRS = 256
+_drawn = {}
+_drawn_lock = threading.Lock()
+
+
 def chart_pair(series, label, small=False):
-    """Both charts of one series: transitions, then depth."""
+    """Both charts of one series: transitions, then depth (drawn once per
+    series, label and size: the markup depends on nothing else)."""
+    key = (series.key(), label, small)
+    with _drawn_lock:
+        pair = _drawn.get(key)
+    if pair is None:
+        pair = _draw_pair(series, label, small)
+        with _drawn_lock:
+            _drawn[key] = pair
+            if len(_drawn) > DRAWN_PAIRS:
+                del _drawn[next(iter(_drawn))]
+    return pair
+
+
+def _draw_pair(series, label, small):
     wide, narrow = (
         (charts.WIDE_SMALL, charts.NARROW_SMALL)
         if small
