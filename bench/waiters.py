@@ -296,15 +296,18 @@ class Probe:
             conn.close()
 
 
-def loop_probe(seconds, step):
-    """Call ``step()`` back to back for ``seconds``; return its latencies and fails."""
+def loop_probe(seconds, step, every=0):
+    """Call ``step()`` for ``seconds``: 20 ms after each answer, or (``every``)
+    one call starting every that many seconds. Return its latencies and fails."""
     latencies, failures = [], 0
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + seconds
     while time.monotonic() < deadline:
         ok, elapsed = step()
         latencies.append(elapsed)
         failures += not ok
-        time.sleep(0.02)
+        started += every
+        time.sleep(max(0.02, started - time.monotonic()))
     return latencies, failures
 
 
@@ -352,7 +355,7 @@ def count_connections(url):
 PROBES = ("create", "overview", "healthz", "wake")
 
 
-def run_probe(kind, port, seeds, seconds):
+def run_probe(kind, port, seeds, seconds, overview_every=0):
     """One probe's latencies and failures (in a process of its own)."""
     api = Probe(port, {"Authorization": f"Bearer {seeds['probe']['token']}"})
     if kind == "wake":
@@ -375,10 +378,10 @@ def run_probe(kind, port, seeds, seconds):
         status, _, elapsed = probe.call(method, path, body)
         return status == ok, elapsed
 
-    return loop_probe(seconds, step)
+    return loop_probe(seconds, step, overview_every if kind == "overview" else 0)
 
 
-def measure(serving, seeds, seconds, probes=PROBES):
+def measure(serving, seeds, seconds, probes=PROBES, overview_every=0):
     """Run the probes all at once for ``seconds``; return their figures.
 
     Each probe is a process of its own, as independent clients are: as
@@ -398,7 +401,9 @@ def measure(serving, seeds, seconds, probes=PROBES):
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(probes)) as pool:
         calls = {
-            kind: pool.apply_async(run_probe, (kind, serving.port, seeds, seconds))
+            kind: pool.apply_async(
+                run_probe, (kind, serving.port, seeds, seconds, overview_every)
+            )
             for kind in PROBES
             if kind in probes
         }
@@ -680,7 +685,9 @@ def run_serving(name, tree, url, args, extra_env=None):
         print(f"  claim+complete: {result['http_throughput']}", flush=True)
         benchlib.reset_todos(url)
         started = time.time()
-        result["idle"] = measure(serving, seeds, args.seconds, args.probes)
+        result["idle"] = measure(
+            serving, seeds, args.seconds, args.probes, args.overview_every
+        )
         windows["idle"] = (started, time.time())
         print(f"  no waiters: {result['idle']}", flush=True)
         load = LoadProcess(
@@ -691,7 +698,9 @@ def run_serving(name, tree, url, args, extra_env=None):
             result["waiters_open"] = opened
             print(f"  waiters: {opened}", flush=True)
             started = time.time()
-            result["loaded"] = measure(serving, seeds, args.seconds, args.probes)
+            result["loaded"] = measure(
+                serving, seeds, args.seconds, args.probes, args.overview_every
+            )
             windows["loaded"] = (started, time.time())
             result["waiters_after"] = dict(load.stats)
             print(f"  with waiters: {result['loaded']}", flush=True)
@@ -797,6 +806,15 @@ def main():
         type=lambda text: tuple(text.split(",")),
         default=PROBES,
         help="which probes run at once (default: all of create,overview,healthz,wake)",
+    )
+    parse.add_argument(
+        "--overview-every",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="start a Board overview every SECONDS (0, the default: back to back, "
+        "20 ms after each answer). An open Board reloads its overview every 10 s: "
+        "0.2 stands for 50 open Boards",
     )
     parse.add_argument(
         "--gc-probe",
