@@ -172,6 +172,26 @@ def test_overview_rows_link_each_count_to_its_list_and_escape_the_queue(
     assert html.count(f'<th scope="row"><a href="/board/queues/{endpoint.id}/') == 2
 
 
+def test_overview_lists_idle_endpoints_escaped_with_their_owners(
+    board, operator, make_endpoint
+):
+    """The endpoints without todos are made in Python too (views.idle_items):
+    escaped, each linked to its list, the owner named when it is not you."""
+    theirs = make_endpoint("<i>bot</i>", owner="<b>bob</b>")
+    mine = make_endpoint("mine", owner=operator)
+
+    html = board.get("/board/").content.decode()
+
+    idle = html.split('<ul class="idle-endpoints">', 1)[1].split("</ul>")[0]
+    assert "<i>" not in idle and "<b>" not in idle
+    assert (
+        f'<li><a href="/board/todos/?endpoint={theirs.id}">&lt;i&gt;bot&lt;/i&gt;</a>'
+        ' <span class="muted">(&lt;b&gt;bob&lt;/b&gt;)</span></li>'
+    ) in idle
+    assert f'<li><a href="/board/todos/?endpoint={mine.id}">mine</a></li>' in idle
+    assert "2 endpoints" in html
+
+
 def test_overview_rows_mark_capped_terminal_counts(scope):
     counts = store.QueueCounts(endpoint_id="e", queue="q", dead_letter=3, done=0)
 

@@ -328,6 +328,7 @@ def overview(request):
         "overview": data,
         "sections": sections,
         "idle": idle,
+        "idle_items": idle_items(idle, todos_url, request.user.pk),
         "oldest_pending": _age(
             max((r.oldest_pending_seconds or 0 for r in data.rows), default=0) or None
         ),
@@ -381,6 +382,23 @@ def counts_row(counts, queue_url, todos_url, capped):
         + f'<td class="num" data-label="Oldest pending">{escape(age)}</td>'
         "</tr>"
     )
+
+
+def idle_items(idle, todos_url, user_pk):
+    """The overview's endpoints without todos, as list items (HTML, escaped):
+    each links to its list and names its owner when that is someone else.
+    Made here for the reason of ``counts_row``: an operator may see hundreds."""
+    items = []
+    for section in idle:
+        endpoint = section["endpoint"]
+        owner = ""
+        if endpoint.owner_id != user_pk:
+            owner = (
+                f' <span class="muted">({escape(endpoint.owner.get_username())})</span>'
+            )
+        link = f"{escape(todos_url)}?endpoint={escape(section['endpoint_id'])}"
+        items.append(f'<li><a href="{link}">{escape(endpoint.name)}</a>{owner}</li>')
+    return mark_safe("".join(items))
 
 
 # --- Todo list ------------------------------------------------------------------
