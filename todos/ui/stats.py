@@ -52,7 +52,7 @@ def chart_pair(series, label, small=False):
             _drawn[key] = pair
             if len(_drawn) > DRAWN_PAIRS:
                 del _drawn[next(iter(_drawn))]
-    return pair
+    return dict(pair)  # the caller's own: the kept one stays as drawn
 
 
 def _draw_pair(series, label, small):
