@@ -273,27 +273,45 @@ def default_before():
 
 
 class Probe:
-    def __init__(self, port, headers):
-        self.port, self.headers = port, headers
+    """A client of one kind of call: a new connection per call (as a webhook
+    sender), or with ``keep_alive`` one connection kept (as an HTTP session)."""
+
+    def __init__(self, port, headers, keep_alive=False):
+        self.port, self.headers, self.keep_alive = port, headers, keep_alive
+        self.conn = None
 
     def call(self, method, path, body=None, timeout=TIMEOUT):
-        """Return (status, body bytes, seconds); status 0 on a timeout or error."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        started = time.monotonic()
-        try:
-            conn.request(
-                method,
-                path,
-                None if body is None else json.dumps(body),
-                {"Content-Type": "application/json", **self.headers},
-            )
-            response = conn.getresponse()
-            raw = response.read()
+        """Return (status, body bytes, seconds); status 0 on a timeout or error.
+
+        Without ``keep_alive`` the connection is the call's own, so threads
+        may share the probe (the wake probe's claim and create)."""
+        for _ in range(2):
+            conn, self.conn = self.conn, None
+            reused = conn is not None
+            if not reused:
+                conn = http.client.HTTPConnection(
+                    "127.0.0.1", self.port, timeout=timeout
+                )
+            started = time.monotonic()
+            try:
+                conn.request(
+                    method,
+                    path,
+                    None if body is None else json.dumps(body),
+                    {"Content-Type": "application/json", **self.headers},
+                )
+                response = conn.getresponse()
+                raw = response.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                if reused and time.monotonic() - started < 1:
+                    continue  # The server closed the idle connection: a new one.
+                return 0, b"", time.monotonic() - started
+            if self.keep_alive:
+                self.conn = conn
+            else:
+                conn.close()
             return response.status, raw, time.monotonic() - started
-        except (OSError, http.client.HTTPException):
-            return 0, b"", time.monotonic() - started
-        finally:
-            conn.close()
 
 
 def loop_probe(seconds, step, every=0):
@@ -355,11 +373,13 @@ def count_connections(url):
 PROBES = ("create", "overview", "healthz", "wake")
 
 
-def run_probe(kind, port, seeds, seconds, overview_every=0):
+def run_probe(kind, port, seeds, seconds, overview_every=0, keep_alive=False):
     """One probe's latencies and failures (in a process of its own)."""
-    api = Probe(port, {"Authorization": f"Bearer {seeds['probe']['token']}"})
+    token = {"Authorization": f"Bearer {seeds['probe']['token']}"}
     if kind == "wake":
-        return wake_probe(api, seconds)
+        # Two threads, a call each: a connection per call.
+        return wake_probe(Probe(port, token), seconds)
+    api = Probe(port, token, keep_alive)
     if kind == "create":
         probe, method, path, body, ok = (
             api,
@@ -369,10 +389,11 @@ def run_probe(kind, port, seeds, seconds, overview_every=0):
             201,
         )
     elif kind == "overview":
-        board = Probe(port, {"Cookie": f"sessionid={seeds['session']}"})
+        board = Probe(port, {"Cookie": f"sessionid={seeds['session']}"}, keep_alive)
         probe, method, path, body, ok = board, "GET", "/board/", None, 200
     else:
-        probe, method, path, body, ok = Probe(port, {}), "GET", "/healthz", None, 200
+        health = Probe(port, {}, keep_alive)
+        probe, method, path, body, ok = health, "GET", "/healthz", None, 200
 
     def step():
         status, _, elapsed = probe.call(method, path, body)
@@ -381,7 +402,7 @@ def run_probe(kind, port, seeds, seconds, overview_every=0):
     return loop_probe(seconds, step, overview_every if kind == "overview" else 0)
 
 
-def measure(serving, seeds, seconds, probes=PROBES, overview_every=0):
+def measure(serving, seeds, seconds, probes=PROBES, overview_every=0, keep_alive=False):
     """Run the probes all at once for ``seconds``; return their figures.
 
     Each probe is a process of its own, as independent clients are: as
@@ -402,7 +423,8 @@ def measure(serving, seeds, seconds, probes=PROBES, overview_every=0):
     with context.Pool(len(probes)) as pool:
         calls = {
             kind: pool.apply_async(
-                run_probe, (kind, serving.port, seeds, seconds, overview_every)
+                run_probe,
+                (kind, serving.port, seeds, seconds, overview_every, keep_alive),
             )
             for kind in PROBES
             if kind in probes
@@ -686,7 +708,12 @@ def run_serving(name, tree, url, args, extra_env=None):
         benchlib.reset_todos(url)
         started = time.time()
         result["idle"] = measure(
-            serving, seeds, args.seconds, args.probes, args.overview_every
+            serving,
+            seeds,
+            args.seconds,
+            args.probes,
+            args.overview_every,
+            args.keep_alive,
         )
         windows["idle"] = (started, time.time())
         print(f"  no waiters: {result['idle']}", flush=True)
@@ -699,7 +726,12 @@ def run_serving(name, tree, url, args, extra_env=None):
             print(f"  waiters: {opened}", flush=True)
             started = time.time()
             result["loaded"] = measure(
-                serving, seeds, args.seconds, args.probes, args.overview_every
+                serving,
+                seeds,
+                args.seconds,
+                args.probes,
+                args.overview_every,
+                args.keep_alive,
             )
             windows["loaded"] = (started, time.time())
             result["waiters_after"] = dict(load.stats)
@@ -815,6 +847,13 @@ def main():
         help="start a Board overview every SECONDS (0, the default: back to back, "
         "20 ms after each answer). An open Board reloads its overview every 10 s: "
         "0.2 stands for 50 open Boards",
+    )
+    parse.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="the create, overview and /healthz probes keep one connection each, "
+        "as an HTTP session does (default: a new connection per call; the wake "
+        "probe always opens one per call)",
     )
     parse.add_argument(
         "--gc-probe",
