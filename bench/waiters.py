@@ -705,17 +705,22 @@ def run_serving(name, tree, url, args, extra_env=None):
             args.throughput_seconds,
         )
         print(f"  claim+complete: {result['http_throughput']}", flush=True)
+
+        def probe(window):
+            """Run the probes as the arguments say; note when they ran."""
+            started = time.time()
+            result[window] = measure(
+                serving,
+                seeds,
+                args.seconds,
+                args.probes,
+                args.overview_every,
+                args.keep_alive,
+            )
+            windows[window] = (started, time.time())
+
         benchlib.reset_todos(url)
-        started = time.time()
-        result["idle"] = measure(
-            serving,
-            seeds,
-            args.seconds,
-            args.probes,
-            args.overview_every,
-            args.keep_alive,
-        )
-        windows["idle"] = (started, time.time())
+        probe("idle")
         print(f"  no waiters: {result['idle']}", flush=True)
         load = LoadProcess(
             serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
@@ -724,16 +729,7 @@ def run_serving(name, tree, url, args, extra_env=None):
             opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
             result["waiters_open"] = opened
             print(f"  waiters: {opened}", flush=True)
-            started = time.time()
-            result["loaded"] = measure(
-                serving,
-                seeds,
-                args.seconds,
-                args.probes,
-                args.overview_every,
-                args.keep_alive,
-            )
-            windows["loaded"] = (started, time.time())
+            probe("loaded")
             result["waiters_after"] = dict(load.stats)
             print(f"  with waiters: {result['loaded']}", flush=True)
         finally:
