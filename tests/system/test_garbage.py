@@ -213,6 +213,12 @@ def test_a_waiting_sqs_receive_leaves_no_cycles(endpoint):
     assert cycles_left_by(receive) == (200, {})
 
 
+def signed_in(client, user):
+    """The Cookie header of a Board session of ``user``."""
+    client.force_login(user)
+    return "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
+
+
 def test_the_board_overview_leaves_no_cycles(endpoint, scope, client):
     # The defect: Django's make_context pushes the view's context onto a
     # RequestContext and never pops it, and a pushed ContextDict and its
@@ -222,8 +228,7 @@ def test_the_board_overview_leaves_no_cycles(endpoint, scope, client):
     # collection and 25-120 ms pauses (docs/scaling.md, "Garbage collection").
     for queue in ("a", "b"):
         store.create_todo(scope, queue=queue, title="t")
-    client.force_login(endpoint.owner)
-    cookie = "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
+    cookie = signed_in(client, endpoint.owner)
     page = lambda: serve("GET", "/board/", {"Cookie": cookie})  # noqa: E731
 
     assert cycles_left_by(page) == (200, {})
@@ -238,8 +243,7 @@ def test_the_board_pages_leave_no_cycles(endpoint, scope, client):
     todo, _ = store.create_todo(scope, queue="q", title="t")
     store.claim_todo(scope, todo.id, "w")
     store.fail_todo(scope, todo.id, "w", error="boom")
-    client.force_login(endpoint.owner)
-    cookie = "; ".join(f"{k}={v.value}" for k, v in client.cookies.items())
+    cookie = signed_in(client, endpoint.owner)
     for path, status in (
         ("/board/todos/", 200),
         ("/board/todos/?state=failed&queue=q", 200),
