@@ -219,6 +219,9 @@ SWITCHBOARD_DB_THREADS = env_int(
 SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(
     "SWITCHBOARD_GC_THRESHOLDS", (10_000, 5, 100)
 )
+# How often a served process's event loop collects its young generations
+# (board/workers.py, ClockedCollector); 0 leaves it to the thresholds alone.
+SWITCHBOARD_GC_TICK_MS = env_int("SWITCHBOARD_GC_TICK_MS", 100, 0, 60_000)
 # How long a served process's thread may hold the GIL while another waits
 # for it (board/workers.py, tune_switch_interval); Python's own is 5 ms.
 SWITCHBOARD_SWITCH_INTERVAL_MS = env_int("SWITCHBOARD_SWITCH_INTERVAL_MS", 1, 1, 100)

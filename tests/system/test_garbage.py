@@ -18,6 +18,7 @@ import collections
 import gc
 import json
 import sys
+import weakref
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -308,3 +309,81 @@ def test_the_served_process_hands_the_gil_over_every_millisecond(settings):
         assert sys.getswitchinterval() == pytest.approx(0.005)
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.fixture
+def clock_loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def collections_by_generation():
+    return [stats["collections"] for stats in gc.get_stats()]
+
+
+def test_the_clocked_collector_walks_young_then_middle_then_everything(clock_loop):
+    """Issue #12: the young generations are collected on a clock, the middle
+    one every tenth tick and everything every FULL_SECONDS, so no pass walks
+    more than what was made since the last one."""
+    from board.workers import ClockedCollector
+
+    collector = ClockedCollector(clock_loop, 0.1)
+    start = collector.last_full
+    before = collections_by_generation()
+
+    done = [collector.collect(start + 0.1 * n) for n in range(1, 21)]
+    done.append(collector.collect(start + ClockedCollector.FULL_SECONDS))
+
+    assert done == [0] * 9 + [1] + [0] * 9 + [1] + [2]
+    after = collections_by_generation()
+    # At least: Python's own collections may come on top.
+    assert after[0] - before[0] >= 18
+    assert after[1] - before[1] >= 2
+    assert after[2] - before[2] >= 1
+
+
+def test_the_clocked_collector_frees_a_young_cycle_on_its_own(clock_loop):
+    """With Python's own collections off, a cycle made in the young generation
+    is freed by the next ticks of the loop."""
+    from board.workers import ClockedCollector
+
+    class Node:
+        pass
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        node = Node()
+        node.me = node
+        gone = weakref.ref(node)
+        del node
+        collector = ClockedCollector(clock_loop, 0.01)
+        collector.schedule()
+        clock_loop.run_until_complete(asyncio.sleep(0.1))
+        collector.stop()
+        assert gone() is None
+        assert collector.ticks >= 2
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_the_clocked_collector_is_off_at_zero_and_with_pythons_collector(
+    clock_loop, settings
+):
+    from board.workers import ClockedCollector
+
+    settings.SWITCHBOARD_GC_THRESHOLDS = (10_000, 5, 100)
+    settings.SWITCHBOARD_GC_TICK_MS = 0
+    assert ClockedCollector.from_settings(clock_loop) is None
+    settings.SWITCHBOARD_GC_TICK_MS = 100
+    settings.SWITCHBOARD_GC_THRESHOLDS = None
+    assert ClockedCollector.from_settings(clock_loop) is None
+    settings.SWITCHBOARD_GC_THRESHOLDS = (10_000, 5, 100)
+    collector = ClockedCollector.from_settings(clock_loop)
+    try:
+        assert collector.tick == pytest.approx(0.1)
+        assert collector.handle is not None
+    finally:
+        collector.stop()
