@@ -17,7 +17,9 @@ then measures, once with no waiters and once with the waiters open:
 - overview: the Board's ``GET /board/`` (a logged-in operator);
 - healthz: ``GET /healthz``;
 - wake: a create, to the moment a long poll waiting on that queue returns it;
-- PostgreSQL connections of the server's processes (the most seen).
+- PostgreSQL connections of the server's processes (the most seen);
+- the machine's CPUs over the measurement (``/proc/stat``): busy, idle and
+  stolen by the hypervisor, the noise under every figure on a shared machine.
 
 The waiters come from a separate process (asyncio, raw sockets): long polls
 (``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
@@ -644,6 +646,33 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def cpu_times():
+    """The machine's CPU times so far (``/proc/stat``'s first line), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:9]
+    except OSError:
+        return None
+    return [int(field) for field in fields]
+
+
+def machine_share(before, after):
+    """What the machine's CPUs did between two ``cpu_times()``: the busy,
+    idle and stolen shares in percent. Steal is time the hypervisor gave to
+    another guest while this one had work: on a shared machine it is the
+    noise under every latency figure of the window."""
+    if before is None or after is None:
+        return {}
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(spent) or 1
+    idle = spent[3] + spent[4]
+    return {
+        "busy_pct": round((total - idle - spent[7]) * 100 / total, 1),
+        "idle_pct": round(idle * 100 / total, 1),
+        "steal_pct": round(spent[7] * 100 / total, 1),
+    }
+
+
 def throughput_worker(index, port, token):
     """bench/http_throughput.py's HTTP step (claim, complete), on its own."""
     step = http_throughput.http_step(port, token, f"tp{index}")
@@ -708,7 +737,7 @@ def run_serving(name, tree, url, args, extra_env=None):
 
         def probe(window):
             """Run the probes as the arguments say; note when they ran."""
-            started = time.time()
+            started, times = time.time(), cpu_times()
             result[window] = measure(
                 serving,
                 seeds,
@@ -718,6 +747,7 @@ def run_serving(name, tree, url, args, extra_env=None):
                 args.keep_alive,
             )
             windows[window] = (started, time.time())
+            result[window]["machine"] = machine_share(times, cpu_times())
 
         benchlib.reset_todos(url)
         probe("idle")
@@ -789,6 +819,11 @@ def print_side_by_side(results, args):
             result["loaded"]["pg_connections_max"],
         ]
     rows.append(row)
+    for key in ("busy_pct", "steal_pct"):
+        row = [f"machine CPU {key.removesuffix('_pct')} %"]
+        for result in results:
+            row += [result[w].get("machine", {}).get(key) for w in ("idle", "loaded")]
+        rows.append(row)
     for key in ("polls_waiting", "sse_open", "mcp_open"):
         row = [f"waiters open: {key}"]
         for result in results:
