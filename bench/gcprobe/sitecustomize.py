@@ -4,9 +4,10 @@ Python imports ``sitecustomize`` at start-up from its path: a process started
 with this folder on PYTHONPATH and SWITCHBOARD_BENCH_GC_PROBE=1 times each of
 its collections (``gc.callbacks``) and writes a line to stderr for every full
 (oldest-generation) collection and every other one of 20 ms or more
-(``SWITCHBOARD_BENCH_GC_REPORTED_MS`` sets another bound):
+(``SWITCHBOARD_BENCH_GC_REPORTED_MS`` sets another bound), on one line:
 
-    gc-probe <unix time> pid=<pid> generation=<0-2> ms=<duration> cpu_ms=<cpu> collected=<n>
+    gc-probe <unix time> pid=<pid> generation=<0-2> ms=<duration> cpu_ms=<cpu>
+        collected=<n>
 
 A collection's time (``ms``) includes any thread switch during it (finalizers
 run Python code) and any moment the machine gave the process no CPU, so it
