@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -172,11 +173,12 @@ def count_states(url):
 # --- Worker processes -----------------------------------------------------------
 
 
-def run_processes(target, count, seconds, args=()):
+def run_processes(target, count, seconds, args=(), on_start=None):
     """Run ``target(index, start, stop_at, *args)`` in ``count`` processes.
 
     Every process connects first, then waits at a barrier; all start together
-    and stop at the same deadline. Returns the list of what each target returned.
+    and stop at the same deadline (``on_start()``, when given, is called in
+    this process as they start). Returns the list of what each target returned.
     """
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(count + 1)
@@ -192,6 +194,8 @@ def run_processes(target, count, seconds, args=()):
     for proc in procs:
         proc.start()
     barrier.wait(timeout=120)
+    if on_start is not None:
+        on_start()
     collected = [results.get(timeout=seconds + 120) for _ in procs]
     for proc in procs:
         proc.join(timeout=30)
@@ -211,6 +215,42 @@ def _worker_main(target, index, barrier, seconds, results, args):
         results.put(outcome)
     except BaseException as exc:  # reported to the parent, which raises it
         results.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def cpu_times():
+    """The machine's CPU times so far (``/proc/stat``'s first line), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:9]
+    except OSError:
+        return None
+    return [int(field) for field in fields]
+
+
+def machine_share(before, after):
+    """What the machine's CPUs did between two ``cpu_times()``: the busy,
+    idle and stolen shares in percent. Steal is time the hypervisor gave to
+    another guest while this one had work: on a shared machine it is the
+    noise under every latency figure of the window."""
+    if before is None or after is None:
+        return {}
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(spent) or 1
+    idle = spent[3] + spent[4]
+    return {
+        "busy_pct": round((total - idle - spent[7]) * 100 / total, 1),
+        "idle_pct": round(idle * 100 / total, 1),
+        "steal_pct": round(spent[7] * 100 / total, 1),
+    }
+
+
+def busy_seconds(before, after):
+    """The CPU seconds the whole machine was busy between two ``cpu_times()``
+    (every process: servers, clients, PostgreSQL), or None."""
+    if before is None or after is None:
+        return None
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    return (sum(spent) - spent[3] - spent[4] - spent[7]) / os.sysconf("SC_CLK_TCK")
 
 
 def merge(outcomes):
@@ -373,6 +413,27 @@ def merge_modes(outcomes):
 # --- The HTTP API under gunicorn ------------------------------------------------
 
 
+@contextlib.contextmanager
+def before_tree(ref):
+    """A `git worktree` of ``ref`` (removed afterwards)."""
+    path = Path(tempfile.mkdtemp(prefix="sb-bench-before-"))
+    path.rmdir()
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), ref],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(path)],
+            cwd=ROOT,
+            capture_output=True,
+        )
+
+
 def free_port():
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as probe:
@@ -381,8 +442,11 @@ def free_port():
 
 
 @contextlib.contextmanager
-def gunicorn(url, port=None, **env):
+def gunicorn(url, port=None, root=None, **env):
     """Serve Switchboard with gunicorn (gunicorn.conf.py) against ``url``.
+
+    ``root`` is the tree whose code it serves (this checkout by default; a
+    ``before_tree`` for the previous design).
 
     Yields a Server (its port, and the CPU its processes used) once /healthz
     answers 200; stops the server on exit.
@@ -401,7 +465,7 @@ def gunicorn(url, port=None, **env):
             "--bind",
             f"127.0.0.1:{port}",
         ],
-        cwd=ROOT,
+        cwd=root or ROOT,
         env=django_env(url, GUNICORN_LOG_LEVEL="warning", **env),
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -161,7 +161,7 @@ def main():
     if "before" in servings:
         # A database of its own: a tree migrates its database to its own schema.
         before_url = url + "_cost_before"
-        with waiters.before_tree(args.before) as tree:
+        with benchlib.before_tree(args.before) as tree:
             results.append(measure(f"before ({args.before})", tree, before_url, args))
     info["uptime_after"] = waiters.uptime()
     kinds = [*KINDS, "stream event (µs)"]

@@ -7,26 +7,37 @@ behind the same gunicorn (gunicorn.conf.py) and on the same PostgreSQL cluster:
 
   sqs10         boto3: ReceiveMessage (MaxNumberOfMessages 10) + DeleteMessageBatch
                 of the 10, draining a pre-filled queue
+  sqs10_before  the same against the server of ``--before REF`` (a git worktree
+                of that commit, default HEAD: the previous design), same run
+  sqs_ceiling10 the same boto3 loop against bench/sqs_ceiling.py, an SQS server
+                that answers from memory (no Django, no database, no signature
+                check) behind the same gunicorn and uvicorn: what boto3 and the
+                HTTP stack alone allow on this machine, the bare loop of sqs10
   http10        the JSON API: one claim with max_todos 10 + one POST
                 /api/v1/todos/batch of 10 completes (bench/peers.py's runner)
   pgqueuer10    pgqueuer's QueueManager, batch_size 10 (bench/peers.py's runner)
   sqs_send10    boto3: SendMessageBatch of 10 (enqueue rate)
   http_send10   the JSON API: POST /api/v1/todos with {"todos": [10 items]}
 
-The first three are claim+acknowledge throughput and compare with each other;
+The first four are claim+acknowledge throughput and compare with each other;
 the two ``send`` ones are enqueue throughput. Every process counts only what it
 finishes inside the measurement window (after ``--warmup``); the order of the
 systems is shuffled per worker count. The load average and ``uptime`` are
 printed and stored with the results (bench/results/sqs-<time>.json): the
-machine is shared, and the ratios are what to compare. Goal (issue #14): sqs10
+machine is shared, and the ratios are what to compare. The CPU table splits
+each todo's CPU into the server's (gunicorn's processes), the clients' own, and
+the whole machine's (``/proc/stat``, the measurement window only): machine less
+server less client is mostly PostgreSQL. Goal (issue #14): sqs10
 ≥ 0.6× pgqueuer10 at 4 workers.
 """
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+import threading
 import time
 
 import benchlib
@@ -36,6 +47,8 @@ BATCH = 10
 SYSTEMS = {
     # A rough ceiling of each rate (todos/s), to size the pre-filled queues.
     "sqs10": 6_000,
+    "sqs10_before": 6_000,
+    "sqs_ceiling10": 0,
     "http10": 10_000,
     "pgqueuer10": 15_000,
     "sqs_send10": 0,
@@ -43,12 +56,22 @@ SYSTEMS = {
 }
 LABELS = {
     "sqs10": "SQS receive 10 + delete batch",
+    "sqs10_before": "the same, the --before tree's server",
+    "sqs_ceiling10": "the same against a do-nothing SQS server",
     "http10": "HTTP batch 10",
     "pgqueuer10": "pgqueuer batch 10",
     "sqs_send10": "SQS SendMessageBatch 10",
     "http_send10": "HTTP create batch 10",
 }
-GOALS = (("sqs10", "pgqueuer10", 0.6), ("sqs10", "http10", None))
+# The systems that run sqs_receive_step against one of the SQS servers.
+RECEIVING = ("sqs10", "sqs10_before", "sqs_ceiling10")
+GOALS = (
+    ("sqs10", "pgqueuer10", 0.6),
+    ("sqs10", "http10", None),
+    ("sqs_ceiling10", "pgqueuer10", None),
+    ("sqs10", "sqs_ceiling10", None),
+    ("sqs10", "sqs10_before", None),
+)
 
 
 def sqs_credentials(url, endpoint_id):
@@ -82,6 +105,67 @@ def sqs_client(port, key):
         aws_secret_access_key=key["sqs_secret_access_key"],
         config=Config(retries={"max_attempts": 1}, max_pool_connections=2),
     )
+
+
+# bench/sqs_ceiling.py checks no signature; boto3 signs with any key.
+CEILING_KEY = {
+    "sqs_access_key_id": "AKIDCEILING",
+    "sqs_secret_access_key": "ceiling-not-secret",
+}
+
+
+class Target:
+    """An SQS server the receive loop drains: its gunicorn, key and queue URL."""
+
+    def __init__(self, server, key, queue_url):
+        self.server, self.key, self.queue_url = server, key, queue_url
+
+    def address(self):
+        """What a worker process needs (picklable): port, key, queue URL."""
+        return (self.server.port, self.key, self.queue_url)
+
+
+def create_queue(port, key, name, deadline=30):
+    """Create the queue once the server answers; return its URL."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            return sqs_client(port, key).create_queue(QueueName=name)["QueueUrl"]
+        except Exception:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def ceiling_server():
+    """bench/sqs_ceiling.py served like Switchboard: gunicorn, 2 uvicorn workers."""
+    port = benchlib.free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--worker-class",
+            "uvicorn_worker.UvicornWorker",
+            "--workers",
+            "2",
+            "--chdir",
+            str(benchlib.ROOT / "bench"),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "sqs_ceiling:app",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        server = benchlib.Server(port, process.pid)
+        yield Target(server, CEILING_KEY, create_queue(port, CEILING_KEY, "ceiling"))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def sqs_receive_step(port, key, queue_url):
@@ -144,10 +228,12 @@ def http_send_step(port, token, worker):
     return step
 
 
-def worker(index, system, urls, endpoint_id, port, token, key, queue_url, warmup):
+def worker(
+    index, system, urls, endpoint_id, port, token, key, queue_url, drained, warmup
+):
     name = f"w{index}"
-    if system == "sqs10":
-        step = sqs_receive_step(port, key, queue_url)
+    if system in RECEIVING:
+        step = sqs_receive_step(*drained)
     elif system == "sqs_send10":
         step = sqs_send_step(port, key, queue_url, name)
     elif system == "http10":
@@ -167,7 +253,7 @@ def worker(index, system, urls, endpoint_id, port, token, key, queue_url, warmup
 
 
 def measure(system, workers, args, context):
-    urls, endpoint_id, server, token, key, queue_url = context
+    urls, endpoint_id, server, token, key, queue_url, targets = context
     count = int(SYSTEMS[system] * (args.seconds + args.warmup + 5) * args.fill)
     if system == "pgqueuer10":
         peers.fill(system, urls, endpoint_id, count)
@@ -175,13 +261,36 @@ def measure(system, workers, args, context):
         benchlib.reset_todos(urls["switchboard"])
         if count:
             benchlib.fill_pending(urls["switchboard"], endpoint_id, count)
-    before = server.cpu_seconds()
+    drained = targets.get(system)
+    server_used = drained.server if drained is not None else server
+    before = server_used.cpu_seconds()
+    window = []
+
+    def sample_the_window():
+        time.sleep(args.warmup)
+        window.append(benchlib.cpu_times())
+        time.sleep(args.seconds)
+        window.append(benchlib.cpu_times())
+
+    sampler = threading.Thread(target=sample_the_window, daemon=True)
     outcomes = benchlib.run_processes(
         worker,
         workers,
         args.seconds + args.warmup,
-        (system, urls, endpoint_id, server.port, token, key, queue_url, args.warmup),
+        (
+            system,
+            urls,
+            endpoint_id,
+            server.port,
+            token,
+            key,
+            queue_url,
+            drained and drained.address(),
+            args.warmup,
+        ),
+        on_start=sampler.start,
     )
+    sampler.join()
     done = sum(item["done"] for item in outcomes)
     total = sum(item["total"] for item in outcomes)
     figures = {
@@ -197,8 +306,11 @@ def measure(system, workers, args, context):
     }
     if system != "pgqueuer10" and total:
         figures["server_cpu_ms_per_todo"] = (
-            (server.cpu_seconds() - before) / total * 1000
+            (server_used.cpu_seconds() - before) / total * 1000
         )
+    busy = benchlib.busy_seconds(*window) if len(window) == 2 else None
+    if busy is not None and done:
+        figures["machine_cpu_ms_per_todo"] = busy / done * 1000
     if count and total >= count:
         figures["warning"] = "the queue ran dry: raise --fill"
     return figures
@@ -218,6 +330,11 @@ def main():
     parse.add_argument("--warmup", type=float, default=2)
     parse.add_argument("--fill", type=float, default=1.0)
     parse.add_argument(
+        "--before",
+        default="HEAD",
+        help="the git ref whose server sqs10_before drains (default HEAD)",
+    )
+    parse.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
         help=f"comma-separated subset of: {','.join(SYSTEMS)}",
@@ -232,11 +349,19 @@ def main():
     before = uptime()
     print(f"sqs bench: {', '.join(systems)} at {args.workers} workers; {before}")
     rates, samples = {}, {}
-    with benchlib.gunicorn(args.database_url) as server:
-        queue_url = sqs_client(server.port, key).create_queue(QueueName=benchlib.QUEUE)[
-            "QueueUrl"
-        ]
-        context = (urls, endpoint_id, server, token, key, queue_url)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(benchlib.gunicorn(args.database_url))
+        queue_url = create_queue(server.port, key, benchlib.QUEUE)
+        targets = {"sqs10": Target(server, key, queue_url)}
+        if "sqs_ceiling10" in systems:
+            targets["sqs_ceiling10"] = stack.enter_context(ceiling_server())
+        if "sqs10_before" in systems:
+            tree = stack.enter_context(benchlib.before_tree(args.before))
+            old = stack.enter_context(benchlib.gunicorn(args.database_url, root=tree))
+            targets["sqs10_before"] = Target(
+                old, key, create_queue(old.port, key, benchlib.QUEUE)
+            )
+        context = (urls, endpoint_id, server, token, key, queue_url, targets)
         for workers in args.workers:
             order = list(systems)
             random.Random(f"sqs-{workers}").shuffle(order)
@@ -287,13 +412,14 @@ def main():
             LABELS[s],
             samples[(w, s)].get("server_cpu_ms_per_todo"),
             samples[(w, s)]["client_cpu_ms_per_todo"],
+            samples[(w, s)].get("machine_cpu_ms_per_todo"),
         ]
         for w in args.workers
         for s in systems
     ]
     benchlib.print_table(
-        "CPU per todo (ms): gunicorn's, and the client processes' own",
-        ["workers", "path", "server", "client"],
+        "CPU per todo (ms): the server's, the clients' own, and the whole machine's",
+        ["workers", "path", "server", "client", "machine"],
         cpu_rows,
     )
     print(f"uptime before: {before}\nuptime after:  {after}")

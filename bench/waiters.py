@@ -230,27 +230,6 @@ class Serving:
         self.log.close()
 
 
-@contextlib.contextmanager
-def before_tree(ref):
-    """A `git worktree` of ``ref`` (removed afterwards)."""
-    path = Path(tempfile.mkdtemp(prefix="sb-bench-before-"))
-    path.rmdir()
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(path), ref],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(path)],
-            cwd=ROOT,
-            capture_output=True,
-        )
-
-
 def default_before():
     """The commit before the ASGI serving (board/workers.py) was added."""
     added = subprocess.run(
@@ -646,33 +625,6 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def cpu_times():
-    """The machine's CPU times so far (``/proc/stat``'s first line), or None."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()[1:9]
-    except OSError:
-        return None
-    return [int(field) for field in fields]
-
-
-def machine_share(before, after):
-    """What the machine's CPUs did between two ``cpu_times()``: the busy,
-    idle and stolen shares in percent. Steal is time the hypervisor gave to
-    another guest while this one had work: on a shared machine it is the
-    noise under every latency figure of the window."""
-    if before is None or after is None:
-        return {}
-    spent = [b - a for a, b in zip(before, after, strict=True)]
-    total = sum(spent) or 1
-    idle = spent[3] + spent[4]
-    return {
-        "busy_pct": round((total - idle - spent[7]) * 100 / total, 1),
-        "idle_pct": round(idle * 100 / total, 1),
-        "steal_pct": round(spent[7] * 100 / total, 1),
-    }
-
-
 def throughput_worker(index, port, token):
     """bench/http_throughput.py's HTTP step (claim, complete), on its own."""
     step = http_throughput.http_step(port, token, f"tp{index}")
@@ -737,7 +689,7 @@ def run_serving(name, tree, url, args, extra_env=None):
 
         def probe(window):
             """Run the probes as the arguments say; note when they ran."""
-            started, times = time.time(), cpu_times()
+            started, times = time.time(), benchlib.cpu_times()
             result[window] = measure(
                 serving,
                 seeds,
@@ -747,7 +699,9 @@ def run_serving(name, tree, url, args, extra_env=None):
                 args.keep_alive,
             )
             windows[window] = (started, time.time())
-            result[window]["machine"] = machine_share(times, cpu_times())
+            result[window]["machine"] = benchlib.machine_share(
+                times, benchlib.cpu_times()
+            )
 
         benchlib.reset_todos(url)
         probe("idle")
@@ -919,7 +873,7 @@ def main():
             run_serving("gthread", ROOT, url, args, {"SWITCHBOARD_SERVER": "gthread"})
         )
     if "before" in servings:
-        with before_tree(before) as tree:
+        with benchlib.before_tree(before) as tree:
             results.append(run_serving(f"before ({before})", tree, before_url, args))
     info["uptime_after"] = uptime()
     print(f"uptime: {info['uptime_after']}", flush=True)

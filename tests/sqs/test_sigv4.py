@@ -137,3 +137,20 @@ def test_malformed_authorization_headers_are_refused(header, code):
     with pytest.raises(sigv4.SignatureError) as caught:
         sigv4.parse_authorization(header)
     assert caught.value.code == code
+
+
+def test_amz_date_is_read_strictly_without_strptime():
+    assert sigv4.parse_amz_date("20150830T123600Z") == SIGNED_AT
+    for bad in (
+        None,
+        "",
+        "20150830T123600",  # no Z
+        "2015083T123600Z",  # a digit short
+        "20151330T123600Z",  # month 13
+        "20150830T246000Z",  # hour 24
+        "２０150830T123600Z",  # non-ASCII digits
+        " 20150830T123600Z",
+    ):
+        with pytest.raises(sigv4.SignatureError) as raised:
+            sigv4.parse_amz_date(bad)
+        assert raised.value.code == "IncompleteSignature"

@@ -1,4 +1,5 @@
-"""Django's PostgreSQL backend; the health check runs only after idleness.
+"""Django's PostgreSQL backend: the health check runs only after idleness, and
+timestamps are read by psycopg's compiled loader.
 
 With ``CONN_HEALTH_CHECKS`` Django sends ``SELECT 1`` before the first query of
 every request that reuses a connection: one round trip more for each agent call,
@@ -9,20 +10,76 @@ ago and keeps it otherwise, so a connection that sat idle across a PostgreSQL
 restart is still replaced before it is used. One that breaks mid-burst fails
 its request (503) and Django closes it at the request's end, as it does for any
 connection that breaks during a request.
+
+Django reads every ``timestamptz`` through a Python subclass of psycopg's pure
+Python loader, so that the value carries Django's time zone: about 5 µs a value
+against 0.8 for the compiled loader of ``psycopg[binary]``, and a claimed or
+acknowledged todo carries half a dozen. When Django's time zone is UTC (USE_TZ
+with no per-database TIME_ZONE, as here) and the compiled loader is there,
+this backend reads timestamps with it instead: the connection's own time zone
+is UTC too (Django sets it so), and the compiled loader returns the same
+instants in it.
 """
 
+import datetime
+import functools
 import time
 
+from django.conf import settings
 from django.db.backends.postgresql import base
+from psycopg import adapt, adapters
+from psycopg.pq import Format
 from psycopg_pool import ConnectionPool
 
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
+
+TIMESTAMPTZ_OID = adapters.types["timestamptz"].oid
+# psycopg's default loader: the compiled one when psycopg's C part is installed.
+_DEFAULT_TIMESTAMPTZ = adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+COMPILED_TIMESTAMPTZ = (
+    _DEFAULT_TIMESTAMPTZ
+    if not _DEFAULT_TIMESTAMPTZ.__module__.startswith("psycopg.")
+    else None
+)
+
+
+class UtcTimestampLoader:
+    """Makes the compiled loader; says its time zone as Django's loaders do.
+
+    A compiled loader class cannot be subclassed; this one builds it. Django's
+    ``create_cursor`` compares the connection's loader's ``timezone`` with
+    its own and would register its Python loader on every cursor otherwise.
+    """
+
+    timezone = datetime.UTC
+    format = Format.TEXT
+
+    def __new__(cls, oid, context=None):
+        return COMPILED_TIMESTAMPTZ(oid, context)
+
+
+@functools.lru_cache
+def fast_adapters(template):
+    """Django's adapters map with the compiled timestamptz loader."""
+    context = adapt.AdaptersMap(template)
+    context.register_loader(TIMESTAMPTZ_OID, UtcTimestampLoader)
+    return context
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.last_request_ended = None
+
+    def get_connection_params(self):
+        params = super().get_connection_params()
+        if (
+            COMPILED_TIMESTAMPTZ is not None
+            and settings.USE_TZ
+            and self.timezone is datetime.UTC
+        ):
+            params["context"] = fast_adapters(params["context"])
+        return params
 
     def close_if_health_check_failed(self):
         ended = self.last_request_ended
