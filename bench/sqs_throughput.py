@@ -19,16 +19,18 @@ behind the same gunicorn (gunicorn.conf.py) and on the same PostgreSQL cluster:
   sqs_send10    boto3: SendMessageBatch of 10 (enqueue rate)
   http_send10   the JSON API: POST /api/v1/todos with {"todos": [10 items]}
 
-The first four are claim+acknowledge throughput and compare with each other;
-the two ``send`` ones are enqueue throughput. Every process counts only what it
-finishes inside the measurement window (after ``--warmup``); the order of the
-systems is shuffled per worker count. The load average and ``uptime`` are
-printed and stored with the results (bench/results/sqs-<time>.json): the
-machine is shared, and the ratios are what to compare. The CPU table splits
-each todo's CPU into the server's (gunicorn's processes), the clients' own, and
-the whole machine's (``/proc/stat``, the measurement window only): machine less
-server less client is mostly PostgreSQL. Goal (issue #14): sqs10
-≥ 0.6× pgqueuer10 at 4 workers.
+All but the two ``send`` ones are claim+acknowledge throughput and compare with
+each other; the ``send`` ones are enqueue throughput. Every process counts only
+what it finishes inside the measurement window (after ``--warmup``). The order
+of the systems is shuffled per worker count, anew each run unless ``--seed`` is
+given: a shared machine gets busier as a run goes on, and a fixed order would
+favour the same systems every time (the order is printed and stored). The load
+average and ``uptime`` are printed and stored with the results
+(bench/results/sqs-<time>.json): the machine is shared, and the ratios are
+what to compare. The CPU table splits each todo's CPU into the server's
+(gunicorn's processes), the clients' own, and the whole machine's
+(``/proc/stat``, the measurement window only): machine less server less client
+is mostly PostgreSQL. Goal (issue #14): sqs10 ≥ 0.6× pgqueuer10 at 4 workers.
 """
 
 import contextlib
@@ -330,6 +332,11 @@ def main():
     parse.add_argument("--warmup", type=float, default=2)
     parse.add_argument("--fill", type=float, default=1.0)
     parse.add_argument(
+        "--seed",
+        default=None,
+        help="the systems' order's seed (default: a new order each run)",
+    )
+    parse.add_argument(
         "--before",
         default="HEAD",
         help="the git ref whose server sqs10_before drains (default HEAD)",
@@ -340,6 +347,8 @@ def main():
         help=f"comma-separated subset of: {','.join(SYSTEMS)}",
     )
     args = parse.parse_args()
+    if args.seed is None:
+        args.seed = str(random.SystemRandom().randrange(10**6))
     systems = [name for name in args.systems.split(",") if name]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -364,10 +373,12 @@ def main():
         context = (urls, endpoint_id, server, token, key, queue_url, targets)
         for workers in args.workers:
             order = list(systems)
-            random.Random(f"sqs-{workers}").shuffle(order)
-            for system in order:
+            random.Random(f"sqs-{workers}-{args.seed}").shuffle(order)
+            print(f"  {workers} workers, in this order: {', '.join(order)}")
+            for position, system in enumerate(order):
                 started = peers.load()
                 figures = measure(system, workers, args, context)
+                figures["position"] = position
                 figures["load"] = [started, peers.load()]
                 samples[(workers, system)] = figures
                 rates.setdefault(workers, {})[system] = figures["rate"]
