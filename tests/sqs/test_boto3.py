@@ -310,6 +310,61 @@ def test_visibility_timeout_hides_a_message_until_it_lapses(client, queue_url, s
     assert again["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "2"
 
 
+def test_receive_with_visibility_timeout_zero_leaves_the_message_visible(
+    client, queue_url
+):
+    """Defect (moto's test_receive_message_with_explicit_visibility_timeout and
+    test_receive_message_again_preserves_attributes): VisibilityTimeout 0 was
+    taken as 1 s, so the message stayed hidden; in SQS it is visible at once."""
+    sent = client.send_message(
+        QueueUrl=queue_url,
+        MessageBody="x",
+        MessageAttributes={"a": {"DataType": "String", "StringValue": "1"}},
+    )
+    first = client.receive_message(
+        QueueUrl=queue_url, VisibilityTimeout=0, AttributeNames=["All"]
+    )["Messages"]
+    assert [m["MessageId"] for m in first] == [sent["MessageId"]]
+    assert (
+        client.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]["ApproximateNumberOfMessages"]
+        == "1"
+    )
+    again = client.receive_message(
+        QueueUrl=queue_url, AttributeNames=["All"], MessageAttributeNames=["All"]
+    )["Messages"]
+    assert [m["MessageId"] for m in again] == [sent["MessageId"]]
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert again[0]["MessageAttributes"] == {
+        "a": {"DataType": "String", "StringValue": "1"}
+    }
+    # The second receive's visibility timeout (the queue's 30 s) holds.
+    assert "Messages" not in client.receive_message(QueueUrl=queue_url)
+
+
+def test_a_handle_received_with_visibility_timeout_zero_deletes_until_received_again(
+    client, queue_url
+):
+    client.send_message(QueueUrl=queue_url, MessageBody="x")
+    (message,) = client.receive_message(QueueUrl=queue_url, VisibilityTimeout=0)[
+        "Messages"
+    ]
+    client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    assert "Messages" not in client.receive_message(QueueUrl=queue_url)
+    counts = client.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+        ],
+    )["Attributes"]
+    assert counts == {
+        "ApproximateNumberOfMessages": "0",
+        "ApproximateNumberOfMessagesNotVisible": "0",
+    }
+
+
 def test_a_lapsed_visibility_timeout_counts_as_visible_before_any_sweep(
     client, queue_url
 ):

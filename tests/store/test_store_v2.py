@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
+from tests.conftest import shift
 from todos import store
 
 NEVER_MINTED = "00000000-0000-4000-8000-000000000000"
@@ -746,3 +747,27 @@ def test_a_prepared_claim_settles_on_its_generic_plan(scope):
         pytest.skip("the test database connection does not prepare statements")
     generic, custom = found[0]
     assert generic >= 5 and custom <= 5
+
+
+def test_claim_many_visible_at_once_leaves_the_todo_claimable_and_its_token_good(
+    scope,
+):
+    made, _ = store.create_todo(scope, queue="q", title="t")
+    (first,) = store.claim_many(scope, "w1", limit=1, visible_at_once=True)
+    assert first.state == "claimed"
+    assert first.lease_expires_at == first.claimed_at
+    # The token stays good until a claim takes the todo again...
+    beat = store.heartbeat(
+        scope, made.id, None, lease_seconds=60, lease_token=first.lease_token
+    )
+    assert beat.lease_token == first.lease_token
+    store.release_todo(scope, made.id, None, lease_token=first.lease_token)
+    (second,) = store.claim_many(scope, "w1", limit=1, visible_at_once=True)
+    # ...and the next claim may take it at once: its lease ended as it began,
+    # before the next transaction's now() (a test's transaction keeps one
+    # now(), so the clock is moved the millisecond the next one would be on).
+    shift(made.id, lease_expires_at=-0.001)
+    (third,) = store.claim_many(scope, "w2", limit=1)
+    assert third.id == made.id and third.attempt == second.attempt + 1
+    with pytest.raises(store.LeaseSuperseded):
+        store.complete_todo(scope, made.id, None, lease_token=second.lease_token)

@@ -592,11 +592,18 @@ def receive_message(request, caller, body):
         _string_list(body, "MessageSystemAttributeNames")
     )
     attributes_wanted = set(_string_list(body, "MessageAttributeNames"))
-    lease = None if visibility is None else max(visibility, 1)
+    # VisibilityTimeout 0: received, and visible again at once (SQS's own
+    # meaning); the receipt handle still works until someone receives it.
+    lease = visibility or None
 
     def attempt():
         claimed = store.claim_many(
-            queue.scope, CLAIMANT, limit=limit, queue=queue.name, lease_seconds=lease
+            queue.scope,
+            CLAIMANT,
+            limit=limit,
+            queue=queue.name,
+            lease_seconds=lease,
+            visible_at_once=visibility == 0,
         )
         if not claimed:
             raise store.NotFound("no message is available")

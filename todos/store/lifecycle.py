@@ -494,19 +494,31 @@ SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
 """
 
 
-def claim_many(scope, worker, *, limit, queue=None, lease_seconds=None):
+def claim_many(
+    scope, worker, *, limit, queue=None, lease_seconds=None, visible_at_once=False
+):
     """Claim up to ``limit`` (1–10) todos of this scope in one statement; [] if none.
 
     Due redeliveries first, then the oldest due pending todos of queues that
-    are not paused, assigned to nobody or to this worker.
+    are not paused, assigned to nobody or to this worker. ``visible_at_once``
+    gives a lease that ends as it begins (SQS's ReceiveMessage with
+    VisibilityTimeout 0): the next claim may take the todos at once, and the
+    lease token stays good until one does.
     """
     params = bind_claim(
-        scope, worker, limit=limit, queue=queue, lease_seconds=lease_seconds
+        scope,
+        worker,
+        limit=limit,
+        queue=queue,
+        lease_seconds=lease_seconds,
+        visible_at_once=visible_at_once,
     )
     return [Todo.from_row(row) for row in _run("claim", CLAIM_SQL, params)]
 
 
-def bind_claim(scope, worker, *, limit=1, queue=None, lease_seconds=None):
+def bind_claim(
+    scope, worker, *, limit=1, queue=None, lease_seconds=None, visible_at_once=False
+):
     """Return CLAIM_SQL's parameters (the benchmarks run the same statement)."""
     limit = int(limit)
     if not 1 <= limit <= MAX_CLAIM_BATCH:
@@ -519,7 +531,7 @@ def bind_claim(scope, worker, *, limit=1, queue=None, lease_seconds=None):
         **_scope_params(scope),
         **_defaults(),
         "worker": worker,
-        "lease": _lease(lease_seconds),
+        "lease": 0 if visible_at_once else _lease(lease_seconds),
         "limit": limit,
     }
 
