@@ -25,7 +25,6 @@ import datetime
 import functools
 import time
 
-from django.conf import settings
 from django.db.backends.postgresql import base
 from psycopg import adapt, adapters
 from psycopg.pq import Format
@@ -73,11 +72,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def get_connection_params(self):
         params = super().get_connection_params()
-        if (
-            COMPILED_TIMESTAMPTZ is not None
-            and settings.USE_TZ
-            and self.timezone is datetime.UTC
-        ):
+        # Django's timezone is None without USE_TZ, UTC with no per-database
+        # TIME_ZONE.
+        if COMPILED_TIMESTAMPTZ is not None and self.timezone is datetime.UTC:
             params["context"] = fast_adapters(params["context"])
         return params
 
