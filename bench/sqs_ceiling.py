@@ -13,6 +13,7 @@ the same machine, with the same clients, can run faster than this.
 """
 
 import hashlib
+import inspect
 import json
 import uuid
 
@@ -55,31 +56,43 @@ ACTIONS = {
 }
 
 
-async def app(scope, receive_message, send):
-    if scope["type"] != "http":
-        return
-    chunks = []
-    while True:
-        event = await receive_message()
-        chunks.append(event.get("body", b""))
-        if not event.get("more_body"):
-            break
-    headers = dict(scope["headers"])
-    action = ACTIONS.get(headers.get(b"x-amz-target", b"").decode())
-    if action is None:
-        status, answer = 400, {"__type": "com.amazonaws.sqs#InvalidAction"}
-    else:
-        status, answer = 200, action(json.loads(b"".join(chunks) or b"{}"))
-    body = json.dumps(answer, separators=(",", ":")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                *HEADERS,
-                (b"content-length", str(len(body)).encode()),
-                (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+def serve(actions):
+    """A raw ASGI app answering ``actions`` (X-Amz-Target -> function of the
+    decoded body; a coroutine function is awaited). bench/sqs_store.py serves
+    its own actions with it."""
+
+    async def app(scope, receive_message, send):
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            event = await receive_message()
+            chunks.append(event.get("body", b""))
+            if not event.get("more_body"):
+                break
+        headers = dict(scope["headers"])
+        action = actions.get(headers.get(b"x-amz-target", b"").decode())
+        if action is None:
+            status, answer = 400, {"__type": "com.amazonaws.sqs#InvalidAction"}
+        else:
+            status, answer = 200, action(json.loads(b"".join(chunks) or b"{}"))
+            if inspect.isawaitable(answer):
+                answer = await answer
+        body = json.dumps(answer, separators=(",", ":")).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    *HEADERS,
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+app = serve(ACTIONS)

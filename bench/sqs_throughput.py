@@ -13,6 +13,10 @@ behind the same gunicorn (gunicorn.conf.py) and on the same PostgreSQL cluster:
                 that answers from memory (no Django, no database, no signature
                 check) behind the same gunicorn and uvicorn: what boto3 and the
                 HTTP stack alone allow on this machine, the bare loop of sqs10
+  sqs_store10   the same against bench/sqs_store.py: that bare server plus the
+                two store calls Switchboard makes for these requests (claim_many,
+                acknowledge_many, in todos.aio's pool) and nothing else: no
+                Django request, no SigV4 check, no key lookup, no log line
   http10        the JSON API: one claim with max_todos 10 + one POST
                 /api/v1/todos/batch of 10 completes (bench/peers.py's runner)
   pgqueuer10    pgqueuer's QueueManager, batch_size 10 (bench/peers.py's runner)
@@ -51,6 +55,7 @@ SYSTEMS = {
     "sqs10": 6_000,
     "sqs10_before": 6_000,
     "sqs_ceiling10": 0,
+    "sqs_store10": 6_000,
     "http10": 10_000,
     "pgqueuer10": 15_000,
     "sqs_send10": 0,
@@ -60,17 +65,20 @@ LABELS = {
     "sqs10": "SQS receive 10 + delete batch",
     "sqs10_before": "the same, the --before tree's server",
     "sqs_ceiling10": "the same against a do-nothing SQS server",
+    "sqs_store10": "the same against the store behind a bare server",
     "http10": "HTTP batch 10",
     "pgqueuer10": "pgqueuer batch 10",
     "sqs_send10": "SQS SendMessageBatch 10",
     "http_send10": "HTTP create batch 10",
 }
 # The systems that run sqs_receive_step against one of the SQS servers.
-RECEIVING = ("sqs10", "sqs10_before", "sqs_ceiling10")
+RECEIVING = ("sqs10", "sqs10_before", "sqs_ceiling10", "sqs_store10")
 GOALS = (
     ("sqs10", "pgqueuer10", 0.6),
     ("sqs10", "http10", None),
     ("sqs_ceiling10", "pgqueuer10", None),
+    ("sqs_store10", "pgqueuer10", None),
+    ("sqs10", "sqs_store10", None),
     ("sqs10", "sqs_ceiling10", None),
     ("sqs10", "sqs10_before", None),
 )
@@ -140,8 +148,8 @@ def create_queue(port, key, name, deadline=30):
 
 
 @contextlib.contextmanager
-def ceiling_server():
-    """bench/sqs_ceiling.py served like Switchboard: gunicorn, 2 uvicorn workers."""
+def bare_server(app, queue, env=None):
+    """A bench/ ASGI app served like Switchboard: gunicorn, 2 uvicorn workers."""
     port = benchlib.free_port()
     process = subprocess.Popen(
         [
@@ -153,18 +161,21 @@ def ceiling_server():
             "--workers",
             "2",
             "--chdir",
+            str(benchlib.ROOT),
+            "--pythonpath",
             str(benchlib.ROOT / "bench"),
             "--bind",
             f"127.0.0.1:{port}",
             "--log-level",
             "warning",
-            "sqs_ceiling:app",
+            app,
         ],
+        env=env,
         stdout=subprocess.DEVNULL,
     )
     try:
         server = benchlib.Server(port, process.pid)
-        yield Target(server, CEILING_KEY, create_queue(port, CEILING_KEY, "ceiling"))
+        yield Target(server, CEILING_KEY, create_queue(port, CEILING_KEY, queue))
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -364,7 +375,16 @@ def main():
         queue_url = create_queue(server.port, key, benchlib.QUEUE)
         targets = {"sqs10": Target(server, key, queue_url)}
         if "sqs_ceiling10" in systems:
-            targets["sqs_ceiling10"] = stack.enter_context(ceiling_server())
+            targets["sqs_ceiling10"] = stack.enter_context(
+                bare_server("sqs_ceiling:app", "ceiling")
+            )
+        if "sqs_store10" in systems:
+            env = benchlib.django_env(
+                args.database_url, SQS_STORE_ENDPOINT_ID=endpoint_id
+            )
+            targets["sqs_store10"] = stack.enter_context(
+                bare_server("sqs_store:app", benchlib.QUEUE, env)
+            )
         if "sqs10_before" in systems:
             tree = stack.enter_context(benchlib.before_tree(args.before))
             old = stack.enter_context(benchlib.gunicorn(args.database_url, root=tree))
