@@ -16,11 +16,18 @@ key lookup, the request's log line. So:
 - ceiling → store: what the database work itself costs (the statements,
   psycopg, the rows);
 - store → sqs10: what serving it as an authenticated Django request costs.
+
+``async_app`` (``sqs_store_async10``) runs the same two statements, bound by
+the store's own ``bind_claim``/``bind_acks`` and read back by ``Todo.from_row``,
+on psycopg's AsyncConnectionPool in the event loop instead: no thread hop,
+no Django database layer. It measures what that serving would give, not a
+path Switchboard has.
 """
 
 import os
 
 import django
+from psycopg_pool import AsyncConnectionPool
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "board.settings")
 django.setup()
@@ -60,7 +67,10 @@ def _complete(handles):
 
 async def receive(request):
     limit = min(int(request.get("MaxNumberOfMessages", 1)), 10)
-    claimed = await aio.run_pooled(_claim, _queue(request), limit)
+    return _render(await aio.run_pooled(_claim, _queue(request), limit))
+
+
+def _render(claimed):
     answer = []
     for todo in claimed:
         body, _ = messages.body_and_attributes(todo.payload)
@@ -80,6 +90,10 @@ async def delete_batch(request):
     results = await aio.run_pooled(
         _complete, [entry["ReceiptHandle"] for entry in entries]
     )
+    return _deleted(entries, results)
+
+
+def _deleted(entries, results):
     successful, failed = [], []
     for entry, result in zip(entries, results, strict=True):
         if isinstance(result, Exception):
@@ -91,11 +105,57 @@ async def delete_batch(request):
     return {"Successful": successful, "Failed": failed}
 
 
-app = serve(
-    {
+def actions(receive, delete_batch):
+    return {
         "AmazonSQS.ReceiveMessage": receive,
         "AmazonSQS.DeleteMessageBatch": delete_batch,
         "AmazonSQS.CreateQueue": queue_url,
         "AmazonSQS.GetQueueUrl": queue_url,
     }
-)
+
+
+app = serve(actions(receive, delete_batch))
+
+# --- The same statements on an async pool, in the event loop -------------------
+
+_pool = None
+# A scope needs the endpoint's grant; the bench's endpoint is granted "*".
+_async_scope = store.Scope(os.environ.get("SQS_STORE_ENDPOINT_ID", ""))
+
+
+async def _execute(sql, params):
+    global _pool
+    if _pool is None:
+        _pool = AsyncConnectionPool(
+            os.environ["DATABASE_URL"],
+            min_size=2,
+            max_size=16,
+            kwargs={"autocommit": True, "prepare_threshold": 5},
+            open=False,
+        )
+        await _pool.open()
+    async with _pool.connection() as conn:
+        cursor = await conn.execute(sql, params)
+        return await cursor.fetchall()
+
+
+async def async_receive(request):
+    limit = min(int(request.get("MaxNumberOfMessages", 1)), 10)
+    params = store.bind_claim(_async_scope, "sqs", limit=limit, queue=_queue(request))
+    rows = await _execute(store.CLAIM_SQL, params)
+    return _render([store.Todo.from_row(row) for row in rows])
+
+
+async def async_delete_batch(request):
+    entries = request["Entries"]
+    acks = []
+    for entry in entries:
+        todo_id, token = messages.parse_receipt_handle(entry["ReceiptHandle"])
+        acks.append(store.Ack("complete", todo_id, lease_token=token))
+    rows = await _execute(store.ACK_SQL, store.bind_acks(_async_scope, acks))
+    moved = {row[len(row) - 2] - 1: store.Todo.from_row(row) for row in rows}
+    results = [moved.get(i, store.NotFound()) for i in range(len(entries))]
+    return _deleted(entries, results)
+
+
+async_app = serve(actions(async_receive, async_delete_batch))

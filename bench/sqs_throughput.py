@@ -17,6 +17,9 @@ behind the same gunicorn (gunicorn.conf.py) and on the same PostgreSQL cluster:
                 two store calls Switchboard makes for these requests (claim_many,
                 acknowledge_many, in todos.aio's pool) and nothing else: no
                 Django request, no SigV4 check, no key lookup, no log line
+  sqs_store_async10  the same two statements on psycopg's async pool in the
+                event loop (bench/sqs_store.py's async_app): no thread hop, no
+                Django database layer
   http10        the JSON API: one claim with max_todos 10 + one POST
                 /api/v1/todos/batch of 10 completes (bench/peers.py's runner)
   pgqueuer10    pgqueuer's QueueManager, batch_size 10 (bench/peers.py's runner)
@@ -56,6 +59,7 @@ SYSTEMS = {
     "sqs10_before": 6_000,
     "sqs_ceiling10": 0,
     "sqs_store10": 6_000,
+    "sqs_store_async10": 6_000,
     "http10": 10_000,
     "pgqueuer10": 15_000,
     "sqs_send10": 0,
@@ -66,18 +70,26 @@ LABELS = {
     "sqs10_before": "the same, the --before tree's server",
     "sqs_ceiling10": "the same against a do-nothing SQS server",
     "sqs_store10": "the same against the store behind a bare server",
+    "sqs_store_async10": "the same, its statements on an async pool",
     "http10": "HTTP batch 10",
     "pgqueuer10": "pgqueuer batch 10",
     "sqs_send10": "SQS SendMessageBatch 10",
     "http_send10": "HTTP create batch 10",
 }
 # The systems that run sqs_receive_step against one of the SQS servers.
-RECEIVING = ("sqs10", "sqs10_before", "sqs_ceiling10", "sqs_store10")
+RECEIVING = (
+    "sqs10",
+    "sqs10_before",
+    "sqs_ceiling10",
+    "sqs_store10",
+    "sqs_store_async10",
+)
 GOALS = (
     ("sqs10", "pgqueuer10", 0.6),
     ("sqs10", "http10", None),
     ("sqs_ceiling10", "pgqueuer10", None),
     ("sqs_store10", "pgqueuer10", None),
+    ("sqs_store_async10", "pgqueuer10", None),
     ("sqs10", "sqs_store10", None),
     ("sqs10", "sqs_ceiling10", None),
     ("sqs10", "sqs10_before", None),
@@ -378,13 +390,15 @@ def main():
             targets["sqs_ceiling10"] = stack.enter_context(
                 bare_server("sqs_ceiling:app", "ceiling")
             )
-        if "sqs_store10" in systems:
-            env = benchlib.django_env(
-                args.database_url, SQS_STORE_ENDPOINT_ID=endpoint_id
-            )
-            targets["sqs_store10"] = stack.enter_context(
-                bare_server("sqs_store:app", benchlib.QUEUE, env)
-            )
+        env = benchlib.django_env(args.database_url, SQS_STORE_ENDPOINT_ID=endpoint_id)
+        for system, app in (
+            ("sqs_store10", "sqs_store:app"),
+            ("sqs_store_async10", "sqs_store:async_app"),
+        ):
+            if system in systems:
+                targets[system] = stack.enter_context(
+                    bare_server(app, benchlib.QUEUE, env)
+                )
         if "sqs10_before" in systems:
             tree = stack.enter_context(benchlib.before_tree(args.before))
             old = stack.enter_context(benchlib.gunicorn(args.database_url, root=tree))
