@@ -15,6 +15,10 @@ Every request is served one of three ways (``Handler``):
   middleware chain, the view) runs in one hop to todos.aio's bounded, long
   lived threads.
 
+Before any of them, the front door (board.frontdoor) refuses a body over its
+surface's limit: a declared Content-Length at once, a chunked body when it
+passes the limit; the body is never spooled to disk.
+
 Django's own handler would give each of those a new thread (asgiref's
 ThreadSensitiveContext) and hop to it and back for every sync middleware and
 each request signal: a ``/healthz`` cost 4.8 ms of CPU that way, a create 2.2.
@@ -26,6 +30,7 @@ themselves), and Django's 4xx log line, a thread hop of its own
 
 import asyncio
 import contextlib
+import logging
 import os
 
 import django
@@ -39,7 +44,10 @@ from django.urls import set_script_prefix, set_urlconf
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "board.settings")
 django.setup(set_prefix=False)
 
-from todos import aio  # noqa: E402 (needs the settings)
+from board import frontdoor  # noqa: E402 (needs the settings)
+from todos import aio  # noqa: E402
+
+request_logger = logging.getLogger("switchboard.request")
 
 # Paths (and methods) whose views are async and wait.
 WAITING = {
@@ -80,17 +88,52 @@ class Handler(ASGIHandler):
 
     async def __call__(self, scope, receive, send):
         try:
-            if scope["type"] == "http":
-                path, method = scope["path"], scope["method"]
-                if method in WAITING.get(path, ()):
-                    await self.serve(scope, receive, send, self.serve_waiting)
-                    return
-                if method not in OWN_THREAD.get(path, ()):
-                    await self.serve(scope, receive, send, self.serve_in_thread)
-                    return
-            await super().__call__(scope, receive, send)
+            if scope["type"] != "http":
+                await super().__call__(scope, receive, send)
+                return
+            # The front door: no body over its surface's limit is read.
+            surface = frontdoor.surface_of(scope)
+            declared = frontdoor.declared_length(scope)
+            if declared > surface.limit:
+                await self.refuse(surface, scope, receive, send, declared)
+                return
+            try:
+                await self.dispatch(
+                    scope, frontdoor.BoundedReceive(receive, surface.limit), send
+                )
+            except frontdoor.BodyOverLimit:
+                await self.refuse(surface, scope, receive, send)
         finally:
             release(scope.pop(REQUEST, None))
+
+    async def dispatch(self, scope, receive, send):
+        path, method = scope["path"], scope["method"]
+        if method in WAITING.get(path, ()):
+            await self.serve(scope, receive, send, self.serve_waiting)
+        elif method not in OWN_THREAD.get(path, ()):
+            await self.serve(scope, receive, send, self.serve_in_thread)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def refuse(self, surface, scope, receive, send, declared=None):
+        """Answer 413 for ``surface``, logged as a request (see board.frontdoor)."""
+        response = await frontdoor.refuse(surface, scope, receive, send, declared)
+        request_logger.info(
+            "request",
+            extra={
+                "fields": {
+                    "method": scope["method"],
+                    "route": None,
+                    "status": response.status_code,
+                    "outcome": "payload_too_large",
+                    "surface": surface.name,
+                }
+            },
+        )
+
+    async def read_body(self, receive):
+        """Read the body, bounded by the front door (in memory, never spooled)."""
+        return await frontdoor.read_body(receive)
 
     def create_request(self, scope, body_file):
         request, response = super().create_request(scope, body_file)

@@ -277,6 +277,24 @@ SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # accepts. Each surface checks its own, smaller limit first (todos/http.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
 
+# The front door (board/frontdoor.py), bounds the served process keeps before
+# it reads a request: the body limit of every path that is not an agent
+# surface (the Board's forms, /healthz, static files; Django's own default
+# DATA_UPLOAD_MAX_MEMORY_SIZE), the size of a request head (431 past it), the
+# seconds a head may take to arrive (then the connection is closed), and the
+# connections each worker holds at once (503 past them; far above the
+# thousands of waiting agents a worker serves, docs/scaling.md).
+SWITCHBOARD_BOARD_MAX_BODY_BYTES = env_int(
+    "SWITCHBOARD_BOARD_MAX_BODY_BYTES", 2_621_440, 1024
+)
+SWITCHBOARD_MAX_HEAD_BYTES = env_int(
+    "SWITCHBOARD_MAX_HEAD_BYTES", 64 * 1024, 1024, 16 * 1024 * 1024
+)
+SWITCHBOARD_HEAD_TIMEOUT_SECONDS = env_int(
+    "SWITCHBOARD_HEAD_TIMEOUT_SECONDS", 10, 1, 300
+)
+SWITCHBOARD_MAX_CONNECTIONS = env_int("SWITCHBOARD_MAX_CONNECTIONS", 10_000, 1)
+
 # Queue defaults.
 SWITCHBOARD_LEASE_SECONDS = env_int("SWITCHBOARD_LEASE_SECONDS", 300, 1, 43200)
 SWITCHBOARD_MAX_ATTEMPTS = env_int("SWITCHBOARD_MAX_ATTEMPTS", 5, 1, 1000)

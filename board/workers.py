@@ -1,5 +1,6 @@
 """gunicorn's worker class for Switchboard: uvicorn's, with a graceful stop
-that ends the waiters.
+that ends the waiters, and the front door's HTTP protocol (board/frontdoor.py:
+bounded request heads, head timeout, connection cap).
 
 On SIGTERM (or SIGINT/SIGQUIT) uvicorn stops accepting, then waits for open
 requests to finish. A long poll or an event stream would otherwise wait on
@@ -18,17 +19,25 @@ from uvicorn_worker import UvicornWorker
 
 
 class Worker(UvicornWorker):
-    # httptools parses HTTP/1.1 faster than h11; uvloop is a faster event loop.
-    CONFIG_KWARGS = {"loop": "uvloop", "http": "httptools", "lifespan": "off"}
+    # httptools parses HTTP/1.1 faster than h11 (served with the front door's
+    # bounds on heads and connections, board/frontdoor.py); uvloop is a
+    # faster event loop.
+    CONFIG_KWARGS = {
+        "loop": "uvloop",
+        "http": "board.frontdoor:FrontDoorProtocol",
+        "lifespan": "off",
+    }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.config.timeout_graceful_shutdown = max(self.cfg.graceful_timeout - 1, 1)
 
     async def _serve(self):
+        from board.frontdoor import raise_open_files_limit
         from todos.doorbell import hub
 
         self.config.app = self.wsgi
+        raise_open_files_limit()
         tune_gc()
         tune_switch_interval()
         server = Server(config=self.config)

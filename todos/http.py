@@ -8,7 +8,9 @@
   (de-chunked by the server), never more than the limit; an oversized body is
   read and dropped (up to ``DRAIN_LIMIT_BYTES``) before the 413, so a
   keep-alive client that is still sending can go on. It raises ``BodyTooLarge``
-  or ``BadBody``; each surface renders them in its own error format.
+  or ``BadBody``; each surface renders them in its own error format. Served by
+  gunicorn's uvicorn workers, the front door (board/frontdoor.py) has refused
+  an oversized body before the view runs, in the same formats.
 - Strict JSON (``loads``, ``text_problem``, ``unstorable``): JSON as
   PostgreSQL's jsonb can store it. Python's json module accepts NaN and
   Infinity (and reads 1e999 as infinity); jsonb has no form for them, nor for
@@ -35,14 +37,17 @@ ERROR_CODES = {
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    431: "request_header_fields_too_large",
     500: "internal_error",
     503: "unavailable",
 }
 
-# An oversized body is read and thrown away up to this bound, so a keep-alive
-# client that is still sending gets its 413 and the connection stays usable.
-# Beyond it the server closes the connection rather than read on.
-DRAIN_LIMIT_BYTES = 4 * 1024 * 1024
+# An oversized body is read and thrown away up to this bound (never stored), so
+# a keep-alive client that is still sending gets its 413 and the connection
+# stays usable; twice the largest limit (SQS's 4 MiB), so a body just over any
+# limit is among them. Beyond it the server closes the connection rather than
+# read on (board/frontdoor.py).
+DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
 _READ_SIZE = 64 * 1024
 # Objects and arrays nest at most this deep in a stored value.
 MAX_JSON_DEPTH = 100
@@ -119,8 +124,8 @@ def read_body(request, limit=None):
     """Return the request body's bytes; raise BodyTooLarge (drained) or BadBody."""
     limit = body_limit() if limit is None else limit
     if isinstance(request, ASGIRequest):
-        # Served by ASGI (uvicorn): the server de-chunked the body and Django
-        # has already read all of it (there is nothing left to drain).
+        # Served by ASGI: the body is already read, bounded by the surface's
+        # limit in board/frontdoor.py (a smaller limit is checked here).
         if _content_length(request) > limit:
             raise BodyTooLarge(limit)
         try:
