@@ -110,6 +110,12 @@ if not SECRET_KEY:
     # DEBUG only: a development key.
     SECRET_KEY = "switchboard-development-key-not-for-production-use-0123456789"
 
+# Earlier SECRET_KEYs, comma-separated, newest first (Django's key rotation):
+# what they signed (sessions, password-reset links) stays valid, and the
+# secrets encrypted at rest under keys derived from them stay readable until
+# `manage.py reencrypt_secrets` has moved them (docs/operations.md).
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -267,8 +273,15 @@ SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
 
 # Fernet key(s) for the secrets kept encrypted at rest (SQS secret keys, webhook
 # signing secrets): comma-separated, the first encrypts. Empty = derived from
-# SECRET_KEY (see todos/crypto.py).
+# SECRET_KEY; the keys derived from SECRET_KEY and its fallbacks always decrypt
+# too (see todos/crypto.py). A malformed value fails `manage.py check`.
 SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
+# How far a timestamped webhook delivery (Stripe, Standard Webhooks) may be from
+# the server's clock, in seconds; an older one is refused as stale, and a
+# replay within the window is refused because its signature was seen.
+SWITCHBOARD_WEBHOOK_TOLERANCE_SECONDS = env_int(
+    "SWITCHBOARD_WEBHOOK_TOLERANCE_SECONDS", 300, 1, 86400
+)
 
 # The SQS surface (docs/sqs.md): a whole request may be larger than one
 # message (a batch of ten, JSON-escaped); message sizes are checked after.

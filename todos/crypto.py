@@ -5,14 +5,17 @@ with the secret itself) and a webhook signing secret (an HMAC key) must be
 recoverable, so they are stored encrypted with Fernet (AES-128-CBC plus
 HMAC-SHA256, from the ``cryptography`` library).
 
-The key comes from ``SWITCHBOARD_ENCRYPTION_KEY``: one or more Fernet keys,
-comma-separated; the first encrypts, every one decrypts, so a key is rotated by
-prepending a new one (old ciphertexts stay readable until they are rewritten,
-e.g. by rotating the credential). When the setting is
-empty the key is derived from ``SECRET_KEY`` with HKDF-SHA256, so a deployment
-that rotates ``SECRET_KEY`` must first set ``SWITCHBOARD_ENCRYPTION_KEY`` to the
-derived key (``python manage.py shell -c "from todos import crypto;
-print(crypto.derived_key())"``).
+The keys follow Django's own recipe for ``SECRET_KEY`` rotation:
+
+- ``SWITCHBOARD_ENCRYPTION_KEY``: one or more Fernet keys, comma-separated.
+  When set, its first key encrypts.
+- Otherwise the key derived from ``SECRET_KEY`` (HKDF-SHA256) encrypts.
+- Every one of them decrypts, and so do the keys derived from ``SECRET_KEY``
+  and from each of ``SECRET_KEY_FALLBACKS``: moving the old ``SECRET_KEY`` to
+  the fallbacks, or setting ``SWITCHBOARD_ENCRYPTION_KEY`` for the first time,
+  keeps every stored secret readable. ``manage.py reencrypt_secrets`` then
+  rewrites them under the key that encrypts, after which the old key can go
+  (docs/operations.md, "Rotating keys").
 """
 
 import base64
@@ -25,6 +28,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 HKDF_INFO = b"switchboard secrets at rest v1"
+MALFORMED_KEY = (
+    "SWITCHBOARD_ENCRYPTION_KEY must be Fernet keys (32 url-safe base64 bytes "
+    "each), comma-separated"
+)
 
 
 class DecryptionFailed(Exception):
@@ -40,23 +47,49 @@ def derived_key(secret_key=None):
     return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
+def configured_keys(configured=None):
+    """Return the keys of SWITCHBOARD_ENCRYPTION_KEY, in order (maybe none)."""
+    if configured is None:
+        configured = settings.SWITCHBOARD_ENCRYPTION_KEY
+    return [key.strip() for key in configured.split(",") if key.strip()]
+
+
+def configuration_error():
+    """Return why SWITCHBOARD_ENCRYPTION_KEY is unusable, or None when it is fine."""
+    for key in configured_keys():
+        try:
+            Fernet(key)
+        except ValueError:
+            return MALFORMED_KEY
+    return None
+
+
 @functools.lru_cache(maxsize=4)
-def _fernet(configured, secret_key):
-    keys = [key.strip() for key in configured.split(",") if key.strip()]
-    if not keys:
-        keys = [derived_key(secret_key)]
+def _keyring(configured, secret_key, fallbacks):
+    """Return (the MultiFernet of every key, the Fernet of the key that encrypts)."""
+    keys = configured_keys(configured)
+    for secret in (secret_key, *fallbacks):
+        derived = derived_key(secret)
+        if derived not in keys:
+            keys.append(derived)
     try:
-        return MultiFernet([Fernet(key) for key in keys])
+        fernets = [Fernet(key) for key in keys]
     except ValueError as exc:
-        raise ImproperlyConfigured(
-            "SWITCHBOARD_ENCRYPTION_KEY must be Fernet keys (32 url-safe base64 "
-            "bytes each), comma-separated"
-        ) from exc
+        raise ImproperlyConfigured(MALFORMED_KEY) from exc
+    return MultiFernet(fernets), fernets[0]
+
+
+def _current():
+    return _keyring(
+        settings.SWITCHBOARD_ENCRYPTION_KEY,
+        settings.SECRET_KEY,
+        tuple(getattr(settings, "SECRET_KEY_FALLBACKS", ())),
+    )
 
 
 def fernet():
-    """Return the MultiFernet of the configured keys (read when first needed)."""
-    return _fernet(settings.SWITCHBOARD_ENCRYPTION_KEY, settings.SECRET_KEY)
+    """Return the MultiFernet of every key: the first encrypts, all decrypt."""
+    return _current()[0]
 
 
 def encrypt(plaintext):
@@ -67,6 +100,26 @@ def encrypt(plaintext):
 def decrypt(ciphertext):
     """Return the secret string of a ciphertext, or raise DecryptionFailed."""
     return _decrypt(fernet(), ciphertext)
+
+
+def is_current(ciphertext):
+    """Say whether a ciphertext is under the key that encrypts (no rewrite due)."""
+    try:
+        _current()[1].decrypt(ciphertext.encode("ascii"))
+    except (InvalidToken, UnicodeError, AttributeError):
+        return False
+    return True
+
+
+def reencrypt(ciphertext):
+    """Return the ciphertext rewritten under the key that encrypts.
+
+    Raises DecryptionFailed when no configured key opens it.
+    """
+    try:
+        return fernet().rotate(ciphertext.encode("ascii")).decode("ascii")
+    except (InvalidToken, UnicodeError, AttributeError) as exc:
+        raise DecryptionFailed("the secret does not decrypt with any key") from exc
 
 
 # Every SQS call decrypts its endpoint's secret (an HMAC and AES, about 3 % of

@@ -211,6 +211,8 @@ class Queue(models.Model):
 WEBHOOK_SCHEMES = (
     ("github", "GitHub (X-Hub-Signature-256)"),
     ("hmac-sha256", "Generic HMAC-SHA256 header"),
+    ("stripe", "Stripe (Stripe-Signature t=…,v1=…, timestamped)"),
+    ("standard-webhooks", "Standard Webhooks (webhook-signature, timestamped)"),
 )
 
 
@@ -312,6 +314,37 @@ class WebhookDelivery(models.Model):
 
     def __str__(self):
         return f"{self.source_id}:{self.delivery_id}"
+
+
+class WebhookSignatureSeen(models.Model):
+    """A timestamped delivery's signature, remembered while a replay of it
+    would still be inside the tolerance window (so any process refuses it)."""
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.ForeignKey(
+        WebhookSource, on_delete=models.CASCADE, related_name="signatures_seen"
+    )
+    # The hex HMAC of the signed content (timestamp, body and, for Standard
+    # Webhooks, the message id): the same for every replay of one delivery.
+    signature = models.CharField(max_length=64)
+    # The timestamp the sender signed; the row goes once a replay is stale.
+    signed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "webhook_signatures_seen"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "signature"], name="webhook_signatures_seen_once"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["source", "signed_at"], name="webhook_signatures_seen_age"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.source_id}:{self.signature[:12]}"
 
 
 class McpSession(models.Model):

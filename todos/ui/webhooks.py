@@ -37,26 +37,39 @@ SOURCE_FIELDS = (
 class SourceForm(forms.Form):
     """A new source: its slug, signature scheme, secret and header overrides."""
 
-    slug = forms.SlugField(max_length=100, help_text="Deliveries go to /hooks/<slug>.")
+    slug = forms.SlugField(
+        max_length=webhooks.MAX_SLUG_LENGTH,
+        help_text="Deliveries go to /hooks/<slug>.",
+    )
     scheme = forms.ChoiceField(choices=WEBHOOK_SCHEMES)
     secret = forms.CharField(
         max_length=webhooks.MAX_SECRET_LENGTH,
         required=False,
         strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
-        help_text="The shared signing secret. Leave blank to generate one, shown once.",
+        help_text="The shared signing secret (Standard Webhooks: whsec_<base64>). "
+        "Leave blank to generate one, shown once.",
     )
     signature_header = forms.CharField(max_length=100, required=False)
     delivery_header = forms.CharField(max_length=100, required=False)
     event_header = forms.CharField(max_length=100, required=False)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, public_suffix=False, **kwargs):
         super().__init__(*args, **kwargs)
+        if public_suffix:
+            # Slugs are global: an owner's name gets a random suffix, so that
+            # naming a source never tells whether another owner has that name.
+            self.fields["slug"].label = "Name"
+            self.fields[
+                "slug"
+            ].help_text = (
+                "Deliveries go to /hooks/<name>-<random suffix>, shown once created."
+            )
         for index, name in enumerate(
             ("signature_header", "delivery_header", "event_header")
         ):
             defaults = ", ".join(
-                f"{scheme}: {headers[index]}"
+                f"{scheme}: {headers[index] or 'from the body'}"
                 for scheme, headers in _scheme_headers().items()
             )
             self.fields[name].help_text = f"Blank = the scheme's ({defaults})."
@@ -130,10 +143,16 @@ RouteFormSet = forms.formset_factory(
 )
 
 
-def _outcome_rows(delivery, endpoints):
-    """Return a delivery's per-target outcome with endpoint names, for display."""
+def _outcome_rows(delivery, endpoints, access):
+    """Return a delivery's per-target outcome with endpoint names, for display.
+
+    Only the viewer's targets: a source an owner sees now may have routed to
+    other owners' endpoints when the delivery came (CONTRACT §13).
+    """
     rows = []
     for target in delivery.outcome:
+        if not access.covers(target.get("endpoint_id")):
+            continue
         endpoint = endpoints.get(target.get("endpoint_id"))
         rows.append({**target, "endpoint_name": endpoint.name if endpoint else "gone"})
     return rows
@@ -151,15 +170,11 @@ def webhook_list(request):
         listed.append(
             {
                 "source": source,
-                "headers": dict(
-                    zip(
-                        ("signature", "delivery", "event"),
-                        webhooks.headers_of(source),
-                        strict=True,
-                    )
-                ),
+                "headers": webhooks.described(source),
                 "routes": source.routes.all(),
-                "deliveries": [(d, _outcome_rows(d, endpoints)) for d in deliveries],
+                "deliveries": [
+                    (d, _outcome_rows(d, endpoints, request.board)) for d in deliveries
+                ],
             }
         )
     template = "board/webhooks.html"
@@ -173,7 +188,12 @@ def webhook_list(request):
 @action_page
 def webhook_create(request):
     """Create a source with its routes; a generated secret is shown once."""
-    form = SourceForm(request.POST or None, initial={"scheme": "github"})
+    public_suffix = not request.board.staff
+    form = SourceForm(
+        request.POST or None,
+        initial={"scheme": "github"},
+        public_suffix=public_suffix,
+    )
     routes = RouteFormSet(
         request.POST or None,
         prefix="routes",
@@ -182,7 +202,7 @@ def webhook_create(request):
     if request.method == "POST" and form.is_valid() and routes.is_valid():
         data = form.cleaned_data
         generated = not data["secret"]
-        secret = webhooks.new_secret() if generated else data["secret"]
+        secret = webhooks.new_secret(data["scheme"]) if generated else data["secret"]
         try:
             source = webhooks.create_source(
                 data["slug"],
@@ -192,6 +212,7 @@ def webhook_create(request):
                 signature_header=data["signature_header"],
                 delivery_header=data["delivery_header"],
                 event_header=data["event_header"],
+                public_suffix=public_suffix,
             )
         except webhooks.InvalidSource as exc:
             field = exc.field if exc.field in SOURCE_FIELDS else None
@@ -241,7 +262,7 @@ def webhook_rotate(request, source_id):
     source = WebhookSource.objects.filter(id=source_id).first()
     if source is None:
         return _source_missing(request)
-    secret = webhooks.new_secret()
+    secret = webhooks.new_secret(source.scheme)
     WebhookSource.objects.filter(id=source.id).update(
         secret_encrypted=crypto.encrypt(secret)
     )

@@ -12,22 +12,33 @@ authenticated by its signature, not by an endpoint token, and the routes were
 set up by an operator.
 """
 
+import base64
+import binascii
 import hashlib
 import hmac
 import logging
 import re
 import secrets
 import string
+import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
 from todos import http, store
-from todos.models import Endpoint, WebhookDelivery, WebhookRoute, WebhookSource
+from todos.models import (
+    Endpoint,
+    WebhookDelivery,
+    WebhookRoute,
+    WebhookSignatureSeen,
+    WebhookSource,
+)
 
 logger = logging.getLogger("switchboard.webhooks")
 
@@ -38,6 +49,10 @@ MAX_EVENT_LENGTH = 100
 MAX_TITLE_LENGTH = 500
 MAX_QUEUE_LENGTH = 200
 MAX_SECRET_LENGTH = 200
+MAX_SLUG_LENGTH = 100
+# The random part of a Board owner's source address (hex characters).
+SUFFIX_LENGTH = 8
+SUFFIX_ATTEMPTS = 5
 HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
 TITLE_FIELDS = (
     "event",
@@ -59,27 +74,76 @@ class BadDelivery(Exception):
         self.detail = detail
 
 
+class BadSignature(Exception):
+    """The signature is missing, wrong or stale: a 401 whose detail says which."""
+
+    def __init__(self, detail):
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Replayed(Exception):
+    """This exact signed delivery was already received inside the tolerance
+    window: a 409, and nothing is applied."""
+
+    detail = (
+        "this signed delivery was already received; a replay is refused "
+        "(a redelivery carries a new timestamp and signature)"
+    )
+
+
 @dataclass(frozen=True)
 class Scheme:
-    """Where a provider puts its signature, delivery id and event name."""
+    """How a provider signs, and where it puts its delivery id and event name.
+
+    ``kind`` is how the signature is computed: ``body`` (an HMAC of the body
+    alone, as GitHub does), ``stripe`` (``t=<unix time>,v1=<hex HMAC of
+    "t.body">``) or ``standard`` (Standard Webhooks: ``v1,<base64 HMAC of
+    "id.timestamp.body">``). A blank delivery or event header means the value
+    is read from the JSON body's ``delivery_field`` / ``event_field``.
+    """
 
     signature_header: str
     delivery_header: str
     event_header: str
     # GitHub always writes "sha256=<hex>"; generic senders may omit the prefix.
-    prefix_required: bool
+    prefix_required: bool = False
+    kind: str = "body"
+    delivery_field: str = ""
+    event_field: str = ""
+
+    @property
+    def timestamped(self):
+        return self.kind != "body"
 
 
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SECRET_PREFIX = "whsec_"
 SCHEMES = {
     "github": Scheme(
         "X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event", True
     ),
-    "hmac-sha256": Scheme("X-Signature-256", "X-Delivery-Id", "X-Event", False),
+    "hmac-sha256": Scheme("X-Signature-256", "X-Delivery-Id", "X-Event"),
+    # Stripe's event id and type are in the body; a retry of an event carries
+    # the same id (the idempotency key) under a fresh timestamp and signature.
+    "stripe": Scheme(
+        "Stripe-Signature",
+        "",
+        "",
+        kind="stripe",
+        delivery_field="id",
+        event_field="type",
+    ),
+    "standard-webhooks": Scheme(
+        "webhook-signature", "webhook-id", "", kind="standard", event_field="type"
+    ),
 }
 
 
 def headers_of(source):
-    """Return (signature, delivery, event) header names of a source."""
+    """Return (signature, delivery, event) header names of a source.
+
+    A blank name means the value comes from the body (``described``)."""
     scheme = SCHEMES[source.scheme]
     return (
         source.signature_header or scheme.signature_header,
@@ -88,14 +152,85 @@ def headers_of(source):
     )
 
 
+def described(source):
+    """Return where a source's signature, delivery id and event are, for people."""
+    scheme = SCHEMES[source.scheme]
+    signature, delivery, event = headers_of(source)
+    return {
+        "signature": signature,
+        "delivery": delivery or f"the body's {scheme.delivery_field!r}",
+        "event": event
+        or (f"the body's {scheme.event_field!r}" if scheme.event_field else "none"),
+        "timestamped": scheme.timestamped,
+    }
+
+
 def sign(secret, body):
     """Return the signature header value of a body: ``sha256=<hex HMAC>``."""
     digest = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
     return "sha256=" + digest
 
 
+def sign_stripe(secret, body, timestamp):
+    """Return a ``Stripe-Signature`` value: ``t=<timestamp>,v1=<hex HMAC>``."""
+    return f"t={timestamp},v1={_stripe_digest(secret, body, timestamp)}"
+
+
+def sign_standard(secret, delivery_id, timestamp, body):
+    """Return a Standard Webhooks ``webhook-signature`` value: ``v1,<base64>``."""
+    digest = _standard_digest(secret, delivery_id, timestamp, body)
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def _stripe_digest(secret, body, timestamp):
+    signed = f"{timestamp}.".encode("ascii") + body
+    return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+
+
+def standard_key(secret):
+    """Return the HMAC key of a Standard Webhooks secret (``whsec_<base64>``)."""
+    encoded = secret.removeprefix(STANDARD_SECRET_PREFIX)
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _standard_digest(secret, delivery_id, timestamp, body):
+    signed = f"{delivery_id}.{timestamp}.".encode() + body
+    return hmac.new(standard_key(secret), signed, hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A signature that holds. For a timestamped scheme, what the replay guard
+    remembers: the HMAC (the same for every replay) and the signed time."""
+
+    replay_key: str = ""
+    signed_at: int | None = None
+
+
+def verify(source, headers, body, *, now=None):
+    """Check a delivery's signature (and timestamp) in constant time, or raise
+    BadSignature; the source's secret is read here (crypto.DecryptionFailed)."""
+    scheme = SCHEMES[source.scheme]
+    signature_header, delivery_header, _ = headers_of(source)
+    presented = headers.get(signature_header) or ""
+    if scheme.kind == "stripe":
+        return _verify_stripe(source, signature_header, presented, body, now)
+    if scheme.kind == "standard":
+        delivery_id = headers.get(delivery_header) or ""
+        timestamp = headers.get(STANDARD_TIMESTAMP_HEADER) or ""
+        return _verify_standard(
+            source, signature_header, presented, delivery_id, timestamp, body, now
+        )
+    if not signature_valid(source, body, presented):
+        raise BadSignature(f"missing or wrong {signature_header} signature")
+    return Verified()
+
+
 def signature_valid(source, body, presented):
-    """Check a presented signature against the body, in constant time."""
+    """Check a presented body signature against the body, in constant time."""
     if not presented:
         return False
     # Hex digits and the prefix are case-insensitive.
@@ -109,6 +244,81 @@ def signature_valid(source, body, presented):
     return hmac.compare_digest(
         expected.encode("ascii"), presented.encode("utf-8", "replace")
     )
+
+
+def _verify_stripe(source, header, presented, body, now):
+    timestamps, candidates = [], []
+    for item in presented.split(","):
+        name, _, value = item.strip().partition("=")
+        if name == "t":
+            timestamps.append(value)
+        elif name == "v1":
+            candidates.append(value.lower())
+    if len(timestamps) != 1 or not candidates:
+        raise BadSignature(f"missing or malformed {header} header (t=…,v1=…)")
+    timestamp = _unix_time(timestamps[0], header)
+    expected = _stripe_digest(source.secret, body, timestamp)
+    # Stripe sends one v1 per active secret while a secret is being rolled.
+    if not any(_same(expected, candidate) for candidate in candidates):
+        raise BadSignature(f"wrong {header} signature")
+    _check_fresh(timestamp, now)
+    return Verified(expected, timestamp)
+
+
+def _verify_standard(source, header, presented, delivery_id, timestamp, body, now):
+    if not (presented and delivery_id and timestamp):
+        raise BadSignature(
+            f"a Standard Webhooks delivery needs the webhook-id, "
+            f"{STANDARD_TIMESTAMP_HEADER} and {header} headers"
+        )
+    timestamp = _unix_time(timestamp, STANDARD_TIMESTAMP_HEADER)
+    expected = _standard_digest(source.secret, delivery_id, timestamp, body)
+    matched = False
+    # Space-separated "v1,<base64>" entries, one per active secret; other
+    # versions (v1a, asymmetric) are not this scheme's and are skipped.
+    for entry in presented.split():
+        version, _, encoded = entry.partition(",")
+        if version != "v1":
+            continue
+        try:
+            candidate = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        matched |= hmac.compare_digest(expected, candidate)
+    if not matched:
+        raise BadSignature(f"wrong {header} signature")
+    _check_fresh(timestamp, now)
+    return Verified(expected.hex(), timestamp)
+
+
+def _same(expected, presented):
+    # Bytes, so a non-ASCII header compares unequal instead of raising.
+    return hmac.compare_digest(
+        expected.encode("ascii"), presented.encode("utf-8", "replace")
+    )
+
+
+def _unix_time(text, header):
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
+        raise BadSignature(f"the {header} timestamp is not a Unix time in seconds")
+    return int(text)
+
+
+def tolerance():
+    """Seconds a timestamped delivery may be from the server's clock."""
+    return settings.SWITCHBOARD_WEBHOOK_TOLERANCE_SECONDS
+
+
+def _check_fresh(timestamp, now):
+    now = time.time() if now is None else now
+    skew = int(now) - timestamp
+    if abs(skew) > tolerance():
+        when = f"{skew} s ago" if skew > 0 else f"{-skew} s ahead of this server"
+        raise BadSignature(
+            f"the delivery was signed {when}, outside the {tolerance()} s "
+            "tolerance: a stale or replayed delivery, or a clock that is off"
+        )
 
 
 def title_template_error(template):
@@ -136,15 +346,31 @@ class Delivery:
     @classmethod
     def parse(cls, source, headers, body, content_type):
         """Build a delivery from a signed request's headers and body, or raise."""
+        scheme = SCHEMES[source.scheme]
         _, delivery_header, event_header = headers_of(source)
-        delivery_id = _header_text(headers, delivery_header, MAX_DELIVERY_ID_LENGTH)
-        if not delivery_id:
-            raise BadDelivery(
-                f"the {delivery_header} header (the delivery id) is missing; it is"
-                " the idempotency key that lets a redelivery collapse"
+        delivery_id = event = ""
+        if delivery_header:
+            delivery_id = _header_text(headers, delivery_header, MAX_DELIVERY_ID_LENGTH)
+            if not delivery_id:
+                raise BadDelivery(
+                    f"the {delivery_header} header (the delivery id) is missing; it"
+                    " is the idempotency key that lets a redelivery collapse"
+                )
+        if event_header:
+            event = _header_text(headers, event_header, MAX_EVENT_LENGTH)
+        payload = _decode_body(body, content_type)
+        if not delivery_header:
+            delivery_id = _body_text(
+                payload, scheme.delivery_field, MAX_DELIVERY_ID_LENGTH
             )
-        event = _header_text(headers, event_header, MAX_EVENT_LENGTH)
-        return cls(delivery_id, event, _decode_body(body, content_type))
+            if not delivery_id:
+                raise BadDelivery(
+                    f"the body has no {scheme.delivery_field!r} (the event id); it"
+                    " is the idempotency key that lets a redelivery collapse"
+                )
+        if not event_header and scheme.event_field:
+            event = _body_text(payload, scheme.event_field, MAX_EVENT_LENGTH)
+        return cls(delivery_id, event, payload)
 
 
 def _header_text(headers, name, limit):
@@ -153,6 +379,18 @@ def _header_text(headers, name, limit):
         raise BadDelivery(f"the {name} header is longer than {limit} characters")
     if not value.isprintable():
         raise BadDelivery(f"the {name} header holds control characters")
+    return value
+
+
+def _body_text(payload, key, limit):
+    value = payload.get(key) if isinstance(payload, dict) else None
+    if not isinstance(value, str):
+        return ""
+    value = value.strip()
+    if len(value) > limit:
+        raise BadDelivery(f"the body's {key!r} is longer than {limit} characters")
+    if not value.isprintable():
+        raise BadDelivery(f"the body's {key!r} holds control characters")
     return value
 
 
@@ -275,12 +513,17 @@ class Outcome:
         }
 
 
-def ingest(source, delivery):
+def ingest(source, delivery, verified=None):
     """Create one todo per route of a verified delivery, in one transaction.
 
     Returns the ``Outcome``, already written to the deliveries log. GitHub's
-    ``ping`` (sent when a hook is set up) is logged and creates no todo.
+    ``ping`` (sent when a hook is set up) is logged and creates no todo. A
+    timestamped delivery's signature is remembered in the same transaction,
+    so a replay of it raises ``Replayed`` in any process, and nothing of it is
+    applied; a delivery that fails is not remembered, so it can be redelivered.
     """
+    if verified is not None and verified.replay_key:
+        forget_stale_signatures(source)
     routes = list(
         WebhookRoute.objects.filter(source=source)
         .select_related("endpoint")
@@ -289,6 +532,8 @@ def ingest(source, delivery):
         .order_by("endpoint_id", "queue")
     )
     with transaction.atomic():
+        if verified is not None and verified.replay_key:
+            _remember(source, verified)
         if source.scheme == "github" and delivery.event == "ping":
             outcome = Outcome("ping", [])
         else:
@@ -323,6 +568,35 @@ def ingest(source, delivery):
         },
     )
     return outcome
+
+
+def forget_stale_signatures(source, *, now=None):
+    """Drop the remembered signatures a replay of which is stale anyway.
+
+    Its own statement, before the delivery's transaction: a failure here
+    happens before anything is applied.
+    """
+    now = time.time() if now is None else now
+    horizon = datetime.fromtimestamp(now - tolerance(), tz=UTC)
+    WebhookSignatureSeen.objects.filter(source=source, signed_at__lt=horizon).delete()
+
+
+def _remember(source, verified):
+    """Record a timestamped delivery's signature, or raise Replayed.
+
+    The unique (source, signature) index decides: a concurrent replay waits
+    for this transaction and then finds the row (or, if it rolled back, takes
+    it itself).
+    """
+    try:
+        with transaction.atomic():
+            WebhookSignatureSeen.objects.create(
+                source=source,
+                signature=verified.replay_key,
+                signed_at=datetime.fromtimestamp(verified.signed_at, tz=UTC),
+            )
+    except IntegrityError:
+        raise Replayed() from None
 
 
 def _deliver(source, route, delivery):
@@ -425,9 +699,15 @@ def create_source(
     signature_header="",
     delivery_header="",
     event_header="",
+    public_suffix=False,
 ):
-    """Validate and save a source with its routes, all or nothing."""
-    _check_source(slug, secret, scheme)
+    """Validate and save a source with its routes, all or nothing.
+
+    With ``public_suffix`` the source is reached at ``/hooks/<slug>-<random>``:
+    a Board owner names a source without learning whether another owner's
+    source has that name (slugs are global, like the URLs they make).
+    """
+    _check_source(slug, secret, scheme, SUFFIX_LENGTH + 1 if public_suffix else 0)
     headers = {
         "signature_header": signature_header,
         "delivery_header": delivery_header,
@@ -445,9 +725,31 @@ def create_source(
     routed = [endpoint.id for endpoint, _ in checked]
     if len(set(routed)) != len(routed):
         raise InvalidSource("route", ONE_QUEUE_PER_ENDPOINT)
+    if public_suffix:
+        # A clash of 32 random bits is retried, never reported.
+        for _ in range(SUFFIX_ATTEMPTS):
+            source = _save_source(
+                f"{slug}-{secrets.token_hex(SUFFIX_LENGTH // 2)}",
+                secret,
+                scheme,
+                headers,
+                checked,
+            )
+            if source is not None:
+                return source
+        raise InvalidSource("slug", "no free address for this name; try again")
     taken = InvalidSource("slug", f"a source named {slug!r} already exists")
     if WebhookSource.objects.filter(slug=slug).exists():
         raise taken
+    source = _save_source(slug, secret, scheme, headers, checked)
+    if source is None:
+        # Another operator took the slug between the check and the insert.
+        raise taken
+    return source
+
+
+def _save_source(slug, secret, scheme, headers, checked):
+    """Save a source and its routes; None when the slug is taken."""
     try:
         with transaction.atomic():
             source = WebhookSource.objects.create(
@@ -462,8 +764,7 @@ def create_source(
                     title_template=route.title_template,
                 )
     except IntegrityError:
-        # Another operator took the slug between the check and the insert.
-        raise taken from None
+        return None
     logger.info(
         "webhook source created",
         extra={"fields": {"source": slug, "routes": len(checked)}},
@@ -504,26 +805,36 @@ def add_route(source, route):
     return added
 
 
-def new_secret():
-    """Return a fresh signing secret: 256 random bits, as hex."""
+def new_secret(scheme="github"):
+    """Return a fresh signing secret of 256 random bits: hex, or for Standard
+    Webhooks ``whsec_`` and base64, that scheme's convention."""
+    if scheme == "standard-webhooks":
+        raw = secrets.token_bytes(32)
+        return STANDARD_SECRET_PREFIX + base64.b64encode(raw).decode("ascii")
     return secrets.token_hex(32)
 
 
-def _check_source(slug, secret, scheme):
+def _check_source(slug, secret, scheme, reserved=0):
     try:
         validate_slug(slug)
     except ValidationError:
         raise InvalidSource(
             "slug", "use letters, digits, hyphens and underscores only"
         ) from None
-    if len(slug) > 100:
-        raise InvalidSource("slug", "at most 100 characters")
+    if len(slug) > MAX_SLUG_LENGTH - reserved:
+        raise InvalidSource("slug", f"at most {MAX_SLUG_LENGTH - reserved} characters")
     if not secret or secret != secret.strip():
         raise InvalidSource("secret", "required, without surrounding spaces")
     if len(secret) > MAX_SECRET_LENGTH:
         raise InvalidSource("secret", f"at most {MAX_SECRET_LENGTH} characters")
     if scheme not in SCHEMES:
         raise InvalidSource("scheme", f"one of {', '.join(SCHEMES)}")
+    if scheme == "standard-webhooks" and not 24 <= len(standard_key(secret)) <= 64:
+        raise InvalidSource(
+            "secret",
+            "a Standard Webhooks secret is whsec_ followed by the base64 of 24 to "
+            "64 random bytes",
+        )
 
 
 def _route_endpoint(route):

@@ -1,9 +1,11 @@
 """``POST /hooks/<slug>``: signed deliveries from GitHub and other senders.
 
 The checks run cheapest-first and write nothing until the signature holds:
-unknown slug 404, oversized body 413, missing or wrong signature 401, unusable
-delivery 400. Only then does the delivery fan out (``webhooks.ingest``), all
-targets in one transaction, answered 202 with each target's outcome.
+unknown slug 404, oversized body 413, a secret the server's keys cannot read
+503, missing, wrong or stale signature 401, unusable delivery 400. Only then
+does the delivery fan out (``webhooks.ingest``), all targets in one
+transaction, answered 202 with each target's outcome (409 for a replay of a
+timestamped delivery already received).
 """
 
 import logging
@@ -12,7 +14,7 @@ from django.core.validators import slug_re
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import http, store
+from todos import crypto, http, store
 from todos.models import WebhookSource
 from todos.webhooks import core as webhooks
 
@@ -52,16 +54,30 @@ def _receive(request, slug):
         body = http.read_body(request)
     except (http.BodyTooLarge, http.BadBody) as exc:
         return http.error_response(exc.status, exc.code, exc.detail)
-    signature_header, _, _ = webhooks.headers_of(source)
-    presented = request.headers.get(signature_header)
-    if not webhooks.signature_valid(source, body, presented):
-        logger.warning(
-            "webhook delivery rejected: missing or wrong signature",
+    try:
+        verified = webhooks.verify(source, request.headers, body)
+    except crypto.DecryptionFailed:
+        # The secret was encrypted under a key this server no longer has (a
+        # key rotation half done). Not the sender's fault: a 503, which senders
+        # retry, and the log tells the operator which key to restore.
+        logger.error(
+            "webhook delivery failed: the source's secret does not decrypt with "
+            "any configured key (SECRET_KEY_FALLBACKS, SWITCHBOARD_ENCRYPTION_KEY;"
+            " see `manage.py check --deploy`)",
             extra={"fields": {"source": slug}},
         )
         return http.error_response(
-            401, "unauthorized", f"missing or wrong {signature_header} signature"
+            503,
+            "secret_unreadable",
+            "this source's signing secret cannot be read with the server's keys;"
+            " nothing was applied, redeliver",
         )
+    except webhooks.BadSignature as exc:
+        logger.warning(
+            "webhook delivery rejected: missing, wrong or stale signature",
+            extra={"fields": {"source": slug, "reason": exc.detail}},
+        )
+        return http.error_response(401, "unauthorized", exc.detail)
     try:
         delivery = webhooks.Delivery.parse(
             source, request.headers, body, request.content_type
@@ -69,7 +85,13 @@ def _receive(request, slug):
     except webhooks.BadDelivery as exc:
         return http.error_response(400, "bad_request", exc.detail)
     try:
-        outcome = webhooks.ingest(source, delivery)
+        outcome = webhooks.ingest(source, delivery, verified)
     except store.Conflict as exc:
         return http.error_response(409, "conflict", exc.detail)
+    except webhooks.Replayed as exc:
+        logger.warning(
+            "webhook delivery rejected: a replay",
+            extra={"fields": {"source": slug, "delivery": delivery.delivery_id}},
+        )
+        return http.error_response(409, "replayed", exc.detail)
     return JsonResponse(outcome.to_dict(source, delivery), status=202)

@@ -32,7 +32,9 @@ class Command(BaseCommand):
             "--scheme",
             default="github",
             choices=sorted(webhooks.SCHEMES),
-            help="how deliveries are signed (default: github)",
+            help="how deliveries are signed (default: github); stripe and "
+            "standard-webhooks are timestamped, so a stale or replayed delivery is "
+            "refused (a standard-webhooks secret is whsec_<base64>)",
         )
         parser.add_argument(
             "--assignee",
@@ -88,14 +90,17 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(described))
             return
-        self.stdout.write(self._text(described))
+        self.stdout.write(
+            self._text({**described, "where": webhooks.described(source)})
+        )
 
     def _text(self, described):
+        where = described["where"]
         lines = [
             f"Created webhook source {described['slug']} ({described['scheme']}).",
             f"  Deliveries: POST {described['path']}",
-            f"  Headers:    signature {described['signature_header']}, delivery id "
-            f"{described['delivery_header']}, event {described['event_header']}",
+            f"  Headers:    signature {where['signature']}, delivery id "
+            f"{where['delivery']}, event {where['event']}",
         ]
         for route in described["routes"]:
             assignee = f", assigned to {route['assignee']}" if route["assignee"] else ""
@@ -117,6 +122,8 @@ def describe(source):
         "signature_header": signature,
         "delivery_header": delivery,
         "event_header": event,
+        # Stripe and Standard Webhooks: stale and replayed deliveries are refused.
+        "timestamped": webhooks.SCHEMES[source.scheme].timestamped,
         "routes": [
             {
                 "route_id": route.id,
