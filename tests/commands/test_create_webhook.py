@@ -177,3 +177,65 @@ def test_create_webhook_needs_a_secret_and_a_route(endpoint, db):
         create_webhook("acme", "--route", f"{endpoint.id}:github")
     with pytest.raises(CommandError, match="--route"):
         create_webhook("acme", "--secret", "s")
+
+
+@pytest.mark.parametrize(
+    ("scheme", "secret", "signature_header"),
+    [
+        ("stripe", "whsec_from-the-stripe-dashboard", "Stripe-Signature"),
+        (
+            "standard-webhooks",
+            webhooks.new_secret("standard-webhooks"),
+            "webhook-signature",
+        ),
+    ],
+)
+def test_create_webhook_offers_the_timestamped_schemes(
+    endpoint, scheme, secret, signature_header
+):
+    """Defect: only GitHub's untimestamped scheme (no replay protection) existed."""
+    out = create_webhook(
+        "timed",
+        "--secret",
+        secret,
+        "--scheme",
+        scheme,
+        "--route",
+        f"{endpoint.id}:q",
+        "--json",
+    )
+
+    described = json.loads(out)
+    assert (described["scheme"], described["timestamped"]) == (scheme, True)
+    assert described["signature_header"] == signature_header
+    assert WebhookSource.objects.get().secret == secret
+
+
+def test_create_webhook_refuses_a_standard_webhooks_secret_that_is_not_whsec_base64(
+    endpoint,
+):
+    with pytest.raises(CommandError, match="whsec_"):
+        create_webhook(
+            "timed",
+            "--secret",
+            "plain words",
+            "--scheme",
+            "standard-webhooks",
+            "--route",
+            f"{endpoint.id}:q",
+        )
+    assert WebhookSource.objects.count() == 0
+
+
+def test_create_webhook_text_says_where_stripe_keeps_the_event_id(endpoint):
+    out = create_webhook(
+        "billing",
+        "--secret",
+        "whsec_x",
+        "--scheme",
+        "stripe",
+        "--route",
+        f"{endpoint.id}:q",
+    )
+
+    assert "delivery id the body's 'id', event the body's 'type'" in out

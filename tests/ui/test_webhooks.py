@@ -1,6 +1,7 @@
 """The Board's Webhooks pages: sources, routes, last deliveries, set-up."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -277,3 +278,121 @@ def test_adding_a_route_to_another_queue_of_a_routed_endpoint_is_400(
     assert response.status_code == 400
     assert "one queue per endpoint" in response.content.decode()
     assert source.routes.count() == 2
+
+
+# --- Timestamped schemes on the Board ---------------------------------------------
+
+
+def test_the_create_form_offers_the_timestamped_schemes(board, endpoint):
+    page = board.get("/board/webhooks/new/").content.decode()
+
+    assert 'value="stripe"' in page and 'value="standard-webhooks"' in page
+
+
+def test_a_standard_webhooks_source_gets_a_whsec_secret_from_the_board(board, endpoint):
+    form = {
+        "slug": "events",
+        "scheme": "standard-webhooks",
+        "secret": "",
+        **route_data((endpoint.id, "events")),
+    }
+
+    response = board.post("/board/webhooks/new/", form)
+
+    assert response.status_code == 201
+    source = WebhookSource.objects.get(slug="events")
+    assert source.secret.startswith("whsec_")
+    assert len(webhooks.standard_key(source.secret)) == 32
+    page = board.get("/board/webhooks/").content.decode()
+    assert "timestamped" in page and "webhook-signature" in page
+
+
+# --- Owners (CONTRACT §13) ----------------------------------------------------------
+
+
+def owner(name):
+    return get_user_model().objects.create_user(name, password="a-long-password")
+
+
+def test_an_owners_webhook_page_hides_old_outcomes_naming_another_owners_endpoint(
+    board, source, endpoint, other_endpoint
+):
+    """Defect: once a shared source routed only to alice's endpoint, alice saw
+    its old deliveries' targets at bob's endpoint, with bob's todo ids."""
+    deliver(board, "d-shared")
+    bobs_todo = Todo.objects.get(endpoint=other_endpoint)
+    alices_todo = Todo.objects.get(endpoint=endpoint)
+    source.routes.filter(endpoint=other_endpoint).delete()
+    alice = Client()
+    alice.force_login(endpoint.owner)
+
+    page = alice.get("/board/webhooks/").content.decode()
+
+    assert "acme-app" in page and "d-shared" in page
+    assert f"/board/todos/{alices_todo.id}/" in page
+    assert str(bobs_todo.id) not in page
+    assert str(other_endpoint.id) not in page
+    assert "gone" not in page
+
+
+def test_naming_a_source_tells_an_owner_nothing_of_another_owners_sources(
+    db, make_endpoint
+):
+    """Defect: "a source named 'bob-hooks' already exists" told alice that bob had
+    one: an owner's source address now ends in a random suffix."""
+    bobs = make_endpoint("bob-agent", owner="bob")
+    WebhookSource.objects.create(slug="payments", secret="s")
+    WebhookRoute.objects.create(
+        source=WebhookSource.objects.get(), endpoint=bobs, queue="jobs"
+    )
+    alices = make_endpoint("alice-agent", owner="alice")
+    alice = Client()
+    alice.force_login(alices.owner)
+    form = {
+        "slug": "payments",
+        "scheme": "github",
+        "secret": "alice-secret",
+        **route_data((alices.id, "jobs")),
+    }
+
+    response = alice.post("/board/webhooks/new/", form, follow=True)
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "already exists" not in page
+    mine = WebhookSource.objects.get(routes__endpoint=alices)
+    assert re.fullmatch(r"payments-[0-9a-f]{8}", mine.slug)
+    assert f"Created webhook source {mine.slug}" in page
+    # bob's address is unchanged, and still his.
+    assert WebhookSource.objects.filter(slug="payments", routes__endpoint=bobs).exists()
+
+
+def test_an_owner_creating_the_same_name_twice_gets_two_addresses(db, make_endpoint):
+    alices = make_endpoint("alice-agent", owner="alice")
+    alice = Client()
+    alice.force_login(alices.owner)
+    form = {
+        "slug": "ci",
+        "scheme": "github",
+        "secret": "s",
+        **route_data((alices.id, "jobs")),
+    }
+
+    for _ in range(2):
+        assert alice.post("/board/webhooks/new/", form).status_code == 302
+
+    slugs = list(WebhookSource.objects.values_list("slug", flat=True))
+    assert len(set(slugs)) == 2 and all(s.startswith("ci-") for s in slugs)
+
+
+def test_a_staff_operator_still_names_the_exact_address(board, endpoint):
+    form = {
+        "slug": "exact",
+        "scheme": "github",
+        "secret": "s",
+        **route_data((endpoint.id, "q")),
+    }
+
+    board.post("/board/webhooks/new/", form)
+
+    assert WebhookSource.objects.filter(slug="exact").exists()

@@ -511,3 +511,23 @@ def test_an_unexpected_failure_is_a_json_500_never_the_html_page(source, monkeyp
 
     assert response.status_code == 500
     assert response.json()["error"] == "internal_error"
+
+
+def test_a_source_whose_secret_does_not_decrypt_answers_a_json_503_and_logs_why(
+    source, settings, caplog
+):
+    """Defect: a lost key answered an opaque 500, which senders are not told to
+    redeliver; the log did not say which key was missing."""
+    settings.SWITCHBOARD_ENCRYPTION_KEY = ""
+    settings.SECRET_KEY_FALLBACKS = []
+    settings.SECRET_KEY = "a-secret-key-the-secrets-were-not-encrypted-under-0123456789"
+
+    response = deliver(Client(raise_request_exception=False))
+
+    assert response.status_code == 503
+    assert response.json()["error"] == "secret_unreadable"
+    assert "redeliver" in response.json()["detail"]
+    assert Todo.objects.count() == 0
+    [record] = [r for r in caplog.records if r.name == "switchboard.webhooks"]
+    assert record.levelname == "ERROR"
+    assert "SECRET_KEY_FALLBACKS" in record.getMessage()
