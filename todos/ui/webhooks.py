@@ -5,7 +5,9 @@ the todo it created or collapsed onto — creates a source with its routes (the
 same validation as ``create_webhook``), adds and removes routes, rotates a
 secret, and deletes a source. The login, the owner scope (an owner sees the
 sources whose every route goes to their endpoints) and the outage page come
-from the Board's own ``operator_view``.
+from the Board's own ``operator_view``; an owner sees, of each delivery, only
+the targets at their endpoints, and names a source whose address gets a random
+suffix (slugs are global: a taken name must not tell of another owner's).
 """
 
 from django import forms
@@ -59,12 +61,9 @@ class SourceForm(forms.Form):
         if public_suffix:
             # Slugs are global: an owner's name gets a random suffix, so that
             # naming a source never tells whether another owner has that name.
-            self.fields["slug"].label = "Name"
-            self.fields[
-                "slug"
-            ].help_text = (
-                "Deliveries go to /hooks/<name>-<random suffix>, shown once created."
-            )
+            slug = self.fields["slug"]
+            slug.label = "Name"
+            slug.help_text = "Deliveries go to /hooks/<name>-<random suffix>."
         for index, name in enumerate(
             ("signature_header", "delivery_header", "event_header")
         ):
