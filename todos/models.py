@@ -15,6 +15,9 @@ from django.db.models.functions import Now
 from todos import crypto, tokens
 
 STATES = ("pending", "claimed", "done", "failed")
+# A question's life beside the todo's state: open (the todo is held), then
+# answered or expired (its deadline passed with no answer).
+QUESTION_STATUSES = ("open", "answered", "expired")
 
 
 class Endpoint(models.Model):
@@ -122,6 +125,29 @@ class Todo(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     # When a claim may take it: created_at, or later for a delayed todo.
     available_at = models.DateTimeField(db_default=Now())
+    # A question the owner asked ({"text", "choices", "answer_schema",
+    # "asked_by", "return_to"}), while open the todo is held: pending with
+    # available_at at the deadline (or far ahead), so no claim takes it.
+    question = models.JSONField(null=True, blank=True)
+    question_status = models.TextField(null=True, blank=True)
+    asked_at = models.DateTimeField(null=True, blank=True)
+    answer_deadline = models.DateTimeField(null=True, blank=True)
+    # {"value", "by", "at"}; kept after the answer, for the next claimant.
+    answer = models.JSONField(null=True, blank=True)
+    # The current question's answer-link nonce, cleared when a link is used.
+    answer_nonce = models.TextField(null=True, blank=True)
+    # {"reason", "by", "at"}: a cancel asked of a claimed todo's owner.
+    cancel_request = models.JSONField(null=True, blank=True)
+    # Set when the todo ended canceled (state done).
+    canceled_at = models.DateTimeField(null=True, blank=True)
+    # The worker's last progress ({"message", "fraction"}) and checkpoint,
+    # handed to every later claimant.
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    # A release's handoff note for the next claimant.
+    note = models.TextField(null=True, blank=True)
+    # A dead letter an operator dismissed from its group.
+    dismissed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "todos"
@@ -134,6 +160,10 @@ class Todo(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(attempt__gte=0), name="todos_attempt_check"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(question_status__in=QUESTION_STATUSES),
+                name="todos_question_status_check",
             ),
         ]
 

@@ -84,6 +84,10 @@ class PassResult:
     requeued: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    # Lapsed leases under a cancel request, ended canceled.
+    canceled: int = 0
+    # Open questions whose deadline passed: their hold ended with no answer.
+    questions_expired: int = 0
     # MCP sessions idle past SWITCHBOARD_MCP_SESSION_IDLE_SECONDS, deleted.
     sessions_expired: int = 0
     # Delayed todos that came due: their doorbells rung (not moved).
@@ -96,7 +100,7 @@ class PassResult:
 
     @property
     def moved(self):
-        return self.requeued + self.dead_lettered + self.retried
+        return self.requeued + self.dead_lettered + self.retried + self.canceled
 
 
 def _log_moved(sweep_name, moved):
@@ -124,6 +128,8 @@ def log_pass(message, result):
                 "requeued": result.requeued,
                 "dead_lettered": result.dead_lettered,
                 "retried": result.retried,
+                "canceled": result.canceled,
+                "questions_expired": result.questions_expired,
                 "sessions_expired": result.sessions_expired,
                 "woken": result.woken,
                 "endpoints": len(result.endpoints),
@@ -134,8 +140,8 @@ def log_pass(message, result):
 
 
 def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
-    """Reap expired leases, requeue due retries, ring delayed todos that came due,
-    roll up the Board's minutes.
+    """Reap expired leases, requeue due retries, expire questions past their
+    deadline, ring delayed todos that came due, roll up the Board's minutes.
 
     ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
     a minute); a delayed todo's ring is a wakeup only, the claim scan takes
@@ -151,6 +157,8 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
             result.endpoints.add(todo.endpoint_id)
             if todo.state == "pending":
                 result.requeued += 1
+            elif todo.state == "done":
+                result.canceled += 1
             else:
                 result.dead_lettered += 1
     for moved in drain(
@@ -158,6 +166,12 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
     ):
         _log_moved("requeue_due_retries", moved)
         result.retried += len(moved)
+        result.endpoints.update(todo.endpoint_id for todo in moved)
+    for moved in drain(
+        store.expire_questions, batch_size=batch_size, should_stop=should_stop
+    ):
+        _log_moved("expire_questions", moved)
+        result.questions_expired += len(moved)
         result.endpoints.update(todo.endpoint_id for todo in moved)
     result.sessions_expired = mcp_sessions.forget_expired()
     since = delayed_since

@@ -20,7 +20,9 @@ every process agrees on when a lease lapses, and tests move time by editing
 timestamps in the database.
 
 Layout: ``rows`` (values and errors), ``sql`` (shared plumbing), ``lifecycle``
-(create, claim, owner transitions, retry), ``reads``, ``sweeps``, ``board``
+(create, claim, owner transitions, retry), ``questions`` (ask, answer, answer
+links, open questions), ``cancel`` (cancel, replace on create, dismissing dead
+letters), ``reads``, ``sweeps``, ``board``
 (operator queries), ``queues`` (queue settings). ``from todos import store`` and
 ``store.<name>`` keep working: every public name is re-exported here.
 """
@@ -47,6 +49,17 @@ from .board import (  # noqa: F401
     retry_many_any_endpoint,
     retry_matching_any_endpoint,
 )
+from .cancel import (  # noqa: F401
+    CANCEL_SQL,
+    DISMISS_SQL,
+    ReplaceBlocked,
+    cancel_many,
+    cancel_many_any_endpoint,
+    cancel_todo,
+    cancel_todo_any_endpoint,
+    create_replacing,
+    dismiss_dead_letters_any_endpoint,
+)
 from .lifecycle import (  # noqa: F401
     ACK_SQL,
     CLAIM_ONE_SQL,
@@ -58,6 +71,7 @@ from .lifecycle import (  # noqa: F401
     DEDUPE_INDEX,
     DUPLICATE_ON_RETRY,
     ENDPOINT_EXISTS_SQL,
+    KEEP_ASSIGNEE,
     KEY_HELD_OUTSIDE_GRANT,
     LIVE_DUPLICATE_SQL,
     LIVE_DUPLICATES_SQL,
@@ -87,6 +101,23 @@ from .lifecycle import (  # noqa: F401
     release_todo_any_endpoint,
     retry_todo,
     retry_todo_any_endpoint,
+)
+from .questions import (  # noqa: F401
+    ANSWER_SQL,
+    ASK_SQL,
+    OPEN_QUESTION,
+    StaleLink,
+    answer_by_link,
+    answer_link_token,
+    answer_todo,
+    answer_todo_any_endpoint,
+    ask,
+    count_open_questions_any_endpoint,
+    open_question_figures_any_endpoint,
+    open_questions,
+    open_questions_any_endpoint,
+    todo_for_answer_link,
+    validate_answer,
 )
 from .queues import (  # noqa: F401
     DELETE_QUEUE_SQL,
@@ -131,20 +162,36 @@ from .reads import (  # noqa: F401
     todo_events_any_endpoint,
 )
 from .rows import (  # noqa: F401
+    ANSWER_LINK_SECONDS,
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DOORBELL_CHANNEL,
+    HELD_UNTIL_ANSWERED,
     MAX_ACK_BATCH,
+    MAX_ANSWER_BYTES,
+    MAX_ANSWER_SCHEMA_BYTES,
+    MAX_CHECKPOINT_BYTES,
+    MAX_CHOICE_CHARS,
+    MAX_CHOICES,
     MAX_CLAIM_BATCH,
     MAX_CREATE_BATCH,
+    MAX_DEADLINE_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_LEASE_SECONDS,
+    MAX_NOTE_CHARS,
+    MAX_PROGRESS_MESSAGE_CHARS,
+    MAX_QUESTION_CHARS,
+    MAX_REASON_CHARS,
+    MIN_DEADLINE_SECONDS,
     TERMINAL_FIGURE_CAP,
     TODO_COLUMN_COUNT,
     TODO_COLUMNS,
+    TODO_EVENT_CHANNEL,
+    TODO_EVENTS,
     Conflict,
     Event,
+    InvalidAnswer,
     KeyHeld,
     LeaseSuperseded,
     Moved,
@@ -153,11 +200,14 @@ from .rows import (  # noqa: F401
     Scope,
     StoreError,
     Todo,
+    TooLarge,
     Unavailable,
 )
 from .sql import (  # noqa: F401
     DOORBELL,
+    ENDED_RING,
     EVENT_INSERT,
+    ISO_NOW,
     LIVE_ROW,
     OUTAGES,
     REDELIVERABLE,
@@ -167,12 +217,14 @@ from .sql import (  # noqa: F401
     ping,
 )
 from .sweeps import (  # noqa: F401
+    EXPIRE_QUESTIONS_SQL,
     LOOK_BACK_SQL,
     PURGE_TERMINAL_SQL,
     REAP_EXPIRED_SQL,
     REQUEUE_DUE_SQL,
     RING_DUE_DELAYED_SQL,
     SWEEP_BATCH,
+    expire_questions,
     purge_terminal,
     reap_expired,
     requeue_due_retries,

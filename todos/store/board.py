@@ -224,7 +224,7 @@ WITH candidate AS (
 ), moved AS (
     UPDATE todos t
        SET state = 'pending', owner = NULL, lease_expires_at = NULL,
-           next_retry_at = NULL, updated_at = now()
+           next_retry_at = NULL, dismissed_at = NULL, updated_at = now()
       FROM candidate
      WHERE t.id = candidate.id AND t.state = 'failed'
  RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, t.created_at,

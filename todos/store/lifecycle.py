@@ -19,9 +19,12 @@ from django.db import IntegrityError, transaction
 
 from .rows import (
     MAX_ACK_BATCH,
+    MAX_CHECKPOINT_BYTES,
     MAX_CLAIM_BATCH,
     MAX_CREATE_BATCH,
     MAX_DELAY_SECONDS,
+    MAX_NOTE_CHARS,
+    MAX_PROGRESS_MESSAGE_CHARS,
     TODO_COLUMNS,
     Conflict,
     KeyHeld,
@@ -30,6 +33,7 @@ from .rows import (
     QueueNotGranted,
     Scope,
     Todo,
+    TooLarge,
 )
 from .sql import (
     LIVE_ROW,
@@ -41,6 +45,9 @@ from .sql import (
     _todo_id,
     _uuid,
 )
+
+# A release that leaves the assignment as it was (None hands it to the pool).
+KEEP_ASSIGNEE = object()
 
 # The todo columns as an UPDATE … FROM's RETURNING names them (table alias t).
 T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in TODO_COLUMNS.split(","))
@@ -378,6 +385,19 @@ def _item_args(fields):
 
 # --- Claim ----------------------------------------------------------------------
 
+# The history rows of one claimed row ``m``: a due retry is the SPEC's
+# failed → pending (the elapsed window) then pending → claimed, one row each;
+# anything else is its one transition (a lapsed lease's redelivery is
+# claimed → claimed, as the lease passes from one owner to the next).
+CLAIM_STEPS = """
+    SELECT 'failed'::text AS from_state, 'pending'::text AS to_state,
+           m.attempt - 1 AS attempt
+     WHERE m.from_state = 'failed'
+    UNION ALL
+    SELECT CASE WHEN m.from_state = 'failed' THEN 'pending' ELSE m.from_state END,
+           m.state, m.attempt
+"""
+
 # A claim of up to %(limit)s todos, in one statement:
 # 1. pending_queue: when the call names no queues, the endpoint's queues that
 #    have pending rows, found by skipping through todos_pending_claim_idx one
@@ -401,6 +421,12 @@ def _item_args(fields):
 #    else the queue's, else the server's. The rows are fetched by primary key
 #    (id = ANY(...)): the planner cannot know how few candidates there are,
 #    and a join it guesses at could hash the whole table.
+#    A held todo (an open question, CONTRACT §14) is a pending row whose
+#    available_at is its deadline, or far ahead without one: its lane's range
+#    ends before it. When a claim takes one, its deadline has passed, so the
+#    claim marks the question expired (the sweep does so for the rest).
+#    A lapsed lease under a cancel request is not redelivered: the reaper
+#    ends it canceled.
 # 6. history, and the rows in claim order (redeliveries first).
 # Every value is read through a one-row subquery, (SELECT %(x)s): the planner
 # then cannot see the values, so a custom plan costs exactly what the generic
@@ -440,7 +466,7 @@ WITH RECURSIVE pending_queue (name) AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, t.created_at AS rank_at
       FROM todos t
      WHERE ((t.state = 'claimed' AND t.lease_expires_at < now()
-             AND t.attempt < t.max_attempts)
+             AND t.attempt < t.max_attempts AND t.cancel_request IS NULL)
          OR (t.state = 'failed' AND t.next_retry_at <= now()))
        AND t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
        AND ((SELECT %(queues)s::text[]) IS NULL
@@ -479,16 +505,19 @@ WITH RECURSIVE pending_queue (name) AS (
                  WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
                (SELECT %(default_lease)s::int))),
            lease_token = replace(gen_random_uuid()::text, '-', ''),
-           next_retry_at = NULL, updated_at = now()
+           next_retry_at = NULL, updated_at = now(),
+           question_status = CASE WHEN t.question_status = 'open' THEN 'expired'
+                                  ELSE t.question_status END
       FROM candidate c
      WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM candidate))
  RETURNING {T_COLUMNS}, c.from_state, c.rank, c.rank_at
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
-    SELECT id, endpoint_id, from_state, state, attempt,
+    SELECT m.id, m.endpoint_id, step.from_state, step.to_state, step.attempt,
            coalesce((SELECT %(worker)s::text), ''), '', now()
-      FROM moved
+      FROM moved m
+     CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
 SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
 """
@@ -557,7 +586,7 @@ WITH candidate AS (
             AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
        AND ((state = 'pending' AND available_at <= statement_timestamp())
          OR (state = 'claimed' AND lease_expires_at < now()
-             AND attempt < max_attempts)
+             AND attempt < max_attempts AND cancel_request IS NULL)
          OR (state = 'failed' AND next_retry_at <= now()))
        AND (assignee IS NULL OR assignee = %(worker)s)
        AND NOT EXISTS (
@@ -575,16 +604,19 @@ WITH candidate AS (
                  WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
                %(default_lease)s::int)),
            lease_token = replace(gen_random_uuid()::text, '-', ''),
-           next_retry_at = NULL, updated_at = now()
+           next_retry_at = NULL, updated_at = now(),
+           question_status = CASE WHEN t.question_status = 'open' THEN 'expired'
+                                  ELSE t.question_status END
       FROM candidate c
      WHERE t.id = c.id AND t.id = %(id)s
  RETURNING {T_COLUMNS}, c.from_state
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
-    SELECT id, endpoint_id, from_state, state, attempt, coalesce(%(worker)s, ''), '',
-           now()
-      FROM moved
+    SELECT m.id, m.endpoint_id, step.from_state, step.to_state, step.attempt,
+           coalesce(%(worker)s, ''), '', now()
+      FROM moved m
+     CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
 SELECT {TODO_COLUMNS} FROM moved
 """
@@ -653,7 +685,13 @@ OPS = ("complete", "fail", "heartbeat", "release")
 
 @dataclass(frozen=True)
 class Ack:
-    """One owner action of ``acknowledge_many`` (and of the single transitions)."""
+    """One owner action of ``acknowledge_many`` (and of the single transitions).
+
+    ``progress`` and ``checkpoint`` ride on a heartbeat or a release (None
+    keeps the last one); ``assignee`` is a release's handoff (``KEEP`` leaves
+    the assignment as it is, None hands the todo to the pool) and ``note``
+    its message to the next claimant.
+    """
 
     op: str
     todo_id: str
@@ -662,6 +700,10 @@ class Ack:
     result: object = None
     error: str | None = None
     lease_seconds: int | None = None
+    progress: dict | None = None
+    checkpoint: object = None
+    assignee: object = KEEP_ASSIGNEE
+    note: str | None = None
 
 
 # Every owner action — complete, fail, heartbeat, release — of one or many
@@ -674,9 +716,17 @@ class Ack:
 #   doubling per attempt, capped at 15 min (the exponent is bounded so power()
 #   cannot overflow); at the cap, a dead letter with no window.
 # - heartbeat: the lease extended to now + the action's lease, else the
-#   queue's, else the server's; the token stays.
+#   queue's, else the server's; the token stays. Its progress and checkpoint,
+#   when given, replace the last ones.
 # - release: the lease handed back now, with the outcome its expiry would have
-#   had (pending below the cap, else a dead letter).
+#   had (pending below the cap, else a dead letter); its assignee (a handoff),
+#   note and checkpoint, when given, go with it.
+# - under a cancel request (CONTRACT §14), fail and release end the todo
+#   canceled instead (claimed → done, ``result`` = {"canceled": request});
+#   complete stores the worker's result as usual: the work was finished.
+# The last column rings: the doorbell when the todo became pending, the event
+# channel when it ended (todo.done, todo.canceled, todo.failed for a dead
+# letter), so a creator waiting for the result wakes.
 # The rows are fetched by primary key (id = ANY(ids)), never by a join the
 # planner might turn into a scan of the table. The lease token stays on the
 # row after the lease ends, so a complete repeated with the token that
@@ -685,21 +735,40 @@ ACK_SQL = f"""
 WITH action AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(ops)s::text[], %(workers)s::text[],
                          %(tokens)s::text[], %(results)s::jsonb[],
-                         %(errors)s::text[], %(leases)s::int[])
-           WITH ORDINALITY AS a (id, op, worker, token, result, error, lease, ord)
+                         %(errors)s::text[], %(leases)s::int[],
+                         %(progresses)s::jsonb[], %(checkpoints)s::jsonb[],
+                         %(handoffs)s::boolean[], %(assignees)s::text[],
+                         %(notes)s::text[])
+           WITH ORDINALITY AS a (id, op, worker, token, result, error, lease,
+                                 progress, checkpoint, handoff, assignee, note,
+                                 ord)
 ), moved AS (
     UPDATE todos t
-       SET state = CASE a.op
-               WHEN 'complete' THEN 'done'
-               WHEN 'fail' THEN 'failed'
-               WHEN 'release' THEN CASE WHEN t.attempt < t.max_attempts
-                                        THEN 'pending' ELSE 'failed' END
+       SET state = CASE
+               WHEN a.op = 'complete' THEN 'done'
+               WHEN a.op IN ('fail', 'release') AND t.cancel_request IS NOT NULL
+                   THEN 'done'
+               WHEN a.op = 'fail' THEN 'failed'
+               WHEN a.op = 'release' THEN CASE WHEN t.attempt < t.max_attempts
+                                               THEN 'pending' ELSE 'failed' END
                ELSE t.state END,
            owner = CASE WHEN a.op = 'release' AND t.attempt < t.max_attempts
+                             AND t.cancel_request IS NULL
                         THEN NULL ELSE t.owner END,
-           result = CASE WHEN a.op = 'complete' THEN a.result ELSE t.result END,
+           assignee = CASE WHEN a.op = 'release' AND a.handoff THEN a.assignee
+                           ELSE t.assignee END,
+           result = CASE
+               WHEN a.op = 'complete' THEN a.result
+               WHEN a.op IN ('fail', 'release') AND t.cancel_request IS NOT NULL
+                   THEN jsonb_build_object('canceled', t.cancel_request)
+               ELSE t.result END,
+           canceled_at = CASE WHEN a.op IN ('fail', 'release')
+                                   AND t.cancel_request IS NOT NULL
+                              THEN now() ELSE t.canceled_at END,
            last_error = CASE
                WHEN a.op = 'fail' THEN a.error
+               WHEN a.op = 'release' AND t.cancel_request IS NOT NULL
+                   THEN t.last_error
                WHEN a.op = 'release' AND t.attempt >= t.max_attempts
                    THEN 'released at the attempt cap'
                ELSE t.last_error END,
@@ -710,8 +779,17 @@ WITH action AS (
                      WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
                    %(default_lease)s::int)) END,
            next_retry_at = CASE WHEN a.op = 'fail' AND t.attempt < t.max_attempts
+                                     AND t.cancel_request IS NULL
                THEN now() + make_interval(secs => LEAST(
                    30 * power(2, LEAST(GREATEST(t.attempt, 1), 16) - 1), 900)) END,
+           progress = CASE WHEN a.op IN ('heartbeat', 'release')
+                           THEN coalesce(a.progress, t.progress)
+                           ELSE t.progress END,
+           checkpoint = CASE WHEN a.op IN ('heartbeat', 'release')
+                             THEN coalesce(a.checkpoint, t.checkpoint)
+                             ELSE t.checkpoint END,
+           note = CASE WHEN a.op = 'release' THEN coalesce(a.note, t.note)
+                       ELSE t.note END,
            updated_at = now()
       FROM action a
      WHERE t.id = a.id AND t.id = ANY(%(ids)s::uuid[])
@@ -720,7 +798,11 @@ WITH action AS (
        AND t.state = 'claimed'
        AND (t.lease_token = a.token OR (a.token IS NULL AND t.owner = a.worker))
  RETURNING {T_COLUMNS}, a.ord, a.op, coalesce(a.worker, '') AS actor,
-           CASE WHEN a.op = 'fail' THEN a.error ELSE '' END AS event_error
+           CASE WHEN a.op = 'fail' THEN a.error
+                WHEN t.canceled_at IS NOT NULL AND a.op <> 'complete'
+                    THEN 'canceled'
+                WHEN a.op = 'release' THEN coalesce(a.note, '')
+                ELSE '' END AS event_error
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
@@ -729,8 +811,14 @@ WITH action AS (
 )
 SELECT {TODO_COLUMNS}, ord,
        CASE WHEN state = 'pending' THEN pg_notify('switchboard_todo_ready',
-           json_build_object('id', id, 'endpoint_id', endpoint_id,
-                             'queue', queue)::text) END
+               json_build_object('id', id, 'endpoint_id', endpoint_id,
+                                 'queue', queue)::text)
+            WHEN state = 'done' OR (state = 'failed' AND next_retry_at IS NULL)
+            THEN pg_notify('switchboard_todo_event', json_build_object(
+               'event', CASE WHEN canceled_at IS NOT NULL THEN 'todo.canceled'
+                             WHEN state = 'done' THEN 'todo.done'
+                             ELSE 'todo.failed' END,
+               'id', id, 'endpoint_id', endpoint_id, 'queue', queue)::text) END
   FROM moved
 """
 
@@ -751,7 +839,77 @@ def _bind_ack(action):
     if action.op == "complete" and action.result is not None:
         result = json.dumps(action.result)
     error = (action.error or "") if action.op == "fail" else ""
-    return (todo_id, action.op, action.worker, action.lease_token, result, error, lease)
+    carries = action.op in ("heartbeat", "release")
+    progress = _progress(action.progress) if carries else None
+    checkpoint = _checkpoint(action.checkpoint) if carries else None
+    handoff = action.op == "release" and action.assignee is not KEEP_ASSIGNEE
+    assignee = _assignee(action.assignee) if handoff else None
+    note = (
+        _text("note", action.note, MAX_NOTE_CHARS) if action.op == "release" else None
+    )
+    return (
+        todo_id,
+        action.op,
+        action.worker,
+        action.lease_token,
+        result,
+        error,
+        lease,
+        progress,
+        checkpoint,
+        handoff,
+        assignee,
+        note,
+    )
+
+
+def _progress(progress):
+    """Validate a heartbeat's progress ({"message", "fraction"}); return its JSON."""
+    if progress is None:
+        return None
+    if not isinstance(progress, dict) or set(progress) - {"message", "fraction"}:
+        raise ValueError("progress must be an object with message and fraction")
+    message = _text(
+        "progress.message", progress.get("message"), MAX_PROGRESS_MESSAGE_CHARS
+    )
+    fraction = progress.get("fraction")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ValueError("progress.fraction must be a number from 0 to 1")
+        if not 0 <= fraction <= 1:
+            raise ValueError("progress.fraction must be a number from 0 to 1")
+    return json.dumps({"message": message or "", "fraction": fraction})
+
+
+def _checkpoint(checkpoint):
+    """Return a checkpoint's JSON (None keeps the last one); TooLarge over 64 KiB."""
+    if checkpoint is None:
+        return None
+    return _bounded_json("checkpoint", checkpoint, MAX_CHECKPOINT_BYTES)
+
+
+def _bounded_json(field, value, limit):
+    encoded = json.dumps(value)
+    if len(encoded.encode()) > limit:
+        raise TooLarge(field, limit)
+    return encoded
+
+
+def _assignee(assignee):
+    if assignee is not None and (not isinstance(assignee, str) or not assignee):
+        raise ValueError("assignee must be a worker name or null")
+    return assignee
+
+
+def _text(field, value, limit):
+    """Validate an optional bounded string; return it (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string")
+    if len(value) > limit:
+        raise ValueError(f"{field} must be at most {limit} characters")
+    return value
 
 
 def _ack_params(scope, bound):
@@ -766,6 +924,11 @@ def _ack_params(scope, bound):
         "results": list(columns[4]),
         "errors": list(columns[5]),
         "leases": list(columns[6]),
+        "progresses": list(columns[7]),
+        "checkpoints": list(columns[8]),
+        "handoffs": list(columns[9]),
+        "assignees": list(columns[10]),
+        "notes": list(columns[11]),
     }
 
 
@@ -841,11 +1004,33 @@ def _one_ack(scope, action):
     return result
 
 
-def heartbeat(scope, todo_id, worker, *, lease_seconds=None, lease_token=None):
-    """Extend the lease to now + lease_seconds (default: the queue's, the server's)."""
+def heartbeat(
+    scope,
+    todo_id,
+    worker,
+    *,
+    lease_seconds=None,
+    lease_token=None,
+    progress=None,
+    checkpoint=None,
+):
+    """Extend the lease to now + lease_seconds (default: the queue's, the server's).
+
+    ``progress`` ({"message", "fraction"}) and ``checkpoint`` (JSON, at most
+    64 KiB), when given, replace the last ones; the answer carries
+    ``cancel_requested`` so the owner learns of a cancel request.
+    """
     return _one_ack(
         scope,
-        Ack("heartbeat", todo_id, worker, lease_token, lease_seconds=lease_seconds),
+        Ack(
+            "heartbeat",
+            todo_id,
+            worker,
+            lease_token,
+            lease_seconds=lease_seconds,
+            progress=progress,
+            checkpoint=checkpoint,
+        ),
     )
 
 
@@ -855,13 +1040,42 @@ def complete_todo(scope, todo_id, worker, *, result=None, lease_token=None):
 
 
 def fail_todo(scope, todo_id, worker, *, error="", lease_token=None):
-    """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap."""
+    """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap.
+
+    Under a cancel request the todo ends canceled instead.
+    """
     return _one_ack(scope, Ack("fail", todo_id, worker, lease_token, error=error))
 
 
-def release_todo(scope, todo_id, worker, *, lease_token=None):
-    """Give the lease back now: pending below the cap, else dead-letter."""
-    return _one_ack(scope, Ack("release", todo_id, worker, lease_token))
+def release_todo(
+    scope,
+    todo_id,
+    worker,
+    *,
+    lease_token=None,
+    assignee=KEEP_ASSIGNEE,
+    note=None,
+    checkpoint=None,
+):
+    """Give the lease back now: pending below the cap, else dead-letter.
+
+    A handoff in the same transition: ``assignee`` names the worker that may
+    claim it next (None = the pool; left out = as it was), ``note`` tells the
+    next claimant why, ``checkpoint`` is where to resume. Under a cancel
+    request the todo ends canceled instead.
+    """
+    return _one_ack(
+        scope,
+        Ack(
+            "release",
+            todo_id,
+            worker,
+            lease_token,
+            assignee=assignee,
+            note=note,
+            checkpoint=checkpoint,
+        ),
+    )
 
 
 # An operator's release of a stuck claim, whoever holds it.
@@ -914,7 +1128,7 @@ def release_todo_any_endpoint(todo_id, *, actor="operator"):
 RETRY_SQL = f"""
 WITH moved AS (
     UPDATE todos SET state = 'pending', owner = NULL, lease_expires_at = NULL,
-                     next_retry_at = NULL, updated_at = now()
+                     next_retry_at = NULL, dismissed_at = NULL, updated_at = now()
      WHERE id = %(id)s
        AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
             AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))

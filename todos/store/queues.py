@@ -50,6 +50,9 @@ class QueueInfo:
     # them yet (the Board's "lapsed"). Below the attempt cap the next claim
     # takes one at once; at the cap the reaper dead-letters it.
     lapsed: int = 0
+    # Pending todos held for an answer (CONTRACT §14): neither visible nor
+    # delayed, as no claim takes them until they are answered.
+    held: int = 0
 
     @classmethod
     def from_row(cls, row):
@@ -70,6 +73,7 @@ class QueueInfo:
             *row[8:13],
             None if age is None else float(age),
             row[14],
+            row[15],
         )
 
     def to_dict(self):
@@ -88,14 +92,17 @@ QUEUES_SQL = """
 SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
        q.paused_at, q.created_at, q.updated_at,
        live.pending, live.delayed, live.claimed, live.retry_scheduled, dead.n,
-       live.oldest_age, live.lapsed
+       live.oldest_age, live.lapsed, live.held
   FROM queues q
  CROSS JOIN (SELECT statement_timestamp() AS at) clock
  CROSS JOIN LATERAL (
      SELECT count(*) FILTER (WHERE state = 'pending' AND available_at <= clock.at)
                 AS pending,
-            count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at)
+            count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at
+                             AND question_status IS DISTINCT FROM 'open')
                 AS delayed,
+            count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at
+                             AND question_status = 'open') AS held,
             count(*) FILTER (WHERE state = 'claimed') AS claimed,
             -- Lapsed as the claim scan and the reaper judge it (sql.REDELIVERABLE).
             count(*) FILTER (WHERE state = 'claimed'

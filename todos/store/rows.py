@@ -5,6 +5,17 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 DOORBELL_CHANNEL = "switchboard_todo_ready"
+# What a creator may wait for: a todo ended (done, dead letter, canceled),
+# asked a question, or got a cancel request. Its own channel, so that a
+# waiting claim is never woken by a todo that cannot be claimed.
+TODO_EVENT_CHANNEL = "switchboard_todo_event"
+TODO_EVENTS = (
+    "todo.done",
+    "todo.failed",
+    "todo.asked",
+    "todo.cancel_requested",
+    "todo.canceled",
+)
 BACKOFF_BASE_SECONDS = 30
 BACKOFF_CAP_SECONDS = 900
 MAX_LEASE_SECONDS = 43200
@@ -17,6 +28,25 @@ MAX_ACK_BATCH = 100
 MAX_CREATE_BATCH = 100
 # Terminal figures (dead letters of a queue) are counted up to this cap.
 TERMINAL_FIGURE_CAP = 10_000
+
+# Questions, cancel, progress and checkpoints (CONTRACT §14).
+MAX_QUESTION_CHARS = 4000
+MAX_CHOICES = 10
+MAX_CHOICE_CHARS = 200
+MAX_ANSWER_SCHEMA_BYTES = 16 * 1024
+MIN_DEADLINE_SECONDS = 60
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600
+MAX_CHECKPOINT_BYTES = 64 * 1024
+MAX_ANSWER_BYTES = 64 * 1024
+MAX_PROGRESS_MESSAGE_CHARS = 500
+MAX_REASON_CHARS = 1000
+MAX_NOTE_CHARS = 2000
+# An answer link lives as long as its question, or this long without a deadline.
+ANSWER_LINK_SECONDS = 7 * 24 * 3600
+# The available_at of a question without a deadline: not before it is answered.
+# A finite date (psycopg cannot load 'infinity'), a year short of the calendar's
+# end so that no time zone or arithmetic overflows it.
+HELD_UNTIL_ANSWERED = "9998-12-31T00:00:00+00:00"
 
 
 # --- Errors ---------------------------------------------------------------------
@@ -72,6 +102,26 @@ class KeyHeld(Conflict):
         self.key = key
 
 
+class TooLarge(ValueError):
+    """A field is over its size limit (the API answers 413)."""
+
+    def __init__(self, field, limit):
+        super().__init__(f"{field} is over its limit of {limit} bytes")
+        self.field = field
+        self.limit = limit
+
+
+class InvalidAnswer(ValueError):
+    """An answer that is not one of the choices or fails the answer schema.
+
+    ``path`` names where in the answer it failed ("answer", "answer.amount").
+    """
+
+    def __init__(self, detail, path="answer"):
+        super().__init__(detail)
+        self.path = path
+
+
 class QueueNotGranted(StoreError):
     """The endpoint's grant does not cover the named queue."""
 
@@ -113,8 +163,13 @@ class Scope:
 TODO_COLUMNS = (
     "id, endpoint_id, queue, title, payload, state, assignee, owner, attempt,"
     " max_attempts, lease_expires_at, claimed_at, next_retry_at, idempotency_key,"
-    " last_error, result, created_at, updated_at, lease_token, available_at"
+    " last_error, result, created_at, updated_at, lease_token, available_at,"
+    " question, question_status, asked_at, answer_deadline, answer, answer_nonce,"
+    " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at"
 )
+# The jsonb columns, by position: payload, result, question, answer,
+# cancel_request, progress, checkpoint.
+_JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29)
 TODO_COLUMN_COUNT = len(TODO_COLUMNS.split(","))
 
 
@@ -153,13 +208,48 @@ class Todo:
     updated_at: datetime
     lease_token: str | None
     available_at: datetime
+    question: dict | None = None
+    question_status: str | None = None
+    asked_at: datetime | None = None
+    answer_deadline: datetime | None = None
+    answer: dict | None = None
+    answer_nonce: str | None = None
+    cancel_request: dict | None = None
+    canceled_at: datetime | None = None
+    progress: dict | None = None
+    checkpoint: object = None
+    note: str | None = None
+    dismissed_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row):
         values = list(row[:TODO_COLUMN_COUNT])
         values[0], values[1] = str(values[0]), str(values[1])
-        values[4], values[15] = _json(values[4]), _json(values[15])
+        for position in _JSON_POSITIONS:
+            values[position] = _json(values[position])
         return cls(*values)
+
+    @property
+    def is_held(self):
+        """Pending, waiting for an answer: no claim takes it."""
+        return self.state == "pending" and self.question_status == "open"
+
+    @property
+    def is_canceled(self):
+        return self.canceled_at is not None
+
+    @property
+    def cancel_requested(self):
+        return self.cancel_request is not None
+
+    @property
+    def outcome(self):
+        """Where the todo stands, as CONTRACT §14 names it."""
+        if self.is_held:
+            return "held"
+        if self.is_canceled:
+            return "canceled"
+        return self.display_state
 
     @property
     def is_dead_letter(self):
@@ -178,12 +268,45 @@ class Todo:
             return "retry_scheduled"
         return self.state
 
+    def question_dict(self):
+        """The question as the API renders it, or None when none was asked."""
+        if self.question is None:
+            return None
+        return {
+            **self.question,
+            "asked_at": _iso(self.asked_at),
+            "deadline": _iso(self.answer_deadline),
+            "expired": self.question_status == "expired",
+        }
+
     def to_dict(self):
         out = {}
         for field in fields(self):
+            if field.name in _RENDERED_APART:
+                continue
             value = getattr(self, field.name)
             out[field.name] = _iso(value) if isinstance(value, datetime) else value
+        out["question"] = self.question_dict()
+        out["outcome"] = self.outcome
+        out["cancel_requested"] = self.cancel_requested
         return out
+
+
+# Columns the todo JSON does not show as they are: the question's parts are
+# rendered in ``question``, the cancel request as ``cancel_requested`` (and a
+# canceled todo's ``result``), and the answer-link nonce never leaves the store.
+_RENDERED_APART = frozenset(
+    {
+        "question",
+        "question_status",
+        "asked_at",
+        "answer_deadline",
+        "answer_nonce",
+        "cancel_request",
+        "canceled_at",
+        "dismissed_at",
+    }
+)
 
 
 @dataclass(frozen=True)

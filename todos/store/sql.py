@@ -8,7 +8,13 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from .rows import DOORBELL_CHANNEL, MAX_LEASE_SECONDS, NotFound, Unavailable
+from .rows import (
+    DOORBELL_CHANNEL,
+    MAX_LEASE_SECONDS,
+    TODO_EVENT_CHANNEL,
+    NotFound,
+    Unavailable,
+)
 
 logger = logging.getLogger("switchboard.store")
 
@@ -92,8 +98,10 @@ LIVE_ROW = "state <> 'done' AND (state <> 'failed' OR next_retry_at IS NOT NULL)
 
 # What the claim scan may take besides pending rows: a lapsed lease below the
 # cap, and a parked retry whose window has elapsed. No sweep has to run first.
+# A lapsed lease under a cancel request is not: the reaper ends it canceled.
 REDELIVERABLE = """(
-    (state = 'claimed' AND lease_expires_at < now() AND attempt < max_attempts)
+    (state = 'claimed' AND lease_expires_at < now() AND attempt < max_attempts
+     AND cancel_request IS NULL)
  OR (state = 'failed' AND next_retry_at <= now())
 )"""
 
@@ -154,3 +162,18 @@ DOORBELL = (
     + "', json_build_object('id', id, 'endpoint_id', endpoint_id,"
     " 'queue', queue)::text) END"
 )
+
+# Tell waiting creators (GET /api/v1/todos/<id>?wait_seconds, the event
+# stream) of a row of ``moved`` that ended: done, canceled, or a dead letter.
+# Its own channel, so no waiting claim wakes for it.
+ENDED_RING = (
+    "CASE WHEN state = 'done' OR (state = 'failed' AND next_retry_at IS NULL)"
+    " THEN pg_notify('" + TODO_EVENT_CHANNEL + "', json_build_object("
+    "'event', CASE WHEN canceled_at IS NOT NULL THEN 'todo.canceled'"
+    " WHEN state = 'done' THEN 'todo.done' ELSE 'todo.failed' END,"
+    " 'id', id, 'endpoint_id', endpoint_id, 'queue', queue)::text) END"
+)
+
+# A timestamp inside a jsonb value (an answer's or a cancel's "at"), written
+# as the todo JSON writes times: ISO-8601 UTC with a Z.
+ISO_NOW = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"

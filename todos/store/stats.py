@@ -67,7 +67,7 @@ WITH groups AS (
     SELECT endpoint_id, queue, error_fingerprint, count(*) AS members,
            min(updated_at) AS first_seen, max(updated_at) AS last_seen
       FROM todos
-     WHERE {STATE_FILTERS["dead_letter"]} AND {{scope}}
+     WHERE {STATE_FILTERS["dead_letter"]} AND dismissed_at IS NULL AND {{scope}}
      GROUP BY endpoint_id, queue, error_fingerprint
      ORDER BY count(*) DESC, max(updated_at) DESC
      LIMIT %(limit)s
@@ -78,7 +78,7 @@ SELECT g.endpoint_id, g.queue, g.error_fingerprint, g.members, g.first_seen,
   FROM groups g
   LEFT JOIN LATERAL (
     SELECT t.id, t.last_error FROM todos t
-     WHERE t.state = 'failed' AND t.next_retry_at IS NULL
+     WHERE t.state = 'failed' AND t.next_retry_at IS NULL AND t.dismissed_at IS NULL
        AND t.endpoint_id = g.endpoint_id AND t.queue = g.queue
        AND t.error_fingerprint = g.error_fingerprint
      ORDER BY t.updated_at DESC
@@ -87,7 +87,7 @@ SELECT g.endpoint_id, g.queue, g.error_fingerprint, g.members, g.first_seen,
   LEFT JOIN LATERAL (
     SELECT t.id, t.last_error FROM todos t
      WHERE g.error_fingerprint IS NULL
-       AND t.state = 'failed' AND t.next_retry_at IS NULL
+       AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.dismissed_at IS NULL
        AND t.endpoint_id = g.endpoint_id AND t.queue = g.queue
        AND t.error_fingerprint IS NULL
      ORDER BY t.updated_at DESC

@@ -1,11 +1,12 @@
 """The background sweeps (system-wide: no endpoint predicate, by design)."""
 
 from .rows import Moved
-from .sql import DOORBELL, EVENT_INSERT, _run
+from .sql import DOORBELL, ENDED_RING, EVENT_INSERT, _run
 
 SWEEP_BATCH = 500
 
-# Expired leases: back to pending below the cap, dead-letter at it. SKIP LOCKED
+# Expired leases: back to pending below the cap, dead-letter at it; under a
+# cancel request, canceled (claimed → done), as CONTRACT §14 says. SKIP LOCKED
 # lets several sweepers and the claim scan's own lapsed-lease branch coexist.
 REAP_EXPIRED_SQL = f"""
 WITH expired AS (
@@ -16,18 +17,26 @@ WITH expired AS (
        FOR UPDATE SKIP LOCKED
 ), moved AS (
     UPDATE todos t
-       SET state = CASE WHEN t.attempt < t.max_attempts THEN 'pending'
+       SET state = CASE WHEN t.cancel_request IS NOT NULL THEN 'done'
+                        WHEN t.attempt < t.max_attempts THEN 'pending'
                         ELSE 'failed' END,
-           owner = CASE WHEN t.attempt < t.max_attempts THEN NULL ELSE t.owner END,
-           last_error = CASE WHEN t.attempt < t.max_attempts THEN t.last_error
+           owner = CASE WHEN t.attempt < t.max_attempts
+                             AND t.cancel_request IS NULL
+                        THEN NULL ELSE t.owner END,
+           last_error = CASE WHEN t.cancel_request IS NOT NULL THEN t.last_error
+                             WHEN t.attempt < t.max_attempts THEN t.last_error
                              ELSE 'lease expired at the attempt cap' END,
+           result = CASE WHEN t.cancel_request IS NOT NULL
+                         THEN jsonb_build_object('canceled', t.cancel_request)
+                         ELSE t.result END,
+           canceled_at = CASE WHEN t.cancel_request IS NOT NULL THEN now() END,
            lease_expires_at = NULL, next_retry_at = NULL, updated_at = now()
       FROM expired e
      WHERE t.id = e.id
- RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt,
-           'claimed'::text AS from_state
+ RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, t.next_retry_at,
+           t.canceled_at, 'claimed'::text AS from_state
 ), history AS ({EVENT_INSERT})
-SELECT id, endpoint_id, queue, state, {DOORBELL} FROM moved
+SELECT id, endpoint_id, queue, state, {DOORBELL}, {ENDED_RING} FROM moved
 """
 
 
@@ -66,6 +75,37 @@ def requeue_due_retries(*, limit=SWEEP_BATCH):
     """Return one batch of failed todos whose backoff elapsed to pending."""
     params = {"limit": int(limit), "actor": "system:retry-scheduler", "event_error": ""}
     rows = _run("requeue_due_retries", REQUEUE_DUE_SQL, params)
+    return [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
+
+
+# Open questions whose deadline passed: the hold ended with no answer. Their
+# available_at is the deadline, so a claim may already take them; this marks
+# the question expired, spends its links' nonce, and rings the doorbell.
+EXPIRE_QUESTIONS_SQL = """
+WITH due AS (
+    SELECT id FROM todos
+     WHERE state = 'pending' AND question_status = 'open'
+       AND answer_deadline IS NOT NULL AND answer_deadline <= now()
+     ORDER BY answer_deadline
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE todos t
+       SET question_status = 'expired', answer_nonce = NULL, updated_at = now()
+      FROM due d
+     WHERE t.id = d.id AND t.state = 'pending' AND t.question_status = 'open'
+ RETURNING t.id, t.endpoint_id, t.queue, t.state
+)
+SELECT id, endpoint_id, queue, state,
+       pg_notify('switchboard_todo_ready', json_build_object(
+           'id', id, 'endpoint_id', endpoint_id, 'queue', queue)::text)
+  FROM moved
+"""
+
+
+def expire_questions(*, limit=SWEEP_BATCH):
+    """End the hold of one batch of open questions whose deadline passed."""
+    rows = _run("expire_questions", EXPIRE_QUESTIONS_SQL, {"limit": int(limit)})
     return [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
 
 

@@ -30,23 +30,33 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         batch_size = options["batch_size"]
-        requeued = dead_lettered = 0
+        requeued = dead_lettered = canceled = 0
         try:
             for number, moved in enumerate(
                 drain(store.reap_expired, batch_size=batch_size), start=1
             ):
                 batch_requeued = sum(todo.state == "pending" for todo in moved)
+                batch_canceled = sum(todo.state == "done" for todo in moved)
                 requeued += batch_requeued
-                dead_lettered += len(moved) - batch_requeued
+                canceled += batch_canceled
+                dead_lettered += len(moved) - batch_requeued - batch_canceled
                 if moved:
                     self.stdout.write(f"batch {number}: {len(moved)} todos moved")
         except store.Unavailable as exc:
             raise CommandError(f"reap_expired: {exc}") from exc
         logger.info(
             "reap_expired done",
-            extra={"fields": {"requeued": requeued, "dead_lettered": dead_lettered}},
+            extra={
+                "fields": {
+                    "requeued": requeued,
+                    "dead_lettered": dead_lettered,
+                    "canceled": canceled,
+                }
+            },
         )
+        moved = requeued + dead_lettered + canceled
+        canceled_part = f", {canceled} canceled" if canceled else ""
         self.stdout.write(
-            f"reap_expired: {requeued + dead_lettered} todos moved "
-            f"({requeued} requeued, {dead_lettered} dead-lettered)"
+            f"reap_expired: {moved} todos moved "
+            f"({requeued} requeued, {dead_lettered} dead-lettered{canceled_part})"
         )

@@ -1,0 +1,254 @@
+"""Cancel, replace-on-create and dismissal of dead letters (CONTRACT §14).
+
+A cancel ends a todo that is not being worked on at once, through the SPEC's
+own transitions in one statement, each with its history row:
+
+- pending (due, delayed or held): pending → claimed → done;
+- a parked retry (failed, its window open): failed → pending → claimed → done.
+
+The composed claim is no delivery: ``attempt`` is left as it was. The todo
+ends ``done`` with ``canceled_at`` set and ``result`` = ``{"canceled": {"reason",
+"by", "at"}}``; done is not live, so its idempotency key is free again.
+
+A claimed todo is not taken from its worker: it gets a cancel request
+(``cancel_request``), which its owner sees in every answer; its fail or
+release, or its lease lapsing, then ends it canceled (lifecycle and sweeps).
+A terminal todo cannot be canceled (Conflict).
+"""
+
+from django.db import transaction
+
+from .lifecycle import T_COLUMNS, _lookup_many, _text, create_todo
+from .rows import (
+    MAX_ACK_BATCH,
+    MAX_REASON_CHARS,
+    TODO_COLUMNS,
+    Conflict,
+    NotFound,
+    Todo,
+)
+from .sql import ISO_NOW, LIVE_ROW, _run, _scope, _todo_id, _uuid
+
+# 1. target: the todos to cancel, locked (a concurrent claim or complete is
+#    waited for, then the row is read again as it is now). Only a pending,
+#    claimed, or retry-scheduled todo; a terminal one is left (Conflict).
+# 2. moved: a claimed todo keeps its state and gets the request (the first
+#    request stays); any other ends done and canceled.
+# 3. history: the transitions each cancel composes, in order.
+# 4. the ring: todo.cancel_requested for a claimed todo (its owner's event
+#    stream), todo.canceled for the others (their creators' waits).
+CANCEL_SQL = f"""
+WITH action AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(reasons)s::text[])
+           WITH ORDINALITY AS a (id, reason, ord)
+), target AS (
+    SELECT t.id, t.state AS from_state, a.ord,
+           jsonb_build_object('reason', a.reason, 'by', %(by)s::text,
+                              'at', {ISO_NOW}) AS request
+      FROM todos t
+      JOIN action a ON a.id = t.id
+     WHERE t.id = ANY(%(ids)s::uuid[])
+       AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
+       AND (t.state IN ('pending', 'claimed')
+            OR (t.state = 'failed' AND t.next_retry_at IS NOT NULL))
+     ORDER BY t.id
+       FOR UPDATE OF t
+), moved AS (
+    UPDATE todos t
+       SET state = CASE WHEN g.from_state = 'claimed' THEN 'claimed' ELSE 'done' END,
+           cancel_request = coalesce(t.cancel_request, g.request),
+           canceled_at = CASE WHEN g.from_state = 'claimed' THEN NULL ELSE now() END,
+           result = CASE WHEN g.from_state = 'claimed' THEN t.result
+                         ELSE jsonb_build_object('canceled', g.request) END,
+           owner = CASE WHEN g.from_state = 'claimed' THEN t.owner END,
+           next_retry_at = NULL,
+           answer_nonce = CASE WHEN g.from_state = 'claimed' THEN t.answer_nonce END,
+           updated_at = now()
+      FROM target g
+     WHERE t.id = g.id AND t.id = ANY(%(ids)s::uuid[])
+ RETURNING {T_COLUMNS}, g.from_state, g.ord
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT m.id, m.endpoint_id, step.from_state, step.to_state, m.attempt,
+           %(by)s::text, step.error, now()
+      FROM moved m
+      JOIN (VALUES (1, 'failed', 'pending', 'canceling'),
+                   (2, 'pending', 'claimed', 'canceling'),
+                   (3, 'claimed', 'done', 'canceled')) step (n, from_state,
+                                                            to_state, error)
+        ON m.from_state <> 'claimed' AND (step.n > 1 OR m.from_state = 'failed')
+     ORDER BY m.ord, step.n
+)
+SELECT {TODO_COLUMNS}, ord,
+       pg_notify('switchboard_todo_event', json_build_object(
+           'event', CASE WHEN state = 'claimed' THEN 'todo.cancel_requested'
+                         ELSE 'todo.canceled' END,
+           'id', id, 'endpoint_id', endpoint_id, 'queue', queue)::text)
+  FROM moved
+"""
+
+NOT_CANCELABLE = "todo is {state}; a terminal todo cannot be canceled"
+
+
+def cancel_todo(scope, todo_id, *, reason="", by=""):
+    """Cancel one todo of this scope; return it.
+
+    A todo not being worked on ends done and canceled at once; a claimed one
+    comes back still claimed with ``cancel_requested`` (its owner ends it).
+    """
+    return _one(cancel_many(scope, [(todo_id, reason)], by=by))
+
+
+def cancel_todo_any_endpoint(todo_id, *, reason="", by="operator"):
+    """Cancel one todo of any endpoint (operator Board)."""
+    return _one(_cancel(None, [(todo_id, reason)], by))
+
+
+def cancel_many(scope, cancels, *, by=""):
+    """Cancel 1–100 todos of this scope: ``cancels`` is (todo_id, reason) pairs.
+
+    Return one Todo or exception (NotFound, Conflict, ValueError) per pair, in
+    order; each cancel is atomic on its own.
+    """
+    cancels = list(cancels)
+    if not 1 <= len(cancels) <= MAX_ACK_BATCH:
+        raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
+    return _cancel(scope, cancels, by)
+
+
+def cancel_many_any_endpoint(todo_ids, *, reason="", by="operator"):
+    """Cancel each of the given todos of any endpoint (the Board's ticked rows)."""
+    results = []
+    todo_ids = list(todo_ids)
+    for start in range(0, len(todo_ids), MAX_ACK_BATCH):
+        chunk = todo_ids[start : start + MAX_ACK_BATCH]
+        results.extend(_cancel(None, [(todo_id, reason) for todo_id in chunk], by))
+    return results
+
+
+def _cancel(scope, cancels, by):
+    results, bound = [None] * len(cancels), []
+    for index, (todo_id, reason) in enumerate(cancels):
+        try:
+            bound.append(
+                (index, _todo_id(todo_id), _text("reason", reason, MAX_REASON_CHARS))
+            )
+        except (ValueError, NotFound) as exc:
+            results[index] = exc
+    if not bound:
+        return results
+    params = {
+        **_scope(scope),
+        "ids": [todo_id for _, todo_id, _ in bound],
+        "reasons": [reason or "" for _, _, reason in bound],
+        "by": by or "",
+    }
+    moved = {}
+    for row in _run("cancel", CANCEL_SQL, params):
+        moved[row[-2] - 1] = Todo.from_row(row)
+    missed = [
+        todo_id
+        for position, (_, todo_id, _) in enumerate(bound)
+        if position not in moved
+    ]
+    found = _lookup_many(scope, missed) if missed else {}
+    for position, (index, todo_id, _) in enumerate(bound):
+        if position in moved:
+            results[index] = moved[position]
+        elif todo_id in found:
+            state = found[todo_id].display_state
+            results[index] = Conflict(
+                NOT_CANCELABLE.format(state=state), todo_id=todo_id, state=state
+            )
+        else:
+            results[index] = NotFound(todo_id=todo_id)
+    return results
+
+
+def _one(results):
+    (result,) = results
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+# --- Replace on create ----------------------------------------------------------
+
+LIVE_KEY_SQL = f"""
+SELECT id FROM todos
+ WHERE endpoint_id = %(endpoint_id)s AND idempotency_key = %(idempotency_key)s
+   AND {LIVE_ROW}
+"""
+
+
+class ReplaceBlocked(Conflict):
+    """Create with replace found a claimed duplicate: it got a cancel request."""
+
+
+def create_replacing(scope, *, queue, idempotency_key, actor="", **fields):
+    """Create a todo, canceling the pending live duplicate of its key first.
+
+    One transaction: the duplicate ends canceled and the new todo takes the
+    key. A claimed duplicate is not taken from its worker: it gets a cancel
+    request (kept), and ReplaceBlocked names it.
+    """
+    if not idempotency_key:
+        raise ValueError("replace needs an idempotency_key")
+    endpoint_id = _uuid(scope.endpoint_id)
+    if endpoint_id is None:
+        raise NotFound()
+    blocked = None
+    with transaction.atomic():
+        rows = _run(
+            "create_replacing",
+            LIVE_KEY_SQL,
+            {"endpoint_id": endpoint_id, "idempotency_key": idempotency_key},
+        )
+        for (duplicate_id,) in rows:
+            result = _cancel(scope, [(duplicate_id, "replaced")], actor or "replace")[0]
+            if isinstance(result, Todo) and result.state == "claimed":
+                blocked = result
+        if blocked is None:
+            return create_todo(
+                scope,
+                queue=queue,
+                idempotency_key=idempotency_key,
+                actor=actor,
+                **fields,
+            )
+    raise ReplaceBlocked(
+        f"todo {blocked.id} holds this idempotency key and is claimed: it was"
+        " asked to cancel; create again once it ends",
+        todo_id=blocked.id,
+        state=blocked.state,
+    )
+
+
+# --- Dismissing dead letters ----------------------------------------------------
+
+# A dismissed dead letter leaves its error group (todos_dead_letter_group_idx
+# holds only undismissed ones); a retry clears the mark.
+DISMISS_SQL = """
+UPDATE todos SET dismissed_at = now(), updated_at = updated_at
+ WHERE id = ANY(%(ids)s::uuid[])
+   AND (%(endpoint_ids)s::uuid[] IS NULL OR endpoint_id = ANY(%(endpoint_ids)s::uuid[]))
+   AND state = 'failed' AND next_retry_at IS NULL AND dismissed_at IS NULL
+"""
+
+
+def dismiss_dead_letters_any_endpoint(todo_ids, *, endpoint_ids=None):
+    """Dismiss dead letters from their groups; return how many were dismissed.
+
+    ``endpoint_ids`` is the Board's owner scope (None = every endpoint).
+    """
+    ids = [parsed for parsed in map(_uuid, todo_ids) if parsed is not None]
+    if endpoint_ids is not None:
+        endpoint_ids = [p for p in map(_uuid, endpoint_ids) if p is not None]
+        if not endpoint_ids:
+            return 0
+    if not ids:
+        return 0
+    params = {"ids": ids, "endpoint_ids": endpoint_ids}
+    return _run("dismiss", DISMISS_SQL, params, fetch="count")

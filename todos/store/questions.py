@@ -1,0 +1,433 @@
+"""Questions: an owner asks, someone answers, the hold ends (CONTRACT §14).
+
+Asking is the SPEC's claimed → pending (the lease ends as a release's does),
+with the todo *held*: its ``available_at`` moves to the question's deadline,
+or far ahead without one, so no claim takes it — exactly as a delayed todo is
+not taken before it is due. The claim that asked is not counted (attempt goes
+back by one): asking never moves a todo toward its dead letter.
+
+Answering and a deadline passing change no state (the todo stays pending);
+they end the hold: an answer makes the todo due again at once and rings the
+doorbell; at the deadline the claim may take it (its available_at has come)
+and the sweep marks the question expired. So neither writes a history row:
+``todo_events`` holds only the SPEC's transitions.
+
+An answer link is a signed token (``django.core.signing``) naming the todo,
+the question's nonce and an expiry; the answer through it clears the nonce in
+the same statement, so each question's links answer at most once.
+"""
+
+import json
+import time
+from datetime import timedelta
+
+import jsonschema
+from django.core import signing
+
+from .lifecycle import T_COLUMNS, _checkpoint, _lookup
+from .rows import (
+    ANSWER_LINK_SECONDS,
+    HELD_UNTIL_ANSWERED,
+    MAX_ANSWER_BYTES,
+    MAX_ANSWER_SCHEMA_BYTES,
+    MAX_CHOICE_CHARS,
+    MAX_CHOICES,
+    MAX_DEADLINE_SECONDS,
+    MAX_QUESTION_CHARS,
+    MIN_DEADLINE_SECONDS,
+    TODO_COLUMNS,
+    Conflict,
+    InvalidAnswer,
+    LeaseSuperseded,
+    NotFound,
+    Todo,
+    TooLarge,
+)
+from .sql import ISO_NOW, _run, _scope, _todo_id, _uuid
+
+RETURN_TO = ("me", "pool")
+
+# --- Ask ------------------------------------------------------------------------
+
+# claimed → pending, held: the owner (by lease token, else by name) gives the
+# lease back with a question. return_to 'me' assigns the todo to the asking
+# worker, so only it claims the answered todo; 'pool' leaves the assignment as
+# it was. A todo under a cancel request cannot ask: it is to stop.
+ASK_SQL = f"""
+WITH moved AS (
+    UPDATE todos t
+       SET state = 'pending', owner = NULL, lease_expires_at = NULL,
+           attempt = t.attempt - 1,
+           assignee = CASE WHEN %(return_to)s = 'me' THEN t.owner
+                           ELSE t.assignee END,
+           question = %(question)s::jsonb || jsonb_build_object('asked_by', t.owner),
+           question_status = 'open', asked_at = now(),
+           answer_deadline = now() + make_interval(secs => %(deadline)s::int),
+           available_at = coalesce(
+               now() + make_interval(secs => %(deadline)s::int),
+               %(held_until)s::timestamptz),
+           answer = NULL,
+           answer_nonce = replace(gen_random_uuid()::text, '-', ''),
+           checkpoint = coalesce(%(checkpoint)s::jsonb, t.checkpoint),
+           updated_at = now()
+     WHERE t.id = %(id)s
+       AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
+       AND t.state = 'claimed' AND t.cancel_request IS NULL
+       AND (t.lease_token = %(lease_token)s
+            OR (%(lease_token)s::text IS NULL AND t.owner = %(worker)s))
+ RETURNING {T_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'claimed', state, attempt, question->>'asked_by',
+           'asked a question', now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS},
+       pg_notify('switchboard_todo_event', json_build_object(
+           'event', 'todo.asked', 'id', id, 'endpoint_id', endpoint_id,
+           'queue', queue)::text)
+  FROM moved
+"""
+
+
+def ask(
+    scope,
+    todo_id,
+    worker,
+    *,
+    question,
+    choices=None,
+    answer_schema=None,
+    checkpoint=None,
+    deadline_seconds=None,
+    return_to="me",
+    lease_token=None,
+):
+    """Ask a question as the lease holder: the lease ends and the todo is held.
+
+    The todo stays pending but no claim takes it until it is answered or its
+    deadline (``deadline_seconds``, 60 s to 30 days) passes. ``choices`` (1–10
+    short strings) and ``answer_schema`` (a JSON Schema) bound the answer;
+    ``checkpoint`` is kept for whoever claims the todo next.
+    """
+    todo_id = _todo_id(todo_id)
+    if lease_token is None and not worker:
+        raise ValueError("worker or lease_token is required")
+    params = {
+        **_scope(scope),
+        "id": todo_id,
+        "worker": worker,
+        "lease_token": lease_token,
+        "question": json.dumps(_question(question, choices, answer_schema, return_to)),
+        "return_to": return_to,
+        "deadline": _deadline(deadline_seconds),
+        "held_until": HELD_UNTIL_ANSWERED,
+        "checkpoint": _checkpoint(checkpoint),
+    }
+    row = _run("ask", ASK_SQL, params, fetch="one")
+    if row is None:
+        raise _owner_miss(_lookup(scope, todo_id), lease_token)
+    return Todo.from_row(row)
+
+
+def _question(text, choices, answer_schema, return_to):
+    """Validate a question; return its stored parts (ValueError names the field)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("question must be a non-empty string")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise TooLarge("question", MAX_QUESTION_CHARS)
+    if choices is not None:
+        if not isinstance(choices, list) or not 1 <= len(choices) <= MAX_CHOICES:
+            raise ValueError(f"choices must be a list of 1 to {MAX_CHOICES} strings")
+        for choice in choices:
+            if not isinstance(choice, str) or not 1 <= len(choice) <= MAX_CHOICE_CHARS:
+                raise ValueError(
+                    f"choices must be strings of 1 to {MAX_CHOICE_CHARS} characters"
+                )
+        if len(set(choices)) != len(choices):
+            raise ValueError("choices must be distinct")
+    if answer_schema is not None:
+        if not isinstance(answer_schema, dict):
+            raise ValueError("answer_schema must be a JSON Schema object")
+        if len(json.dumps(answer_schema).encode()) > MAX_ANSWER_SCHEMA_BYTES:
+            raise TooLarge("answer_schema", MAX_ANSWER_SCHEMA_BYTES)
+        validator = jsonschema.validators.validator_for(answer_schema)
+        try:
+            validator.check_schema(answer_schema)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(
+                f"answer_schema is not a valid JSON Schema: {exc.message}"
+            ) from exc
+    if return_to not in RETURN_TO:
+        raise ValueError("return_to must be 'me' or 'pool'")
+    return {
+        "text": text,
+        "choices": choices,
+        "answer_schema": answer_schema,
+        "return_to": return_to,
+    }
+
+
+def _deadline(deadline_seconds):
+    if deadline_seconds is None:
+        return None
+    if isinstance(deadline_seconds, bool) or not isinstance(deadline_seconds, int):
+        raise ValueError("deadline_seconds must be an integer")
+    if not MIN_DEADLINE_SECONDS <= deadline_seconds <= MAX_DEADLINE_SECONDS:
+        raise ValueError(
+            f"deadline_seconds must be between {MIN_DEADLINE_SECONDS}"
+            f" and {MAX_DEADLINE_SECONDS}"
+        )
+    return deadline_seconds
+
+
+def _owner_miss(todo, lease_token):
+    """Classify an owner call that moved nothing: superseded, or not the owner's."""
+    if lease_token is not None and todo.lease_token != lease_token:
+        return LeaseSuperseded(todo_id=todo.id, state=todo.state)
+    if todo.state == "claimed" and todo.cancel_requested:
+        return Conflict(
+            "a cancel was requested: end the todo (complete, fail or release)",
+            todo_id=todo.id,
+            state=todo.state,
+        )
+    return Conflict(
+        f"todo is {todo.state}; only the current lease owner may ask",
+        todo_id=todo.id,
+        state=todo.state,
+    )
+
+
+# --- Answer ---------------------------------------------------------------------
+
+# The hold ends: the answer is stored, the todo is due again at the place it
+# had when it asked (available_at = asked_at, not behind the queue's newer
+# work), and the doorbell rings. Only an open question before its deadline;
+# ``asked_at`` pins the question the answer was validated against; a link's
+# nonce, when given, must be the question's, and is spent.
+ANSWER_SQL = f"""
+WITH moved AS (
+    UPDATE todos t
+       SET question_status = 'answered',
+           answer = jsonb_build_object('value', %(value)s::jsonb,
+                                       'by', %(by)s::text,
+                                       'at', {ISO_NOW}),
+           answer_nonce = NULL, available_at = t.asked_at, updated_at = now()
+     WHERE t.id = %(id)s
+       AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
+            AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
+       AND t.state = 'pending' AND t.question_status = 'open'
+       AND (t.answer_deadline IS NULL OR t.answer_deadline > now())
+       AND t.asked_at = %(asked_at)s
+       AND (%(nonce)s::text IS NULL OR t.answer_nonce = %(nonce)s)
+ RETURNING {T_COLUMNS}
+)
+SELECT {TODO_COLUMNS},
+       pg_notify('switchboard_todo_ready', json_build_object(
+           'id', id, 'endpoint_id', endpoint_id, 'queue', queue)::text)
+  FROM moved
+"""
+
+NOT_ASKING = "todo is not waiting for an answer"
+
+
+def answer_todo(scope, todo_id, answer, *, by):
+    """Answer this scope's held todo (any agent of the endpoint); the hold ends."""
+    return _answer(scope, todo_id, answer, by=by)
+
+
+def answer_todo_any_endpoint(todo_id, answer, *, by):
+    """Answer any endpoint's held todo (the Board: its owner, never a viewer)."""
+    return _answer(None, todo_id, answer, by=by)
+
+
+def _answer(scope, todo_id, answer, *, by, nonce=None):
+    todo_id = _todo_id(todo_id)
+    todo = _lookup(scope, todo_id)
+    if not todo.is_held:
+        raise _not_asking(todo)
+    validate_answer(todo, answer)
+    params = {
+        **_scope(scope),
+        "id": todo_id,
+        "value": json.dumps(answer),
+        "by": by or "",
+        "asked_at": todo.asked_at,
+        "nonce": nonce,
+    }
+    row = _run("answer", ANSWER_SQL, params, fetch="one")
+    if row is None:
+        raise _not_asking(_lookup(scope, todo_id))
+    return Todo.from_row(row)
+
+
+def _not_asking(todo):
+    if todo.is_held:
+        detail = "the question's deadline passed"
+    elif todo.question_status == "answered" and todo.state == "pending":
+        detail = "the question was answered already"
+    else:
+        detail = NOT_ASKING
+    return Conflict(detail, todo_id=todo.id, state=todo.state)
+
+
+def validate_answer(todo, answer):
+    """Check an answer against the todo's question; InvalidAnswer names the path."""
+    if len(json.dumps(answer).encode()) > MAX_ANSWER_BYTES:
+        raise TooLarge("answer", MAX_ANSWER_BYTES)
+    question = todo.question or {}
+    choices = question.get("choices")
+    if choices is not None and answer not in choices:
+        raise InvalidAnswer(f"answer must be one of {', '.join(map(repr, choices))}")
+    schema = question.get("answer_schema")
+    if schema is None:
+        return
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(answer))
+    except Exception as exc:  # an unresolvable $ref and the like
+        raise InvalidAnswer(f"answer_schema cannot be applied: {exc}") from exc
+    if error is not None:
+        path = "answer" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}"
+            for part in error.absolute_path
+        )
+        raise InvalidAnswer(f"{path}: {error.message}", path=path)
+
+
+# --- Answer links ---------------------------------------------------------------
+
+LINK_SALT = "switchboard.answer-link"
+STALE_LINK = (
+    "this answer link is no longer valid: the question was answered or replaced"
+)
+
+
+class StaleLink(Conflict):
+    """An answer link that expired, was used, or names a question no longer open."""
+
+
+def answer_link_token(todo):
+    """Return a signed answer-link token for the todo's open question.
+
+    It expires with the question (its deadline, else 7 days after it was
+    asked) and answers once: the answer through it spends the question's nonce.
+    """
+    if not todo.is_held or not todo.answer_nonce:
+        raise Conflict(NOT_ASKING, todo_id=todo.id, state=todo.state)
+    expires = todo.answer_deadline or todo.asked_at + timedelta(
+        seconds=ANSWER_LINK_SECONDS
+    )
+    claims = {"t": todo.id, "n": todo.answer_nonce, "e": int(expires.timestamp())}
+    return signing.dumps(claims, salt=LINK_SALT, compress=True)
+
+
+def _link_claims(token):
+    """Return (todo_id, nonce) of a link token; NotFound or StaleLink when refused."""
+    try:
+        claims = signing.loads(str(token), salt=LINK_SALT)
+    except signing.BadSignature as exc:
+        raise NotFound("no such answer link") from exc
+    if not isinstance(claims, dict) or _uuid(claims.get("t")) is None:
+        raise NotFound("no such answer link")
+    if not isinstance(claims.get("e"), int) or claims["e"] <= time.time():
+        raise StaleLink("this answer link has expired", todo_id=claims["t"])
+    return _uuid(claims["t"]), str(claims.get("n"))
+
+
+def todo_for_answer_link(token):
+    """Return the held todo an answer link opens (the page shows its question)."""
+    todo_id, nonce = _link_claims(token)
+    todo = _lookup(None, todo_id)
+    if not todo.is_held or todo.answer_nonce != nonce:
+        raise StaleLink(STALE_LINK, todo_id=todo_id, state=todo.state)
+    return todo
+
+
+def answer_by_link(token, answer, *, by="answer link"):
+    """Answer through a link: once, before it expires, while the question is open."""
+    todo = todo_for_answer_link(token)
+    try:
+        return _answer(None, todo.id, answer, by=by, nonce=todo.answer_nonce)
+    except Conflict as exc:
+        raise StaleLink(exc.detail, todo_id=todo.id, state=exc.state) from exc
+
+
+# --- Open questions -------------------------------------------------------------
+
+# The open questions of some endpoints (None = every endpoint), oldest first or
+# nearest deadline first, through todos_open_question_idx.
+OPEN_QUESTION = (
+    "state = 'pending' AND question_status = 'open'"
+    " AND (answer_deadline IS NULL OR answer_deadline > now())"
+)
+OPEN_QUESTIONS_SQL = f"""
+SELECT {TODO_COLUMNS} FROM todos
+ WHERE {OPEN_QUESTION}
+   AND (%(endpoint_ids)s::uuid[] IS NULL OR endpoint_id = ANY(%(endpoint_ids)s::uuid[]))
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ ORDER BY {{order}}
+ LIMIT %(limit)s
+"""
+ORDERS = {
+    "oldest": "asked_at, id",
+    "deadline": "answer_deadline NULLS LAST, asked_at, id",
+}
+
+OPEN_QUESTION_FIGURES_SQL = f"""
+SELECT count(*), EXTRACT(EPOCH FROM now() - min(asked_at))::float8
+  FROM todos
+ WHERE {OPEN_QUESTION}
+   AND (%(endpoint_ids)s::uuid[] IS NULL OR endpoint_id = ANY(%(endpoint_ids)s::uuid[]))
+"""
+
+
+def _endpoint_ids(endpoint_ids):
+    if endpoint_ids is None:
+        return None
+    return [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
+
+
+def open_questions(scope, *, order="oldest", limit=50):
+    """Return this scope's held todos (an orchestrator's inbox)."""
+    params = _scope(scope)
+    return _open_questions([params["endpoint_id"]], params["queues"], order, limit)
+
+
+def open_questions_any_endpoint(*, endpoint_ids=None, order="oldest", limit=50):
+    """Return the held todos of these endpoints (None = all): the Board's inbox."""
+    return _open_questions(_endpoint_ids(endpoint_ids), None, order, limit)
+
+
+def _open_questions(endpoint_ids, queues, order, limit):
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}")
+    limit = int(limit)
+    if not 1 <= limit <= 200:
+        raise ValueError("limit must be between 1 and 200")
+    if endpoint_ids == []:
+        return []
+    sql = OPEN_QUESTIONS_SQL.format(order=ORDERS[order])
+    params = {"endpoint_ids": endpoint_ids, "queues": queues, "limit": limit}
+    return [Todo.from_row(row) for row in _run("open_questions", sql, params)]
+
+
+def open_question_figures_any_endpoint(*, endpoint_ids=None):
+    """Return (open questions, the oldest one's age in seconds or None)."""
+    endpoint_ids = _endpoint_ids(endpoint_ids)
+    if endpoint_ids == []:
+        return 0, None
+    row = _run(
+        "open_question_figures",
+        OPEN_QUESTION_FIGURES_SQL,
+        {"endpoint_ids": endpoint_ids},
+        fetch="one",
+    )
+    return int(row[0]), row[1]
+
+
+def count_open_questions_any_endpoint(*, endpoint_ids=None):
+    """Count the open questions of these endpoints (the Board's navigation)."""
+    return open_question_figures_any_endpoint(endpoint_ids=endpoint_ids)[0]
