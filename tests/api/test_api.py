@@ -82,7 +82,9 @@ def test_create_returns_201_with_every_column(agent, endpoint):
     body = response.json()
     assert body["created"] is True
     todo = body["todo"]
-    assert set(todo) == set(store.TODO_COLUMNS.replace(" ", "").split(","))
+    assert set(todo) == set(store.TODO_JSON_FIELDS)
+    assert {"question", "answer", "outcome", "progress", "checkpoint"} <= set(todo)
+    assert todo["outcome"] == "pending" and todo["cancel_requested"] is False
     assert todo["endpoint_id"] == str(endpoint.id)
     assert todo["state"] == "pending" and todo["payload"] == {"n": 1}
     assert todo["max_attempts"] == 3 and todo["assignee"] == "w9"

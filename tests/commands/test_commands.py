@@ -57,7 +57,7 @@ def test_reap_expired_prints_requeued_and_dead_lettered_counts(
     assert "reap_expired: 3 todos moved (2 requeued, 1 dead-lettered)" in out
     assert store.get_todo(other_scope, capped.id).is_dead_letter
     [record] = [r for r in sweep_log if r.getMessage() == "reap_expired done"]
-    assert record.fields == {"requeued": 2, "dead_lettered": 1}
+    assert record.fields == {"requeued": 2, "dead_lettered": 1, "canceled": 0}
 
 
 def test_reap_expired_drains_in_batches(scope, time_travel):
@@ -207,3 +207,15 @@ def test_commands_exit_nonzero_with_a_clear_message_when_the_database_is_down(
     assert finished.returncode == 1
     assert "database unavailable" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+def test_reap_expired_counts_lapsed_leases_under_a_cancel_request_as_canceled(
+    scope, time_travel
+):
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, todo.id, "w1")
+    store.cancel_todo(scope, todo.id, by="lead")
+    time_travel(todo.id, lease_expires_at=-3600)
+    out = command_output("reap_expired")
+    assert "1 todos moved (0 requeued, 0 dead-lettered, 1 canceled)" in out
+    assert store.get_todo(scope, todo.id).outcome == "canceled"

@@ -189,6 +189,7 @@ from .rows import (  # noqa: F401
     TODO_COLUMNS,
     TODO_EVENT_CHANNEL,
     TODO_EVENTS,
+    TODO_JSON_FIELDS,
     Conflict,
     Event,
     InvalidAnswer,

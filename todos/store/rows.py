@@ -307,6 +307,13 @@ _RENDERED_APART = frozenset(
         "dismissed_at",
     }
 )
+# The keys of a todo's JSON: its columns, less those rendered apart, plus the
+# composed ones.
+TODO_JSON_FIELDS = tuple(
+    name.strip()
+    for name in TODO_COLUMNS.split(",")
+    if name.strip() not in _RENDERED_APART
+) + ("question", "outcome", "cancel_requested")
 
 
 @dataclass(frozen=True)
