@@ -66,7 +66,7 @@ def _nullable(field):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0012_waiter_control_triggers")]
+    dependencies = [("todos", "0013_webhook_replay_guard")]
 
     operations = [
         migrations.AddField("todo", "question", _nullable(models.JSONField)),
