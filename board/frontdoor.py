@@ -48,12 +48,14 @@ uvicorn's private API used by ``FrontDoorProtocol`` (verified with uvicorn
 0.54.0 and httptools 0.9.0): the class ``uvicorn.protocols.http.
 httptools_impl.HttpToolsProtocol`` and its ``__init__`` signature; its
 protocol methods ``connection_made``, ``connection_lost`` and
-``data_received`` and parser callbacks ``on_headers_complete`` and
-``on_message_complete``, each extended by calling the parent; its attributes
-``connections`` (the server's set of open connections, ``self`` included once
-``connection_made`` ran), ``transport``, ``server_state.default_headers``
-and ``cycle.response_complete`` (the current request's answer is sent: what
-still arrives of its body is dropped by uvicorn unread).
+``data_received`` and parser callbacks ``on_headers_complete``, ``on_body``
+and ``on_message_complete``, each extended by calling the parent; its
+attributes ``url`` and ``headers`` (the head just parsed), ``connections``
+(the server's set of open connections, ``self`` included once
+``connection_made`` ran), ``transport``, ``loop``,
+``server_state.default_headers`` and ``cycle.response_complete`` (the current
+request's answer is sent: what still arrives of its body is dropped by
+uvicorn unread).
 """
 
 import asyncio
@@ -262,6 +264,11 @@ def _raw_response(status, detail, default_headers, extra=()):
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+def head_size(url, headers):
+    """The bytes of a parsed request head (its line breaks and separators too)."""
+    return len(url) + 16 + sum(len(name) + len(value) + 4 for name, value in headers)
+
+
 class FrontDoorProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with the head size and time bounded and
     the worker's connections capped (see the module docstring)."""
@@ -317,21 +324,32 @@ class FrontDoorProtocol(HttpToolsProtocol):
         if counting and self.reading_head and self.heads_completed == completed:
             self.head_bytes += len(data)
             if self.head_bytes > self.max_head_bytes:
-                self.refuse(
-                    431,
-                    f"the request head exceeds {self.max_head_bytes} bytes",
-                )
+                self.refuse_head()
 
     def on_headers_complete(self):
         self.reading_head = False
         self.head_bytes = 0
         self.heads_completed += 1
         self.stop_head_timer()
+        if self.transport.is_closing():
+            return
+        if head_size(self.url, self.headers) > self.max_head_bytes:
+            # A whole head that came in one read: measured once parsed.
+            self.refuse_head()
+            return
         super().on_headers_complete()
 
+    def on_body(self, body):
+        if not self.transport.is_closing():
+            super().on_body(body)
+
     def on_message_complete(self):
-        super().on_message_complete()
+        if not self.transport.is_closing():
+            super().on_message_complete()
         self.reading_head = True
+
+    def refuse_head(self):
+        self.refuse(431, f"the request head exceeds {self.max_head_bytes} bytes")
 
     def start_head_timer(self):
         self.head_timer = self.loop.call_later(self.head_timeout, self.head_timed_out)

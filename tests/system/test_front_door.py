@@ -298,6 +298,33 @@ def test_a_request_head_over_64_kib_is_answered_431(front_door):
         assert closed_by_server(sock)
 
 
+def test_a_request_head_over_64_kib_that_arrives_at_once_is_answered_431(
+    front_door,
+):
+    port, _, _ = front_door
+    with connect(port, timeout=3) as sock:
+        # Small enough to be read whole in one read: measured once parsed.
+        sock.sendall(head("GET", "/healthz", ["X-Padding: " + "a" * (80 * 1024)]))
+        answer = read_response(sock)
+
+        assert answer is not None and answer[0] == 431
+        assert closed_by_server(sock)
+
+
+def test_a_request_head_under_the_limit_is_served_however_it_arrives(front_door):
+    port, _, _ = front_door
+    with connect(port, timeout=3) as sock:
+        padding = "X-Padding: " + "a" * (60 * 1024)
+        raw = head("GET", "/healthz", [padding])
+        for start in range(0, len(raw), 1024):
+            sock.sendall(raw[start : start + 1024])
+        assert read_response(sock)[0] == 200
+        # The bound is per head: a kept-alive connection's heads add up to more.
+        for _ in range(3):
+            sock.sendall(raw)
+            assert read_response(sock)[0] == 200
+
+
 def test_a_request_head_that_does_not_arrive_in_time_is_closed(front_door):
     port, _, _ = front_door
     with connect(port) as silent, connect(port) as slow:
