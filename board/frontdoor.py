@@ -264,6 +264,30 @@ def _raw_response(status, detail, default_headers, extra=()):
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+class RefusedConnections:
+    """Log connections refused at the cap: at most one line per LOG_EVERY
+    seconds, with the count since the last, so a flood does not flood the log."""
+
+    LOG_EVERY = 10.0
+
+    def __init__(self):
+        self.count = 0
+        self.logged_at = None
+
+    def note(self, now, cap):
+        self.count += 1
+        if self.logged_at is None or now - self.logged_at >= self.LOG_EVERY:
+            logger.warning(
+                "connections refused: the worker holds its cap",
+                extra={"fields": {"refused": self.count, "cap": cap}},
+            )
+            self.count = 0
+            self.logged_at = now
+
+
+refused_connections = RefusedConnections()
+
+
 def head_size(url, headers):
     """The bytes of a parsed request head (its line breaks and separators too)."""
     return len(url) + 16 + sum(len(name) + len(value) + 4 for name, value in headers)
@@ -288,10 +312,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
     def connection_made(self, transport):
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            logger.warning(
-                "connection refused: the worker holds %d connections",
-                self.max_connections,
-            )
+            refused_connections.note(self.loop.time(), self.max_connections)
             self.refuse(
                 503,
                 "the server holds as many connections as it may; retry shortly",
@@ -387,4 +408,10 @@ def raise_open_files_limit():
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         soft = wanted
+    needed = settings.SWITCHBOARD_MAX_CONNECTIONS + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        logger.warning(
+            "the open-files limit is under the connection cap: accepts fail first",
+            extra={"fields": {"open_files": soft, "cap": needed - SPARE_FILES}},
+        )
     return soft
