@@ -522,7 +522,12 @@ def test_message_deduplication_id_is_the_idempotency_key(client, queue_url, sqs)
     )
     assert again["MessageId"] == first["MessageId"]
     todo = store.get_todo(scope_of(sqs[0]), first["MessageId"])
-    assert todo.idempotency_key == "order-7"
+    # Stored under its queue's name; received as sent.
+    assert todo.idempotency_key == "sqs:jobs:order-7"
+    (message,) = client.receive_message(QueueUrl=queue_url, AttributeNames=["All"])[
+        "Messages"
+    ]
+    assert message["Attributes"]["MessageDeduplicationId"] == "order-7"
 
 
 def test_message_body_limits_and_characters(client, queue_url):

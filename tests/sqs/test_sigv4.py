@@ -154,3 +154,37 @@ def test_amz_date_is_read_strictly_without_strptime():
         with pytest.raises(sigv4.SignatureError) as raised:
             sigv4.parse_amz_date(bad)
         assert raised.value.code == "IncompleteSignature"
+
+
+def test_an_unsigned_x_amz_target_is_refused():
+    """A captured request cannot be replayed with another X-Amz-Target."""
+
+    def mutate(method, path, query, headers, body):
+        return method, path, query, {**headers, "x-amz-target": "Purge"}, body
+
+    with pytest.raises(sigv4.SignatureError) as caught:
+        check("get-vanilla", mutate=mutate)
+    assert caught.value.code == "SignatureDoesNotMatch"
+    assert "x-amz-target" in caught.value.message
+
+
+def test_an_unsigned_x_amz_date_is_refused():
+    method, path, query, headers, body, _ = parse_signed_request(
+        (VECTORS / "get-vanilla.sreq").read_text(encoding="utf-8")
+    )
+    only_host = sigv4.Authorization(
+        "AKIDEXAMPLE", "20150830", "us-east-1", "service", ("host",), "0" * 64
+    )
+    with pytest.raises(sigv4.SignatureError) as caught:
+        sigv4.check_signature(
+            authorization=only_host,
+            secret=SECRET,
+            method=method,
+            raw_path=path,
+            query_string=query,
+            headers=headers,
+            payload=body,
+            now=SIGNED_AT,
+            service="service",
+        )
+    assert "x-amz-date" in caught.value.message

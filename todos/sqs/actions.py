@@ -8,24 +8,37 @@ DeleteMessage completes, ChangeMessageVisibility heartbeats (0 releases).
 
 import base64
 import json
+import logging
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from todos import auth, store
+from django.db import transaction
+
+from todos import auth, http, store
 from todos.doorbell import aclaim_when_ready, begin_claim
 from todos.sqs import messages
 from todos.sqs.protocol import SqsError, invalid
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-BATCH_ENTRY_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+logger = logging.getLogger("switchboard.sqs")
+
+# Every pattern is matched against the whole string (fullmatch): "$" would
+# let a trailing newline through.
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+BATCH_ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+DEDUPLICATION_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
 MAX_VISIBILITY_TIMEOUT = 43_200
 MAX_WAIT_SECONDS = 20
 MAX_RECEIVE_COUNT = 1000
-# What CreateQueue gives a queue it creates, when not told (SQS's defaults).
-CREATE_DEFAULTS = {"lease_seconds": 30, "delay_seconds": 0}
+# What CreateQueue gives a queue it creates, when not told (SQS's defaults:
+# without a RedrivePolicy a message is received again without limit).
+CREATE_DEFAULTS = {
+    "lease_seconds": 30,
+    "delay_seconds": 0,
+    "max_attempts": store.UNLIMITED_ATTEMPTS,
+}
 # Attributes SQS reports that Switchboard holds fixed: accepted when set (a
 # client that sets its retention keeps working), reported as they are.
 FIXED_ATTRIBUTES = {
@@ -71,7 +84,16 @@ def _member(body, name, kind, *, required=False):
         raise SqsError(
             "SerializationException", f"{name}: expected {kind.__name__} value"
         )
+    if kind is str:
+        _check_storable(name, value)
     return value
+
+
+def _check_storable(name, value):
+    # The JSON API's text check: what PostgreSQL could not store is a 400.
+    problem = http.text_problem(value)
+    if problem:
+        raise invalid(f"{name} {problem}")
 
 
 def _integer(body, name, minimum, maximum):
@@ -92,7 +114,7 @@ def _string_list(body, name):
 
 
 def _queue_name(name):
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise invalid(
             "Can only include alphanumeric characters, hyphens, or underscores. "
             "1 to 80 in length"
@@ -132,7 +154,7 @@ def _addressed(caller, body, *, must_exist=True):
     if len(parts) != 2 or parts[0] != caller.account_id:
         raise _no_such_queue()
     name = parts[1]
-    if not QUEUE_NAME_RE.match(name) or not caller.scope.covers(name):
+    if not QUEUE_NAME_RE.fullmatch(name) or not caller.scope.covers(name):
         raise _no_such_queue()
     queue = Queue(name, _queue_scope(caller, name))
     if must_exist:
@@ -164,6 +186,7 @@ def _settings_from_attributes(attributes):
     for raw_name, value in attributes.items():
         # SQS takes "VisibilityTimeout " as "VisibilityTimeout".
         name = raw_name.strip()
+        _check_storable("Attributes", name)
         if not isinstance(value, str):
             raise SqsError("SerializationException", f"Attributes.{name}: a string")
         if name == "VisibilityTimeout":
@@ -216,8 +239,11 @@ def _check_fixed(name, value):
 
 
 def _max_receive_count(value):
+    if value == "":
+        # SQS's way to remove a queue's RedrivePolicy.
+        return store.UNLIMITED_ATTEMPTS
     try:
-        policy = json.loads(value) if value else {}
+        policy = json.loads(value)
     except ValueError:
         policy = None
     if not isinstance(policy, dict):
@@ -250,27 +276,38 @@ def _epoch_seconds(moment):
     return str(int(moment.timestamp()))
 
 
-def _queue_attributes(caller, info):
-    return {
-        # A lapsed lease is no longer in flight, as in SQS: the next receive
-        # takes it (at the attempt cap, the sweep dead-letters it instead).
-        "ApproximateNumberOfMessages": str(info.pending + info.lapsed),
-        "ApproximateNumberOfMessagesNotVisible": str(info.claimed - info.lapsed),
-        "ApproximateNumberOfMessagesDelayed": str(info.delayed + info.retry_scheduled),
+COUNTED_ATTRIBUTES = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
+
+
+def _queue_attributes(caller, info, wanted):
+    attributes = {
         "CreatedTimestamp": _epoch_seconds(info.created_at),
         "LastModifiedTimestamp": _epoch_seconds(info.updated_at),
         "QueueArn": _arn(caller, info.name),
         "VisibilityTimeout": str(info.lease_seconds),
         "DelaySeconds": str(info.delay_seconds),
-        "RedrivePolicy": json.dumps(
+        **FIXED_ATTRIBUTES,
+    }
+    if info.max_attempts != store.UNLIMITED_ATTEMPTS:
+        attributes["RedrivePolicy"] = json.dumps(
             {
                 "deadLetterTargetArn": _arn(caller, info.name),
                 "maxReceiveCount": info.max_attempts,
             },
             separators=(",", ":"),
-        ),
-        **FIXED_ATTRIBUTES,
-    }
+        )
+    if "All" in wanted or set(wanted) & set(COUNTED_ATTRIBUTES):
+        # What a receive could return now; in flight; everything else live
+        # (delayed, a retry window, assigned to another worker, paused).
+        counts = store.claimable(caller.scope, info.name, CLAIMANT)
+        attributes["ApproximateNumberOfMessages"] = str(counts.ready)
+        attributes["ApproximateNumberOfMessagesNotVisible"] = str(counts.in_flight)
+        attributes["ApproximateNumberOfMessagesDelayed"] = str(counts.waiting)
+    return attributes
 
 
 def _differs(info, settings):
@@ -310,7 +347,7 @@ def get_queue_url(request, caller, body):
     owner = _member(body, "QueueOwnerAWSAccountId", str)
     if owner is not None and owner != caller.account_id:
         raise _no_such_queue()
-    if not QUEUE_NAME_RE.match(name) or not caller.scope.covers(name):
+    if not QUEUE_NAME_RE.fullmatch(name) or not caller.scope.covers(name):
         raise _no_such_queue()
     _check_exists(caller, name)
     return {"QueueUrl": queue_url(request, caller, name)}
@@ -328,7 +365,7 @@ def list_queues(request, caller, body):
     names = sorted(
         info.name
         for info in store.list_queues(caller.scope)
-        if QUEUE_NAME_RE.match(info.name) and info.name.startswith(prefix)
+        if QUEUE_NAME_RE.fullmatch(info.name) and info.name.startswith(prefix)
     )
     if after is not None:
         names = [name for name in names if name > after]
@@ -348,9 +385,9 @@ def get_queue_attributes(request, caller, body):
         if name != "All" and name not in QUEUE_ATTRIBUTES:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     info = _existing(caller, queue.name)
-    attributes = _queue_attributes(caller, info)
+    attributes = _queue_attributes(caller, info, wanted)
     if "All" not in wanted:
-        attributes = {name: attributes[name] for name in wanted}
+        attributes = {name: attributes[name] for name in wanted if name in attributes}
     return {"Attributes": attributes} if attributes else {}
 
 
@@ -393,7 +430,7 @@ class Outgoing:
             "queue": queue.name,
             "title": messages.title_of(self.body),
             "payload": messages.payload_of(self.body, self.attributes),
-            "idempotency_key": self.deduplication_id,
+            "idempotency_key": _idempotency_key(queue.name, self.deduplication_id),
             "delay_seconds": self.delay_seconds,
         }
 
@@ -411,6 +448,22 @@ def _actor(caller):
     return f"sqs:{caller.endpoint.name}"
 
 
+# A MessageDeduplicationId is scoped to its queue, as in SQS, while a todo's
+# idempotency key is scoped to its endpoint: the key is stored under the
+# queue's name (no queue name holds a ":").
+def _idempotency_key(queue, deduplication_id):
+    if deduplication_id is None:
+        return None
+    return f"sqs:{queue}:{deduplication_id}"
+
+
+def _deduplication_id(todo):
+    key = todo.idempotency_key
+    if key is None:
+        return None
+    return key.removeprefix(f"sqs:{todo.queue}:")
+
+
 def _outgoing(entry):
     body, size = messages.clean_body(entry.get("MessageBody"))
     attributes, attributes_size = messages.clean_attributes(
@@ -420,7 +473,7 @@ def _outgoing(entry):
     messages.check_size(size)
     delay = _integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
     dedup = _member(entry, "MessageDeduplicationId", str)
-    if dedup is not None and not re.match(r"^[\x21-\x7e]{1,128}$", dedup):
+    if dedup is not None and not DEDUPLICATION_ID_RE.fullmatch(dedup):
         raise invalid("MessageDeduplicationId: 1 to 128 printable ASCII characters")
     # MessageGroupId and MessageSystemAttributes (AWSTraceHeader) are accepted
     # and not kept: standard queues do not order by group.
@@ -430,6 +483,11 @@ def _outgoing(entry):
 
 
 def _create_failure(exc):
+    if isinstance(exc, store.KeyHeld):
+        # Only a key made outside SQS can be held by another queue's todo.
+        return invalid(
+            "MessageDeduplicationId: a live todo of another queue holds this id"
+        )
     if isinstance(exc, store.Conflict):
         return invalid(f"MessageDeduplicationId: {exc.detail}")
     return exc
@@ -466,7 +524,7 @@ def _entries(body, entry_shape):
         if not isinstance(entry, dict):
             raise SqsError("SerializationException", "Entries: expected structures")
         entry_id = entry.get("Id")
-        if not isinstance(entry_id, str) or not BATCH_ENTRY_ID_RE.match(entry_id):
+        if not isinstance(entry_id, str) or not BATCH_ENTRY_ID_RE.fullmatch(entry_id):
             raise SqsError(
                 "InvalidBatchEntryId",
                 "A batch entry id can only contain alphanumeric characters, hyphens "
@@ -484,6 +542,24 @@ def _failed(entry_id, error):
         "SenderFault": True,
         "Code": error.shape,
         "Message": error.message,
+    }
+
+
+def _entry_failure(entry_id, result):
+    """The Failed item of an entry the store refused (never raised: by then
+    other entries may be applied, and a 500 would make the client send them
+    all again)."""
+    if isinstance(result, SqsError):
+        return _failed(entry_id, result)
+    logger.error(
+        "sqs: a batch entry failed in the store",
+        extra={"fields": {"error": type(result).__name__}},
+    )
+    return {
+        "Id": entry_id,
+        "SenderFault": False,
+        "Code": "InternalError",
+        "Message": "The entry could not be applied; send it again.",
     }
 
 
@@ -508,19 +584,19 @@ def send_message_batch(request, caller, body):
         )
     successful = []
     if prepared:
-        results = store.create_many(
-            queue.scope,
-            [outgoing.create_args(queue) for _, outgoing in prepared],
-            actor=_actor(caller),
-        )
-        for (entry_id, outgoing), result in zip(prepared, results, strict=True):
-            if isinstance(result, Exception):
-                error = _create_failure(result)
-                if not isinstance(error, SqsError):
-                    raise error
-                failed.append(_failed(entry_id, error))
-            else:
-                successful.append({"Id": entry_id, **outgoing.sent(result[0])})
+        # Every entry was validated above; the answer is built before the
+        # commit, so nothing that follows the commit can fail.
+        with transaction.atomic():
+            results = store.create_many(
+                queue.scope,
+                [outgoing.create_args(queue) for _, outgoing in prepared],
+                actor=_actor(caller),
+            )
+            for (entry_id, outgoing), result in zip(prepared, results, strict=True):
+                if isinstance(result, Exception):
+                    failed.append(_entry_failure(entry_id, _create_failure(result)))
+                else:
+                    successful.append({"Id": entry_id, **outgoing.sent(result[0])})
     return {"Successful": successful, "Failed": failed}
 
 
@@ -542,7 +618,7 @@ def _system_attributes(caller, todo, wanted):
         "ApproximateFirstReceiveTimestamp": _epoch_millis(todo.claimed_at),
     }
     if todo.idempotency_key is not None:
-        values["MessageDeduplicationId"] = todo.idempotency_key
+        values["MessageDeduplicationId"] = _deduplication_id(todo)
     if "All" in wanted:
         return values
     return {name: values[name] for name in wanted if name in values}
@@ -702,14 +778,34 @@ def _handle_of(body):
         ) from None
 
 
+def _in_another_queue(caller, todo_id):
+    """Say whether a todo not found in the addressed queue is in another one of
+    the endpoint (its handle is then invalid here, not stale)."""
+    try:
+        store.get_todo(store.Scope(caller.scope.endpoint_id), todo_id)
+    except store.NotFound:
+        return False
+    return True
+
+
+def _handle_of_another_queue():
+    return SqsError(
+        "ReceiptHandleIsInvalid",
+        "The input receipt handle is of a message in another queue.",
+    )
+
+
 def delete_message(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
     todo_id, token = _handle_of(body)
     try:
         store.complete_todo(queue.scope, todo_id, None, lease_token=token)
     except store.NotFound:
-        # Stale, unless there is no such queue at all.
+        # Stale (the message is gone), unless there is no such queue at all
+        # or the handle is another queue's.
         _check_exists(caller, queue.name)
+        if _in_another_queue(caller, todo_id):
+            raise _handle_of_another_queue() from None
     except store.Conflict:
         pass
     return {}
@@ -720,10 +816,13 @@ def delete_message_batch(request, caller, body):
         todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
         return store.Ack("complete", todo_id, lease_token=token)
 
-    def failure(result):
+    def failure(result, todo_id):
+        if isinstance(result, store.NotFound) and _in_another_queue(caller, todo_id):
+            return _handle_of_another_queue()
         # A stale handle deletes nothing and succeeds, as DeleteMessage does.
         if isinstance(result, Exception) and not isinstance(result, STALE):
-            raise result
+            return result
+        return None
 
     return _acknowledge_batch(
         caller, body, "DeleteMessageBatchRequestEntry", action, failure
@@ -733,8 +832,10 @@ def delete_message_batch(request, caller, body):
 def _acknowledge_batch(caller, body, member, action, failure):
     """The batch acknowledgements' shared run: one store action per entry
     (``action(entry)``, or the entry fails with its SqsError), applied in one
-    statement; ``failure(result)`` returns the SqsError an entry fails with,
-    None for a success, or raises.
+    statement; ``failure(result, todo_id)`` returns what an entry fails with
+    (an SqsError, or another exception: an internal failure), None for a
+    success. Every entry is validated first and the answer is built before
+    the commit, so nothing that follows the commit can fail.
     """
     queue = _addressed(caller, body, must_exist=False)
     actions, ids, failed = [], [], []
@@ -746,17 +847,18 @@ def _acknowledge_batch(caller, body, member, action, failure):
             continue
         ids.append(entry["Id"])
     successful = []
-    if actions:
+    if not actions:
+        _check_exists(caller, queue.name)
+        return {"Successful": successful, "Failed": failed}
+    with transaction.atomic():
         results = store.acknowledge_many(queue.scope, actions)
         _check_exists_when_missed(caller, queue, results)
-        for entry_id, result in zip(ids, results, strict=True):
-            error = failure(result)
+        for entry_id, ack, result in zip(ids, actions, results, strict=True):
+            error = failure(result, ack.todo_id)
             if error is None:
                 successful.append({"Id": entry_id})
             else:
-                failed.append(_failed(entry_id, error))
-    else:
-        _check_exists(caller, queue.name)
+                failed.append(_entry_failure(entry_id, error))
     return {"Successful": successful, "Failed": failed}
 
 
@@ -808,13 +910,10 @@ def change_message_visibility_batch(request, caller, body):
         _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
         return _visibility_ack(todo_id, token, timeout)
 
-    def failure(result):
+    def failure(result, todo_id):
         if not isinstance(result, Exception):
             return None
-        error = _visibility_error(result)
-        if not isinstance(error, SqsError):
-            raise error
-        return error
+        return _visibility_error(result)
 
     return _acknowledge_batch(
         caller, body, "ChangeMessageVisibilityBatchRequestEntry", action, failure

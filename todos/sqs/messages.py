@@ -25,8 +25,11 @@ PAYLOAD_KEY = "sqs_message"
 # SQS raised its limit from 256 KiB to 1 MiB in 2025.
 MAX_MESSAGE_BYTES = 1_048_576
 MAX_ATTRIBUTES = 10
-ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
-DATA_TYPE_RE = re.compile(r"^(String|Number|Binary)(\.[^\s]{1,255})?$")
+# Matched against the whole string (fullmatch): "$" lets a trailing newline by.
+ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[^\s]{1,255})?")
+# A receipt handle's lease token (the store's are 32 hex digits).
+LEASE_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 # The characters SQS accepts in a body or a string attribute (XML 1.0's).
 INVALID_CHARACTER_RE = re.compile(
     "[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
@@ -92,7 +95,8 @@ def clean_attributes(raw):
     cleaned, size = {}, 0
     for name, attribute in raw.items():
         if (
-            not ATTRIBUTE_NAME_RE.match(name)
+            not isinstance(name, str)
+            or not ATTRIBUTE_NAME_RE.fullmatch(name)
             or name.startswith((".", "AWS.", "Amazon."))
             or name.endswith(".")
             or ".." in name
@@ -105,7 +109,11 @@ def clean_attributes(raw):
         if not isinstance(attribute, dict):
             raise invalid(f"The message attribute '{name}' must be a structure.")
         data_type = attribute.get("DataType")
-        if not isinstance(data_type, str) or not DATA_TYPE_RE.match(data_type):
+        if (
+            not isinstance(data_type, str)
+            or not DATA_TYPE_RE.fullmatch(data_type)
+            or INVALID_CHARACTER_RE.search(data_type)
+        ):
             raise invalid(
                 f"The message attribute '{name}' has an invalid message attribute "
                 "type, the set of supported type prefixes is Binary, Number, and "
@@ -247,7 +255,7 @@ def parse_receipt_handle(handle):
         todo_id = str(uuid.UUID(todo_id))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise _invalid_handle(handle) from None
-    if not token or len(token) > 128:
+    if not LEASE_TOKEN_RE.fullmatch(token):
         raise _invalid_handle(handle)
     return todo_id, token
 

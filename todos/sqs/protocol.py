@@ -13,6 +13,7 @@ import uuid
 from urllib.parse import quote
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 from django.utils import timezone
@@ -57,6 +58,7 @@ ERRORS = {
     "IncompleteSignature": (400, "IncompleteSignature"),
     "InvalidClientTokenId": (403, "InvalidClientTokenId"),
     "SignatureDoesNotMatch": (403, "SignatureDoesNotMatch"),
+    "InvalidAddress": (404, "InvalidAddress"),
     "ServiceUnavailable": (503, "ServiceUnavailable"),
     "InternalFailure": (500, "InternalFailure"),
 }
@@ -90,10 +92,18 @@ def error_response(shape, message):
 
 
 def json_response(data):
-    response = HttpResponse(
-        json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-        content_type=CONTENT_TYPE,
-    )
+    """The answer's JSON as UTF-8; it cannot fail to encode.
+
+    An answer may echo what a caller sent (a batch entry's error names the
+    attribute that was wrong, lone surrogates and all): such text is sent as
+    JSON escapes rather than failing after the action has been applied.
+    """
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        content = text.encode("utf-8")
+    except UnicodeEncodeError:
+        content = json.dumps(data, separators=(",", ":")).encode("ascii")
+    response = HttpResponse(content, content_type=CONTENT_TYPE)
     response["x-amzn-RequestId"] = str(uuid.uuid4())
     return response
 
@@ -109,6 +119,20 @@ def error_for(exc):
             "ServiceUnavailable", "the database is unavailable; try again shortly"
         )
     return None
+
+
+def check_host(request):
+    """Refuse a Host outside ALLOWED_HOSTS before anything else runs.
+
+    Queue URLs are made of the request's Host, so an action must not run
+    (CreateQueue would create, then fail to answer) for a host not served.
+    """
+    try:
+        request.get_host()
+    except DisallowedHost:
+        raise SqsError(
+            "InvalidAddress", "The Host header names a host this server does not serve."
+        ) from None
 
 
 def read_body(request):
@@ -170,6 +194,11 @@ def authenticate(request, raw_body):
     headers = _headers(request.META)
     try:
         authorization = sigv4.parse_authorization(headers.get("authorization"))
+        if http.text_problem(authorization.access_key_id):
+            raise sigv4.SignatureError(
+                "InvalidClientTokenId",
+                "The security token included in the request is invalid.",
+            )
         if "x-amz-security-token" in headers:
             raise sigv4.SignatureError(
                 "InvalidClientTokenId",

@@ -212,6 +212,20 @@ def check_signature(
         )
     if "host" not in authorization.signed_headers:
         raise SignatureError("SignatureDoesNotMatch", "the Host header must be signed")
+    # An unsigned x-amz-* header could be changed by anyone who captured the
+    # request: X-Amz-Target would turn a signed GetQueueAttributes into a
+    # PurgeQueue of the same body.
+    unsigned = sorted(
+        name
+        for name in headers
+        if name.startswith("x-amz-") and name not in authorization.signed_headers
+    )
+    if unsigned:
+        raise SignatureError(
+            "SignatureDoesNotMatch",
+            "There were headers present in the request which were not signed: "
+            + ", ".join(unsigned),
+        )
     amz_date = headers.get("x-amz-date")
     signed_at = parse_amz_date(amz_date)
     if amz_date[:8] != authorization.date:

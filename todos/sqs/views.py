@@ -8,7 +8,7 @@ page; authentication comes first, so an unsigned caller learns nothing else.
 
 import logging
 
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import aio
@@ -28,9 +28,15 @@ async def root(request):
     """
     if request.method != "POST":
         return HttpResponseRedirect("/board/")
+    return await _answer(request, handle)
+
+
+async def _answer(request, handler):
+    """Run ``handler(request)`` and answer its outcome, or its failure in SQS's
+    error shape."""
     db = aio.db_runner(request)
     try:
-        outcome = await aio.run_owned(db, handle, request)
+        outcome = await aio.run_owned(db, handler, request)
         if isinstance(outcome, actions.Wait):
             outcome = await outcome.run(db)
         return protocol.json_response(outcome)
@@ -50,9 +56,36 @@ async def root(request):
 root.waits = True
 
 
-def handle(request):
+@csrf_exempt
+async def queue_path(request, account_id, queue):
+    """Answer an SQS call sent to a queue URL in SQS's error shape.
+
+    The AWS JSON protocol posts every action to the endpoint URL (``/``); a
+    client that posts to a queue URL is told so, not given an HTML 404.
+    """
+    if request.method != "POST" or "X-Amz-Target" not in request.headers:
+        raise Http404
+    return await _answer(request, misaddressed)
+
+
+def misaddressed(request):
+    _verified(request)
+    raise SqsError(
+        "InvalidAddress",
+        "Send SQS requests to the endpoint URL (POST /): the queue URL is the "
+        "QueueUrl member of the request.",
+    )
+
+
+def _verified(request):
+    """The request's raw body and its authenticated Caller."""
+    protocol.check_host(request)
     raw = protocol.read_body(request)
-    caller = protocol.authenticate(request, raw)
+    return raw, protocol.authenticate(request, raw)
+
+
+def handle(request):
+    raw, caller = _verified(request)
     target = request.headers.get("X-Amz-Target", "")
     name = target.removeprefix(protocol.TARGET_PREFIX)
     action = (

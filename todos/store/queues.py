@@ -24,6 +24,9 @@ from .rows import (
 from .sql import _run, _scope, _scope_params, _uuid
 
 MAX_ATTEMPTS_CAP = 1000
+# An attempt cap no todo reaches (PostgreSQL's largest integer): a queue with
+# it redelivers without limit, as an SQS queue without a RedrivePolicy does.
+UNLIMITED_ATTEMPTS = 2_147_483_647
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,8 @@ def _settings(lease_seconds, max_attempts, delay_seconds):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{field} must be a whole number")
-            if not low <= value <= high:
+            unlimited = field == "max_attempts" and value == UNLIMITED_ATTEMPTS
+            if not low <= value <= high and not unlimited:
                 raise ValueError(f"{field} must be between {low} and {high}")
         out[f"set_{field}"], out[field] = True, value
     return out
@@ -354,35 +358,121 @@ def queue_exists(scope, name):
     return _run("queue_exists", QUEUE_EXISTS_SQL, params, fetch="one") is not None
 
 
+@dataclass(frozen=True)
+class Claimable:
+    """A queue's live todos as one worker's claims see them."""
+
+    # A claim by this worker could take them now.
+    ready: int
+    # Claimed, lease running (or lapsed at the attempt cap: the sweep
+    # dead-letters those, no claim takes them).
+    in_flight: int
+    # Neither: delayed, a retry window still open, assigned to another
+    # worker, or the queue is paused.
+    waiting: int
+
+
+# ``ready`` is the claim's own rule (CLAIM_SQL's due and fresh branches, and
+# its pause and assignee checks), read through todos_live_overview_idx.
+CLAIMABLE_SQL = """
+SELECT count(*) FILTER (WHERE ready),
+       count(*) FILTER (WHERE NOT ready AND state = 'claimed'
+                        AND (lease_expires_at >= clock.at
+                             OR attempt >= max_attempts)),
+       count(*)
+  FROM (SELECT statement_timestamp() AS at) clock
+ CROSS JOIN LATERAL (
+     SELECT t.state, t.lease_expires_at, t.attempt, t.max_attempts,
+            NOT paused.yes
+            AND (t.assignee IS NULL OR t.assignee = %(worker)s)
+            AND ((t.state = 'pending' AND t.available_at <= clock.at)
+                 OR (t.state = 'claimed' AND t.lease_expires_at < clock.at
+                     AND t.attempt < t.max_attempts)
+                 OR (t.state = 'failed' AND t.next_retry_at <= clock.at)) AS ready
+       FROM todos t
+      CROSS JOIN (SELECT EXISTS (
+          SELECT 1 FROM queues p
+           WHERE p.endpoint_id = %(endpoint_id)s AND p.name = %(name)s
+             AND p.paused_at IS NOT NULL) AS yes) paused
+      WHERE t.endpoint_id = %(endpoint_id)s AND t.queue = %(name)s
+        AND (t.state IN ('pending', 'claimed')
+             OR (t.state = 'failed' AND t.next_retry_at IS NOT NULL))) live
+"""
+
+
+def claimable(scope, name, worker):
+    """Count the live todos: ready for ``worker``'s claim, in flight, waiting."""
+    _granted(scope, name)
+    params = {**_scope_params(scope), "name": name, "worker": worker}
+    ready, in_flight, live = _run("claimable", CLAIMABLE_SQL, params, fetch="one")
+    return Claimable(ready, in_flight, live - ready - in_flight)
+
+
+# PurgeQueue and DeleteQueue delete in batches, each its own statement, so a
+# queue of any length is emptied without one statement meeting
+# statement_timeout (a million rows with their history take far longer than
+# its 5 s). Every batch deletes rows by primary key and repeats its WHERE on
+# the outer DELETE, so a row that changed state meanwhile is judged again.
+DELETE_BATCH = 5000
+
+PURGE_START_SQL = """
+SELECT statement_timestamp(),
+       EXISTS (SELECT 1 FROM queues
+                WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s)
+"""
+
 # Purge = SQS's PurgeQueue: the queue's live todos go (pending, delayed,
 # claimed, retry-scheduled), with their history (todo_events cascades). Done
 # todos and dead letters stay: they are the record, not messages in the queue.
-PURGE_SQL = """
-WITH purged AS (
-    DELETE FROM todos
-     WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
-       AND (state IN ('pending', 'claimed')
-            OR (state = 'failed' AND next_retry_at IS NOT NULL))
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM purged),
-       EXISTS (SELECT 1 FROM queues
-                WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s)
+# Only what was there when the purge began (created_at), so a busy producer
+# cannot keep it going.
+PURGE_BATCH_SQL = """
+DELETE FROM todos
+ WHERE id = ANY(ARRAY(
+           SELECT id FROM todos
+            WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+              AND (state IN ('pending', 'claimed')
+                   OR (state = 'failed' AND next_retry_at IS NOT NULL))
+              AND created_at <= %(before)s
+            LIMIT %(batch)s))
+   AND endpoint_id = %(endpoint_id)s AND queue = %(name)s
+   AND (state IN ('pending', 'claimed')
+        OR (state = 'failed' AND next_retry_at IS NOT NULL))
+   AND created_at <= %(before)s
 """
 
 
 def purge_queue(scope, name):
     """Delete the queue's live todos; return how many. NotFound: no such queue."""
     _granted(scope, name)
-    params = {**_scope_params(scope), "name": name}
-    purged, exists = _run("purge_queue", PURGE_SQL, params, fetch="one")
+    params = {**_scope_params(scope), "name": name, "batch": DELETE_BATCH}
+    params["before"], exists = _run("purge_queue", PURGE_START_SQL, params, fetch="one")
     if not exists:
         raise NotFound("no such queue")
-    return purged
+    return _delete_in_batches("purge_queue", PURGE_BATCH_SQL, params)
 
 
-# Delete = SQS's DeleteQueue: the queue row and every todo of it, terminal
-# ones too, with their history. The next use of the name makes a new queue.
+def _delete_in_batches(operation, sql, params):
+    total = 0
+    while True:
+        deleted = _run(operation, sql, params, fetch="rowcount")
+        total += deleted
+        if deleted < params["batch"]:
+            return total
+
+
+# Delete = SQS's DeleteQueue: every todo of the queue, terminal ones too, with
+# their history, in batches; then the queue row with what is left, in one
+# statement. The next use of the name makes a new queue.
+DELETE_QUEUE_BATCH_SQL = """
+DELETE FROM todos
+ WHERE id = ANY(ARRAY(
+           SELECT id FROM todos
+            WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+            LIMIT %(batch)s))
+   AND endpoint_id = %(endpoint_id)s AND queue = %(name)s
+"""
+
 DELETE_QUEUE_SQL = """
 WITH gone_todos AS (
     DELETE FROM todos WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
@@ -398,8 +488,9 @@ SELECT (SELECT count(*) FROM gone_queue), (SELECT count(*) FROM gone_todos)
 def delete_queue(scope, name):
     """Delete the queue and all its todos; return how many todos went."""
     _granted(scope, name)
-    params = {**_scope_params(scope), "name": name}
-    queues, todos = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
-    if not queues:
+    if not queue_exists(scope, name):
         raise NotFound("no such queue")
-    return todos
+    params = {**_scope_params(scope), "name": name, "batch": DELETE_BATCH}
+    batched = _delete_in_batches("delete_queue", DELETE_QUEUE_BATCH_SQL, params)
+    _, rest = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
+    return batched + rest
