@@ -6,9 +6,10 @@ the queue row and every todo of it. Both are scoped like every store call.
 """
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from todos import store
+from todos.store import queues
 
 pytestmark = pytest.mark.django_db
 
@@ -106,3 +107,110 @@ def test_queue_exists_is_false_for_another_endpoints_queue(scope, other_scope):
     store.create_todo(other_scope, queue="theirs", title="t")
     assert store.queue_exists(other_scope, "theirs")
     assert not store.queue_exists(scope, "theirs")
+
+
+def seed(scope, queue, count, state="pending"):
+    """Insert ``count`` todos (and their creation history) in two statements."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Seeding is not what is timed.
+        cursor.execute("SET LOCAL statement_timeout = 0")
+        cursor.execute(
+            "INSERT INTO queues (endpoint_id, name) VALUES (%s, %s)"
+            " ON CONFLICT DO NOTHING",
+            [scope.endpoint_id, queue],
+        )
+        cursor.execute(
+            """
+            WITH made AS (
+                INSERT INTO todos (id, endpoint_id, queue, title, payload, state,
+                                   attempt, max_attempts, last_error, created_at,
+                                   updated_at, available_at)
+                SELECT gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'seeded',
+                       '{}'::jsonb, %(state)s, 0, 5, '', now(), now(), now()
+                  FROM generate_series(1, %(count)s)
+                RETURNING id, endpoint_id, state
+            )
+            INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state,
+                                     attempt, actor, error, at)
+            SELECT id, endpoint_id, NULL, state, 0, 'seed', '', now() FROM made
+            """,
+            {
+                "endpoint_id": scope.endpoint_id,
+                "queue": queue,
+                "state": state,
+                "count": count,
+            },
+        )
+
+
+@pytest.fixture
+def deletes_per_statement():
+    """Record how many todos each DELETE statement removes (a statement-level
+    trigger on this test's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE deleted_per_statement (n bigint)")
+        cursor.execute(
+            """
+            CREATE FUNCTION record_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO deleted_per_statement SELECT count(*) FROM gone;
+                RETURN NULL;
+            END $$
+            """
+        )
+        cursor.execute(
+            "CREATE TRIGGER record_deleted AFTER DELETE ON todos"
+            " REFERENCING OLD TABLE AS gone"
+            " FOR EACH STATEMENT EXECUTE FUNCTION record_deleted()"
+        )
+
+    def read():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT n FROM deleted_per_statement WHERE n > 0")
+            return [row[0] for row in cursor.fetchall()]
+
+    return read
+
+
+@pytest.mark.parametrize("call", ["purge_queue", "delete_queue"])
+def test_purge_and_delete_queue_delete_in_bounded_statements(
+    scope, monkeypatch, deletes_per_statement, call
+):
+    """However long the queue, no one statement deletes more than a batch, so
+    none meets statement_timeout (a million rows in one DELETE did)."""
+    monkeypatch.setattr(queues, "DELETE_BATCH", 100)
+    seed(scope, "q", 1050)
+    seed(scope, "q", 20, state="done")
+    seed(scope, "other", 5)
+    deleted = getattr(store, call)(scope, "q")
+    assert deleted == (1050 if call == "purge_queue" else 1070)
+    per_statement = deletes_per_statement()
+    assert max(per_statement) <= 100
+    assert sum(per_statement) == deleted
+    assert states_of(scope, "other") == ["pending"] * 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_queue_of_a_long_queue_finishes_under_a_short_statement_timeout(
+    scope, monkeypatch
+):
+    """Each batch is its own statement (autocommit, as served) and finishes
+    under a statement_timeout that one DELETE of the whole queue meets."""
+    monkeypatch.setattr(queues, "DELETE_BATCH", 1000)
+    seed(scope, "q", 60_000)
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '500ms'")
+    try:
+        with (
+            pytest.raises(OperationalError),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(
+                "DELETE FROM todos WHERE endpoint_id = %s AND queue = 'q'",
+                [scope.endpoint_id],
+            )
+        assert store.purge_queue(scope, "q") == 60_000
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET statement_timeout")

@@ -28,12 +28,22 @@ def keyed(make_sqs):
     return endpoint, issued, client
 
 
-def send(url, body, *, target="AmazonSQS.ListQueues", issued=None, headers=None):
-    """POST a body to / (signed when ``issued`` is given): (status, headers, json)."""
+def send(
+    url,
+    body,
+    *,
+    target="AmazonSQS.ListQueues",
+    issued=None,
+    headers=None,
+    path="/",
+    unsigned=None,
+):
+    """POST a body to ``path`` (signed when ``issued`` is given; the headers of
+    ``unsigned`` are added after signing): (status, headers, json)."""
     data = body if isinstance(body, bytes) else body.encode()
     request = AWSRequest(
         method="POST",
-        url=url + "/",
+        url=url + path,
         data=data,
         headers={
             "Content-Type": "application/x-amz-json-1.0",
@@ -45,7 +55,10 @@ def send(url, body, *, target="AmazonSQS.ListQueues", issued=None, headers=None)
         creds = Credentials(issued.access_key_id, issued.secret_access_key)
         SigV4Auth(creds, "sqs", "us-east-1").add_auth(request)
     prepared = urllib.request.Request(
-        url + "/", data=data, headers=dict(request.headers.items()), method="POST"
+        url + path,
+        data=data,
+        headers={**dict(request.headers.items()), **(unsigned or {})},
+        method="POST",
     )
     try:
         with urllib.request.urlopen(prepared, timeout=10) as response:
@@ -229,3 +242,48 @@ def test_other_surfaces_still_answer_beside_the_sqs_root(sqs_url, keyed):
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 401
+
+
+def test_an_unsigned_x_amz_target_cannot_replay_a_request_as_another_action(
+    sqs_url, keyed
+):
+    """A body signed without its target cannot be sent as PurgeQueue."""
+    endpoint, issued, client = keyed
+    url = client.create_queue(QueueName="q")["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="keep me")
+    body = json.dumps({"QueueUrl": url})
+    answer = send(
+        sqs_url,
+        body,
+        target=None,
+        issued=issued,
+        unsigned={"X-Amz-Target": "AmazonSQS.PurgeQueue"},
+    )
+    assert_error(answer, 403, "SignatureDoesNotMatch")
+    assert store.get_queue(store.Scope.for_endpoint(endpoint), "q").pending == 1
+
+
+def test_a_post_to_a_queue_url_is_answered_in_sqs_error_shape(sqs_url, keyed):
+    _, issued, client = keyed
+    url = client.create_queue(QueueName="q")["QueueUrl"]
+    path = "/" + url.split("/", 3)[3]
+    body = json.dumps({"QueueUrl": url})
+    target = "AmazonSQS.GetQueueAttributes"
+    answer = send(sqs_url, body, target=target, issued=issued, path=path)
+    assert_error(answer, 404, "InvalidAddress")
+    # Unsigned, it is refused like any unsigned call.
+    answer = send(sqs_url, body, target=target, path=path)
+    assert_error(answer, 403, "MissingAuthenticationToken")
+
+
+@pytest.mark.parametrize("target", ["AmazonSQS.CreateQueue", "AmazonSQS.ListQueues"])
+def test_a_host_outside_allowed_hosts_is_refused_before_the_action(
+    sqs_url, keyed, target
+):
+    endpoint, issued, _ = keyed
+    body = json.dumps({"QueueName": "made"})
+    answer = send(
+        sqs_url, body, target=target, issued=issued, headers={"Host": "evil.example"}
+    )
+    assert_error(answer, 404, "InvalidAddress")
+    assert not store.list_queues(store.Scope.for_endpoint(endpoint))

@@ -411,8 +411,9 @@ def claimable(scope, name, worker):
 # PurgeQueue and DeleteQueue delete in batches, each its own statement, so a
 # queue of any length is emptied without one statement meeting
 # statement_timeout (a million rows with their history take far longer than
-# its 5 s). Every batch deletes rows by primary key and repeats its WHERE on
-# the outer DELETE, so a row that changed state meanwhile is judged again.
+# its 5 s). A batch deletes its rows by primary key only (id = ANY(...)): a
+# planner without statistics of a fresh backlog would otherwise scan the
+# queue's rows once per batch.
 DELETE_BATCH = 5000
 
 PURGE_START_SQL = """
@@ -425,7 +426,9 @@ SELECT statement_timestamp(),
 # claimed, retry-scheduled), with their history (todo_events cascades). Done
 # todos and dead letters stay: they are the record, not messages in the queue.
 # Only what was there when the purge began (created_at), so a busy producer
-# cannot keep it going.
+# cannot keep it going. FOR UPDATE: a row that a concurrent call moves (an
+# ack completing it) is judged again once that commits, so a todo that turned
+# done meanwhile stays.
 PURGE_BATCH_SQL = """
 DELETE FROM todos
  WHERE id = ANY(ARRAY(
@@ -434,11 +437,8 @@ DELETE FROM todos
               AND (state IN ('pending', 'claimed')
                    OR (state = 'failed' AND next_retry_at IS NOT NULL))
               AND created_at <= %(before)s
-            LIMIT %(batch)s))
-   AND endpoint_id = %(endpoint_id)s AND queue = %(name)s
-   AND (state IN ('pending', 'claimed')
-        OR (state = 'failed' AND next_retry_at IS NOT NULL))
-   AND created_at <= %(before)s
+            LIMIT %(batch)s
+              FOR UPDATE))
 """
 
 
@@ -470,7 +470,6 @@ DELETE FROM todos
            SELECT id FROM todos
             WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
             LIMIT %(batch)s))
-   AND endpoint_id = %(endpoint_id)s AND queue = %(name)s
 """
 
 DELETE_QUEUE_SQL = """
