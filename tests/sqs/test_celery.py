@@ -2,8 +2,9 @@
 
 The worker (``celery -A tests.sqs.celery_app worker``) receives through
 kombu's asynchronous SQS client (pycurl), acknowledges with DeleteMessage; a
-task that raises is handed back and delivered again; the Board shows the
-messages as todos, their bodies readable.
+task that raises is left in its queue, which has a RedrivePolicy, and delivered
+again (kombu deletes a rejected message from a queue without one, on SQS as
+here); the Board shows the messages as todos, their bodies readable.
 """
 
 import json
@@ -44,7 +45,14 @@ def wait_for(path, predicate, seconds=40):
 
 @pytest.fixture
 def celery_setup(make_sqs, sqs_url, tmp_path):
-    endpoint, issued, _ = make_sqs()
+    endpoint, issued, client = make_sqs()
+    client.create_queue(
+        QueueName=celery_app.QUEUE,
+        Attributes={
+            "VisibilityTimeout": "30",
+            "RedrivePolicy": json.dumps({"maxReceiveCount": 5}),
+        },
+    )
     results = tmp_path / "results.jsonl"
     url = broker_url(sqs_url, issued)
     worker = subprocess.Popen(
