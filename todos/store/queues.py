@@ -364,8 +364,8 @@ class Claimable:
 
     # A claim by this worker could take them now.
     ready: int
-    # Claimed, lease running (or lapsed at the attempt cap: the sweep
-    # dead-letters those, no claim takes them).
+    # Claimed, lease running (or lapsed at the attempt cap or under a cancel
+    # request: the sweeps end those, no claim takes them).
     in_flight: int
     # Neither: delayed, a retry window still open, assigned to another
     # worker, or the queue is paused.
@@ -378,16 +378,18 @@ CLAIMABLE_SQL = """
 SELECT count(*) FILTER (WHERE ready),
        count(*) FILTER (WHERE NOT ready AND state = 'claimed'
                         AND (lease_expires_at >= clock.at
-                             OR attempt >= max_attempts)),
+                             OR attempt >= max_attempts
+                             OR cancel_request IS NOT NULL)),
        count(*)
   FROM (SELECT statement_timestamp() AS at) clock
  CROSS JOIN LATERAL (
      SELECT t.state, t.lease_expires_at, t.attempt, t.max_attempts,
+            t.cancel_request,
             NOT paused.yes
             AND (t.assignee IS NULL OR t.assignee = %(worker)s)
             AND ((t.state = 'pending' AND t.available_at <= clock.at)
                  OR (t.state = 'claimed' AND t.lease_expires_at < clock.at
-                     AND t.attempt < t.max_attempts)
+                     AND t.attempt < t.max_attempts AND t.cancel_request IS NULL)
                  OR (t.state = 'failed' AND t.next_retry_at <= clock.at)) AS ready
        FROM todos t
       CROSS JOIN (SELECT EXISTS (
