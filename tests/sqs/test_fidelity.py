@@ -118,19 +118,23 @@ def test_approximate_number_of_messages_counts_only_what_a_receive_could_return(
     # A lapsed lease at the attempt cap: the sweep dead-letters it.
     capped, _ = store.create_todo(scope, queue="jobs", title="capped", max_attempts=1)
     store.claim_todo(scope, capped.id, "w", lease_seconds=60)
+    # A lapsed lease under a cancel request: the sweep ends it canceled.
+    canceling, _ = store.create_todo(scope, queue="jobs", title="canceling")
+    store.claim_todo(scope, canceling.id, "w", lease_seconds=60)
+    store.cancel_todo(scope, canceling.id, reason="not needed")
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE todos SET lease_expires_at = now() - interval '1 second'"
-            " WHERE id = %s",
-            [capped.id],
+            " WHERE id = ANY(%s::uuid[])",
+            [[capped.id, canceling.id]],
         )
-    assert counts(client, queue_url) == (1, 1, 2)
+    assert counts(client, queue_url) == (1, 2, 2)
     assert len(client.receive_message(QueueUrl=queue_url)["Messages"]) == 1
     assert "Messages" not in client.receive_message(QueueUrl=queue_url)
-    assert counts(client, queue_url) == (0, 2, 2)
+    assert counts(client, queue_url) == (0, 3, 2)
     store.pause_queue(scope, "jobs")
     client.send_message(QueueUrl=queue_url, MessageBody="paused")
-    assert counts(client, queue_url) == (0, 2, 3)
+    assert counts(client, queue_url) == (0, 3, 3)
 
 
 # --- Receipt handles and deduplication ---------------------------------------
