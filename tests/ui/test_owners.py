@@ -331,6 +331,32 @@ def test_the_queue_page_edits_settings_and_pauses_and_resumes_claims(world):
     assert not store.get_queue_any_endpoint(world["mine"].id, "jobs").paused
 
 
+def test_a_queue_without_an_attempt_cap_shows_no_cap_and_keeps_it_when_saved(world):
+    """A queue that redelivers without limit (an SQS queue without a
+    RedrivePolicy) offers a form the browser can submit: its cap is shown as
+    "no cap", not as a number past the field's bound, and saving its other
+    settings keeps it uncapped."""
+    client = logged_in(world["alice"])
+    scope = store.Scope.for_endpoint(world["mine"])
+    store.ensure_queue(scope, "forever", max_attempts=store.UNLIMITED_ATTEMPTS)
+    url = f"/board/queues/{world['mine'].id}/forever/"
+
+    page = client.get(url).content.decode()
+    assert str(store.UNLIMITED_ATTEMPTS) not in page
+    assert re.search(r'name="unlimited_attempts"[^>]*checked', page)
+
+    saved = client.post(
+        url,
+        {"op": "settings", "lease_seconds": "90", "unlimited_attempts": "on"},
+    )
+    assert saved.status_code == 302
+    queue = store.get_queue_any_endpoint(world["mine"].id, "forever")
+    assert (queue.lease_seconds, queue.max_attempts) == (90, store.UNLIMITED_ATTEMPTS)
+
+    client.post(url, {"op": "settings", "max_attempts": "4"})
+    assert store.get_queue_any_endpoint(world["mine"].id, "forever").max_attempts == 4
+
+
 def test_queue_settings_out_of_range_answer_400_with_the_field_named(world):
     client = logged_in(world["alice"])
     url = f"/board/queues/{world['mine'].id}/jobs/"

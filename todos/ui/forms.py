@@ -253,6 +253,11 @@ class QueueSettingsForm(BoardForm):
         required=False,
         help_text="Claims before a failure dead-letters a new todo.",
     )
+    unlimited_attempts = forms.BooleanField(
+        label="No attempt cap",
+        required=False,
+        help_text="Redeliver without limit, as an SQS queue without a RedrivePolicy.",
+    )
     delay_seconds = forms.IntegerField(
         label="Delay (s)",
         min_value=0,
@@ -260,3 +265,22 @@ class QueueSettingsForm(BoardForm):
         required=False,
         help_text="How long a new todo waits before it can be claimed.",
     )
+
+    def clean(self):
+        data = super().clean()
+        if data.pop("unlimited_attempts", False):
+            data["max_attempts"] = store.UNLIMITED_ATTEMPTS
+        return data
+
+    @staticmethod
+    def initial_for(settings):
+        """The form's values for a queue's settings (none: the server's defaults)."""
+        if settings is None:
+            return {}
+        unlimited = settings.max_attempts == store.UNLIMITED_ATTEMPTS
+        return {
+            "lease_seconds": settings.lease_seconds,
+            "max_attempts": None if unlimited else settings.max_attempts,
+            "unlimited_attempts": unlimited,
+            "delay_seconds": settings.delay_seconds,
+        }

@@ -157,7 +157,7 @@ def queue_detail(request, endpoint_id, queue):
     if endpoint is None or counts is None:
         return render(request, "board/not_found.html", {"what": "queue"}, status=404)
     here = reverse("board:queue", args=[endpoint_id, queue])
-    form = QueueSettingsForm(initial=_settings_initial(settings))
+    form = QueueSettingsForm(initial=QueueSettingsForm.initial_for(settings))
     status = 200
     if request.method == "POST":
         action = request.POST.get("op")
@@ -201,13 +201,3 @@ def queue_detail(request, endpoint_id, queue):
     return _page(
         request, "board/queue.html", context, fragments=("queue-live",), status=status
     )
-
-
-def _settings_initial(settings):
-    if settings is None:
-        return {}
-    return {
-        "lease_seconds": settings.lease_seconds,
-        "max_attempts": settings.max_attempts,
-        "delay_seconds": settings.delay_seconds,
-    }
