@@ -7,10 +7,12 @@
   }
 
   function updateSelectionButton() {
-    const button = document.querySelector("[data-selection-button]");
-    if (!button) return;
     const count = checkboxes().filter((box) => box.checked).length;
-    button.textContent = count ? `Retry selected (${count})` : "Retry selected";
+    const labels = { "data-selection-button": "Retry selected", "data-cancel-selection-button": "Cancel selected" };
+    Object.entries(labels).forEach(([attribute, label]) => {
+      const button = document.querySelector(`[${attribute}]`);
+      if (button) button.textContent = count ? `${label} (${count})` : label;
+    });
   }
 
   document.addEventListener("change", (event) => {
@@ -30,6 +32,18 @@
   });
 
   document.body.addEventListener("htmx:afterSettle", updateSelectionButton);
+
+  // A refreshed fragment keeps the <details> (a checkpoint) its reader opened.
+  let opened = [];
+  document.body.addEventListener("htmx:beforeSwap", () => {
+    opened = Array.from(document.querySelectorAll("details[id][open]"), (d) => d.id);
+  });
+  document.body.addEventListener("htmx:afterSwap", () => {
+    opened.forEach((id) => {
+      const details = document.getElementById(id);
+      if (details) details.open = true;
+    });
+  });
 
   // htmx swaps nothing from an error response, so show its notice here (the
   // 503 of an outage carries one); anything else (a 403 from an expired CSRF

@@ -15,11 +15,13 @@ calls the store's operator twins itself:
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.db.models import Count, Q
 
 from todos import store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
+from todos.store import board_inbox
 from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
@@ -147,6 +149,66 @@ class BoardAccess:
         if not self.covers(endpoint_id):
             raise store.NotFound("no such endpoint")
         return store.create_todo_any_endpoint(endpoint_id, **fields)
+
+    # --- Questions (the inbox) ----------------------------------------------
+
+    def open_questions(self, *, order="oldest", limit=50):
+        return store.open_questions_any_endpoint(
+            endpoint_ids=self.scope_ids, order=order, limit=limit
+        )
+
+    @cached_property
+    def open_question_count(self):
+        """The open questions in scope: the navigation's count, once a request."""
+        return store.count_open_questions_any_endpoint(endpoint_ids=self.scope_ids)
+
+    def answered_questions(self, *, limit=10):
+        return board_inbox.answered_questions_any_endpoint(
+            endpoint_ids=self.scope_ids, limit=limit
+        )
+
+    def answer(self, todo_id, answer):
+        """Answer a held todo in scope, as this user."""
+        self.get_todo(todo_id)
+        return store.answer_todo_any_endpoint(todo_id, answer, by=self.actor)
+
+    def answer_link(self, todo):
+        """The signed answer-link token of a held todo in scope (owners only)."""
+        if not self.can_act or not self.covers(todo.endpoint_id):
+            raise store.NotFound(todo_id=todo.id)
+        return store.answer_link_token(todo)
+
+    # --- Cancel and dismiss -------------------------------------------------
+
+    def cancel_todo(self, todo_id, *, actor):
+        self.get_todo(todo_id)
+        return store.cancel_todo_any_endpoint(todo_id, by=actor)
+
+    def cancel_many(self, todo_ids, *, actor):
+        """Cancel the given todos: one Todo or exception per id, in order (ids
+        outside the scope are NotFound)."""
+        inside = [todo_id for todo_id in todo_ids if self.covers_todo(todo_id)]
+        done = iter(store.cancel_many_any_endpoint(inside, by=actor) if inside else [])
+        return [
+            next(done) if todo_id in inside else store.NotFound(todo_id=todo_id)
+            for todo_id in todo_ids
+        ]
+
+    def count_cancelable(self, **filters):
+        ids = self.scope_ids
+        return board_inbox.count_cancelable_any_endpoint(**filters, endpoint_ids=ids)
+
+    def cancel_matching(self, *, actor, **filters):
+        ids = self.scope_ids
+        return board_inbox.cancel_matching_any_endpoint(
+            **filters, by=actor, endpoint_ids=ids
+        )
+
+    def dismiss_matching(self, **filters):
+        """Dismiss the dead letters of a group in scope; return how many."""
+        return board_inbox.dismiss_matching_any_endpoint(
+            **filters, endpoint_ids=self.scope_ids
+        )
 
     # --- Statistics ---------------------------------------------------------
 

@@ -17,14 +17,27 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from todos.store.stats import RANGES
 from todos.ui import charts
 from todos.ui.forms import QueueSettingsForm
-from todos.ui.views import UUID_ZERO, _age, _page, operator_view, queue_urls
+from todos.ui.views import (
+    COUNTS_CHANGED,
+    ROWS_CHANGED,
+    UUID_ZERO,
+    _age,
+    _flash,
+    _notice,
+    _notices_only,
+    _page,
+    operator_view,
+    queue_urls,
+    store_uuid,
+)
 
 
 def chart_range(request):
@@ -127,6 +140,37 @@ def dead_letter_groups(request):
     }
     return _page(
         request, "board/dead_letters.html", context, fragments=("dead-letter-groups",)
+    )
+
+
+@require_POST
+@operator_view
+def dead_letters_dismiss(request):
+    """Dismiss a dead-letter group: its dead letters stay failed (and in the
+    list) but leave the groups page; a retry brings one back."""
+    endpoint_id = store_uuid(request.POST.get("endpoint", ""))
+    queue = request.POST.get("queue", "")
+    fingerprint = request.POST.get("fingerprint", "")
+    if endpoint_id is None or not queue or not fingerprint:
+        notices = [
+            _notice("error", "Name the group to dismiss: endpoint, queue, error.")
+        ]
+        status = 400
+    else:
+        count = request.board.dismiss_matching(
+            endpoint_id=endpoint_id, queue=queue, fingerprint=fingerprint
+        )
+        notices = [
+            _notice("success", f"Dismissed {count} dead letter{pluralize(count)}.")
+            if count
+            else _notice("warning", "Nothing left to dismiss in that group.")
+        ]
+        status = 200
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect("board:dead_letters")
+    return _notices_only(
+        request, notices, events=(ROWS_CHANGED, COUNTS_CHANGED), status=status
     )
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.ui import sqs, stats, views, webhooks
+from todos.ui import cancel, inbox, sqs, stats, views, webhooks
 
 app_name = "board"
 
@@ -10,14 +10,29 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.logout_view, name="logout"),
+    path("inbox/", inbox.inbox, name="inbox"),
+    path("inbox/count/", inbox.inbox_count, name="inbox_count"),
     path("todos/", views.todo_list, name="todos"),
     path("todos/new/", views.todo_create, name="todo_create"),
     path("todos/retry/", views.todos_retry_selected, name="retry_selected"),
     path("todos/retry-matching/", views.todos_retry_matching, name="retry_matching"),
+    path("todos/cancel/", cancel.todos_cancel_selected, name="cancel_selected"),
+    path(
+        "todos/cancel-matching/",
+        cancel.todos_cancel_matching,
+        name="cancel_matching",
+    ),
     path("todos/<str:todo_id>/", views.todo_detail, name="todo"),
+    path("todos/<str:todo_id>/answer/", inbox.todo_answer, name="todo_answer"),
+    path("todos/<str:todo_id>/cancel/", cancel.todo_cancel, name="todo_cancel"),
     path("todos/<str:todo_id>/retry/", views.todo_retry, name="todo_retry"),
     path("todos/<str:todo_id>/release/", views.todo_release, name="todo_release"),
     path("dead-letters/", stats.dead_letter_groups, name="dead_letters"),
+    path(
+        "dead-letters/dismiss/",
+        stats.dead_letters_dismiss,
+        name="dead_letters_dismiss",
+    ),
     path(
         "queues/<uuid:endpoint_id>/<path:queue>/",
         stats.queue_detail,

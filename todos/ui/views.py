@@ -19,7 +19,7 @@ from django.contrib.auth import views as auth_views
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import pluralize
+from django.template.defaultfilters import filesizeformat, pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -470,7 +470,22 @@ def todo_list(request):
 
 
 def _detail_context(request, todo):
+    from todos.ui.inbox import card_context, link_url
+
+    checkpoint = (
+        None
+        if todo.checkpoint is None
+        else json.dumps(todo.checkpoint, indent=2, sort_keys=True)
+    )
     return {
+        "question_card": card_context(request, todo) if todo.question else None,
+        "answer_link": (
+            link_url(request, todo) if todo.is_held and request.board.can_act else None
+        ),
+        "checkpoint_json": checkpoint,
+        "checkpoint_size": filesizeformat(len(checkpoint.encode()))
+        if checkpoint
+        else "",
         "todo": todo,
         "endpoint": request.board.endpoint(todo.endpoint_id),
         "events": request.board.todo_events(todo.id),
@@ -497,7 +512,7 @@ def todo_detail(request, todo_id):
         request,
         "board/todo_detail.html",
         _detail_context(request, todo),
-        fragments=("detail",),
+        fragments=("detail", "live"),
     )
 
 
@@ -506,7 +521,8 @@ def _todo_action(request, todo_id, act, verb, done_text):
     notices = []
     try:
         todo = act(todo_id, actor=request.board.actor)
-        notices.append(_notice("success", done_text))
+        text = done_text(todo) if callable(done_text) else done_text
+        notices.append(_notice("success", text))
     except store.Conflict as exc:
         notices.append(_notice("warning", _conflict_text(exc, verb)))
         todo = request.board.get_todo(exc.todo_id)

@@ -1,0 +1,246 @@
+"""The inbox in a real browser, against the real serving (gunicorn + uvicorn).
+
+An agent claims a todo and asks its owner a question (the store's ask), then
+waits in a long-poll claim (``POST /api/v1/todos/claim`` with wait_seconds).
+The owner logs in and answers in the inbox, at laptop width with a choice's
+button and at phone width (375 px) with a schema's form; the agent's waiting
+claim gets the todo with the answer within a second of the click.
+
+SWITCHBOARD_SCREENSHOTS=docs/screenshots refreshes the docs' pictures.
+"""
+
+import http.client
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.support import serve_gunicorn
+from todos import endpoints, store
+
+from .test_browser import CHROMIUM, LAPTOP, browser  # noqa: F401
+
+PASSWORD = "a-long-password"
+PHONE = {"width": 375, "height": 812}
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"Debian's chromium is not installed at {CHROMIUM}",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker):
+    yield from serve_gunicorn(django_db_blocker)
+
+
+class WaitingClaim(threading.Thread):
+    """The agent's long-poll claim, on a thread of its own."""
+
+    def __init__(self, server, token, worker):
+        super().__init__(daemon=True)
+        self.address = urlparse(server)
+        self.token, self.worker = token, worker
+        self.status = self.body = self.answered_at = None
+        self.start()
+
+    def run(self):
+        conn = http.client.HTTPConnection(
+            self.address.hostname, self.address.port, timeout=30
+        )
+        try:
+            conn.request(
+                "POST",
+                "/api/v1/todos/claim",
+                json.dumps({"worker": self.worker, "wait_seconds": 15}),
+                {
+                    "Authorization": f"Bearer {self.token}",
+                    "Content-Type": "application/json",
+                },
+            )
+            response = conn.getresponse()
+            self.status, raw = response.status, response.read()
+        finally:
+            conn.close()
+        self.answered_at = time.monotonic()
+        self.body = json.loads(raw) if raw else None
+
+    @property
+    def todo(self):
+        return self.body["todo"]
+
+
+@pytest.fixture
+def owner(db):
+    alice = get_user_model().objects.create_user("alice", password=PASSWORD)
+    endpoint, token = endpoints.create("release-agent", alice, ["*"])
+    return {"endpoint": endpoint, "token": token}
+
+
+def asked(owner, title, worker, **question):
+    scope = store.Scope.for_endpoint(owner["endpoint"])
+    # Other work of the queue, in another worker's hands: nothing to claim.
+    other, _ = store.create_todo(scope, queue="deploys", title="Roll out web v3.2")
+    store.claim_todo(scope, other.id, "canary-bot")
+    todo, _ = store.create_todo(scope, queue="deploys", title=title)
+    store.claim_todo(scope, todo.id, worker)
+    store.heartbeat(
+        scope,
+        todo.id,
+        worker,
+        progress={"message": "staging green, 3 of 4 checks", "fraction": 0.75},
+    )
+    return store.ask(scope, todo.id, worker, **question)
+
+
+def log_in(page, server):
+    page.goto(f"{server}/board/login/?next=/board/inbox/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{server}/board/inbox/")
+
+
+def screenshots(tmp_path):
+    out = Path(os.environ.get("SWITCHBOARD_SCREENSHOTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def open_page(browser, size):  # noqa: F811
+    context = browser.new_context(viewport=size)
+    context.set_default_timeout(10_000)
+    return context, context.new_page()
+
+
+def waiting(server, owner, worker):
+    """Start the agent's waiting claim, and let it settle into its wait."""
+    claim = WaitingClaim(server, owner["token"], worker)
+    time.sleep(0.5)
+    assert claim.answered_at is None, claim.body  # held: nothing to claim
+    return claim
+
+
+def fits(page):
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+def test_the_owner_answers_with_a_button_and_the_waiting_agent_gets_it(
+    browser,  # noqa: F811
+    server,
+    owner,
+    tmp_path,
+):
+    todo = asked(
+        owner,
+        "Deploy api v2.14.0 to production",
+        "deploy-bot",
+        question=(
+            "Staging passed 3 of 4 checks; the canary's p99 latency rose from"
+            " 180 ms to 240 ms.\nDeploy to production anyway?"
+        ),
+        choices=["Deploy", "Wait for the fix", "Roll back staging"],
+        deadline_seconds=3600,
+        checkpoint={"stage": "staging", "checks": {"passed": 3, "failed": 1}},
+    )
+    out = screenshots(tmp_path)
+    context, page = open_page(browser, LAPTOP)
+    try:
+        log_in(page, server)
+        card = page.locator(f"#card-{todo.id}")
+        card.get_by_text("Deploy to production anyway?").wait_for()
+        assert page.locator("#inbox-count").inner_text().strip().endswith("1")
+        assert fits(page) <= 0
+        page.screenshot(path=out / "inbox-laptop.png", full_page=True)
+        claim = waiting(server, owner, "deploy-bot")
+
+        clicked = time.monotonic()
+        card.get_by_role("button", name="Deploy", exact=True).click()
+        claim.join(timeout=5)
+
+        assert claim.status == 200, claim.body
+        assert claim.answered_at - clicked < 1.0
+        assert claim.todo["id"] == todo.id
+        assert claim.todo["answer"]["value"] == "Deploy"
+        assert claim.todo["answer"]["by"] == "operator:alice"
+        assert claim.todo["checkpoint"]["stage"] == "staging"
+        page.get_by_text("Answered: the todo goes back to work.").wait_for()
+        page.locator("#answered").get_by_text("Deploy api v2.14.0").wait_for()
+        page.get_by_text("No open questions").wait_for()
+        assert page.locator("#inbox-count").inner_text().strip().endswith("0")
+        page.screenshot(path=out / "inbox-answered-laptop.png", full_page=True)
+        page.goto(f"{server}/board/todos/{todo.id}/")
+        page.get_by_text("Checkpoint").click()
+        page.get_by_text('"passed": 3').wait_for()
+        page.screenshot(path=out / "progress-laptop.png", full_page=True)
+    finally:
+        context.close()
+
+
+def test_the_owner_answers_a_schema_form_on_a_phone(
+    browser,  # noqa: F811
+    server,
+    owner,
+    tmp_path,
+):
+    schema = {
+        "type": "object",
+        "properties": {
+            "amount": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 500,
+                "title": "Refund (EUR)",
+            },
+            "note": {"type": "string", "maxLength": 120, "title": "Note to customer"},
+        },
+        "required": ["amount"],
+    }
+    todo = asked(
+        owner,
+        "Refund order #88213",
+        "support-bot",
+        question="The customer asks for a refund of a damaged item. How much?",
+        answer_schema=schema,
+    )
+    out = screenshots(tmp_path)
+    context, page = open_page(browser, PHONE)
+    try:
+        log_in(page, server)
+        card = page.locator(f"#card-{todo.id}")
+        card.get_by_label("Refund (EUR)").fill("9000")
+        card.get_by_role("button", name="Send answer").click()
+        card.get_by_text("9000 is greater than the maximum of 500").wait_for()
+        assert fits(page) <= 0
+        page.screenshot(path=out / "inbox-phone.png", full_page=True)
+        assert store.get_todo_any_endpoint(todo.id).is_held
+        claim = waiting(server, owner, "support-bot")
+
+        card.get_by_label("Refund (EUR)").fill("120")
+        card.get_by_label("Note to customer").fill("Sorry about that!")
+        clicked = time.monotonic()
+        card.get_by_role("button", name="Send answer").click()
+        claim.join(timeout=5)
+
+        assert claim.status == 200, claim.body
+        assert claim.answered_at - clicked < 1.0
+        assert claim.todo["id"] == todo.id
+        assert claim.todo["answer"]["value"] == {
+            "amount": 120,
+            "note": "Sorry about that!",
+        }
+        page.get_by_text("Answered: the todo goes back to work.").wait_for()
+        page.locator("#answered").get_by_text("Refund order #88213").wait_for()
+        assert fits(page) <= 0
+        page.screenshot(path=out / "inbox-answered-phone.png", full_page=True)
+    finally:
+        context.close()

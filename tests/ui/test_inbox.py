@@ -1,0 +1,603 @@
+"""The Board's inbox of agents' questions and the answer-link page (CONTRACT §14
+Board, §13 access): owner scoping, read-only viewers, answers validated by the
+question's schema, the first answer wins, single-use links that expire."""
+
+import html
+import re
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from tests.ui.test_owners import endpoint_of, logged_in, user
+from todos import store
+
+
+def asking(endpoint, title, worker="agent-1", **question):
+    """A todo of this endpoint, claimed by worker, which asks a question."""
+    scope = store.Scope.for_endpoint(endpoint)
+    todo, _ = store.create_todo(scope, queue="jobs", title=title)
+    store.claim_todo(scope, todo.id, worker)
+    question.setdefault("question", f"What about {title}?")
+    return store.ask(scope, todo.id, worker, **question)
+
+
+def age(todo, interval):
+    """Move a question's asking back in time (one test transaction has one now)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE todos SET asked_at = asked_at - %s::interval WHERE id = %s",
+            [interval, todo.id],
+        )
+
+
+@pytest.fixture
+def people(db):
+    alice, bob = user("alice"), user("bob")
+    vera = user("vera", viewer=True)
+    return {
+        "alice": alice,
+        "bob": bob,
+        "vera": vera,
+        "ops": user("ops", staff=True),
+        "mine": endpoint_of(alice, "alice-agent"),
+        "theirs": endpoint_of(bob, "bob-agent"),
+        "viewed": endpoint_of(vera, "vera-agent"),
+    }
+
+
+def answer_field(todo, name="answer"):
+    return f"q{todo.id.split('-')[0]}-{name}"
+
+
+def nav_count(html):
+    found = re.search(r'id="inbox-count"[^>]*>.*?</span>(\d+)</span>', html)
+    return int(found.group(1))
+
+
+# --- The inbox --------------------------------------------------------------------
+
+
+def test_the_inbox_lists_only_the_owners_open_questions_oldest_first(people):
+    first = asking(people["mine"], "Deploy to prod", choices=["yes", "no"])
+    second = asking(people["mine"], "Pick a region")
+    asking(people["theirs"], "Bob's secret question")
+    age(first, "1 hour")
+
+    html = logged_in(people["alice"]).get("/board/inbox/").content.decode()
+
+    assert html.index("Deploy to prod") < html.index("Pick a region")
+    assert "Bob&#x27;s secret question" not in html and "Bob's secret" not in html
+    assert "What about Deploy to prod?" in html
+    assert f'value="yes"' in html and f'name="{answer_field(first)}"' in html
+    assert nav_count(html) == 2
+    assert second.id in html
+
+
+def test_the_inbox_orders_by_nearest_deadline_on_request(people):
+    oldest = asking(people["mine"], "No deadline")
+    asking(people["mine"], "Far deadline", deadline_seconds=86400)
+    asking(people["mine"], "Near deadline", deadline_seconds=600)
+    age(oldest, "1 hour")
+    client = logged_in(people["alice"])
+
+    html = client.get("/board/inbox/?order=deadline").content.decode()
+
+    assert (
+        html.index("Near deadline") < html.index("Far deadline") < html.index("No deadline")
+    )
+    by_age = client.get("/board/inbox/").content.decode()
+    assert by_age.index("No deadline") < by_age.index("Near deadline")
+
+
+def test_the_navigation_counts_open_questions_on_every_board_page(people):
+    asking(people["mine"], "One")
+    asking(people["mine"], "Two")
+    asking(people["theirs"], "Not alice's")
+    client = logged_in(people["alice"])
+
+    for url in ["/board/", "/board/todos/", "/board/dead-letters/", "/board/endpoints/"]:
+        assert nav_count(client.get(url).content.decode()) == 2, url
+    fragment = client.get("/board/inbox/count/", headers={"HX-Request": "true"})
+    assert nav_count(fragment.content.decode()) == 2
+    staff = logged_in(people["ops"]).get("/board/").content.decode()
+    assert nav_count(staff) == 3
+
+
+def test_answering_a_choice_ends_the_hold_and_keeps_who_answered(people):
+    todo = asking(people["mine"], "Deploy to prod", choices=["yes", "no"])
+    client = logged_in(people["alice"])
+
+    response = client.post(
+        f"/board/todos/{todo.id}/answer/",
+        {answer_field(todo): "yes"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
+    )
+
+    assert response.status_code == 200
+    answered = store.get_todo_any_endpoint(todo.id)
+    assert not answered.is_held
+    assert answered.answer["value"] == "yes"
+    assert answered.answer["by"] == "operator:alice"
+    assert "Answered: the todo goes back to work." in response.content.decode()
+    inbox = client.get("/board/inbox/").content.decode()
+    assert "No open questions" in inbox
+    recent = inbox[inbox.index("Recent answers") :]
+    assert "Deploy to prod" in recent and "operator:alice" in recent
+
+
+def test_a_choice_that_is_not_offered_is_a_field_error(people):
+    todo = asking(people["mine"], "Deploy", choices=["yes", "no"])
+
+    response = logged_in(people["alice"]).post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo): "maybe"}
+    )
+
+    assert response.status_code == 400
+    assert "Select a valid choice" in response.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "amount": {"type": "integer", "minimum": 1, "maximum": 500},
+        "reason": {"type": "string", "maxLength": 40},
+        "region": {"enum": ["eu", "us"]},
+        "urgent": {"type": "boolean"},
+    },
+    "required": ["amount", "region"],
+}
+
+
+def test_a_schema_answer_failing_the_schema_shows_field_errors_not_a_500(people):
+    todo = asking(people["mine"], "Refund", answer_schema=SCHEMA)
+    client = logged_in(people["alice"])
+
+    page = client.get("/board/inbox/").content.decode()
+    assert f'name="{answer_field(todo, "amount")}"' in page
+    assert f'name="{answer_field(todo, "region")}"' in page
+
+    response = client.post(
+        f"/board/todos/{todo.id}/answer/",
+        {
+            answer_field(todo, "amount"): "9000",
+            answer_field(todo, "reason"): "x" * 41,
+            answer_field(todo, "region"): '"eu"',
+        },
+        headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200  # htmx swaps the card with its errors
+    assert "9000 is greater than the maximum of 500" in html
+    assert "is too long" in html
+    assert html.count('class="field has-error"') == 2
+    assert store.get_todo_any_endpoint(todo.id).is_held
+    plain = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo, "amount"): "nope"}
+    )
+    assert plain.status_code == 400
+    assert "Enter a whole number" in plain.content.decode()
+
+
+def test_a_valid_schema_answer_is_stored_as_json(people):
+    todo = asking(people["mine"], "Refund", answer_schema=SCHEMA)
+
+    logged_in(people["alice"]).post(
+        f"/board/todos/{todo.id}/answer/",
+        {
+            answer_field(todo, "amount"): "120",
+            answer_field(todo, "region"): '"us"',
+            answer_field(todo, "urgent"): "on",
+        },
+    )
+
+    value = store.get_todo_any_endpoint(todo.id).answer["value"]
+    assert value == {"amount": 120, "region": "us", "urgent": True}
+
+
+def test_a_free_json_answer_that_is_not_json_is_a_field_error(people):
+    schema = {"type": "array", "items": {"type": "string"}}
+    todo = asking(people["mine"], "List the hosts", answer_schema=schema)
+    client = logged_in(people["alice"])
+
+    bad = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "[1,"})
+    wrong = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "[1]"})
+    good = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo): '["a", "b"]'}
+    )
+
+    assert bad.status_code == 400 and "Not valid JSON" in bad.content.decode()
+    assert wrong.status_code == 400
+    assert "1 is not of type" in wrong.content.decode()
+    assert good.status_code == 302
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == ["a", "b"]
+
+
+def test_answering_twice_shows_a_conflict_notice_and_the_first_answer_stays(people):
+    todo = asking(people["mine"], "Deploy", choices=["yes", "no"])
+    client = logged_in(people["alice"])
+    client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "no"})
+
+    response = client.post(
+        f"/board/todos/{todo.id}/answer/",
+        {answer_field(todo): "yes"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
+    )
+
+    assert response.status_code == 200
+    assert "Already answered by operator:alice" in response.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "no"
+
+
+def test_a_race_lost_in_the_store_is_a_notice_too(people, monkeypatch):
+    """The card was open while someone else answered: the store's Conflict."""
+    todo = asking(people["mine"], "Deploy", choices=["yes", "no"])
+    scope = store.Scope.for_endpoint(people["mine"])
+    real = store.answer_todo_any_endpoint
+
+    def answered_meanwhile(todo_id, answer, *, by):
+        store.answer_todo(scope, todo_id, "no", by="orchestrator")
+        return real(todo_id, answer, by=by)
+
+    monkeypatch.setattr(store, "answer_todo_any_endpoint", answered_meanwhile)
+    response = logged_in(people["alice"]).post(
+        f"/board/todos/{todo.id}/answer/",
+        {answer_field(todo): "yes"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
+    )
+
+    assert "Already answered by orchestrator" in response.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "no"
+
+
+def test_another_owners_question_answers_404_everywhere(people):
+    todo = asking(people["theirs"], "Bob's", choices=["yes"])
+    client = logged_in(people["alice"])
+
+    assert client.get(f"/board/todos/{todo.id}/").status_code == 404
+    answered = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "yes"})
+    assert answered.status_code == 404
+    assert client.post(f"/board/todos/{todo.id}/cancel/").status_code == 404
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+def test_a_viewer_sees_questions_but_is_offered_no_answer_and_posts_403(people):
+    todo = asking(people["viewed"], "Vera's agent asks", choices=["yes", "no"])
+    client = logged_in(people["vera"])
+
+    html = client.get("/board/inbox/").content.decode()
+    detail = client.get(f"/board/todos/{todo.id}/").content.decode()
+
+    assert "Vera&#x27;s agent asks" in html
+    assert "Read-only: you can see this question" in html
+    assert "<form" not in html.split('id="questions"')[1].split("</section>")[0]
+    assert "Copy answer link" not in detail and "/answer/" not in detail
+    assert "Cancel todo" not in detail
+    for url in [
+        f"/board/todos/{todo.id}/answer/",
+        f"/board/todos/{todo.id}/cancel/",
+        "/board/todos/cancel/",
+        "/board/todos/cancel-matching/",
+        "/board/dead-letters/dismiss/",
+    ]:
+        response = client.post(url, {answer_field(todo): "yes", "ids": [todo.id]})
+        assert response.status_code == 403, url
+    assert client.get("/board/todos/cancel-matching/").status_code == 403
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+def test_someone_without_a_board_login_is_sent_to_log_in(people):
+    todo = asking(people["mine"], "Deploy", choices=["yes"])
+
+    assert Client().get("/board/inbox/").status_code == 302
+    response = Client().post(f"/board/todos/{todo.id}/answer/", {})
+    assert response.status_code == 302
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+# --- The answer link --------------------------------------------------------------
+
+
+def link_of(client, todo):
+    html = client.get(f"/board/todos/{todo.id}/").content.decode()
+    return re.search(r'value="http://testserver(/answer/[^"]+)"', html).group(1)
+
+
+def test_the_todo_page_offers_the_owner_a_link_that_answers_once(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship", "hold"])
+    path = link_of(logged_in(people["alice"]), todo)
+    stranger = Client(enforce_csrf_checks=True)
+
+    page = stranger.get(path)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "What about Ship it??" in html and 'value="ship"' in html
+    assert page["Cache-Control"] == "no-store"
+    assert page["Referrer-Policy"] == "no-referrer"
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+
+    answered = stranger.post(
+        path, {answer_field(todo): "hold", "csrfmiddlewaretoken": token}
+    )
+    assert answered.status_code == 200
+    assert "answer sent" in answered.content.decode()
+    stored = store.get_todo_any_endpoint(todo.id)
+    assert stored.answer["value"] == "hold" and not stored.is_held
+
+    again = stranger.post(
+        path, {answer_field(todo): "ship", "csrfmiddlewaretoken": token}
+    )
+    assert again.status_code == 410
+    assert "cannot be used" in again.content.decode()
+    assert stranger.get(path).status_code == 410
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "hold"
+
+
+def test_the_answer_link_form_needs_its_csrf_token(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship", "hold"])
+    path = link_of(logged_in(people["alice"]), todo)
+    stranger = Client(enforce_csrf_checks=True)
+    stranger.get(path)
+
+    assert stranger.post(path, {answer_field(todo): "ship"}).status_code == 403
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+def test_an_expired_answer_link_is_refused(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    path = link_of(logged_in(people["alice"]), todo)
+    # The link expires seven days after a question without a deadline.
+    age(todo, "8 days")
+    path = link_of(logged_in(people["alice"]), store.get_todo_any_endpoint(todo.id))
+
+    response = Client().get(path)
+
+    assert response.status_code == 410
+    assert "expired" in response.content.decode()
+    refused = Client().post(path, {answer_field(todo): "ship"})
+    assert refused.status_code in (403, 410)
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+def test_a_forged_or_mangled_answer_link_is_a_404_page(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    path = link_of(logged_in(people["alice"]), todo)
+
+    for bad in [path[:-3] + "abc", "/answer/not-a-token", "/answer/" + "x" * 500]:
+        response = Client().get(bad)
+        assert response.status_code == 404, bad
+        assert "not valid" in response.content.decode()
+
+
+def test_an_answer_link_validates_the_answer_against_the_schema(people):
+    todo = asking(people["mine"], "Refund", answer_schema=SCHEMA)
+    path = link_of(logged_in(people["alice"]), todo)
+
+    response = Client().post(
+        path, {answer_field(todo, "amount"): "0", answer_field(todo, "region"): '"eu"'}
+    )
+
+    assert response.status_code == 400
+    assert "0 is less than the minimum of 1" in response.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).is_held
+
+
+def test_a_replaced_question_refuses_the_old_link(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    old = link_of(logged_in(people["alice"]), todo)
+    scope = store.Scope.for_endpoint(people["mine"])
+    store.answer_todo(scope, todo.id, "ship", by="orchestrator")
+    store.claim_todo(scope, todo.id, "agent-1")
+    store.ask(scope, todo.id, "agent-1", question="And now?", choices=["ok"])
+
+    assert Client().get(old).status_code == 410
+
+
+# --- Cancel -----------------------------------------------------------------------
+
+
+def pending(endpoint, title, queue="jobs"):
+    scope = store.Scope.for_endpoint(endpoint)
+    return store.create_todo(scope, queue=queue, title=title)[0]
+
+
+def test_cancel_one_todo_from_its_row(people):
+    todo = pending(people["mine"], "Pointless now")
+
+    response = logged_in(people["alice"]).post(
+        f"/board/todos/{todo.id}/cancel/",
+        headers={"HX-Request": "true", "HX-Target": f"todo-{todo.id}"},
+    )
+
+    html = response.content.decode()
+    assert "Canceled: the todo will not run." in html
+    assert "badge-canceled" in html
+    canceled = store.get_todo_any_endpoint(todo.id)
+    assert canceled.is_canceled and canceled.result["canceled"]["by"] == "operator:alice"
+
+
+def test_a_claimed_todo_shows_cancel_requested(people):
+    scope = store.Scope.for_endpoint(people["mine"])
+    todo = pending(people["mine"], "Long run")
+    store.claim_todo(scope, todo.id, "agent-1")
+    client = logged_in(people["alice"])
+
+    response = client.post(
+        f"/board/todos/{todo.id}/cancel/",
+        headers={"HX-Request": "true", "HX-Target": "detail"},
+    )
+
+    assert "Cancel requested: the worker is told to stop" in response.content.decode()
+    listed = client.get("/board/todos/").content.decode()
+    assert "cancel requested" in listed
+    row = listed[listed.index(f'id="todo-{todo.id}"') :].split("</tr>")[0]
+    assert "/cancel/" not in row, "no second cancel is offered"
+    assert store.get_todo_any_endpoint(todo.id).state == "claimed"
+
+
+def test_cancel_a_terminal_todo_is_a_notice(people):
+    scope = store.Scope.for_endpoint(people["mine"])
+    todo = pending(people["mine"], "Finished")
+    store.claim_todo(scope, todo.id, "w")
+    store.complete_todo(scope, todo.id, "w")
+
+    response = logged_in(people["alice"]).post(
+        f"/board/todos/{todo.id}/cancel/",
+        headers={"HX-Request": "true", "HX-Target": "detail"},
+    )
+
+    assert response.status_code == 200
+    assert "Could not cancel" in response.content.decode()
+
+
+def test_cancel_the_ticked_todos(people):
+    mine = [pending(people["mine"], f"mine {n}") for n in range(3)]
+    bobs = pending(people["theirs"], "bob's")
+
+    response = logged_in(people["alice"]).post(
+        "/board/todos/cancel/",
+        {"ids": [mine[0].id, mine[1].id, bobs.id]},
+        headers={"HX-Request": "true"},
+    )
+
+    html = response.content.decode()
+    assert "Canceled 2 of 3." in html and "1 no longer exist" in html
+    assert response["HX-Trigger"].count("selection-cleared") == 1
+    assert [store.get_todo_any_endpoint(t.id).is_canceled for t in mine] == [
+        True,
+        True,
+        False,
+    ]
+    assert not store.get_todo_any_endpoint(bobs.id).is_canceled
+
+
+def test_bulk_cancel_previews_then_cancels_everything_matching(people):
+    for n in range(3):
+        pending(people["mine"], f"reindex {n}", queue="reindex")
+    busy = pending(people["mine"], "reindex busy", queue="reindex")
+    store.claim_todo(store.Scope.for_endpoint(people["mine"]), busy.id, "w")
+    keep = pending(people["mine"], "other queue", queue="mail")
+    bobs = pending(people["theirs"], "bob reindex", queue="reindex")
+    client = logged_in(people["alice"])
+
+    preview = client.get(
+        "/board/todos/cancel-matching/?queue=reindex",
+        headers={"HX-Request": "true", "HX-Target": "bulk"},
+    )
+    html = preview.content.decode()
+    assert "Cancel 4 todos?" in html
+    assert "3 not being worked on" in html and "1 claimed get a cancel request" in html
+    assert store.list_todos_any_endpoint(queue="reindex", state="done").todos == []
+
+    done = client.post(
+        "/board/todos/cancel-matching/",
+        {"queue": "reindex"},
+        headers={"HX-Request": "true", "HX-Target": "bulk"},
+    )
+
+    assert "Canceled 3 todos" in done.content.decode()
+    assert len(store.list_todos_any_endpoint(queue="reindex", state="done").todos) == 3
+    assert store.get_todo_any_endpoint(busy.id).cancel_requested
+    assert store.get_todo_any_endpoint(keep.id).state == "pending"
+    assert store.get_todo_any_endpoint(bobs.id).state == "pending"
+    again = client.get("/board/todos/cancel-matching/?queue=reindex")
+    assert "Nothing to cancel" in again.content.decode()
+
+
+def test_bulk_cancel_with_a_bad_filter_is_a_400(people):
+    client = logged_in(people["alice"])
+
+    response = client.get("/board/todos/cancel-matching/?state=sideways")
+
+    assert response.status_code == 400
+    assert "This filter is not valid" in response.content.decode()
+
+
+# --- Dismissing dead letters ------------------------------------------------------
+
+
+def dead(endpoint, title, error):
+    scope = store.Scope.for_endpoint(endpoint)
+    todo, _ = store.create_todo(scope, queue="jobs", title=title, max_attempts=1)
+    store.claim_todo(scope, todo.id, "w")
+    return store.fail_todo(scope, todo.id, "w", error=error)
+
+
+def test_dismissing_a_group_takes_it_off_the_groups_page(people):
+    first = dead(people["mine"], "a", "timeout after 30s")
+    dead(people["mine"], "b", "timeout after 31s")
+    other = dead(people["mine"], "c", "disk full")
+    client = logged_in(people["alice"])
+    page = client.get("/board/dead-letters/").content.decode()
+    assert "Dismiss" in page
+    fingerprint = html.unescape(
+        re.search(r'name="fingerprint" value="([^"]*timeout[^"]*)"', page).group(1)
+    )
+
+    response = client.post(
+        "/board/dead-letters/dismiss/",
+        {"endpoint": people["mine"].id, "queue": "jobs", "fingerprint": fingerprint},
+        headers={"HX-Request": "true"},
+    )
+
+    assert "Dismissed 2 dead letters." in response.content.decode()
+    page = client.get("/board/dead-letters/").content.decode()
+    assert "timeout" not in page and "disk full" in page
+    assert store.get_todo_any_endpoint(first.id).is_dead_letter, "still failed"
+    assert store.get_todo_any_endpoint(other.id).dismissed_at is None
+    detail = client.get(f"/board/todos/{first.id}/").content.decode()
+    assert "dismissed from its group" in detail
+
+
+def test_an_owner_cannot_dismiss_another_owners_group(people):
+    bobs = dead(people["theirs"], "b", "boom")
+    client = logged_in(people["alice"])
+
+    response = client.post(
+        "/board/dead-letters/dismiss/",
+        {"endpoint": people["theirs"].id, "queue": "jobs", "fingerprint": "boom"},
+    )
+
+    assert response.status_code == 404
+    assert store.get_todo_any_endpoint(bobs.id).dismissed_at is None
+
+
+def test_dismissing_without_naming_a_group_is_a_400(people):
+    response = logged_in(people["alice"]).post(
+        "/board/dead-letters/dismiss/",
+        {"endpoint": "not-a-uuid", "queue": ""},
+        headers={"HX-Request": "true"},
+    )
+
+    assert response.status_code == 400
+
+
+# --- Progress and checkpoints -----------------------------------------------------
+
+
+def test_progress_and_checkpoint_show_on_the_todo_page_and_the_claimed_list(people):
+    scope = store.Scope.for_endpoint(people["mine"])
+    todo = pending(people["mine"], "Crawl the site")
+    store.claim_todo(scope, todo.id, "agent-1")
+    store.heartbeat(
+        scope,
+        todo.id,
+        "agent-1",
+        progress={"message": "page 35 of 100", "fraction": 0.35},
+        checkpoint={"next_page": 36, "seen": ["a", "b"]},
+    )
+    client = logged_in(people["alice"])
+
+    detail = client.get(f"/board/todos/{todo.id}/").content.decode()
+    live = client.get(
+        f"/board/todos/{todo.id}/", headers={"HX-Request": "true", "HX-Target": "live"}
+    ).content.decode()
+    listed = client.get("/board/todos/?state=claimed").content.decode()
+
+    assert '<progress max="100" value="35"' in detail and "page 35 of 100" in detail
+    assert '<details id="checkpoint-' in detail and "&quot;next_page&quot;: 36" in detail
+    assert live.lstrip().startswith('<section id="live"')
+    assert "page 35 of 100" in live and "<html" not in live
+    assert "page 35 of 100" in listed and 'value="35"' in listed
