@@ -69,7 +69,7 @@ def test_the_inbox_lists_only_the_owners_open_questions_oldest_first(people):
     assert html.index("Deploy to prod") < html.index("Pick a region")
     assert "Bob&#x27;s secret question" not in html and "Bob's secret" not in html
     assert "What about Deploy to prod?" in html
-    assert f'value="yes"' in html and f'name="{answer_field(first)}"' in html
+    assert 'value="yes"' in html and f'name="{answer_field(first)}"' in html
     assert nav_count(html) == 2
     assert second.id in html
 
@@ -84,7 +84,9 @@ def test_the_inbox_orders_by_nearest_deadline_on_request(people):
     html = client.get("/board/inbox/?order=deadline").content.decode()
 
     assert (
-        html.index("Near deadline") < html.index("Far deadline") < html.index("No deadline")
+        html.index("Near deadline")
+        < html.index("Far deadline")
+        < html.index("No deadline")
     )
     by_age = client.get("/board/inbox/").content.decode()
     assert by_age.index("No deadline") < by_age.index("Near deadline")
@@ -96,7 +98,12 @@ def test_the_navigation_counts_open_questions_on_every_board_page(people):
     asking(people["theirs"], "Not alice's")
     client = logged_in(people["alice"])
 
-    for url in ["/board/", "/board/todos/", "/board/dead-letters/", "/board/endpoints/"]:
+    for url in [
+        "/board/",
+        "/board/todos/",
+        "/board/dead-letters/",
+        "/board/endpoints/",
+    ]:
         assert nav_count(client.get(url).content.decode()) == 2, url
     fragment = client.get("/board/inbox/count/", headers={"HX-Request": "true"})
     assert nav_count(fragment.content.decode()) == 2
@@ -257,7 +264,9 @@ def test_another_owners_question_answers_404_everywhere(people):
     client = logged_in(people["alice"])
 
     assert client.get(f"/board/todos/{todo.id}/").status_code == 404
-    answered = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "yes"})
+    answered = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo): "yes"}
+    )
     assert answered.status_code == 404
     assert client.post(f"/board/todos/{todo.id}/cancel/").status_code == 404
     assert store.get_todo_any_endpoint(todo.id).is_held
@@ -415,7 +424,9 @@ def test_cancel_one_todo_from_its_row(people):
     assert "Canceled: the todo will not run." in html
     assert "badge-canceled" in html
     canceled = store.get_todo_any_endpoint(todo.id)
-    assert canceled.is_canceled and canceled.result["canceled"]["by"] == "operator:alice"
+    assert (
+        canceled.is_canceled and canceled.result["canceled"]["by"] == "operator:alice"
+    )
 
 
 def test_a_claimed_todo_shows_cancel_requested(people):
@@ -597,7 +608,9 @@ def test_progress_and_checkpoint_show_on_the_todo_page_and_the_claimed_list(peop
     listed = client.get("/board/todos/?state=claimed").content.decode()
 
     assert '<progress max="100" value="35"' in detail and "page 35 of 100" in detail
-    assert '<details id="checkpoint-' in detail and "&quot;next_page&quot;: 36" in detail
+    assert (
+        '<details id="checkpoint-' in detail and "&quot;next_page&quot;: 36" in detail
+    )
     assert live.lstrip().startswith('<section id="live"')
     assert "page 35 of 100" in live and "<html" not in live
     assert "page 35 of 100" in listed and 'value="35"' in listed
