@@ -244,3 +244,87 @@ def test_the_owner_answers_a_schema_form_on_a_phone(
         page.screenshot(path=out / "inbox-answered-phone.png", full_page=True)
     finally:
         context.close()
+
+
+def dead_letter(scope, title, error):
+    todo, _ = store.create_todo(scope, queue="deploys", title=title, max_attempts=1)
+    store.claim_todo(scope, todo.id, "deploy-bot")
+    return store.fail_todo(scope, todo.id, "deploy-bot", error=error)
+
+
+def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
+    browser,  # noqa: F811
+    server,
+    owner,
+    tmp_path,
+):
+    scope = store.Scope.for_endpoint(owner["endpoint"])
+    for shard in range(3):
+        store.create_todo(scope, queue="reindex", title=f"Reindex shard {shard}")
+    busy, _ = store.create_todo(scope, queue="reindex", title="Reindex shard 3")
+    store.claim_todo(scope, busy.id, "indexer")
+    store.heartbeat(
+        scope,
+        busy.id,
+        "indexer",
+        progress={"message": "41 200 of 90 000 documents", "fraction": 0.46},
+    )
+    held = asked(
+        owner,
+        "Rotate the database password",
+        "ops-bot",
+        question="Rotating now logs out the 12 open admin sessions. Go ahead?",
+        choices=["Rotate now", "Tonight at 02:00"],
+    )
+    for port in (5432, 6432):
+        dead_letter(scope, "Migrate", f"connection refused to db:{port}")
+    out = screenshots(tmp_path)
+    context, page = open_page(browser, LAPTOP)
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        log_in(page, server)
+        page.goto(f"{server}/board/todos/?queue=reindex")
+        page.locator("#rows").get_by_text("41 200 of 90 000 documents").wait_for()
+        page.get_by_label("Select Reindex shard 0").check()
+        page.get_by_role("button", name="Cancel selected (1)").click()
+        page.get_by_text("Canceled 1 of 1.").wait_for()
+        page.locator("#rows .badge-canceled").first.wait_for()
+        page.get_by_role("link", name="Cancel all matching…").click()
+        page.get_by_role("heading", name="Cancel 3 todos?").wait_for()
+        assert fits(page) <= 0
+        page.screenshot(path=out / "cancel-laptop.png", full_page=True)
+        page.get_by_role("button", name="Cancel 3 todos").click()
+        page.get_by_role("heading", name="Canceled 2 todos").wait_for()
+        page.locator("#rows").get_by_text("cancel requested").wait_for()
+        assert store.get_todo_any_endpoint(busy.id).cancel_requested
+        assert store.get_todo_any_endpoint(held.id).is_held, "another queue"
+
+        page.goto(f"{server}/board/dead-letters/")
+        page.get_by_role("button", name="Dismiss").click()
+        page.get_by_text("Dismissed 2 dead letters.").wait_for()
+        page.get_by_role("heading", name="No dead letters").wait_for()
+
+        page.goto(f"{server}/board/todos/{held.id}/")
+        page.get_by_role("button", name="Copy answer link").click()
+        page.get_by_role("button", name="Copied").wait_for()
+        page.screenshot(path=out / "question-laptop.png", full_page=True)
+        link = page.get_by_label("Answer link").input_value()
+    finally:
+        context.close()
+
+    context, page = open_page(browser, PHONE)  # someone without a login
+    try:
+        page.goto(link)
+        page.get_by_text("Go ahead?").wait_for()
+        assert fits(page) <= 0
+        page.screenshot(path=out / "answer-link-phone.png", full_page=True)
+        page.get_by_role("button", name="Tonight at 02:00").click()
+        page.get_by_role("heading", name="Thank you: answer sent").wait_for()
+        assert store.get_todo_any_endpoint(held.id).answer["value"] == (
+            "Tonight at 02:00"
+        )
+        response = page.goto(link)
+        assert response.status == 410
+        page.get_by_role("heading", name="This answer link cannot be used").wait_for()
+    finally:
+        context.close()

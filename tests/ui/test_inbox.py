@@ -324,7 +324,7 @@ def test_the_todo_page_offers_the_owner_a_link_that_answers_once(people):
     html = page.content.decode()
     assert "What about Ship it??" in html and 'value="ship"' in html
     assert page["Cache-Control"] == "no-store"
-    assert page["Referrer-Policy"] == "no-referrer"
+    assert page["Referrer-Policy"] == "same-origin"
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
 
     answered = stranger.post(

@@ -23,7 +23,8 @@ Layout: ``rows`` (values and errors), ``sql`` (shared plumbing), ``lifecycle``
 (create, claim, owner transitions, retry), ``questions`` (ask, answer, answer
 links, open questions), ``cancel`` (cancel, replace on create, dismissing dead
 letters), ``reads``, ``sweeps``, ``board``
-(operator queries), ``queues`` (queue settings). ``from todos import store`` and
+(operator queries), ``board_inbox`` (the Board's recent answers, cancel and
+dismiss by filter), ``queues`` (queue settings). ``from todos import store`` and
 ``store.<name>`` keep working: every public name is re-exported here.
 """
 
@@ -48,6 +49,16 @@ from .board import (  # noqa: F401
     overview_sql,
     retry_many_any_endpoint,
     retry_matching_any_endpoint,
+)
+from .board_inbox import (  # noqa: F401
+    ANSWERED_SQL,
+    CANCELABLE,
+    BulkCancel,
+    Cancelable,
+    answered_questions_any_endpoint,
+    cancel_matching_any_endpoint,
+    count_cancelable_any_endpoint,
+    dismiss_matching_any_endpoint,
 )
 from .cancel import (  # noqa: F401
     CANCEL_SQL,

@@ -21,7 +21,6 @@ from django.db.models import Count, Q
 
 from todos import store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
-from todos.store import board_inbox
 from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
@@ -163,7 +162,7 @@ class BoardAccess:
         return store.count_open_questions_any_endpoint(endpoint_ids=self.scope_ids)
 
     def answered_questions(self, *, limit=10):
-        return board_inbox.answered_questions_any_endpoint(
+        return store.answered_questions_any_endpoint(
             endpoint_ids=self.scope_ids, limit=limit
         )
 
@@ -196,17 +195,15 @@ class BoardAccess:
 
     def count_cancelable(self, **filters):
         ids = self.scope_ids
-        return board_inbox.count_cancelable_any_endpoint(**filters, endpoint_ids=ids)
+        return store.count_cancelable_any_endpoint(**filters, endpoint_ids=ids)
 
     def cancel_matching(self, *, actor, **filters):
         ids = self.scope_ids
-        return board_inbox.cancel_matching_any_endpoint(
-            **filters, by=actor, endpoint_ids=ids
-        )
+        return store.cancel_matching_any_endpoint(**filters, by=actor, endpoint_ids=ids)
 
     def dismiss_matching(self, **filters):
         """Dismiss the dead letters of a group in scope; return how many."""
-        return board_inbox.dismiss_matching_any_endpoint(
+        return store.dismiss_matching_any_endpoint(
             **filters, endpoint_ids=self.scope_ids
         )
 

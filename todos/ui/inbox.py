@@ -162,9 +162,11 @@ def _not_open_text(todo):
 
 def _link_page(request, context, status=200):
     response = render(request, "board/answer_link.html", context, status=status)
-    # The token is the credential: keep it out of caches and Referer headers.
+    # The token is the credential: keep it out of caches and out of the
+    # Referer sent to other sites. Not "no-referrer": the browser would then
+    # post the form with "Origin: null", which Django's CSRF check refuses.
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"
+    response["Referrer-Policy"] = "same-origin"
     response["X-Robots-Tag"] = "noindex"
     return response
 
