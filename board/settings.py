@@ -75,23 +75,59 @@ def env_gc_thresholds(name, default):
     return values
 
 
+def _host_and_port(item):
+    """Split one ``host[:port]`` (or ``[v6]:port``) of a URL's host list."""
+    if item.startswith("["):
+        host, bracket, rest = item[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ImproperlyConfigured(f"DATABASE_URL has a malformed host: {item!r}")
+        port = rest[1:]
+    else:
+        host, _, port = item.partition(":")
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ImproperlyConfigured(
+            f"DATABASE_URL has a port that is not 1-65535: {port!r}"
+        )
+    return unquote(host), port
+
+
 def database_from_url(url):
-    """Turn a postgres:// URL into a Django DATABASES entry."""
-    parts = urlsplit(url)
+    """Turn a postgres:// URL into a Django DATABASES entry.
+
+    The URL may name several servers, ``postgres://u:p@h1:5432,h2:5432/db``,
+    as libpq's own URLs do: HOST and PORT then hold comma-separated lists,
+    which psycopg tries in turn (with ``?target_session_attrs=read-write`` it
+    takes the one that accepts writes: the primary of a failover pair).
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        # The message leaves the URL out: it may carry a password.
+        raise ImproperlyConfigured("DATABASE_URL is not a valid URL") from None
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(
             f"DATABASE_URL must start with postgres://, not {parts.scheme!r}"
         )
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     options = {key: value for key, value in query.items() if key != "conn_max_age"}
+    # urlsplit reads one host and port; the netloc after the credentials is
+    # the host list.
+    credentials, _, hostlist = parts.netloc.rpartition("@")
+    user, _, password = credentials.partition(":")
+    servers = [_host_and_port(item) for item in hostlist.split(",")]
+    ports = [port for _, port in servers]
+    if any(ports) and not all(ports):
+        # libpq pairs hosts and ports one to one: a host without a port gets
+        # PostgreSQL's default.
+        ports = [port or "5432" for port in ports]
     return {
         # Django's PostgreSQL backend, health-checking only after idleness.
         "ENGINE": "todos.pgbackend",
         "NAME": unquote(parts.path.lstrip("/")) or "switchboard",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(host for host, _ in servers),
+        "PORT": ",".join(ports) if any(ports) else "",
         "OPTIONS": options,
     }
 
