@@ -1,7 +1,7 @@
 """Resilience check: PostgreSQL restarts and dies under running agents; nothing is lost.
 
     python scripts/resilience.py [--seconds 20] [--outage 3] [--workers 4]
-                                 [--pgbouncer] [--json]
+                                 [--pgbouncer | --failover [--kills 2]] [--json]
 
 Everything runs on a throwaway PostgreSQL cluster of its own (a free port and a
 temporary data folder, through scripts/devdb.sh), never on the team's cluster,
@@ -25,6 +25,20 @@ redelivered). Then:
 3. **Killed backend.** The same blocked complete has its backend killed with
    ``pg_terminate_backend``: 503 JSON, the todo still claimed, and the next
    request is served on a fresh connection.
+
+With ``--failover`` the run is on a failover pair instead (scripts/ha.sh: a
+primary and its synchronous standby managed by Patroni, with etcd), and the
+app servers, their doorbells and the sweep loop reach it through a multi-host
+``DATABASE_URL`` with ``target_session_attrs=read-write``. Mid-run the
+primary's postmaster is killed with SIGKILL; Patroni promotes the standby; the
+load goes on. It times the kill to the new primary (Patroni's view) and to the
+first write the API acknowledges, checks that every answer meanwhile was a
+503 JSON (or a success), that each server wakes a waiting claim again, and
+waits for the killed node to rejoin as the synchronous standby (Patroni
+rewinds it). Then it kills the new primary the same way. Afterwards every
+acknowledged create must be in the database and every acknowledged complete
+must be the todo's one completion, by the worker whose complete was
+acknowledged.
 
 With ``--pgbouncer`` the same run goes through Debian's PgBouncer in
 transaction mode (a throwaway instance on a free port) in front of two app
@@ -78,6 +92,9 @@ class Options:
     # PgBouncer (transaction pooling) in front of two app servers; the doorbell's
     # LISTEN goes around it, straight to PostgreSQL.
     pgbouncer: bool = False
+    # A Patroni-managed failover pair whose primary is killed `kills` times.
+    failover: bool = False
+    kills: int = 2
 
 
 @dataclass
@@ -105,7 +122,20 @@ class Report:
     # Per app server: seconds from a create to a waiting claim's answer, after
     # the restart (its doorbell hub had to reconnect its LISTEN).
     wake_after_restart_seconds: list = field(default_factory=list)
+    # Acknowledged completes whose todo was not completed by that worker in
+    # the end (the completion was lost and the todo redelivered).
+    completes_lost: int = 0
+    # One entry per SIGKILL of the primary (--failover).
+    failovers: list = field(default_factory=list)
     failures: list = field(default_factory=list)
+
+    @property
+    def acknowledged_then_lost(self):
+        return self.lost + self.completes_lost
+
+    @property
+    def seconds_without_primary(self):
+        return [outcome.get("promoted_seconds") for outcome in self.failovers]
 
     def check(self, ok, failure):
         if not ok:
@@ -234,6 +264,102 @@ pidfile = {self.dir}/pgbouncer.pid
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def free_port_block(size):
+    """Return the first of `size` consecutive free ports on 127.0.0.1."""
+    chooser = random.Random()
+    for _ in range(200):
+        base = chooser.randrange(20_000, 60_000 - size)
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(base, base + size):
+                    probe = stack.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError(f"no {size} consecutive free ports")
+
+
+class HaCluster:
+    """A throwaway failover pair run through scripts/ha.sh (Patroni and etcd).
+
+    Its ports are scripts/ha.sh's layout from a free base: etcd's two, then
+    each node's PostgreSQL, then each node's Patroni REST API.
+    """
+
+    NODES = ("pg1", "pg2")
+
+    def __init__(self):
+        self.base = free_port_block(6)
+        self.pg_ports = (self.base + 2, self.base + 3)
+        self.rest_ports = (self.base + 4, self.base + 5)
+        self.datadir = Path("/tmp") / f"sb-failover-{self.base}"
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.pg_ports)
+        self.url = (
+            f"postgres://postgres@{hosts}/switchboard?target_session_attrs=read-write"
+        )
+
+    def _ha(self, action):
+        env = dict(
+            os.environ,
+            SB_HA_PORT=str(self.base),
+            SB_HA_DATA=str(self.datadir),
+            SB_PG_DB="switchboard",
+        )
+        subprocess.run(
+            [str(ROOT / "scripts" / "ha.sh"), action],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def start(self):
+        self._ha("start")
+
+    def destroy(self):
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._ha("stop")
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    def _answers(self, node, path):
+        """Say whether a node's Patroni REST API answers 200 on `path`."""
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(
+                "127.0.0.1", self.rest_ports[node], timeout=2
+            )
+            try:
+                conn.request("GET", path)
+                return conn.getresponse().status == 200
+            finally:
+                conn.close()
+        return False
+
+    def is_primary(self, node):
+        # A node whose postmaster died may answer from its cached role for a
+        # moment: ask the node in question, not "anyone".
+        return self._answers(node, "/primary")
+
+    def primary(self):
+        """The node that is the running primary, or None."""
+        for node in range(len(self.NODES)):
+            if self.is_primary(node):
+                return node
+        return None
+
+    def is_sync_standby(self, node):
+        return self._answers(node, "/sync")
+
+    def kill_primary(self):
+        """SIGKILL the primary's postmaster (its Patroni lives on); return the node."""
+        node = self.primary()
+        if node is None:
+            raise RuntimeError("the failover pair has no primary to kill")
+        pidfile = self.datadir / self.NODES[node] / "postmaster.pid"
+        os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+        return node
+
+
 def app_env(url, **extra):
     return {
         **dict(
@@ -359,6 +485,7 @@ class Run:
         self.working.set()
         self.acknowledged = {}  # idempotency key -> todo id
         self.completions = {}  # todo id -> acknowledged completes
+        self.completed_by = {}  # todo id -> the worker whose complete was acknowledged
         self.random = random.Random(options.seed)
 
     def api(self, number=0):
@@ -393,7 +520,7 @@ class Run:
     def work(self, name):
         api = self.api(int(name[1:]))
         claim = {"worker": name, "lease_seconds": LEASE_SECONDS}
-        if self.options.pgbouncer:
+        if self.options.pgbouncer or self.options.failover:
             # Long polls: the doorbell hubs must wake them across the restart.
             claim["wait_seconds"] = 1
         while self.working.is_set():
@@ -401,20 +528,30 @@ class Run:
             if status != 200:
                 time.sleep(0.05)
                 continue
-            todo_id = data["todo"]["id"]
+            todo_id, lease = data["todo"]["id"], data["todo"]["lease_token"]
             with self.lock:
                 crash = self.random.random() < self.options.crash_rate
                 if crash:
                     self.report.crashes += 1
-            if not crash:
-                self.complete(api, name, todo_id)
+            if crash:
+                continue
+            ack = {"worker": name, "lease_token": lease}
+            status, _ = api.call(
+                "POST",
+                f"/api/v1/todos/{todo_id}/heartbeat",
+                {**ack, "lease_seconds": LEASE_SECONDS},
+            )
+            if status != 409:
+                # A heartbeat lost in an outage is harmless; a 409 says the
+                # lease went to someone else.
+                self.complete(api, name, todo_id, ack)
 
-    def complete(self, api, name, todo_id):
+    def complete(self, api, name, todo_id, ack):
         """Complete until acknowledged, or until the lease is known to be lost."""
         while True:
-            status, _ = api.call(
-                "POST", f"/api/v1/todos/{todo_id}/complete", {"worker": name}
-            )
+            # With the lease token a complete that committed but whose answer
+            # was lost answers 200 again when repeated.
+            status, _ = api.call("POST", f"/api/v1/todos/{todo_id}/complete", ack)
             if status == 200:
                 break
             if status == 409:
@@ -431,6 +568,7 @@ class Run:
             time.sleep(0.1)
         with self.lock:
             self.completions[todo_id] = self.completions.get(todo_id, 0) + 1
+            self.completed_by[todo_id] = name
 
 
 # --- The checks -----------------------------------------------------------------
@@ -620,10 +758,71 @@ def wake_after_restart(ports, token, report):
         )
 
 
+def fail_over(cluster, port, writer_token, report):
+    """SIGKILL the primary; time its successor and the first acknowledged write.
+
+    Meanwhile the API must answer 503 JSON: a create that failed is retried by
+    its producer, never lost unanswered.
+    """
+    probe = Api(port, writer_token, Report(), threading.Lock())
+    killed = cluster.kill_primary()
+    killed_at = time.monotonic()
+    outcome = {"killed": cluster.NODES[killed]}
+
+    def watch_promotion():
+        while time.monotonic() - killed_at < 60:
+            if cluster.is_primary(1 - killed):
+                outcome["promoted_seconds"] = round(time.monotonic() - killed_at, 2)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_promotion)
+    watcher.start()
+    answers, number = {}, 0
+    while time.monotonic() - killed_at < 60:
+        number += 1
+        status, data = probe.call(
+            "POST",
+            "/api/v1/todos",
+            {"queue": "failover-probe", "title": f"write {number}"},
+        )
+        error = data.get("error") if isinstance(data, dict) else None
+        answer = f"POST /api/v1/todos -> {status} {error}"
+        answers[answer] = answers.get(answer, 0) + 1
+        if status == 201:
+            outcome["first_write_seconds"] = round(time.monotonic() - killed_at, 2)
+            break
+        time.sleep(0.05)
+    watcher.join()
+    outcome["answers"] = answers
+    report.failovers.append(outcome)
+    report.check(
+        "first_write_seconds" in outcome,
+        f"no write was acknowledged within 60 s of killing {outcome['killed']}",
+    )
+    report.check(
+        all(" -> 503 unavailable" in key or " -> 201 " in key for key in answers),
+        f"while there was no primary the API answered {sorted(answers)}",
+    )
+    return killed, killed_at, outcome
+
+
+def rejoin(cluster, killed, killed_at, outcome):
+    """Wait until the killed node is the synchronous standby again."""
+    while time.monotonic() - killed_at < 90:
+        if cluster.is_sync_standby(killed):
+            outcome["rejoined_seconds"] = round(time.monotonic() - killed_at, 2)
+            return True
+        time.sleep(0.2)
+    return False
+
+
 ACCOUNTING_SQL = """
 SELECT t.id::text, t.idempotency_key, t.state,
        count(*) FILTER (WHERE e.to_state = 'done') AS done_events,
-       count(*) FILTER (WHERE e.to_state = 'claimed') AS claims
+       -- Each claim starts an attempt; a heartbeat's event keeps its attempt.
+       count(DISTINCT e.attempt) FILTER (WHERE e.to_state = 'claimed') AS claims,
+       max(e.actor) FILTER (WHERE e.to_state = 'done') AS completed_by
   FROM todos t JOIN endpoints p ON p.id = t.endpoint_id AND p.name = 'agents'
   LEFT JOIN todo_events e ON e.todo_id = t.id
  GROUP BY t.id
@@ -647,6 +846,15 @@ def account(cluster, run, report):
         1 for todo_id in run.acknowledged.values() if todo_id not in by_id
     )
     report.unfinished = sum(1 for row in rows if row[2] != "done")
+    report.completes_lost = sum(
+        1
+        for todo_id, worker in run.completed_by.items()
+        if todo_id not in by_id or by_id[todo_id][5] != worker
+    )
+    report.check(
+        report.completes_lost == 0,
+        f"{report.completes_lost} acknowledged completes are missing",
+    )
     twice_acked = sum(1 for count in run.completions.values() if count > 1)
     report.check(report.lost == 0, f"{report.lost} acknowledged todos are missing")
     report.check(
@@ -677,8 +885,133 @@ def wait_drained(cluster, timeout):
             time.sleep(0.2)
 
 
+def run_failover(options):
+    """Kill the primary of a failover pair under load, twice; return the Report."""
+    report = Report()
+    cluster = HaCluster()
+    logdir = Path(tempfile.mkdtemp(prefix="sb-failover-logs-"))
+    children = []
+    try:
+        cluster.start()
+        manage(cluster.url, "migrate", "--no-input", "-v", "0")
+        agents, probe, writer = (
+            json.loads(
+                manage(
+                    cluster.url,
+                    "create_endpoint",
+                    name,
+                    "--owner",
+                    "resilience",
+                    "--queues",
+                    "*",
+                    "--json",
+                )
+            )
+            # The failover's timing writes go to an endpoint of their own:
+            # the sweep probe's claim must find nothing but its own todo.
+            for name in ("agents", "sweep-probe", "write-probe")
+        )
+        ports = [free_port(), free_port()]
+        report.servers = len(ports)
+        # The second server's doorbell has a LISTEN URL of its own: both ways
+        # of reaching the primary must follow it.
+        server_envs = [
+            {"GUNICORN_WORKERS": "1"},
+            {"GUNICORN_WORKERS": "1", "SWITCHBOARD_LISTEN_DATABASE_URL": cluster.url},
+        ]
+        servers = [
+            spawn(
+                cluster.url,
+                logdir,
+                f"gunicorn-{number}",
+                "-m",
+                "gunicorn",
+                "-c",
+                "gunicorn.conf.py",
+                "--bind",
+                f"127.0.0.1:{server_port}",
+                env=server_envs[number],
+            )
+            for number, server_port in enumerate(ports)
+        ]
+        children.extend(servers)
+        sweep = spawn(
+            cluster.url,
+            logdir,
+            "sweep",
+            "manage.py",
+            "sweep",
+            "--loop",
+            "--interval",
+            "0.5",
+        )
+        children.append(sweep)
+        for server_port, server_proc in zip(ports, servers, strict=True):
+            wait_healthy(server_port, server_proc)
+
+        state = Run(ports, agents["token"], report, options)
+        threads = [
+            threading.Thread(target=state.produce, args=(f"p{n}",))
+            for n in range(options.producers)
+        ]
+        threads += [
+            threading.Thread(target=state.work, args=(f"w{n}",))
+            for n in range(options.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        load = options.seconds / (options.kills + 1)
+        for kill in range(options.kills):
+            time.sleep(load)
+            killed, killed_at, outcome = fail_over(
+                cluster, ports[kill % len(ports)], writer["token"], report
+            )
+            wake_after_restart(ports, probe["token"], report)
+            if kill == 0:
+                sweep_probe(cluster, ports[0], probe["token"], report, sweep)
+            report.check(
+                rejoin(cluster, killed, killed_at, outcome),
+                f"{outcome['killed']} did not rejoin as the synchronous standby",
+            )
+        time.sleep(load)
+        state.producing.clear()
+        for thread in threads[: options.producers]:
+            thread.join(timeout=60)
+        wait_drained(cluster, options.drain_timeout)
+        state.working.clear()
+        for thread in threads:
+            thread.join(timeout=60)
+        account(cluster, state, report)
+        report.check(
+            not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
+        )
+        report.sweep_exit_status = stop_process(sweep)
+        report.check(
+            report.sweep_exit_status == 0,
+            f"sweep --loop exited {report.sweep_exit_status} on SIGTERM",
+        )
+    except Exception as exc:
+        report.failures.append(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for child in children:
+            stop_process(child)
+        if report.failures:
+            # Patroni's, PostgreSQL's and etcd's logs, before the pair goes.
+            for log in cluster.datadir.glob("*.log"):
+                shutil.copy(log, logdir / f"ha-{log.name}")
+        cluster.destroy()
+        if not report.failures:
+            shutil.rmtree(logdir, ignore_errors=True)
+        else:
+            report.failures.append(f"logs kept in {logdir}")
+    return report
+
+
 def run(options):
     """Run every check on a throwaway cluster and return the Report."""
+    if options.failover:
+        return run_failover(options)
     report = Report()
     cluster = Cluster()
     bouncer = PgBouncer(cluster) if options.pgbouncer else None
@@ -826,6 +1159,41 @@ def wait_healthy(port, server, timeout=30):
     raise RuntimeError("gunicorn did not become healthy")
 
 
+def print_failover_report(report):
+    print(f"todos created:        {report.created}")
+    print(f"todos completed:      {report.completed}")
+    print(
+        f"acknowledged, lost:   {report.acknowledged_then_lost}"
+        f"  (creates {report.lost}, completes {report.completes_lost})"
+    )
+    print(f"completed twice:      {report.completed_twice}")
+    print(f"unfinished:           {report.unfinished}")
+    print(
+        f"redelivered:          {report.redelivered}  (crashed workers: "
+        f"{report.crashes})"
+    )
+    for number, outcome in enumerate(report.failovers, 1):
+        print(
+            f"kill {number} ({outcome['killed']}):   without a primary "
+            f"{outcome.get('promoted_seconds')} s, first acknowledged write "
+            f"{outcome.get('first_write_seconds')} s, rejoined as synchronous "
+            f"standby {outcome.get('rejoined_seconds')} s after the kill"
+        )
+        for answer, count in sorted(outcome["answers"].items()):
+            print(f"                        {count:4d} x {answer}")
+    print(f"wake after failover:  {report.wake_after_restart_seconds} s per server")
+    print(
+        f"sweep loop:           reaped a 1 s lease "
+        f"{report.sweep_reaped_after_restart_seconds} s after the claim; exit "
+        f"status on SIGTERM: {report.sweep_exit_status}"
+    )
+    print(f"HTTP statuses:        {report.statuses}")
+    print(
+        "result:               "
+        + ("OK" if not report.failures else "FAILED: " + "; ".join(report.failures))
+    )
+
+
 def print_report(report):
     print(f"todos created:     {report.created}")
     print(f"todos completed:   {report.completed}")
@@ -874,8 +1242,16 @@ def main():
         action="store_true",
         help="through PgBouncer (transaction mode) in front of two app servers",
     )
+    parse.add_argument(
+        "--failover",
+        action="store_true",
+        help="on a Patroni failover pair whose primary is killed (scripts/ha.sh)",
+    )
+    parse.add_argument("--kills", type=int, default=defaults.kills)
     parse.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parse.parse_args()
+    if args.pgbouncer and args.failover:
+        parse.error("--pgbouncer and --failover are separate runs")
     options = Options(
         seconds=args.seconds,
         outage=args.outage,
@@ -883,10 +1259,23 @@ def main():
         producers=args.producers,
         crash_rate=args.crash_rate,
         pgbouncer=args.pgbouncer,
+        failover=args.failover,
+        kills=args.kills,
     )
     report = run(options)
     if args.json:
-        print(json.dumps(asdict(report), indent=2))
+        print(
+            json.dumps(
+                {
+                    **asdict(report),
+                    "acknowledged_then_lost": report.acknowledged_then_lost,
+                    "seconds_without_primary": report.seconds_without_primary,
+                },
+                indent=2,
+            )
+        )
+    elif options.failover:
+        print_failover_report(report)
     else:
         print_report(report)
     sys.exit(1 if report.failures else 0)
