@@ -9,6 +9,9 @@ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/n
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 # PgBouncer (transaction pooling) in front of two app servers: tests/system/test_pgbouncer.py.
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+# Patroni and etcd run the failover pair: scripts/ha.sh, tests/system/test_failover.py.
+command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 # promtool (Debian's prometheus package) checks the /metrics exposition.
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # pycurl (kombu's SQS transport, in the dev extra) builds against these when
