@@ -8,7 +8,7 @@ import sys
 import pytest
 from django.conf import settings
 
-from tests.support import ROOT
+from tests.support import ROOT, free_port
 
 SETUP = "import django; django.setup(); print('started')"
 
@@ -96,3 +96,63 @@ def test_gc_thresholds_default_and_python_and_three_integers(monkeypatch):
     assert env_gc_thresholds("SB_TEST_GC", (1, 2, 3)) == (20_000, 10, 50)
     monkeypatch.delenv("SB_TEST_GC")
     assert env_gc_thresholds("SB_TEST_GC", (1, 2, 3)) == (1, 2, 3)
+
+
+def test_a_database_url_with_several_hosts_passes_host_and_port_lists():
+    from board.settings import database_from_url
+
+    db = database_from_url(
+        "postgres://app:s%40cret@db1:5432,db2:5433,[::1]:5434/queue"
+        "?target_session_attrs=read-write"
+    )
+
+    assert db["HOST"] == "db1,db2,::1"
+    assert db["PORT"] == "5432,5433,5434"
+    assert (db["USER"], db["PASSWORD"], db["NAME"]) == ("app", "s@cret", "queue")
+    assert db["OPTIONS"] == {"target_session_attrs": "read-write"}
+
+
+def test_a_host_without_a_port_in_a_host_list_gets_postgresql_s_default():
+    from board.settings import database_from_url
+
+    db = database_from_url("postgres://db1,db2:6432/queue")
+
+    assert (db["HOST"], db["PORT"]) == ("db1,db2", "5432,6432")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgres://db1:5432,db2:99999/q", "postgres://db:port/q", "postgres://[::1/q"],
+)
+def test_a_database_url_with_a_bad_host_or_port_refuses_to_start(url):
+    finished = start_django(DEBUG="1", DATABASE_URL=url)
+
+    assert finished.returncode != 0
+    assert "ImproperlyConfigured" in finished.stderr
+    assert "DATABASE_URL" in finished.stderr
+
+
+@pytest.mark.django_db
+def test_the_app_connects_to_the_writable_server_of_a_host_list():
+    """With the first host down, the request pool and the doorbell's connection
+    both reach the next one (libpq's multi-host failover, read-write)."""
+    db = settings.DATABASES["default"]
+    url = (
+        f"postgres://{db['USER']}@127.0.0.1:{free_port()},"
+        f"{db['HOST']}:{db['PORT']}/{db['NAME']}?target_session_attrs=read-write"
+    )
+    probe = (
+        "from django.db import connection; from todos import doorbell; "
+        "connection.ensure_connection(); "
+        "print(connection.connection.info.port, doorbell._connect().info.port)"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", f"{SETUP}; {probe}"],
+        cwd=ROOT,
+        env={**os.environ, "DEBUG": "1", "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert finished.stdout.split() == ["started", db["PORT"], db["PORT"]], finished
