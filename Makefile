@@ -25,7 +25,7 @@ SECRET_KEY_FILE := .switchboard-secret-key
 SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
 export SECRET_KEY
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers bench-sqs resilience
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers bench-sqs resilience ha ha-stop
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -90,12 +90,19 @@ bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: Switchboard next to 
 resilience: venv ## Restart PostgreSQL under running agents; count lost todos (must be 0).
 	$(BIN)/python scripts/resilience.py
 
+ha: system-deps ## Start a failover pair (Patroni + etcd: primary and synchronous standby); print its DATABASE_URL.
+	@scripts/ha.sh start
+
+ha-stop: ## Stop the failover pair (its data stays in .hadata or its temp folder).
+	@scripts/ha.sh stop
+
 lint: venv ## Check style with ruff.
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 fmt: venv ## Format with ruff.
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
-clean: ## Stop the database, delete its data (.pgdata or its temp folder) and .venv.
+clean: ## Stop the databases, delete their data (.pgdata, .hadata or their temp folders) and .venv.
 	@scripts/devdb.sh destroy
+	@scripts/ha.sh destroy
 	rm -rf $(VENV)

@@ -70,8 +70,7 @@ def synchronous_standby(url):
         names = conn.execute("SHOW synchronous_standby_names").fetchone()[0]
         commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
         streaming = conn.execute(
-            "SELECT application_name FROM pg_stat_replication"
-            " WHERE sync_state = 'sync'"
+            "SELECT application_name FROM pg_stat_replication WHERE sync_state = 'sync'"
         ).fetchall()
     if not names or commit != "on" or not streaming:
         sys.exit(

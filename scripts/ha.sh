@@ -30,12 +30,6 @@ nodes=(pg1 pg2)
 log() { printf 'ha: %s\n' "$*" >&2; }
 
 bindir=$("$here/scripts/devdb.sh" bindir)
-for tool in patroni etcd; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        log "$tool is not installed: run scripts/system-deps.sh (Debian's patroni and etcd-server)"
-        exit 1
-    fi
-done
 
 if [ "$(id -u)" -eq 0 ]; then
     as_server() { (cd / && runuser -u postgres -- "$@"); }
@@ -188,6 +182,13 @@ primary_port() {
 }
 
 start() {
+    local tool
+    for tool in patroni etcd; do
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            log "$tool is not installed: run scripts/system-deps.sh (Debian's patroni and etcd-server)"
+            exit 1
+        fi
+    done
     mkdir -p "$datadir"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$datadir"
     chmod 700 "$datadir"
