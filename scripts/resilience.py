@@ -746,8 +746,15 @@ def wake_after_restart(ports, token, report):
         thread.start()
         time.sleep(1.0)
         creator = Api(ports[-1 - number], token, Report(), threading.Lock())
-        created_at = time.monotonic()
-        creator.call("POST", "/api/v1/todos", {"queue": queue, "title": "wake"})
+        for _ in range(50):
+            # The create is the stimulus, not the thing measured: resend a 503.
+            created_at = time.monotonic()
+            status, _ = creator.call(
+                "POST", "/api/v1/todos", {"queue": queue, "title": "wake"}
+            )
+            if status == 201:
+                break
+            time.sleep(0.1)
         thread.join(timeout=15)
         seconds = (
             round(answer["at"] - created_at, 3) if answer.get("status") == 200 else None
@@ -814,6 +821,27 @@ def fail_over(cluster, port, writer_token, report):
         f"while there was no primary the API answered {sorted(answers)}",
     )
     return killed, killed_at, outcome
+
+
+def serving_again(ports, token, killed_at, outcome):
+    """Time each app server's first served request after the kill."""
+    outcome["serving_seconds"] = []
+    for port in ports:
+        probe = Api(port, token, Report(), threading.Lock())
+        seconds = None
+        while time.monotonic() - killed_at < 60:
+            # A claim on a queue nobody fills: 404 means served, and takes nothing.
+            status, _ = probe.call(
+                "POST",
+                "/api/v1/todos/claim",
+                {"worker": "probe", "queue": "recovery-probe"},
+            )
+            if status == 404:
+                seconds = round(time.monotonic() - killed_at, 2)
+                break
+            time.sleep(0.05)
+        outcome["serving_seconds"].append(seconds)
+    return all(seconds is not None for seconds in outcome["serving_seconds"])
 
 
 def rejoin(cluster, killed, killed_at, outcome):
@@ -974,6 +1002,11 @@ def run_failover(options):
             time.sleep(load)
             killed, killed_at, outcome = fail_over(
                 cluster, ports[kill % len(ports)], writer["token"], report
+            )
+            report.check(
+                serving_again(ports, writer["token"], killed_at, outcome),
+                f"an app server did not serve within 60 s of killing "
+                f"{outcome['killed']}: {outcome['serving_seconds']}",
             )
             wake_after_restart(ports, probe["token"], report)
             if kill == 0:
@@ -1185,7 +1218,8 @@ def print_failover_report(report):
         print(
             f"kill {number} ({outcome['killed']}):   without a primary "
             f"{outcome.get('promoted_seconds')} s, first acknowledged write "
-            f"{outcome.get('first_write_seconds')} s, rejoined as synchronous "
+            f"{outcome.get('first_write_seconds')} s, each app server serving "
+            f"{outcome.get('serving_seconds')} s, rejoined as synchronous "
             f"standby {outcome.get('rejoined_seconds')} s after the kill"
         )
         if outcome.get("writes_before_promotion"):

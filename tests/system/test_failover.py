@@ -76,6 +76,14 @@ def test_writes_resume_within_seconds_of_the_kill(report, capsys):
         assert outcome["first_write_seconds"] < 20, outcome
 
 
+def test_every_app_server_serves_again_after_each_failover(report):
+    for outcome in report.failovers:
+        assert all(
+            seconds is not None and seconds < 30
+            for seconds in outcome["serving_seconds"]
+        ), outcome
+
+
 def test_without_a_primary_the_api_answers_503_json(report):
     for outcome in report.failovers:
         for answer in outcome["answers"]:
@@ -90,12 +98,12 @@ def test_the_killed_node_rejoins_as_the_synchronous_standby(report):
 
 
 def test_waiting_claims_and_the_sweep_loop_follow_the_new_primary(report):
-    assert len(report.wake_after_restart_seconds) == 4
+    assert len(report.wake_after_restart_seconds) == 4, report.failures
     assert all(
         seconds is not None and seconds < 2
         for seconds in report.wake_after_restart_seconds
-    )
-    assert report.sweep_reaped_after_restart_seconds is not None
+    ), report.failures
+    assert report.sweep_reaped_after_restart_seconds is not None, report.failures
     assert report.sweep_exit_status == 0
 
 
