@@ -127,6 +127,8 @@ class Report:
     completes_lost: int = 0
     # One entry per SIGKILL of the primary (--failover).
     failovers: list = field(default_factory=list)
+    # A create whose commit the synchronous standby did not confirm (--failover).
+    unreplicated_commit: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
 
     @property
@@ -854,6 +856,72 @@ def rejoin(cluster, killed, killed_at, outcome):
     return False
 
 
+def unreplicated_commit(cluster, port, token, report):
+    """Stall the standby; cancel a commit waiting for it: 503, not 201.
+
+    With the standby's WAL receiver stopped, a create's commit waits for a
+    confirmation that does not come (the statement timeout does not end that
+    wait). An operator who cancels the waiting backend (``pg_cancel_backend``)
+    leaves the commit on the primary only, and PostgreSQL answers success with
+    a warning, which the app must not pass off as an acknowledged write.
+    Resent with its idempotency key once the standby is back, the create
+    answers 200 with the todo it had made.
+    """
+    standby = next(
+        node for node in range(len(cluster.NODES)) if cluster.is_sync_standby(node)
+    )
+
+    def connect(node):
+        return psycopg.connect(
+            f"host=127.0.0.1 port={cluster.pg_ports[node]} user=postgres"
+            " dbname=postgres",
+            autocommit=True,
+        )
+
+    with connect(standby) as conn:
+        receiver = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()[0]
+    api = Api(port, token, Report(), threading.Lock())
+    body = {"queue": "unreplicated", "title": "x", "idempotency_key": "unreplicated"}
+    answer, cancelled = {}, False
+
+    def create():
+        answer["status"], answer["body"] = api.call("POST", "/api/v1/todos", body)
+
+    os.kill(receiver, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=create)
+        thread.start()
+        with connect(1 - standby) as admin:
+            deadline = time.monotonic() + 10
+            while not cancelled and time.monotonic() < deadline:
+                row = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                ).fetchone()
+                if row:
+                    cancelled = admin.execute(
+                        "SELECT pg_cancel_backend(%s)", [row[0]]
+                    ).fetchone()[0]
+                time.sleep(0.05)
+        thread.join(timeout=30)
+    finally:
+        os.kill(receiver, signal.SIGCONT)
+    again, _ = api.call("POST", "/api/v1/todos", body)
+    outcome = {
+        "cancelled": cancelled,
+        "status": answer.get("status"),
+        "error": (answer.get("body") or {}).get("error"),
+        "resent": again,
+    }
+    report.unreplicated_commit = outcome
+    report.check(cancelled, "no commit was seen waiting for the stalled standby")
+    report.check(
+        outcome["status"] == 503 and outcome["error"] == "unavailable",
+        f"a commit the standby never confirmed answered {outcome['status']}"
+        f" {answer.get('body')}",
+    )
+    report.check(again == 200, f"the resent create answered {again}")
+
+
 ACCOUNTING_SQL = """
 SELECT t.id::text, t.idempotency_key, t.state,
        count(*) FILTER (WHERE e.to_state = 'done') AS done_events,
@@ -1024,6 +1092,7 @@ def run_failover(options):
         for thread in threads:
             thread.join(timeout=60)
         account(cluster, state, report)
+        unreplicated_commit(cluster, ports[0], writer["token"], report)
         report.check(
             not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
         )
@@ -1231,6 +1300,7 @@ def print_failover_report(report):
         for answer, count in sorted(outcome["answers"].items()):
             print(f"                        {count:4d} x {answer}")
     print(f"wake after failover:  {report.wake_after_restart_seconds} s per server")
+    print(f"standby stalled:      {report.unreplicated_commit}")
     print(
         f"sweep loop:           reaped a 1 s lease "
         f"{report.sweep_reaped_after_restart_seconds} s after the claim; exit "

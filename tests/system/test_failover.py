@@ -107,5 +107,15 @@ def test_waiting_claims_and_the_sweep_loop_follow_the_new_primary(report):
     assert report.sweep_exit_status == 0
 
 
+def test_a_cancelled_wait_for_the_standby_answers_503_not_201(report):
+    """Defect: PostgreSQL answers success to a commit whose wait for the
+    synchronous standby was cancelled, kept on the primary alone; the API
+    acknowledged it (201) as if the standby had it."""
+    outcome = report.unreplicated_commit
+    assert outcome["cancelled"], outcome
+    assert (outcome["status"], outcome["error"]) == (503, "unavailable"), outcome
+    assert outcome["resent"] == 200
+
+
 def test_every_check_of_the_failover_run_passed(report):
     assert report.failures == []

@@ -11,6 +11,16 @@ restart is still replaced before it is used. One that breaks mid-burst fails
 its request (503) and Django closes it at the request's end, as it does for any
 connection that breaks during a request.
 
+With a synchronous standby, a commit waits until the standby has it (the
+statement timeout does not end that wait). When the wait is cancelled, by an
+operator's ``pg_cancel_backend`` on a commit stuck behind a stalled standby,
+PostgreSQL keeps the commit on the primary only and answers success with a
+warning: "canceling wait for synchronous replication". A failover then would
+lose it, so this backend turns that warning into an ``OperationalError``: the
+caller answers 503 and the client retries (creates carry idempotency keys,
+acknowledgements with a lease token are repeatable) instead of taking the write
+for one that two servers hold.
+
 Django reads every ``timestamptz`` through a Python subclass of psycopg's pure
 Python loader, so that the value carries Django's time zone: about 5 µs a value
 against 0.8 for the compiled loader of ``psycopg[binary]``, and a claimed or
@@ -24,7 +34,9 @@ instants in it.
 import datetime
 import functools
 import time
+import weakref
 
+from django.db import OperationalError
 from django.db.backends.postgresql import base
 from psycopg import adapt, adapters
 from psycopg.pq import Format
@@ -65,10 +77,62 @@ def fast_adapters(template):
     return context
 
 
+# The start of PostgreSQL's warning when a commit's wait for the synchronous
+# standby was cancelled (src/backend/replication/syncrep.c).
+SYNC_REP_CANCELLED = "canceling wait for synchronous replication"
+
+
+class UnreplicatedCommit(OperationalError):
+    """A commit the synchronous standby did not confirm: kept on the primary only."""
+
+
+def watch_replication(conn):
+    """Flag the connection when a commit's wait for the standby is cancelled."""
+    if hasattr(conn, "_switchboard_unreplicated"):
+        return
+    conn._switchboard_unreplicated = False
+    # A weak reference: the handler lives on the connection it flags.
+    ref = weakref.ref(conn)
+
+    def on_notice(diagnostic):
+        flagged = ref()
+        if flagged is not None and (diagnostic.message_primary or "").startswith(
+            SYNC_REP_CANCELLED
+        ):
+            flagged._switchboard_unreplicated = True
+
+    conn.add_notice_handler(on_notice)
+
+
+def raise_if_unreplicated(conn):
+    if conn is not None and getattr(conn, "_switchboard_unreplicated", False):
+        conn._switchboard_unreplicated = False
+        raise UnreplicatedCommit(
+            "the commit was not confirmed by the synchronous standby"
+        )
+
+
+def confirm_replicated(execute, sql, params, many, context):
+    """Django execute wrapper: an autocommitted statement commits as it runs."""
+    result = execute(sql, params, many, context)
+    raise_if_unreplicated(context["connection"].connection)
+    return result
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.last_request_ended = None
+        self.execute_wrappers.append(confirm_replicated)
+
+    def get_new_connection(self, conn_params):
+        conn = super().get_new_connection(conn_params)
+        watch_replication(conn)
+        return conn
+
+    def _commit(self):
+        super()._commit()
+        raise_if_unreplicated(self.connection)
 
     def get_connection_params(self):
         params = super().get_connection_params()
