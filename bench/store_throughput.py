@@ -95,6 +95,11 @@ def plain_step(url, endpoint_id, worker, claim_sql, complete_sql, lease):
             "results": [None],
             "errors": [""],
             "leases": [None],
+            "progresses": [None],
+            "checkpoints": [None],
+            "handoffs": [None],
+            "assignees": [None],
+            "notes": [None],
         }
         if conn.execute(complete_sql, params).fetchone() is None:
             raise RuntimeError(f"complete matched no row: {todo_id}")

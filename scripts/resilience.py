@@ -893,15 +893,17 @@ def unreplicated_commit(cluster, port, token, report):
         thread.start()
         with connect(1 - standby) as admin:
             deadline = time.monotonic() + 10
-            while not cancelled and time.monotonic() < deadline:
-                row = admin.execute(
+            while thread.is_alive() and time.monotonic() < deadline:
+                # The create's backend, not another commit waiting beside it
+                # (the sweep loop's).
+                for (pid,) in admin.execute(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
-                ).fetchone()
-                if row:
-                    cancelled = admin.execute(
-                        "SELECT pg_cancel_backend(%s)", [row[0]]
+                    " AND query LIKE '%%INSERT INTO todos %%'"
+                ).fetchall():
+                    cancelled |= admin.execute(
+                        "SELECT pg_cancel_backend(%s)", [pid]
                     ).fetchone()[0]
-                time.sleep(0.05)
+                thread.join(timeout=0.05)
         thread.join(timeout=30)
     finally:
         os.kill(receiver, signal.SIGCONT)
@@ -1278,6 +1280,10 @@ def print_failover_report(report):
         f"  (creates {report.lost}, completes {report.completes_lost})"
     )
     print(f"completed twice:      {report.completed_twice}")
+    print(
+        f"duplicate rows:       {report.duplicate_rows}  (a create committed, its"
+        " answer lost, resent after its todo was done)"
+    )
     print(f"unfinished:           {report.unfinished}")
     print(
         f"redelivered:          {report.redelivered}  (crashed workers: "
