@@ -304,6 +304,19 @@ def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
         page.get_by_text("Dismissed 2 dead letters.").wait_for()
         page.get_by_role("heading", name="No dead letters").wait_for()
 
+        second = asked(
+            owner,
+            "Archive the 2025 logs",
+            "ops-bot",
+            question="Archive 2025's logs to cold storage?",
+            choices=["Archive", "Keep hot"],
+        )
+        page.goto(f"{server}/board/todos/{second.id}/")
+        page.get_by_role("button", name="Keep hot").click()
+        # The whole page catches up: the todo is no longer held.
+        page.locator("#detail h1 .badge-pending").wait_for()
+        assert "waiting for an answer" not in page.locator("#detail").inner_text()
+
         page.goto(f"{server}/board/todos/{held.id}/")
         page.get_by_role("button", name="Copy answer link").click()
         page.get_by_role("button", name="Copied").wait_for()
