@@ -211,15 +211,46 @@ def test_a_free_json_answer_that_is_not_json_is_a_field_error(people):
 
     bad = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "[1,"})
     wrong = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "[1]"})
+    nul = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo): '["a\\u0000"]'}
+    )
     good = client.post(
         f"/board/todos/{todo.id}/answer/", {answer_field(todo): '["a", "b"]'}
     )
 
+    assert nul.status_code == 400 and "cannot be stored" in nul.content.decode()
     assert bad.status_code == 400 and "Not valid JSON" in bad.content.decode()
     assert wrong.status_code == 400
     assert "1 is not of type" in wrong.content.decode()
     assert good.status_code == 302
     assert store.get_todo_any_endpoint(todo.id).answer["value"] == ["a", "b"]
+
+
+def test_a_question_without_choices_or_schema_takes_free_text(people):
+    todo = asking(people["mine"], "Name the release")
+    client = logged_in(people["alice"])
+
+    nul = client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "a\x00b"})
+    good = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo): "  Cedar 2.0\n"}
+    )
+
+    assert nul.status_code == 400
+    assert "Null characters are not allowed" in nul.content.decode()
+    assert good.status_code == 302
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "  Cedar 2.0\n"
+
+
+def test_the_inbox_says_when_it_shows_only_the_first_questions(people, monkeypatch):
+    from todos.ui import inbox
+
+    monkeypatch.setattr(inbox, "INBOX_SIZE", 2)
+    for n in range(3):
+        asking(people["mine"], f"Question {n}")
+
+    html = logged_in(people["alice"]).get("/board/inbox/").content.decode()
+
+    assert "3 open questions · the first 2 shown" in html
 
 
 def test_answering_twice_shows_a_conflict_notice_and_the_first_answer_stays(people):
