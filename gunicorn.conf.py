@@ -2,25 +2,16 @@
 
 gunicorn manages the processes; each runs uvicorn's event loop serving Django's
 ASGI application (``board.workers.Worker``). The waiting surfaces — long-poll
-claims, ``/api/v1/events`` and MCP GET streams — are async views that hold no
-thread and no database connection while they wait, so one process serves
+claims (JSON API, SQS, MCP), ``/api/v1/events`` and MCP GET streams — are async
+views that hold no thread and no database connection while they wait, so one process serves
 thousands of waiting agents; every other view is sync and runs in a thread.
 See docs/scaling.md for the figures and the connection budget.
-
-``SWITCHBOARD_SERVER=gthread`` serves WSGI with threads instead (the serving
-before, kept for comparisons: bench/waiters.py); there each waiter holds a
-thread.
 """
 
 import os
 
-if os.environ.get("SWITCHBOARD_SERVER", "asgi") == "gthread":
-    wsgi_app = "board.wsgi"
-    worker_class = "gthread"
-    threads = int(os.environ.get("GUNICORN_THREADS", "64"))
-else:
-    wsgi_app = "board.asgi:application"
-    worker_class = "board.workers.Worker"
+wsgi_app = "board.asgi:application"
+worker_class = "board.workers.Worker"
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
 # A request may wait up to 20 s for work; the timeout must exceed that by far.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))

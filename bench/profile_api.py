@@ -80,7 +80,9 @@ def health_check_every_request():
 def wsgi_caller(token, application=None):
     """Return call(method, path, body) that runs one request through the WSGI app."""
     if application is None:
-        from board.wsgi import application
+        from django.core.wsgi import get_wsgi_application
+
+        application = get_wsgi_application()
 
     def call(method, path, body):
         raw = json.dumps(body).encode()

@@ -1,14 +1,13 @@
 """Server CPU per request, by kind, through a real `make run`-style server.
 
     python bench/request_cost.py [--requests 300] [--streams 150]
-                                 [--servings new,gthread,before] [--before REF]
+                                 [--servings new,before] [--before REF]
 
-For each serving — "new" (this checkout), "gthread" (this checkout with
-SWITCHBOARD_SERVER=gthread) and "before" (a `git worktree` of REF, by default
-the commit before the serving of board/asgi.py's ``SyncChain``) — it starts
-gunicorn (GUNICORN_WORKERS=2) and the sweep loop as bench/waiters.py does,
-sends each kind of request one after another, and divides the CPU the
-server's processes used by the number sent:
+For each serving — "new" (this checkout) and "before" (a `git worktree` of
+REF, by default the commit before the serving of board/asgi.py's
+``SyncChain``) — it starts gunicorn (GUNICORN_WORKERS=2) and the sweep loop
+as bench/waiters.py does, sends each kind of request one after another, and
+divides the CPU the server's processes used by the number sent:
 
 - healthz: ``GET /healthz``;
 - create: ``POST /api/v1/todos``;
@@ -137,7 +136,7 @@ def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--requests", type=int, default=300)
     parse.add_argument("--streams", type=int, default=150)
-    parse.add_argument("--servings", default="new,gthread,before")
+    parse.add_argument("--servings", default="new,before")
     parse.add_argument(
         "--before",
         default="9b9e689^",
@@ -152,12 +151,6 @@ def main():
     results = []
     if "new" in servings:
         results.append(measure("new", waiters.ROOT, url, args))
-    if "gthread" in servings:
-        results.append(
-            measure(
-                "gthread", waiters.ROOT, url, args, {"SWITCHBOARD_SERVER": "gthread"}
-            )
-        )
     if "before" in servings:
         # A database of its own: a tree migrates its database to its own schema.
         before_url = url + "_cost_before"

@@ -2,11 +2,10 @@
 
     python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
                             [--seconds 20] [--before REF]
-                            [--servings new,gthread,before]
+                            [--servings new,before]
 
 For each serving — "new" (this checkout: gunicorn + uvicorn workers, the
-doorbell hub, pooled connections), "gthread" (this checkout with
-SWITCHBOARD_SERVER=gthread, 2 x 64 threads) and "before" (a `git worktree` of
+doorbell hub, pooled connections) and "before" (a `git worktree` of
 REF, by default the commit before the ASGI serving landed: the old serving and
 its code, on a database of its own, ``<bench db>_before``) —
 the benchmark starts what `make run` starts (gunicorn with gunicorn.conf.py,
@@ -814,9 +813,9 @@ def main():
     parse.add_argument("--before", default=None, help="the old serving's git ref")
     parse.add_argument(
         "--servings",
-        default="new,gthread,before",
-        help="new (this code, ASGI), gthread (this code, SWITCHBOARD_SERVER="
-        "gthread), before (the --before tree: the old serving and its code)",
+        default="new,before",
+        help="new (this code), before (the --before tree: the old serving and its "
+        "code)",
     )
     parse.add_argument(
         "--probes",
@@ -868,10 +867,6 @@ def main():
     servings = args.servings.split(",")
     if "new" in servings:
         results.append(run_serving("new", ROOT, url, args))
-    if "gthread" in servings:
-        results.append(
-            run_serving("gthread", ROOT, url, args, {"SWITCHBOARD_SERVER": "gthread"})
-        )
     if "before" in servings:
         with benchlib.before_tree(before) as tree:
             results.append(run_serving(f"before ({before})", tree, before_url, args))

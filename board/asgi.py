@@ -1,14 +1,12 @@
 """ASGI entry point: what gunicorn's uvicorn workers serve (gunicorn.conf.py).
 
-Every request is served one of three ways (``Handler``):
+Every request is served one of two ways (``Handler``):
 
-- **waiting requests** — long-poll claims, ``/api/v1/events``, MCP GET
-  streams, SQS calls — are async all through, in the event loop
-  (todos.middleware.WaitingViewsMiddleware takes them past the sync
-  middleware; their database calls run in the bounded pool of todos.aio), so
-  a waiting agent parks no thread and holds no connection;
-- **MCP POST**, whose ``claim_next`` may wait in a thread, keeps Django's own
-  ASGI handling: a thread of its own per request;
+- **waiting requests** — long-poll claims, ``/api/v1/events``, MCP (its GET
+  stream and its ``claim_next``), SQS calls — are async all through, in the
+  event loop (todos.middleware.WaitingViewsMiddleware takes them past the
+  sync middleware; their database calls run in the bounded pool of
+  todos.aio), so a waiting agent parks no thread and holds no connection;
 - **everything else** — the agent API's other calls, the Board, webhooks,
   ``/healthz``, ``/metrics``, static files — is sync Django served as a
   threaded WSGI server serves it: the whole request (its signals, the sync
@@ -53,14 +51,10 @@ request_logger = logging.getLogger("switchboard.request")
 WAITING = {
     "/api/v1/todos/claim": {"POST"},
     "/api/v1/events": {"GET"},
-    "/mcp": {"GET"},
+    "/mcp": {"GET", "POST", "DELETE"},
     # The SQS surface: every call, since any ReceiveMessage may wait.
     "/": {"POST"},
 }
-
-
-# Served by Django's ASGI handler, a thread per request: MCP POST may wait.
-OWN_THREAD = {"/mcp": {"POST"}}
 
 
 class SyncChain(BaseHandler):
@@ -110,10 +104,8 @@ class Handler(ASGIHandler):
         path, method = scope["path"], scope["method"]
         if method in WAITING.get(path, ()):
             await self.serve(scope, receive, send, self.serve_waiting)
-        elif method not in OWN_THREAD.get(path, ()):
-            await self.serve(scope, receive, send, self.serve_in_thread)
         else:
-            await super().__call__(scope, receive, send)
+            await self.serve(scope, receive, send, self.serve_in_thread)
 
     async def refuse(self, surface, scope, receive, send, declared=None):
         """Answer 413 for ``surface``, logged as a request (see board.frontdoor)."""

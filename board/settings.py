@@ -184,7 +184,6 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "board.urls"
-WSGI_APPLICATION = "board.wsgi.application"
 ASGI_APPLICATION = "board.asgi.application"
 
 TEMPLATES = [
@@ -264,9 +263,6 @@ SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(
 # How often a served process's event loop collects its young generations
 # (board/workers.py, ClockedCollector); 0 leaves it to the thresholds alone.
 SWITCHBOARD_GC_TICK_MS = env_int("SWITCHBOARD_GC_TICK_MS", 100, 0, 60_000)
-# How long a served process's thread may hold the GIL while another waits
-# for it (board/workers.py, tune_switch_interval); Python's own is 5 ms.
-SWITCHBOARD_SWITCH_INTERVAL_MS = env_int("SWITCHBOARD_SWITCH_INTERVAL_MS", 1, 1, 100)
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
 _db["TEST"] = {"NAME": env_str("SWITCHBOARD_TEST_DB", "") or None}
@@ -370,7 +366,7 @@ SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(
 
 # How long a ring may wait to reach the event streams (SSE, MCP GET) of its
 # scope: the streams a moment's rings wake are woken together, once, and each
-# sends those rings in one write (todos.doorbell). 0 = each ring at once.
+# sends those rings in one write (todos.hub). 0 = each ring at once.
 SWITCHBOARD_STREAM_BATCH_MS = env_int("SWITCHBOARD_STREAM_BATCH_MS", 20, 0, 1000)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "text")

@@ -34,14 +34,15 @@ class Worker(UvicornWorker):
 
     async def _serve(self):
         from board.frontdoor import raise_open_files_limit
-        from todos.doorbell import hub
+        from todos.hub import hub
 
         self.config.app = self.wsgi
         raise_open_files_limit()
         tune_gc()
-        tune_switch_interval()
         server = Server(config=self.config)
         loop = asyncio.get_running_loop()
+        # The doorbell hub listens in this event loop, from boot.
+        hub.start()
         collector = ClockedCollector.from_settings(loop)
         stop = server.handle_exit
 
@@ -152,20 +153,3 @@ class ClockedCollector:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
-
-
-def tune_switch_interval():
-    """Hand the GIL over sooner: every 1 ms rather than Python's 5.
-
-    A served process's event loop and its request threads take turns at the
-    GIL. When a thread's database call returns, it waits for the GIL until
-    the holder lets go, at most one switch interval; a wake-up (the hub's
-    thread, the loop, a claim in a thread, the loop again) waits at each hop.
-    With 3 500 waiters open, the wake p99's median was 73 ms over 5 runs at
-    1 ms and 100 over 8 at 5 ms, the rest unchanged; weak evidence, within the
-    noise of later runs (docs/scaling.md, "The GIL switch interval").
-    ``SWITCHBOARD_SWITCH_INTERVAL_MS`` sets it.
-    """
-    from django.conf import settings
-
-    sys.setswitchinterval(settings.SWITCHBOARD_SWITCH_INTERVAL_MS / 1000)

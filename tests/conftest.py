@@ -7,20 +7,42 @@ clock), never by sleeping.
 import pytest
 from django.db import connection
 
+from tests.support import InProcessServer
 from todos import endpoints, store
-from todos.doorbell import hub
 
 
-@pytest.fixture(scope="session", autouse=True)
-def doorbell_hub(django_db_setup, django_db_blocker):
-    """The process's doorbell hub, stopped before the test database is dropped
-    (its LISTEN connection would hold the database open)."""
-    yield hub
-    hub.stop()
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker):
+    """The ASGI app served in this process (``.url``), for the waiting paths;
+    stopped before the test database is dropped (its LISTEN would hold it)."""
+    with django_db_blocker.unblock():
+        server = InProcessServer()
+    yield server
+    server.stop()
     from django.db import connections
 
     for conn in connections.all():
         conn.close_pool()
+
+
+@pytest.fixture(autouse=True)
+def waiting_views_in_the_test_thread(request, monkeypatch):
+    """For Django's test client: the waiting views' database calls run in the
+    test's own thread and transaction, with no doorbell hub. Such a test is of
+    what a request answers, not of how it waits: that runs on the real serving
+    (``asgi_server``, or gunicorn), which keeps its pooled calls."""
+    if "asgi_server" in request.fixturenames:
+        return
+    from asgiref.sync import sync_to_async
+
+    from todos import aio
+    from todos.hub import hub
+
+    def in_test_thread(fn, *args):
+        return sync_to_async(fn, thread_sensitive=True)(*args)
+
+    monkeypatch.setattr(aio, "run_pooled", in_test_thread)
+    monkeypatch.setattr(hub, "start", lambda: None)
 
 
 @pytest.fixture

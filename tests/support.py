@@ -135,3 +135,49 @@ def load_resilience_script(module_name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class InProcessServer:
+    """uvicorn serving board.asgi in a thread of the test process, as a gunicorn
+    worker serves it (one event loop with the doorbell hub in it), so a test
+    sees the server's hub and may change the settings it reads."""
+
+    def __init__(self):
+        import asyncio
+        import threading
+
+        import uvicorn
+
+        from board.asgi import application
+        from todos.hub import hub
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                application,
+                host="127.0.0.1",
+                port=self.port,
+                lifespan="off",
+                log_level="warning",
+                http="httptools",
+            )
+        )
+
+        async def serve():
+            hub.start()
+            try:
+                await self.server.serve()
+            finally:
+                await hub.stop()
+
+        self.thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not (self.server.started and hub.connected):
+            assert time.monotonic() < deadline, "the in-process server did not start"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

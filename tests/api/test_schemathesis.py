@@ -57,7 +57,7 @@ def token_endpoint(db):
         HealthCheck.filter_too_much,
     ],
 )
-def test_the_api_conforms_to_its_openapi_document(case, live_server, token_endpoint):
+def test_the_api_conforms_to_its_openapi_document(case, asgi_server, token_endpoint):
     if case.query and case.query.get("cursor"):
         # A cursor is opaque: only one this API issued is valid, and a random
         # string is rightly a 400 (tests/api/test_api.py pages with real ones).
@@ -71,4 +71,4 @@ def test_the_api_conforms_to_its_openapi_document(case, live_server, token_endpo
         # Each generated long poll would wait out its seconds on an empty queue;
         # tests/api/test_longpoll.py covers waiting, this run covers the shapes.
         case.body["wait_seconds"] = 0
-    case.call_and_validate(base_url=live_server.url)
+    case.call_and_validate(base_url=asgi_server.url)

@@ -1,9 +1,9 @@
 """The MCP endpoint, driven by the official ``mcp`` SDK client over Streamable HTTP.
 
-The client tests run against a live server (pytest-django's ``live_server``,
-transactional) and one against a gunicorn process beside it, to show that a
-session is not held in any one process. The JSON-RPC edge cases go through
-Django's test client, in process.
+The client tests run against the ASGI app served in the test process
+(``asgi_server``, transactional) and one against a gunicorn process beside
+it, to show that a session is not held in any one process. The JSON-RPC edge
+cases go through Django's test client, in process.
 """
 
 import json
@@ -106,14 +106,14 @@ def run(main):
 
 @live
 def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     """SPEC: Claimed todo is invisible to other consumers; Only the lease owner may
     complete or fail."""
     seen = {}
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token) as session:
+        async with mcp_client(asgi_server.url, endpoint.token) as session:
             seen["version"] = session.initialize_info.protocol_version
             seen["server"] = session.initialize_info.server_info.name
             seen["tools"] = {tool.name for tool in (await session.list_tools()).tools}
@@ -165,14 +165,14 @@ def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
 
 @live
 def test_sdk_client_claims_a_batch_and_acknowledges_it_with_lease_tokens(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     """CONTRACT §10 over MCP: claim_next with max_todos, the owner tools with
     lease_token, the batch tool, create_todo with delay_seconds, list_queues."""
     seen = {}
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token) as session:
+        async with mcp_client(asgi_server.url, endpoint.token) as session:
             for n in range(3):
                 await call(session, "create_todo", queue="jobs", title=f"t{n}")
             delayed = await call(
@@ -235,7 +235,7 @@ def test_sdk_client_claims_a_batch_and_acknowledges_it_with_lease_tokens(
 
 @live
 def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
-    live_server, scope, other_endpoint
+    asgi_server, scope, other_endpoint
 ):
     """SPEC: A foreign todo id is indistinguishable from a nonexistent one"""
     foreign, _ = store.create_todo(scope, queue="reviews", title="A's")
@@ -243,7 +243,7 @@ def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
     answers = {}
 
     async def main():
-        async with mcp_client(live_server.url, other_endpoint.token) as session:
+        async with mcp_client(asgi_server.url, other_endpoint.token) as session:
             for tool in (
                 "get_todo",
                 "claim_todo",
@@ -270,7 +270,7 @@ def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
 
 @live
 def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
-    live_server, endpoint, other_endpoint
+    asgi_server, endpoint, other_endpoint
 ):
     """SPEC: Cross-endpoint queue collision is isolated; Doorbell never crosses
     endpoints"""
@@ -279,8 +279,8 @@ def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token, a_bells) as a,
-            mcp_client(live_server.url, other_endpoint.token, b_bells) as b,
+            mcp_client(asgi_server.url, endpoint.token, a_bells) as a,
+            mcp_client(asgi_server.url, other_endpoint.token, b_bells) as b,
         ):
             a_todo = await call(a, "create_todo", queue="reviews", title="A's review")
             a_id = a_todo.structured_content["todo"]["id"]
@@ -311,15 +311,15 @@ def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
 
 @live
 def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     quiet_bells, loud_bells = Doorbells(), Doorbells()
     seen = {}
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token, quiet_bells) as quiet,
-            mcp_client(live_server.url, endpoint.token, loud_bells) as loud,
+            mcp_client(asgi_server.url, endpoint.token, quiet_bells) as quiet,
+            mcp_client(asgi_server.url, endpoint.token, loud_bells) as loud,
         ):
             await quiet.set_logging_level("warning")
             created = await call(loud, "create_todo", queue="q")
@@ -335,13 +335,13 @@ def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
 
 @live
 def test_the_get_stream_draws_each_keep_alive_wait_anew(
-    live_server, endpoint, monkeypatch
+    asgi_server, endpoint, monkeypatch
 ):
     """As /api/v1/events: streams opened together kept their keep-alives in
     step; each wait of the session's GET stream draws its own."""
     from django.conf import settings
 
-    from todos.mcp import transport
+    from todos import streams
 
     asked = []
 
@@ -349,10 +349,10 @@ def test_the_get_stream_draws_each_keep_alive_wait_anew(
         asked.append(seconds)
         return 0.2
 
-    monkeypatch.setattr(transport, "keepalive_wait", drawn)
+    monkeypatch.setattr(streams, "keepalive_wait", drawn)
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token):
+        async with mcp_client(asgi_server.url, endpoint.token):
             await anyio.sleep(1)
 
     run(main)
@@ -361,15 +361,15 @@ def test_the_get_stream_draws_each_keep_alive_wait_anew(
 
 
 @live
-def test_claim_next_waits_for_work_that_arrives_during_the_wait(live_server, endpoint):
+def test_claim_next_waits_for_work_that_arrives_during_the_wait(asgi_server, endpoint):
     """SPEC: Atomic Claim with FOR UPDATE SKIP LOCKED (a long poll, woken by the
     doorbell)"""
     seen = {}
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token) as worker,
-            mcp_client(live_server.url, endpoint.token) as producer,
+            mcp_client(asgi_server.url, endpoint.token) as worker,
+            mcp_client(asgi_server.url, endpoint.token) as producer,
         ):
 
             async def claim():
@@ -392,14 +392,14 @@ def test_claim_next_waits_for_work_that_arrives_during_the_wait(live_server, end
 
 @live
 def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
-    live_server, make_endpoint
+    asgi_server, make_endpoint
 ):
     """Bad arguments are tool errors a model can correct, not transport failures."""
     narrow = make_endpoint("narrow", queues=("build",))
     results = {}
 
     async def main():
-        async with mcp_client(live_server.url, narrow.token) as session:
+        async with mcp_client(asgi_server.url, narrow.token) as session:
             results["lease"] = await call(session, "claim_next", lease_seconds=0)
             results["wait"] = await call(session, "claim_next", wait_seconds=21)
             results["unknown"] = await call(session, "get_todo", id="x")
@@ -428,14 +428,14 @@ def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
 
 @live
 def test_the_sdk_high_level_client_falls_back_from_its_discover_probe(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     """The SDK's Client first probes the stateless 2026 revision, then initializes."""
     seen = {}
 
     async def main():
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {endpoint.token}"})
-        transport = streamable_http_client(f"{live_server.url}/mcp", http_client=http)
+        transport = streamable_http_client(f"{asgi_server.url}/mcp", http_client=http)
         async with http, Client(transport) as client:
             seen["version"] = client.protocol_version
             seen["todos"] = (
@@ -467,7 +467,7 @@ def outage_server(django_db_setup, django_db_blocker):
 @live
 @pytest.mark.slow
 def test_a_session_minted_by_one_process_is_served_by_another(
-    live_server, gunicorn_server, endpoint, scope
+    asgi_server, gunicorn_server, endpoint, scope
 ):
     """Sessions live in PostgreSQL: any server process serves any session."""
     headers = {
@@ -478,7 +478,7 @@ def test_a_session_minted_by_one_process_is_served_by_another(
     seen = {}
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token) as session:
+        async with mcp_client(asgi_server.url, endpoint.token) as session:
             headers["Mcp-Session-Id"] = session.mcp_session_id
             async with httpx2.AsyncClient(
                 base_url=gunicorn_server, timeout=10
@@ -505,7 +505,7 @@ def test_a_session_minted_by_one_process_is_served_by_another(
                                 break
                     # Ended through the live server, the session's stream on
                     # the gunicorn process ends too.
-                    async with httpx2.AsyncClient(base_url=live_server.url) as first:
+                    async with httpx2.AsyncClient(base_url=asgi_server.url) as first:
                         ended = await first.delete("/mcp", headers=headers)
                     seen["ended"] = ended.status_code
                     with anyio.fail_after(10):

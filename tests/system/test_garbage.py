@@ -17,7 +17,6 @@ import asyncio
 import collections
 import gc
 import json
-import sys
 import weakref
 
 import pytest
@@ -294,21 +293,6 @@ def test_python_keeps_the_collector_as_python_has_it(python_gc, settings):
 
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
-
-
-def test_the_served_process_hands_the_gil_over_every_millisecond(settings):
-    from board.workers import tune_switch_interval
-
-    before = sys.getswitchinterval()
-    try:
-        settings.SWITCHBOARD_SWITCH_INTERVAL_MS = 1
-        tune_switch_interval()
-        assert sys.getswitchinterval() == pytest.approx(0.001)
-        settings.SWITCHBOARD_SWITCH_INTERVAL_MS = 5
-        tune_switch_interval()
-        assert sys.getswitchinterval() == pytest.approx(0.005)
-    finally:
-        sys.setswitchinterval(before)
 
 
 @pytest.fixture

@@ -542,6 +542,26 @@ def test_waiters_recheck_when_the_listen_connection_comes_back(server, endpoint,
     assert second.answered_at - created_at < 1.0
 
 
+def test_a_payload_the_hub_cannot_read_does_not_stop_it(server, endpoint, scope):
+    """Defect: a notice whose payload the hub could not decode (nested past
+    json's recursion limit) raised a RecursionError, not a psycopg.Error, and
+    the hub's thread died for good: every stream opened after ended at once."""
+    first = sse(server, endpoint)
+    first.read_until(": keep-alive", seconds=3)  # the hub listens by now
+    first.close()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_notify(%s, repeat('[', 7000))", [store.DOORBELL_CHANNEL]
+        )
+    settle()
+    stream = sse(server, endpoint)
+    try:
+        todo, _ = store.create_todo(scope, queue="q")
+        assert todo.id in stream.read_until(todo.id, seconds=3)
+    finally:
+        stream.close()
+
+
 # --- Shutdown -----------------------------------------------------------------
 
 

@@ -19,8 +19,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, auth, http, store
-from todos.doorbell import claim_when_ready
+from todos import auth, http, longpoll, store
 
 logger = logging.getLogger("switchboard.api")
 
@@ -218,17 +217,27 @@ class Fields:
         return value
 
 
-def api_view(*methods, authenticated=True, first=None):
+def prepare(request):
+    """Authenticate the bearer token (``request.endpoint``, ``request.scope``)
+    and parse a JSON body into ``request.body_fields``."""
+    request.endpoint = authenticate(request)
+    request.scope = store.Scope.for_endpoint(request.endpoint)
+    _read_fields(request)
+
+
+def _read_fields(request):
+    if request.method in {"POST", "PUT", "PATCH"}:
+        request.body_fields = Fields(read_json_body(request))
+
+
+def api_view(*methods, authenticated=True):
     """Make a function view an agent API view.
 
-    Answers 405 for other methods, authenticates the bearer token (setting
-    ``request.endpoint`` and ``request.scope``), parses a JSON body into
-    ``request.body_fields``, and maps every known failure to its JSON error.
-    An async view's ``first(request)`` (sync) runs in the same database call
-    as the authentication; its result is ``request.first`` (closed, when it
-    has a ``close``, if the client leaves before the view gets it).
-    CSRF does not apply: the API authenticates each request by its token,
-    never by a cookie.
+    Answers 405 for other methods, authenticates the bearer token and parses
+    a JSON body (``prepare``), and maps every known failure to its JSON error.
+    An async view (one that waits) calls ``prepare`` itself, in its first
+    pooled database call. CSRF does not apply: the API authenticates each
+    request by its token, never by a cookie.
     """
 
     def refuse(request):
@@ -241,28 +250,16 @@ def api_view(*methods, authenticated=True, first=None):
             {"Allow": ", ".join(methods)},
         )
 
-    def begin(request):
-        if authenticated:
-            request.endpoint = authenticate(request)
-            request.scope = store.Scope.for_endpoint(request.endpoint)
-        if request.method in {"POST", "PUT", "PATCH"}:
-            request.body_fields = Fields(read_json_body(request))
-        return first(request) if first is not None else None
-
     def decorate(view):
         if inspect.iscoroutinefunction(view):
-            # A waiting view: its database work runs through request.db.
+
             @csrf_exempt
             @functools.wraps(view)
             async def async_wrapper(request, *args, **kwargs):
                 refused = refuse(request)
                 if refused is not None:
                     return refused
-                request.db = aio.db_runner(request)
                 try:
-                    # One database call: authenticate, read the body, and
-                    # the view's first step.
-                    request.first = await aio.run_owned(request.db, begin, request)
                     return await view(request, *args, **kwargs)
                 except Exception as exc:
                     return _api_error_response(exc)
@@ -277,7 +274,10 @@ def api_view(*methods, authenticated=True, first=None):
             if refused is not None:
                 return refused
             try:
-                begin(request)
+                if authenticated:
+                    prepare(request)
+                else:
+                    _read_fields(request)
                 return view(request, *args, **kwargs)
             except Exception as exc:
                 return _api_error_response(exc)
@@ -348,25 +348,41 @@ def create_todo(scope, fields, *, actor):
     return store.create_todo(scope, **create_arguments(fields), actor=actor)
 
 
-def claim_batch(scope, worker, queue, lease, wait, limit):
-    """Claim up to ``limit`` todos, waiting up to ``wait`` s; [] when none came.
+class ClaimNext(longpoll.LongPoll):
+    """A ``claim_next`` of the JSON API or MCP: a long poll over the caller's
+    scope (one queue, if given), one todo or up to ``max_todos``.
+    ``read`` takes its fields; a surface's ``start`` authenticates first."""
 
-    The blocking form, for the MCP tools; the JSON view awaits the same attempt.
-    """
-    return claim_when_ready(
-        scope, queue, wait, batch_attempt(scope, worker, queue, lease, limit)
-    )
+    def __init__(self, request):
+        self.request = request
+        self.limit = None
 
+    def read(self, fields):
+        self.worker, self.queue = fields.worker(), fields.text("queue")
+        self.lease, self.wait = fields.lease_seconds(), fields.wait_seconds()
+        self.limit = fields.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
+        return self
 
-def batch_attempt(scope, worker, queue, lease, limit):
-    """Return an attempt that claims up to ``limit`` todos ([] when none)."""
+    def revalidate(self):
+        # A revoked or re-keyed token ends the wait (401); a new grant applies
+        # from now on, and a named queue outside it ends the wait (403).
+        scope = store.Scope.for_endpoint(authenticate(self.request))
+        if self.queue is not None and not scope.covers(self.queue):
+            raise store.QueueNotGranted(self.queue)
+        return scope
 
-    def attempt():
-        return store.claim_many(
-            scope, worker, limit=limit, queue=queue, lease_seconds=lease
+    def attempt(self, scope):
+        if self.limit is not None:
+            return store.claim_many(
+                scope,
+                self.worker,
+                limit=self.limit,
+                queue=self.queue,
+                lease_seconds=self.lease,
+            )
+        return store.claim_next(
+            scope, self.worker, queue=self.queue, lease_seconds=self.lease
         )
-
-    return attempt
 
 
 def _failure(exc):

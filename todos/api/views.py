@@ -7,21 +7,19 @@ auth, the body parsing and the error mapping.
 
 from django.http import JsonResponse
 
-from todos import store
+from todos import longpoll, store
 from todos.api.core import (
-    MAX_CLAIM_BATCH,
     MAX_ERROR_LENGTH,
+    ClaimNext,
     Fields,
     acknowledge_batch,
     api_view,
-    authenticate,
-    batch_attempt,
     create_batch,
     create_todo,
     list_page,
+    prepare,
     todo_response,
 )
-from todos.doorbell import aclaim_when_ready, begin_claim
 
 
 @api_view("GET", "POST")
@@ -53,60 +51,24 @@ def detail(request, todo_id):
     return todo_response(store.get_todo(request.scope, todo_id))
 
 
-class LongPoll:
-    """A claim_next request's fields and first try, made in the database call
-    that authenticated it (``api_view``'s ``first``)."""
-
-    def __init__(self, request):
-        body = request.body_fields
-        self.request = request
-        self.worker = body.worker()
-        self.queue = body.text("queue")
-        self.lease, self.wait = body.lease_seconds(), body.wait_seconds()
-        self.limit = body.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
-        self.scope = request.scope
-        self.first = begin_claim(self.scope, self.queue, self.wait, self.attempt)
-
-    def attempt(self):
-        if self.limit is not None:
-            return batch_attempt(
-                self.scope, self.worker, self.queue, self.lease, self.limit
-            )()
-        return store.claim_next(
-            self.scope, self.worker, queue=self.queue, lease_seconds=self.lease
-        )
-
-    def still_valid(self):
-        # The endpoint changed while we waited: a revoked or re-keyed token
-        # ends the wait (401); a new grant applies from now on.
-        self.scope = store.Scope.for_endpoint(authenticate(self.request))
-        if self.queue is not None and not self.scope.covers(self.queue):
-            raise store.QueueNotGranted(self.queue)
-        return self.scope
-
-    def close(self):
-        self.first.close()
+class ApiClaim(ClaimNext):
+    def start(self):
+        prepare(self.request)
+        self.read(self.request.body_fields)
+        return self.request.scope
 
 
-@api_view("POST", first=LongPoll)
+@api_view("POST")
 async def claim_next(request):
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
-    An async view: while it waits it holds no thread and no database
-    connection, only a mailbox on the process's doorbell hub. With
-    ``max_todos`` (1..10) it claims up to that many in one statement and always
-    answers 200 ``{"todos": [...]}``, an empty list after the wait.
+    A long poll (todos.longpoll): while it waits it holds no thread and no
+    database connection. With ``max_todos`` (1..10) it claims up to that many
+    in one statement and always answers 200 ``{"todos": [...]}``, an empty
+    list after the wait.
     """
-    poll = request.first
-    claimed = await aclaim_when_ready(
-        poll.scope,
-        poll.queue,
-        poll.wait,
-        poll.attempt,
-        request.db,
-        still_valid=poll.still_valid,
-        first=poll.first,
-    )
+    poll = ApiClaim(request)
+    claimed = await longpoll.claim(poll)
     if poll.limit is not None:
         return JsonResponse({"todos": [todo.to_dict() for todo in claimed]})
     return todo_response(claimed)

@@ -25,7 +25,6 @@ from todos.api.core import (
     api_error_for,
     bad_request,
 )
-from todos.doorbell import claim_when_ready
 
 
 @dataclass(frozen=True)
@@ -113,17 +112,15 @@ def create_todo(args, caller):
 
 
 def claim_next(args, caller):
-    worker, queue, lease = args.worker(), args.text("queue"), args.lease_seconds()
-    wait = args.wait_seconds()
-    limit = args.integer("max_todos", minimum=1, maximum=api.MAX_CLAIM_BATCH)
-    if limit is not None:
-        todos = api.claim_batch(caller.scope, worker, queue, lease, wait, limit)
-        return _ok({"todos": [todo.to_dict() for todo in todos]})
+    """Read the claim; the transport makes it, a long poll (todos.longpoll)."""
+    return api.ClaimNext(None).read(args)
 
-    def attempt():
-        return store.claim_next(caller.scope, worker, queue=queue, lease_seconds=lease)
 
-    return _todo(claim_when_ready(caller.scope, queue, wait, attempt))
+def claimed(claim, result):
+    """The tool result of a claim_next that claimed ``result``."""
+    if claim.limit is not None:
+        return _ok({"todos": [todo.to_dict() for todo in result]})
+    return _todo(result)
 
 
 def claim_todo(args, caller):
@@ -541,9 +538,15 @@ def call(tool, arguments, caller):
             raise bad_request(f"{', '.join(unknown)}: not an argument of {tool.name}")
         return tool.handler(ToolArguments(arguments, caller), caller)
     except Exception as exc:
-        error = api_error_for(exc)
-        if error is None or error.status >= 500:
-            raise
-        if tool.name == "claim_next" and isinstance(exc, store.NotFound):
-            return _tool_error(error.code, error.detail, NO_WORK_HINT)
-        return _tool_error(error.code, error.detail, HINTS.get(error.code, ""))
+        return failure(tool, exc)
+
+
+def failure(tool, exc):
+    """A tool's failure as an ``isError`` result; an outage, a refused token
+    (for the transport to answer 503 or 401) or a bug is raised."""
+    error = api_error_for(exc)
+    if error is None or error.status >= 500 or error.status == 401:
+        raise exc
+    if tool.name == "claim_next" and isinstance(exc, store.NotFound):
+        return _tool_error(error.code, error.detail, NO_WORK_HINT)
+    return _tool_error(error.code, error.detail, HINTS.get(error.code, ""))

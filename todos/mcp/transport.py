@@ -30,26 +30,15 @@ import uuid
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models.functions import Now
 from django.http import HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, http, store
-from todos.api.core import api_error_for, authenticate
-from todos.api.events import _rings, same_access
-from todos.api.events import backlog as events_backlog
-from todos.doorbell import (
-    ENDPOINT,
-    LOST,
-    RECHECK,
-    SESSION,
-    SHUTDOWN,
-    hub,
-    keepalive_wait,
-)
+from todos import aio, http, longpoll, store, streams
+from todos.api.core import ClaimNext, api_error_for, authenticate
+from todos.api.events import same_access
 from todos.mcp import sessions
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
@@ -64,7 +53,6 @@ VERSION_HEADER = "MCP-Protocol-Version"
 # client initializes a new one (todos.mcp.sessions).
 # last_seen_at is refreshed at most this often, so a request rarely writes.
 TOUCH_EVERY = timedelta(minutes=1)
-BACKLOG_LIMIT = 100
 LOG_LEVELS = (
     "debug",
     "info",
@@ -392,14 +380,63 @@ def _post(request, endpoint):
     try:
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params: must be an object")
-        body = {
-            "jsonrpc": "2.0",
-            "id": message_id,
-            "result": _dispatch(message["method"], params, caller, session),
-        }
+        result = _dispatch(message["method"], params, caller, session)
+        if isinstance(result, ClaimNext):
+            # claim_next: the POST goes on as a long poll (``Post``).
+            return Pending(result, message_id, headers, caller.scope)
+        body = {"jsonrpc": "2.0", "id": message_id, "result": result}
     except RpcError as exc:
         body = _error_body(message_id, exc.code, exc.message)
     return JsonResponse(body, headers=headers)
+
+
+class Pending:
+    """A tools/call of claim_next, read and checked, that is yet to claim."""
+
+    def __init__(self, claim, message_id, headers, scope):
+        self.claim, self.message_id = claim, message_id
+        self.headers, self.scope = headers, scope
+
+
+class Post(longpoll.LongPoll):
+    """An MCP POST: any message is answered in ``start`` (one pooled call),
+    but a tools/call of claim_next, which claims as a long poll."""
+
+    def __init__(self, request):
+        self.request = request
+        self.pending = self.response = None
+
+    def start(self):
+        answer = _answer(self.request)
+        if not isinstance(answer, Pending):
+            self.response = answer
+            return None
+        self.pending, claim = answer, answer.claim
+        claim.request = self.request
+        self.queue, self.wait = claim.queue, claim.wait
+        return answer.scope
+
+    def revalidate(self):
+        return self.pending.claim.revalidate()
+
+    def attempt(self, scope):
+        return self.pending.claim.attempt(scope)
+
+
+async def _post_waiting(request):
+    post = Post(request)
+    try:
+        claimed = await longpoll.claim(post)
+    except Exception as exc:
+        if post.pending is None:
+            raise
+        result = mcp_tools.failure(mcp_tools.TOOLS["claim_next"], exc)
+    else:
+        if post.pending is None:
+            return post.response
+        result = mcp_tools.claimed(post.pending.claim, claimed)
+    body = {"jsonrpc": "2.0", "id": post.pending.message_id, "result": result}
+    return JsonResponse(body, headers=post.pending.headers)
 
 
 # --- The session's event stream -------------------------------------------------
@@ -451,50 +488,11 @@ def session_level(session_id):
     )
 
 
-async def session_stream(request, waiter, session, rings, keepalive_seconds):
-    """The body of a session's GET stream; ``waiter`` is closed when it ends.
-
-    It ends when its client goes, when the server shuts down, when the
-    database goes away (the client reconnects), when its session ends (a
-    DELETE, possibly in another process, or the endpoint's revocation), and
-    when its endpoint's token or grant changes. The hub's control channel
-    says when the session changed, so the stream reads its row only then.
-    """
-    session_id, log_level = session.pk, session.log_level
-    scope = waiter.scope
-    try:
-        yield ": connected\n\n"
-        while True:
-            if rings and _wants_doorbell(log_level):
-                yield "".join(_doorbell_event(ring) for ring in rings)
-            else:
-                yield ": keep-alive\n\n"
-            rings, notices = await waiter.wait(keepalive_wait(keepalive_seconds))
-            if SHUTDOWN in notices:
-                return
-            if LOST in notices:
-                logger.warning("mcp stream ended: database unavailable")
-                return
-            if ENDPOINT in notices and not await aio.run_pooled(
-                same_access, request, scope
-            ):
-                return
-            if notices & {SESSION, RECHECK}:
-                log_level = await aio.run_pooled(session_level, session_id)
-                if log_level is None:
-                    return
-            if RECHECK in notices:
-                # Rings may have been missed before the hub listened.
-                rings = rings + _rings(await aio.run_pooled(events_backlog, scope))
-    finally:
-        waiter.close()
-
-
 def _event(message):
     return f"event: message\ndata: {json.dumps(message)}\n\n"
 
 
-async def _stream(request, endpoint, db):
+def _authorize_stream(request):
     if not _accepts(request, "text/event-stream"):
         raise TransportError(
             406,
@@ -502,21 +500,45 @@ async def _stream(request, endpoint, db):
             "the client must accept text/event-stream",
             error="not_acceptable",
         )
-    session = await db(_session, request, endpoint)
-    scope = store.Scope.for_endpoint(endpoint)
-    # Listen before reading the backlog, so nothing turns ready unheard in
-    # between (a todo may then be announced twice; the claim settles it).
-    waiter = hub.subscribe(scope, "stream", session_id=session.pk)
-    try:
-        rings = _rings(await db(events_backlog, scope))
-    except BaseException:
-        waiter.close()
-        raise
-    body = session_stream(
-        request, waiter, session, rings, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
-    )
-    response = aio.event_stream(request, body)
-    response[SESSION_HEADER] = str(session.id)
+    _check_origin(request)
+    request.endpoint = authenticate(request)
+    request.mcp_session = _session(request, request.endpoint)
+    return store.Scope.for_endpoint(request.endpoint), request.mcp_session.pk
+
+
+async def session_stream(request, waiter, first):
+    """The body of a session's GET stream (``todos.streams`` waits for it).
+
+    Besides the streams' own ends, it ends when its session ends (a DELETE,
+    possibly in another process, or the endpoint's revocation); the hub's
+    control channel says when the session changed, so it reads its row only
+    then.
+    """
+    scope, session = waiter.scope, request.mcp_session
+    level = [session.log_level]
+
+    def refresh(notices):
+        if not same_access(request, scope):
+            return False
+        level[0] = session_level(session.pk)
+        return level[0] is not None
+
+    yield ": connected\n\n"
+    async for said in streams.watch(
+        waiter, first, refresh, settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS
+    ):
+        if isinstance(said, streams.Ended):
+            return
+        if said and _wants_doorbell(level[0]):
+            yield "".join(_doorbell_event(ring) for ring in said)
+        else:
+            yield ": keep-alive\n\n"
+
+
+async def _stream(request):
+    waiter, first = await streams.open_stream(_authorize_stream, request)
+    response = aio.event_stream(session_stream(request, waiter, first), waiter.close)
+    response[SESSION_HEADER] = str(request.mcp_session.id)
     return response
 
 
@@ -533,17 +555,16 @@ HANDLERS = {"POST": _post, "DELETE": _delete}
 async def endpoint(request):
     """Serve the MCP Streamable HTTP transport for the token's endpoint.
 
-    An async view for the GET stream's sake (it waits without a thread or a
-    connection); POST and DELETE run as sync code in a thread, as any sync
-    view does.
+    An async view: the GET stream and a waiting claim_next wait in the event
+    loop without a thread or a connection; every other message is answered
+    in one pooled database call.
     """
-    if request.method != "GET":
-        return await sync_to_async(_answer)(request)
-    db = aio.db_runner(request)
     try:
-        _check_origin(request)
-        request.endpoint = await db(authenticate, request)
-        return await _stream(request, request.endpoint, db)
+        if request.method == "GET":
+            return await _stream(request)
+        if request.method == "POST":
+            return await _post_waiting(request)
+        return await aio.run_pooled(_answer, request)
     except Exception as exc:
         return _failure(exc)
 

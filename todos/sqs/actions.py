@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 from django.db import transaction
 
 from todos import auth, http, store
-from todos.doorbell import aclaim_when_ready, begin_claim
 from todos.sqs import messages
 from todos.sqs.protocol import SqsError, invalid
 
@@ -657,104 +656,75 @@ def _received(caller, todo, system_wanted, attributes_wanted):
 
 
 def receive_message(request, caller, body):
-    # The queue's existence is checked only when nothing is claimed: a claim
-    # in a queue that does not exist claims nothing, and the hot path (work
-    # to take) saves a statement.
+    """ReceiveMessage: a batch claim that may wait (``Receive``, a long poll)."""
     queue = _addressed(caller, body, must_exist=False)
-    limit = _integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1
-    visibility = _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
-    wait = _integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0
-    system_wanted = set(_string_list(body, "AttributeNames")) | set(
-        _string_list(body, "MessageSystemAttributeNames")
+    return Receive(
+        caller,
+        queue,
+        limit=_integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1,
+        visibility=_integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT),
+        wait=_integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0,
+        system_wanted=set(_string_list(body, "AttributeNames"))
+        | set(_string_list(body, "MessageSystemAttributeNames")),
+        attributes_wanted=set(_string_list(body, "MessageAttributeNames")),
     )
-    attributes_wanted = set(_string_list(body, "MessageAttributeNames"))
-    # VisibilityTimeout 0: received, and visible again at once (SQS's own
-    # meaning); the receipt handle still works until someone receives it.
-    lease = visibility or None
-
-    def attempt():
-        claimed = store.claim_many(
-            queue.scope,
-            CLAIMANT,
-            limit=limit,
-            queue=queue.name,
-            lease_seconds=lease,
-            visible_at_once=visibility == 0,
-        )
-        if not claimed:
-            raise store.NotFound("no message is available")
-        return claimed
-
-    def render(claimed):
-        if not claimed:
-            return {}
-        return {
-            "Messages": [
-                _received(caller, todo, system_wanted, attributes_wanted)
-                for todo in claimed
-            ]
-        }
-
-    if wait == 0:
-        try:
-            return render(attempt())
-        except store.NotFound:
-            _check_exists(caller, queue.name)
-            return {}
-    # Subscribed to the doorbell before the first try, so the wait needs no
-    # second one (the view closes the Wait if its client leaves first).
-    first = begin_claim(queue.scope, queue.name, wait, attempt)
-    if first.result is not None:
-        return render(first.result)
-    try:
-        _check_exists(caller, queue.name)
-    except BaseException:
-        first.close()
-        raise
-    return Wait(caller, queue, wait, attempt, render, first)
 
 
-@dataclass(frozen=True)
-class Wait:
-    """A ReceiveMessage that found nothing and waits (the view awaits ``run``)."""
+@dataclass
+class Receive:
+    """A ReceiveMessage, read and checked; the view claims it as a long poll
+    (todos.longpoll) and renders what it claimed."""
 
     caller: object
     queue: Queue
-    seconds: int
-    attempt: object
-    render: object
-    first: object
+    limit: int
+    visibility: int | None
+    wait: int
+    system_wanted: set
+    attributes_wanted: set
+    # The queue's existence is checked only when nothing is claimed: a claim
+    # in a queue that does not exist claims nothing, and the hot path (work
+    # to take) saves a statement.
+    checked: bool = False
 
-    async def run(self, db):
-        try:
-            claimed = await aclaim_when_ready(
-                self.queue.scope,
-                self.queue.name,
-                self.seconds,
-                self.attempt,
-                db,
-                still_valid=self.still_valid,
-                first=self.first,
-            )
-        except store.NotFound:
-            claimed = []
-        return await db(self.render, claimed)
+    def attempt(self, scope):
+        claimed = store.claim_many(
+            scope,
+            CLAIMANT,
+            limit=self.limit,
+            queue=self.queue.name,
+            # VisibilityTimeout 0: received, and visible again at once (SQS's
+            # own meaning); the receipt handle works until someone receives it.
+            lease_seconds=self.visibility or None,
+            visible_at_once=self.visibility == 0,
+        )
+        if not claimed and not self.checked:
+            _check_exists(self.caller, self.queue.name)
+            self.checked = True
+        return claimed
 
-    def close(self):
-        self.first.close()
-
-    def still_valid(self):
-        """The endpoint changed while it waited: a revoked key ends the wait."""
+    def revalidate(self):
+        """A revoked endpoint or a rotated key ends the wait; so does a grant
+        that no longer covers the queue."""
         found = auth.endpoint_for_access_key(self.caller.access_key_id)
         if found is None:
             raise SqsError(
                 "InvalidClientTokenId",
                 "The security token included in the request is invalid.",
             )
-        scope = store.Scope.for_endpoint(found[0])
-        if not scope.covers(self.queue.name):
+        if not store.Scope.for_endpoint(found[0]).covers(self.queue.name):
             raise _no_such_queue()
         return self.queue.scope
+
+    def render(self, claimed):
+        if not claimed:
+            return {}
+        return {
+            "Messages": [
+                _received(self.caller, todo, self.system_wanted, self.attributes_wanted)
+                for todo in claimed
+            ]
+        }
 
 
 # --- Delete and visibility --------------------------------------------------

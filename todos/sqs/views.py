@@ -11,7 +11,7 @@ import logging
 from django.http import Http404, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio
+from todos import longpoll
 from todos.sqs import actions, protocol
 from todos.sqs.protocol import SqsError
 
@@ -23,8 +23,8 @@ async def root(request):
     """Answer an SQS call (POST), or lead a browser to the Board.
 
     An async view: its database work runs through the bounded pool of
-    todos.aio, and a waiting ReceiveMessage waits on the doorbell hub like the
-    JSON API's long-poll claim, holding no thread and no connection.
+    todos.aio, and a waiting ReceiveMessage is a long poll (todos.longpoll)
+    like the JSON API's claim, holding no thread and no connection.
     """
     if request.method != "POST":
         return HttpResponseRedirect("/board/")
@@ -34,12 +34,12 @@ async def root(request):
 async def _answer(request, handler):
     """Run ``handler(request)`` and answer its outcome, or its failure in SQS's
     error shape."""
-    db = aio.db_runner(request)
+    call = Call(request, handler)
     try:
-        outcome = await aio.run_owned(db, handler, request)
-        if isinstance(outcome, actions.Wait):
-            outcome = await outcome.run(db)
-        return protocol.json_response(outcome)
+        claimed = await longpoll.claim(call)
+        if call.receive is not None:
+            return protocol.json_response(call.receive.render(claimed))
+        return protocol.json_response(call.outcome)
     except Exception as exc:
         error = protocol.error_for(exc)
         if error is None:
@@ -54,6 +54,29 @@ async def _answer(request, handler):
 # board/asgi.py serves POST / outside the per-request thread context, and
 # todos.middleware.WaitingViewsMiddleware takes it past the sync middleware.
 root.waits = True
+
+
+class Call(longpoll.LongPoll):
+    """An SQS call: answered in ``start`` (one pooled call), but a
+    ReceiveMessage, which claims as a long poll."""
+
+    def __init__(self, request, handler):
+        self.request, self.handler = request, handler
+        self.receive = self.outcome = None
+
+    def start(self):
+        outcome = self.handler(self.request)
+        if not isinstance(outcome, actions.Receive):
+            self.outcome = outcome
+            return None
+        self.receive, self.queue, self.wait = outcome, outcome.queue.name, outcome.wait
+        return outcome.queue.scope
+
+    def revalidate(self):
+        return self.receive.revalidate()
+
+    def attempt(self, scope):
+        return self.receive.attempt(scope)
 
 
 @csrf_exempt

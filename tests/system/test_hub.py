@@ -1,0 +1,279 @@
+"""The doorbell hub itself (todos/hub.py): filtering, prompt wakeups, its own
+connection, its re-checks and batches, and that it outlives its failures.
+
+Each test runs a hub of its own in an event loop of its own, as a worker does.
+"""
+
+import asyncio
+import threading
+import time
+from uuid import uuid4
+
+import pytest
+from django.db import connection
+
+from todos import store
+from todos.hub import LOST, REVALIDATE, TRY, Hub, keepalive_wait
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create(scope, count=1, queue="q"):
+    # Bypasses the grant check, so a todo can land in an ungranted queue.
+    for _ in range(count):
+        store.create_todo_any_endpoint(scope.endpoint_id, queue=queue)
+    connection.close()
+
+
+def with_hub(test):
+    """Run ``await test(hub)`` with a listening hub in a loop of its own."""
+
+    async def main():
+        hub = Hub()
+        hub.start()
+        deadline = time.monotonic() + 5
+        while not hub.connected:
+            assert time.monotonic() < deadline, "the hub never listened"
+            await asyncio.sleep(0.02)
+        try:
+            return await test(hub)
+        finally:
+            await hub.stop()
+
+    return asyncio.run(main())
+
+
+async def rings_within(waiter, seconds):
+    """The rings that reach ``waiter`` within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    rings = []
+    while (remaining := deadline - time.monotonic()) > 0:
+        more, _ = await waiter.wait(remaining)
+        rings += more
+    return rings
+
+
+def test_a_wait_returns_at_the_first_ring(scope):
+    async def test(hub):
+        waiter = hub.subscribe(scope, "stream")
+        await asyncio.to_thread(create, scope, 3)
+        rings, _ = await waiter.wait(5)
+        rest = await rings_within(waiter, 0.5)
+        return rings, rest
+
+    rings, rest = with_hub(test)
+    assert 1 <= len(rings) <= 3 and len(rings) + len(rest) == 3
+
+
+def test_rings_of_other_endpoints_and_of_ungranted_queues_are_dropped(
+    scope, other_scope, make_endpoint
+):
+    """SPEC: Doorbell never crosses endpoints (nor the queue grant)."""
+    narrow = store.Scope.for_endpoint(make_endpoint("narrow", queues=("a",)))
+
+    async def test(hub):
+        waiter = hub.subscribe(narrow, "stream")
+        await asyncio.to_thread(create, other_scope, 1, "a")
+        await asyncio.to_thread(create, narrow, 1, "b")
+        foreign = await rings_within(waiter, 0.5)
+        await asyncio.to_thread(create, narrow, 1, "a")
+        own, _ = await waiter.wait(2)
+        return foreign, own
+
+    foreign, own = with_hub(test)
+    assert foreign == [] and [ring["queue"] for ring in own] == ["a"]
+
+
+def test_the_hub_may_listen_through_a_connection_string_of_its_own(scope, settings):
+    params = connection.get_connection_params()
+    settings.SWITCHBOARD_LISTEN_DATABASE_URL = (
+        f"postgresql://{params['user']}@{params['host']}:{params['port']}"
+        f"/{params['dbname']}?application_name=switchboard-doorbell-own-url"
+    )
+
+    def listeners():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = 'switchboard-doorbell-own-url'"
+            )
+            count = cursor.fetchone()[0]
+        connection.close()
+        return count
+
+    async def test(hub):
+        waiter = hub.subscribe(scope, "stream")
+        await asyncio.to_thread(create, scope)
+        rings, _ = await waiter.wait(2)
+        return len(rings), await asyncio.to_thread(listeners)
+
+    assert with_hub(test) == (1, 1)
+
+
+def test_the_hub_restarts_after_an_unexpected_error(scope, monkeypatch):
+    """Defect: the hub's thread died for good on any exception that was not a
+    psycopg.Error; the process then heard no ring until restarted. Now the
+    hub logs it, reconnects, and its waiters re-validate and look again."""
+
+    async def test(hub):
+        waiter = hub.subscribe(scope, "claim")
+        heard = hub._heard
+        failures = []
+
+        def fail_once(notify):
+            if not failures:
+                failures.append(notify)
+                raise RuntimeError("unexpected")
+            heard(notify)
+
+        monkeypatch.setattr(hub, "_heard", fail_once)
+        await waiter.wait(0)  # the notices of its first LISTEN
+        await asyncio.to_thread(create, scope)
+        notices = set()
+        deadline = time.monotonic() + 5
+        while not {LOST, REVALIDATE, TRY} <= notices:
+            assert time.monotonic() < deadline, notices
+            notices |= (await waiter.wait(1))[1]
+        await asyncio.to_thread(create, scope)
+        rings, _ = await waiter.wait(2)
+        return failures, rings
+
+    failures, rings = with_hub(test)
+    assert len(failures) == 1 and len(rings) == 1
+
+
+def test_a_payload_the_hub_cannot_read_is_dropped(scope):
+    async def test(hub):
+        waiter = hub.subscribe(scope, "stream")
+
+        def poison():
+            with connection.cursor() as cursor:
+                # Deeper than json can decode, and not a dict, and no fields.
+                cursor.execute(
+                    "SELECT pg_notify(%s, repeat('[', 7000)),"
+                    " pg_notify(%s, '[1]'), pg_notify(%s, '{}')",
+                    [store.DOORBELL_CHANNEL] * 3,
+                )
+            connection.close()
+
+        await asyncio.to_thread(poison)
+        await asyncio.to_thread(create, scope)
+        rings, _ = await waiter.wait(2)
+        return rings, hub.connected
+
+    rings, connected = with_hub(test)
+    assert len(rings) == 1 and connected
+
+
+# --- Without a LISTEN: the hub's fan-out, driven by the test ----------------------
+
+
+def quiet_hub():
+    """A hub bound to the running loop that does not listen."""
+    hub = Hub()
+    hub.loop = asyncio.get_running_loop()
+    hub._loop_thread = threading.get_ident()
+    return hub
+
+
+def test_the_periodic_recheck_spreads_the_scopes_over_its_period():
+    """Defect: every recheck period each process asked one claim waiter of
+    every waiting scope to try again in the same instant: 50 scopes were 50
+    claim tries at once every 5 s, a burst each probe's p99 ran into. Each
+    tick now asks one part of the scopes; over a period, each scope once."""
+    quiet = Hub()
+    scopes = [store.Scope(uuid4(), None) for _ in range(40)]
+    waiters = [quiet.subscribe(scope, "claim") for scope in scopes for _ in "ab"]
+    parts = 10
+    asked_per_tick = []
+    for part in range(parts):
+        with quiet.lock:
+            quiet._recheck_claims(part, parts)
+        asked = [w for w in waiters if TRY in w.notices]
+        asked_per_tick.append(len(asked))
+        for waiter in asked:
+            waiter._take()
+            waiter.asked = getattr(waiter, "asked", 0) + 1
+    assert sum(asked_per_tick) == len(scopes)  # each scope once a period
+    assert max(asked_per_tick) < len(scopes) // 2  # not all at once
+    for scope in scopes:
+        asked = [getattr(w, "asked", 0) for w in waiters if w.scope == scope]
+        assert sorted(asked) == [0, 1]  # one waiter of the scope, not both
+
+
+def ring(scope, number):
+    return {"endpoint_id": str(scope.endpoint_id), "queue": "q", "id": f"t{number}"}
+
+
+def test_streams_take_the_rings_of_one_moment_in_one_wake(settings):
+    """Each ring woke each open stream for a write of its own, and the loop
+    served that fan-out before the answer of the create that rang. Rings now
+    reach a loop's streams together, SWITCHBOARD_STREAM_BATCH_MS later."""
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 50
+    scope = store.Scope(str(uuid4()), None)
+
+    async def main():
+        quiet = quiet_hub()
+        waiters = [quiet.subscribe(scope, "stream") for _ in range(3)]
+        waits = [asyncio.ensure_future(w.wait(5)) for w in waiters]
+        await asyncio.sleep(0)  # every stream waiting
+        for number in (1, 2):
+            with quiet.lock:
+                quiet._dispatch_ring(ring(scope, number))
+            await asyncio.sleep(0.005)
+        return await asyncio.gather(*waits), quiet
+
+    taken, quiet = asyncio.run(main())
+
+    for rings, notices in taken:
+        assert [r["id"] for r in rings] == ["t1", "t2"] and not notices
+    assert not quiet._batch
+
+
+def wait_through(deliver):
+    """A stream's next wait, with ``deliver(hub, scope)`` run under the hub's
+    lock once it waits; it must end within 0.5 s (before any batch of 1 s)."""
+    scope = store.Scope(str(uuid4()), None)
+
+    async def main():
+        quiet = quiet_hub()
+        waiter = quiet.subscribe(scope, "stream")
+        wait = asyncio.ensure_future(waiter.wait(5))
+        await asyncio.sleep(0)
+        with quiet.lock:
+            deliver(quiet, scope)
+        return await asyncio.wait_for(wait, 0.5)
+
+    return asyncio.run(main())
+
+
+def test_a_notice_wakes_a_stream_at_once_even_with_rings_in_a_batch(settings):
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 1000
+
+    def deliver(quiet, scope):
+        quiet._dispatch_ring(ring(scope, 1))
+        quiet._dispatch_control(
+            {"endpoint_id": str(scope.endpoint_id), "kind": "endpoint"}
+        )
+
+    rings, notices = wait_through(deliver)
+
+    assert [r["id"] for r in rings] == ["t1"] and notices == {REVALIDATE}
+
+
+def test_stream_batching_off_wakes_each_ring_at_once(settings):
+    settings.SWITCHBOARD_STREAM_BATCH_MS = 0
+
+    rings, _ = wait_through(lambda quiet, scope: quiet._dispatch_ring(ring(scope, 1)))
+
+    assert [r["id"] for r in rings] == ["t1"]
+
+
+def test_streams_keep_alive_out_of_step_with_each_other():
+    """Defect: streams opened together sent their keep-alives together for
+    good, 1 350 writes of one process in one burst every 15 s. Each wait's
+    silence is now drawn between 3/4 of the setting and all of it."""
+    waits = [keepalive_wait(15) for _ in range(200)]
+
+    assert all(11.25 <= wait <= 15 for wait in waits)
+    assert max(waits) - min(waits) > 2  # spread, not one instant

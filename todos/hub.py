@@ -1,0 +1,414 @@
+"""The doorbell hub: one LISTEN connection per server process, in its event loop.
+
+The store rings the doorbell with ``pg_notify`` inside each transition that
+makes a todo claimable, so a ring is sent exactly when the transition commits;
+its payload is the todo's ``endpoint_id``, ``queue`` and ``id``. Triggers
+(migrations 0012, 0015) send control notices on a second channel: an endpoint
+revoked, its token rotated, its grant changed or its SQS key rotated; an MCP
+session ended or its log level changed.
+
+The hub listens on its own connection (never a request's: LISTEN state is per
+connection and must bypass a transaction-mode pooler, see
+``SWITCHBOARD_LISTEN_DATABASE_URL``), as a task of the worker's event loop, and
+fans each ring out to that process's waiters, filtered by endpoint first — the
+tenant boundary — then by the waiter's queue grant:
+
+- a *stream* waiter (``todos.streams``) hears every ring of its scope;
+- a *claim* waiter (``todos.longpoll``) competes for work: a ring wakes the
+  longest-waiting one only, and one that claimed, or left without trying,
+  passes the ring on, so no ready todo is slept through and a ring does not
+  stampede a thousand claims.
+
+A waiter is a mailbox: it holds no thread and no connection. Rings sent while
+the hub was not listening are lost, and so are control notices: on every
+(re)connect each waiter is told to re-validate its caller and look again.
+Every few seconds one claim waiter per scope is asked to look again, for work
+that turns claimable without a ring (a lease that lapsed before the reaper's
+pass). Any failure of the hub is logged and the hub reconnects.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import threading
+from collections import deque
+
+import psycopg
+from django.conf import settings
+from django.db import connections
+
+from todos.store import DOORBELL_CHANNEL, Scope
+
+logger = logging.getLogger("switchboard.doorbell")
+
+CONTROL_CHANNEL = "switchboard_control"
+# What a waiter may be told besides rings.
+TRY = "try"  # look again (the periodic re-check, or after a reconnect)
+REVALIDATE = "revalidate"  # the endpoint changed, or notices may have been missed
+LOST = "lost"  # the LISTEN connection is gone: rings are missed until it is back
+SESSION = "session"  # the MCP session ended or changed
+SHUTDOWN = "shutdown"  # the server is stopping: end now
+
+LISTEN = f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}"
+RING_FIELDS = ("endpoint_id", "queue", "id")
+CONTROL_FIELDS = ("endpoint_id", "kind")
+RECONNECT_FIRST_SECONDS = 0.2
+RECONNECT_CAP_SECONDS = 2.0
+# While the hub is not listening, claim waiters re-validate and try this often.
+UNHEARD_POLL_SECONDS = 1.0
+TICK_SECONDS = 0.5
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+async def _connect() -> psycopg.AsyncConnection:
+    url = settings.SWITCHBOARD_LISTEN_DATABASE_URL
+    if url:
+        return await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=3, **KEEPALIVES
+        )
+    params = connections["default"].get_connection_params()
+    # Django's cursor class, adapters and pool are for its own connections.
+    for key in ("cursor_factory", "context", "prepare_threshold", "pool"):
+        params.pop(key, None)
+    params.setdefault("application_name", "switchboard-doorbell")
+    return await psycopg.AsyncConnection.connect(
+        autocommit=True, **{**KEEPALIVES, **params}
+    )
+
+
+def parse(payload: str, fields=("endpoint_id",)) -> dict | None:
+    """Decode a notice's JSON payload, or None when it is not one of ours."""
+    try:
+        message = json.loads(payload)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict):
+        return None
+    if not all(isinstance(message.get(field), str) for field in fields):
+        return None
+    return message
+
+
+def keepalive_wait(seconds: float) -> float:
+    """A stream's silence before its keep-alive, drawn anew between 3/4 of
+    ``seconds`` and all of it: streams opened or woken together would else
+    send their keep-alives together for good, in one burst."""
+    return seconds * random.uniform(0.75, 1.0)
+
+
+class Waiter:
+    """One waiting request's mailbox: the rings and notices the hub left."""
+
+    def __init__(self, hub: "Hub", scope: Scope, kind: str, session_id=None):
+        self.hub, self.scope, self.kind = hub, scope, kind
+        self.session_id = str(session_id) if session_id is not None else None
+        self.rings: deque = deque()
+        self.notices: set[str] = set()
+        self.ended = False
+        self._woken: asyncio.Future | None = None
+        self._in_batch = False
+
+    def matches(self, ring: dict) -> bool:
+        if ring.get("endpoint_id") != str(self.scope.endpoint_id):
+            return False
+        return self.scope.covers(ring.get("queue"))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.rings or self.notices)
+
+    def _deliver(self, ring=None, notice=None):
+        # Called with the hub's lock held.
+        if ring is not None:
+            self.rings.append(ring)
+        if notice is not None:
+            self.notices.add(notice)
+        if self._woken is None:
+            return
+        if self.kind == "stream" and notice is None:
+            # A ring: with the other streams, in a moment; the wait stays
+            # open to a notice, which wakes it at once.
+            if not self._in_batch:
+                self._in_batch = True
+                self.hub._wake_in_batch(self._woken)
+            return
+        self.hub._wake(self._woken)
+        self._woken = None
+
+    def _take(self):
+        rings, notices = list(self.rings), set(self.notices)
+        self.rings.clear()
+        self.notices.clear()
+        return rings, notices
+
+    async def wait(self, timeout: float) -> tuple[list, set]:
+        """Return ``(rings, notices)`` once there are some, or empty at the timeout."""
+        loop = asyncio.get_running_loop()
+        with self.hub.lock:
+            if self.busy:
+                return self._take()
+            woken = self._woken = loop.create_future()
+            self._in_batch = False
+        timer = loop.call_later(max(timeout, 0), _wake, woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            with self.hub.lock:
+                self._woken = None
+        with self.hub.lock:
+            return self._take()
+
+    def close(self):
+        """Leave the hub; rings not taken yet go to another claim waiter."""
+        self.hub.unsubscribe(self)
+
+
+def _wake(woken: asyncio.Future):
+    if not woken.done():
+        woken.set_result(None)
+
+
+class Hub:
+    """The process's LISTEN connection and the waiters it serves.
+
+    Waiters come and go from the database threads too (a long poll subscribes
+    in the pooled call of its first try), so the mailboxes share one lock.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_endpoint: dict[str, list[Waiter]] = {}
+        self.connected = False
+        self.shutting_down = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._ticker: asyncio.TimerHandle | None = None
+        self._ticks = 0
+        self._batch: list[asyncio.Future] = []
+        self._loop_thread: int | None = None
+
+    # --- Waiters ----------------------------------------------------------------
+
+    def start(self):
+        """Listen in the running event loop (the worker's), once."""
+        loop = asyncio.get_running_loop()
+        if self._task is not None and not self._task.done():
+            # Bound already: to this loop, or to the worker's while a request
+            # runs in a loop of its own (a sync view's async_to_sync).
+            if self.loop is loop or not self.loop.is_closed():
+                return
+        self.loop, self.connected = loop, False
+        self._task = loop.create_task(self._run(), name="switchboard-doorbell")
+        self._ticker = loop.call_later(TICK_SECONDS, self._tick)
+
+    def subscribe(self, scope: Scope, kind: str = "claim", session_id=None) -> Waiter:
+        """Register a waiter (from any thread); it hears rings from now on."""
+        waiter = Waiter(self, scope, kind, session_id)
+        with self.lock:
+            self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
+            if self.shutting_down:
+                waiter._deliver(notice=SHUTDOWN)
+        return waiter
+
+    def rescope(self, waiter: Waiter, scope: Scope):
+        """Let ``waiter`` hear its caller's new grant (same endpoint)."""
+        with self.lock:
+            waiter.scope = scope
+
+    def unsubscribe(self, waiter: Waiter):
+        with self.lock:
+            if waiter.ended:
+                return
+            waiter.ended = True
+            group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
+            if waiter in group:
+                group.remove(waiter)
+            if not group:
+                self.by_endpoint.pop(str(waiter.scope.endpoint_id), None)
+            if waiter.kind == "claim":
+                for ring in waiter.rings:
+                    self._dispatch_ring(ring, claims_only=True)
+
+    def pass_on(self, waiter: Waiter, rings: list, recheck: bool = False):
+        """Hand a claim waiter's rings (or its re-check) to the next waiter."""
+        with self.lock:
+            for ring in rings:
+                self._dispatch_ring(ring, exclude=waiter, claims_only=True)
+            if not recheck:
+                return
+            for other in self.by_endpoint.get(str(waiter.scope.endpoint_id), []):
+                same = other.kind == "claim" and other.scope == waiter.scope
+                if other is not waiter and same and not other.busy:
+                    other._deliver(notice=TRY)
+                    return
+
+    def waiter_count(self) -> int:
+        with self.lock:
+            return sum(len(group) for group in self.by_endpoint.values())
+
+    def shutdown(self):
+        """Tell every waiter to end now (the server is stopping)."""
+        with self.lock:
+            self.shutting_down = True
+            self._tell_all(SHUTDOWN)
+
+    def _tell_all(self, *notices):
+        for group in self.by_endpoint.values():
+            for waiter in group:
+                for notice in notices:
+                    waiter._deliver(notice=notice)
+
+    # --- Fan-out (lock held) -------------------------------------------------------
+
+    def _wake(self, woken: asyncio.Future):
+        loop = woken.get_loop()
+        if loop is self.loop and threading.get_ident() == self._loop_thread:
+            _wake(woken)
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(_wake, woken)
+
+    def _wake_in_batch(self, woken: asyncio.Future):
+        """Wake a stream with the others rung in the same moment.
+
+        Each woken stream costs the loop a write: woken together
+        ``SWITCHBOARD_STREAM_BATCH_MS`` after the first ring, the streams
+        take that moment's rings in one write, and the create that rang is
+        answered before the loop turns to the fan-out. (Stream rings come
+        only from the hub's own task, in the loop's thread.)
+        """
+        delay = settings.SWITCHBOARD_STREAM_BATCH_MS / 1000
+        if delay <= 0 or woken.get_loop() is not self.loop:
+            self._wake(woken)
+            return
+        if not self._batch:
+            self.loop.call_later(delay, self._wake_batch)
+        self._batch.append(woken)
+
+    def _wake_batch(self):
+        with self.lock:
+            batch, self._batch = self._batch, []
+        for woken in batch:
+            _wake(woken)
+
+    def _dispatch_ring(self, ring: dict, exclude=None, claims_only=False):
+        chosen = None
+        for waiter in self.by_endpoint.get(ring["endpoint_id"], ()):
+            if waiter is exclude or not waiter.matches(ring):
+                continue
+            if waiter.kind == "stream":
+                if not claims_only:
+                    waiter._deliver(ring=ring)
+            elif chosen is None or (chosen.busy and not waiter.busy):
+                # The longest-waiting idle claim waiter, else the first busy one.
+                chosen = waiter
+        if chosen is not None:
+            chosen._deliver(ring=ring)
+
+    def _dispatch_control(self, notice: dict):
+        kind = notice.get("kind")
+        for waiter in self.by_endpoint.get(notice["endpoint_id"], ()):
+            if kind == "endpoint":
+                waiter._deliver(notice=REVALIDATE)
+            elif kind == SESSION and waiter.session_id == str(notice.get("session_id")):
+                waiter._deliver(notice=SESSION)
+
+    def _recheck_claims(self, part: int = 0, parts: int = 1):
+        """Ask the first idle claim waiter of each scope in ``part`` (of
+        ``parts``) to look again: a period's tries spread over it."""
+        seen = set()
+        for group in self.by_endpoint.values():
+            for waiter in group:
+                if waiter.kind != "claim" or waiter.scope in seen:
+                    continue
+                seen.add(waiter.scope)
+                if hash(waiter.scope) % parts == part and not waiter.busy:
+                    waiter._deliver(notice=TRY)
+
+    # --- Listening, in the event loop --------------------------------------------
+
+    def _tick(self):
+        self._ticker = self.loop.call_later(TICK_SECONDS, self._tick)
+        if not self.connected:
+            return
+        period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
+        parts = max(1, round(period / TICK_SECONDS))
+        with self.lock:
+            self._recheck_claims(self._ticks % parts, parts)
+        self._ticks += 1
+
+    async def _run(self):
+        self._loop_thread = threading.get_ident()
+        delay = RECONNECT_FIRST_SECONDS
+        while True:
+            conn = None
+            try:
+                conn = await _connect()
+                await conn.execute(LISTEN)
+                delay = RECONNECT_FIRST_SECONDS
+                with self.lock:
+                    self.connected = True
+                    # What was sent while nobody listened is lost: rings and
+                    # control notices alike. Everyone re-validates and looks.
+                    for group in self.by_endpoint.values():
+                        for waiter in group:
+                            waiter.notices.discard(LOST)
+                    self._tell_all(REVALIDATE, TRY)
+                async for notify in conn.notifies():
+                    self._heard(notify)
+            except asyncio.CancelledError:
+                raise
+            except psycopg.Error as exc:
+                logger.warning(
+                    "doorbell: not listening; reconnecting",
+                    extra={"fields": {"error": type(exc).__name__}},
+                )
+            except Exception:
+                logger.exception("doorbell: the hub failed; restarting it")
+            finally:
+                with self.lock:
+                    if self.connected:
+                        self._tell_all(LOST)
+                    self.connected = False
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_CAP_SECONDS)
+
+    def _heard(self, notify):
+        control = notify.channel == CONTROL_CHANNEL
+        message = parse(notify.payload, CONTROL_FIELDS if control else RING_FIELDS)
+        if message is None:
+            logger.warning("doorbell: ignoring a malformed payload")
+            return
+        try:
+            with self.lock:
+                if control:
+                    self._dispatch_control(message)
+                else:
+                    self._dispatch_ring(message)
+        except Exception:
+            logger.exception("doorbell: a notice could not be delivered")
+
+    async def stop(self):
+        """Stop listening (tests; a server process just exits)."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._task = self._ticker = None
+        self.connected = False
+
+
+hub = Hub()

@@ -1,0 +1,148 @@
+"""The long poll: the one way a claim waits for work, on every surface.
+
+The JSON API's ``POST /api/v1/todos/claim``, SQS ReceiveMessage and MCP's
+``claim_next`` each describe their claim as a ``LongPoll`` and await
+``claim(poll)``:
+
+1. One pooled database call authenticates the caller and reads its request
+   (``start``), subscribes a claim waiter to the doorbell hub, then makes
+   the first try: a todo that turns ready after the subscription rings it, so
+   one try both answers at once and starts the wait.
+2. Between tries the poll is a mailbox on the hub: no thread, no connection.
+   A ring, or the hub's periodic re-check, makes one more try (one pooled
+   call). A control notice (revoked, re-keyed, re-granted, SQS key rotated),
+   a reconnect of the hub, and every try made while the hub is not listening
+   first re-validate the caller (``revalidate``), in the same pooled call:
+   a caller that may no longer claim gets its surface's refusal, a new grant
+   applies from then on.
+3. The client going away cancels the request's task: the wait ends where it
+   is, and a try is never started for a gone client.
+
+The answer is the claim, or ``nothing`` at the deadline and on shutdown.
+"""
+
+import asyncio
+
+from todos import aio, store
+from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, hub
+
+NO_WORK = "no claimable todo"
+
+
+class LongPoll:
+    """What a surface says about one waiting claim."""
+
+    queue: str | None = None  # the one queue it claims from, else the scope's
+    wait: float = 0  # seconds it may wait (set by ``start``)
+
+    def start(self) -> store.Scope | None:
+        """Authenticate and read the request; the caller's scope, or None when
+        the request turned out to need no claim (it answered by itself)."""
+        raise NotImplementedError
+
+    def revalidate(self) -> store.Scope:
+        """The caller's scope now; raise when it may no longer claim."""
+        raise NotImplementedError
+
+    def attempt(self, scope: store.Scope):
+        """Claim: the todo(s), or raise ``store.NotFound`` / return ``[]``."""
+        raise NotImplementedError
+
+
+async def claim(poll: LongPoll):
+    """Claim for ``poll``, waiting up to ``poll.wait`` seconds (see above)."""
+    hub.start()
+    loop = asyncio.get_running_loop()
+    state = _State(poll)
+    try:
+        result = await _pooled(state, state.first)
+        if state.scope is None:
+            return None
+        deadline = loop.time() + poll.wait
+        while result is None and state.waiter is not None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if not hub.connected:
+                remaining = min(remaining, UNHEARD_POLL_SECONDS)
+            rings, notices = await state.waiter.wait(remaining)
+            if SHUTDOWN in notices:
+                hub.pass_on(state.waiter, rings)
+                break
+            check = REVALIDATE in notices or not hub.connected
+            if not (rings or check or TRY in notices):
+                continue
+            result = await _pooled(state, state.again, check)
+            if result is not None:
+                # There may be more: the next waiter looks too.
+                hub.pass_on(state.waiter, rings, recheck=TRY in notices)
+    finally:
+        state.close()
+    return result if result is not None else state.nothing()
+
+
+class _State:
+    """One poll's scope, waiter and last empty answer."""
+
+    def __init__(self, poll):
+        self.poll = poll
+        self.scope = self.waiter = self.empty = None
+        self.gone = False
+
+    def first(self):
+        self.scope = self.poll.start()
+        if self.scope is None:
+            return None
+        if self.poll.wait > 0 and not self.gone:
+            self.waiter = hub.subscribe(self._bell_scope(), "claim")
+        return self._try()
+
+    def again(self, check):
+        if check:
+            scope = self.poll.revalidate()
+            if scope != self.scope:
+                self.scope = scope
+                hub.rescope(self.waiter, self._bell_scope())
+        return self._try()
+
+    def _bell_scope(self):
+        queue = self.poll.queue
+        return store.Scope(self.scope.endpoint_id, (queue,)) if queue else self.scope
+
+    def _try(self):
+        try:
+            result = self.poll.attempt(self.scope)
+        except store.NotFound as exc:
+            # Without its traceback, which would hold this frame (and so the
+            # request) in a reference cycle.
+            self.empty = exc.with_traceback(None)
+            return None
+        if isinstance(result, list) and not result:
+            self.empty = result
+            return None
+        return result
+
+    def nothing(self):
+        empty, self.empty = self.empty, None
+        if isinstance(empty, list):
+            return empty
+        try:
+            raise empty if empty is not None else store.NotFound(NO_WORK)
+        finally:
+            del empty
+
+    def close(self):
+        self.gone = True
+        if self.waiter is not None:
+            self.waiter.close()
+
+
+async def _pooled(state, fn, *args):
+    """``fn`` in a pooled call; when the client leaves meanwhile, the call
+    finishes in its thread and the waiter it may have made is closed."""
+    call = asyncio.ensure_future(aio.run_pooled(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        call.add_done_callback(lambda _: state.close())
+        raise

@@ -1,0 +1,94 @@
+"""The event-stream loop, one for ``/api/v1/events`` and the MCP GET stream.
+
+A stream is a stream waiter on the doorbell hub (``todos.hub``): no thread,
+no connection while it waits. ``watch`` yields what the stream says next —
+a list of rings (the todos of its scope that became claimable; empty: a
+keep-alive is due) — until the stream ends, and then one ``Ended``. Each
+surface only formats what it yields.
+
+A stream subscribes before reading its backlog, so nothing turns ready unheard
+in between (a todo may be announced twice; the claim settles it). It ends
+when its client goes (the server stops iterating it), when the server shuts
+down, when the hub loses its connection (rings would be missed: the client
+reconnects), and when ``refresh`` says its caller's access changed. The hub
+asks for a ``refresh`` on every control notice and after every reconnect.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from todos import aio, store
+from todos.hub import LOST, REVALIDATE, SESSION, SHUTDOWN, TRY, hub, keepalive_wait
+
+BACKLOG_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Why a stream ended: ``shutdown``, ``unavailable`` or ``access``."""
+
+    reason: str
+
+
+def backlog(scope: store.Scope) -> list[dict]:
+    """The rings of the scope's todos that are claimable now, oldest first."""
+    return [
+        {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
+        for t in store.pending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
+    ]
+
+
+async def open_stream(authorize: Callable, *args):
+    """Open a stream in one pooled call: ``authorize(*args)`` authenticates the
+    caller and returns ``(scope, session_id)``; then subscribe, read the
+    backlog. Return ``(waiter, backlog)``."""
+    hub.start()
+    opened = []
+
+    def opening():
+        scope, session_id = authorize(*args)
+        opened.append(hub.subscribe(scope, "stream", session_id=session_id))
+        return opened[0], backlog(scope)
+
+    call = asyncio.ensure_future(aio.run_pooled(opening))
+    try:
+        return await asyncio.shield(call)
+    except BaseException:
+        # Cancelled (the client left) or failed: the waiter goes when the call ends.
+        call.add_done_callback(lambda _: [waiter.close() for waiter in opened])
+        raise
+
+
+async def watch(
+    waiter,
+    first: list[dict],
+    refresh: Callable[[set[str]], bool],
+    keepalive_seconds: float,
+) -> AsyncIterator[list[dict] | Ended]:
+    """Yield each moment's rings until the stream ends, then its ``Ended``.
+
+    ``refresh(notices)`` (run in a pooled call) says whether the caller still
+    has the same access; ``waiter`` is closed when the stream ends, however.
+    """
+    try:
+        rings = first
+        while True:
+            yield rings
+            rings, notices = await waiter.wait(keepalive_wait(keepalive_seconds))
+            if SHUTDOWN in notices:
+                yield Ended("shutdown")
+                return
+            if LOST in notices:
+                yield Ended("unavailable")
+                return
+            if notices & {REVALIDATE, SESSION} and not await aio.run_pooled(
+                refresh, notices
+            ):
+                yield Ended("access")
+                return
+            if TRY in notices:
+                # Rings may have been missed while the hub was away.
+                rings = rings + await aio.run_pooled(backlog, waiter.scope)
+    finally:
+        waiter.close()
