@@ -3,8 +3,9 @@
 gunicorn manages the processes; each runs uvicorn's event loop serving Django's
 ASGI application (``board.workers.Worker``). The waiting surfaces — long-poll
 claims (JSON API, SQS, MCP), ``/api/v1/events`` and MCP GET streams — are async
-views that hold no thread and no database connection while they wait, so one process serves
-thousands of waiting agents; every other view is sync and runs in a thread.
+views that hold no thread and no database connection while they wait, so one
+process serves thousands of waiting agents; every other view is sync and runs
+in a thread.
 See docs/scaling.md for the figures and the connection budget.
 """
 

@@ -30,7 +30,8 @@ def executor():
     return _executor
 
 
-def _closing(fn, *args):
+def closing(fn, *args):
+    """Call ``fn``, then hand this thread's connections back."""
     try:
         return fn(*args)
     finally:
@@ -40,7 +41,7 @@ def _closing(fn, *args):
 
 async def run_pooled(fn, *args):
     """Run ``fn`` in the bounded pool; its connection goes back after the call."""
-    return await run_in_thread(_closing, fn, *args)
+    return await run_in_thread(closing, fn, *args)
 
 
 async def run_in_thread(fn, *args):

@@ -16,12 +16,15 @@ The JSON API's ``POST /api/v1/todos/claim``, SQS ReceiveMessage and MCP's
    a caller that may no longer claim gets its surface's refusal, a new grant
    applies from then on.
 3. The client going away cancels the request's task: the wait ends where it
-   is, and a try is never started for a gone client.
+   is, a try is never started for a gone client, and what a try already
+   running claims for it is released.
 
 The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 """
 
 import asyncio
+import contextlib
+import functools
 
 from todos import aio, store
 from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, hub
@@ -98,12 +101,41 @@ class _State:
         return self._try()
 
     def again(self, check):
-        if check:
-            scope = self.poll.revalidate()
-            if scope != self.scope:
-                self.scope = scope
-                hub.rescope(self.waiter, self._bell_scope())
-        return self._try()
+        if not check:
+            return self._try()
+        self._revalidate()
+        result = self._try()
+        if result is None:
+            return None
+        # The claim's snapshot may hold a change (committed just after the
+        # re-validation) that the re-validation did not: checked once more,
+        # what was claimed for a caller that may no longer have it goes back.
+        try:
+            self._revalidate()
+        except BaseException:
+            self.give_back(result)
+            raise
+        claimed = result if isinstance(result, list) else [result]
+        outside = [todo for todo in claimed if not self.scope.covers(todo.queue)]
+        if not outside:
+            return result
+        self.give_back(outside)
+        kept = [todo for todo in claimed if todo not in outside]
+        return kept if isinstance(result, list) and kept else None
+
+    def _revalidate(self):
+        scope = self.poll.revalidate()
+        if scope != self.scope:
+            self.scope = scope
+            hub.rescope(self.waiter, self._bell_scope())
+
+    def give_back(self, result):
+        """Release what was claimed for a caller that left or was refused."""
+        for todo in result if isinstance(result, list) else [result]:
+            with contextlib.suppress(store.NotFound, store.Conflict):
+                store.release_todo(
+                    self.scope, todo.id, todo.owner, lease_token=todo.lease_token
+                )
 
     def _bell_scope(self):
         queue = self.poll.queue
@@ -138,11 +170,18 @@ class _State:
 
 
 async def _pooled(state, fn, *args):
-    """``fn`` in a pooled call; when the client leaves meanwhile, the call
-    finishes in its thread and the waiter it may have made is closed."""
+    """``fn`` in a pooled call. When the client leaves meanwhile, the call
+    finishes in its thread; then the waiter it may have made is closed, and
+    what it may have claimed is given back."""
     call = asyncio.ensure_future(aio.run_pooled(fn, *args))
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:
-        call.add_done_callback(lambda _: state.close())
+        call.add_done_callback(functools.partial(_left, state))
         raise
+
+
+def _left(state, call):
+    state.close()
+    if not call.cancelled() and call.exception() is None and call.result():
+        aio.executor().submit(aio.closing, state.give_back, call.result())
