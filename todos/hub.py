@@ -200,11 +200,11 @@ class Hub:
     def start(self):
         """Listen in the running event loop (the worker's), once."""
         loop = asyncio.get_running_loop()
-        if self._task is not None and not self._task.done():
-            # Bound already: to this loop, or to the worker's while a request
-            # runs in a loop of its own (a sync view's async_to_sync).
-            if self.loop is loop or not self.loop.is_closed():
-                return
+        # Bound already: to this loop, or to the worker's while a request runs
+        # in a loop of its own (a sync view's async_to_sync).
+        running = self._task is not None and not self._task.done()
+        if running and not self.loop.is_closed():
+            return
         self.loop, self.connected = loop, False
         self._task = loop.create_task(self._run(), name="switchboard-doorbell")
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
