@@ -2,16 +2,16 @@
 
     python bench/http_throughput.py --workers 1,4,8 --seconds 10
 
-gunicorn serves Switchboard with the project's gunicorn.conf.py (gthread
-workers; GUNICORN_WORKERS and GUNICORN_THREADS apply) against the benchmark
-database. N client processes loop: claim the next todo, complete it. Each
-holds both paths and they take turns of ``--slice`` seconds on the wall clock
-(as in bench/store_throughput.py): "http" sends ``POST /api/v1/todos/claim``
-and ``POST /api/v1/todos/<id>/complete`` over one keep-alive connection;
-"store" calls the store directly in the client process. The ratio http/store
-is the cost of the web tier (HTTP, token lookup, JSON, request log) on this
-machine, where gunicorn, the clients and PostgreSQL share the cores. The CPU
-per todo is the client's own for "store" and gunicorn's for "http".
+gunicorn serves Switchboard with the project's gunicorn.conf.py (uvicorn
+workers; GUNICORN_WORKERS applies) against the benchmark database. N client
+processes loop: claim the next todo, complete it. Each holds both paths and
+they take turns of ``--slice`` seconds on the wall clock (as in
+bench/store_throughput.py): "http" sends ``POST /api/v1/todos/claim`` and
+``POST /api/v1/todos/<id>/complete`` over one keep-alive connection; "store"
+calls the store directly in the client process. The ratio http/store is the
+cost of the web tier (HTTP, token lookup, JSON, request log) on this machine,
+where gunicorn, the clients and PostgreSQL share the cores. The CPU per todo is
+the client's own for "store" and gunicorn's for "http".
 """
 
 import benchlib

@@ -1,6 +1,7 @@
 """Waiting agents against one `make run`-style server: the new serving and the old.
 
     python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
+                            [--mcp-claims 500]
                             [--seconds 20] [--before REF]
                             [--servings new,before]
 
@@ -22,7 +23,8 @@ then measures, once with no waiters and once with the waiters open:
 
 The waiters come from a separate process (asyncio, raw sockets): long polls
 (``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
-GET streams (each after its ``initialize``), over 50 endpoints (a tenth of the
+GET streams (each after its ``initialize``) and MCP ``claim_next`` calls
+(``wait_seconds`` 20, called again at once), over 50 endpoints (a tenth of the
 streams on the probes' endpoint, so each create rings them). It also runs
 bench/http_throughput.py's claim+complete loop against both servings (no
 waiters), and prints everything side by side, with `uptime` before and after.
@@ -462,7 +464,7 @@ class Load:
     def __init__(self, port, spec):
         self.port, self.spec = port, spec
         self.stats = {"polls_waiting": 0, "polls_answered": 0, "sse_open": 0}
-        self.stats.update(mcp_open=0, errors=0)
+        self.stats.update(mcp_open=0, mcp_claims_waiting=0, errors=0)
 
     async def long_poll(self, token, delay):
         body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
@@ -484,6 +486,40 @@ class Load:
                     if status not in (200, 404):
                         self.stats["errors"] += 1
                         await asyncio.sleep(1)
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+                self.stats["errors"] += 1
+                await asyncio.sleep(1)
+
+    async def mcp_claim(self, token, delay):
+        """An MCP agent waiting in ``claim_next`` (20 s), called again at once."""
+        await asyncio.sleep(delay)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "claim_next",
+                "arguments": {"queue": "idle", "wait_seconds": 20},
+            },
+        }
+        while True:
+            try:
+                session = await self.mcp_session(token)
+                extra = (
+                    "Accept: application/json, text/event-stream\r\n"
+                    f"Mcp-Session-Id: {session}\r\n"
+                )
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                while True:
+                    writer.write(request_bytes("POST", "/mcp", token, call, extra))
+                    self.stats["mcp_claims_waiting"] += 1
+                    try:
+                        status, headers = await read_head(reader)
+                        await read_body(reader, headers)
+                    finally:
+                        self.stats["mcp_claims_waiting"] -= 1
+                    if status != 200:
+                        raise ConnectionError(status)
             except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
                 self.stats["errors"] += 1
                 await asyncio.sleep(1)
@@ -551,6 +587,8 @@ class Load:
         for i in range(spec["mcp"]):
             owner = probe if i % 10 == 0 else load[i % len(load)]
             plan.append(("mcp_open", owner["token"]))
+        for i in range(spec["mcp_claims"]):
+            plan.append(("mcp_claim", load[i % len(load)]["token"]))
         # Agents do not all start in the same second: each waiter starts at a
         # random moment of the spread (the long polls and the streams alike).
         spread = random.Random(12)
@@ -558,6 +596,8 @@ class Load:
             delay = spread.uniform(0, spec["spread"])
             if kind == "poll":
                 tasks.append(asyncio.create_task(self.long_poll(token, delay)))
+            elif kind == "mcp_claim":
+                tasks.append(asyncio.create_task(self.mcp_claim(token, delay)))
             else:
                 tasks.append(asyncio.create_task(self.stream(token, kind, delay)))
         while True:
@@ -574,8 +614,15 @@ def load_main(port, spec_path):
 class LoadProcess:
     """The waiters' process; ``stats`` is its latest report."""
 
-    def __init__(self, port, seeds, polls, sse, mcp, spread):
-        spec = {**seeds, "polls": polls, "sse": sse, "mcp": mcp, "spread": spread}
+    def __init__(self, port, seeds, args):
+        spec = {
+            **seeds,
+            "polls": args.long_polls,
+            "sse": args.sse,
+            "mcp": args.mcp,
+            "mcp_claims": args.mcp_claims,
+            "spread": args.spread,
+        }
         handle, self.spec_path = tempfile.mkstemp(suffix=".json")
         with os.fdopen(handle, "w") as spec_file:
             json.dump(spec, spec_file)
@@ -593,15 +640,16 @@ class LoadProcess:
             with contextlib.suppress(ValueError):
                 self.stats = json.loads(line)
 
-    def wait_open(self, polls, sse, mcp, seconds):
-        """Wait until every waiter is open (or ``seconds``); return the stats."""
-        deadline = time.monotonic() + seconds
+    def wait_open(self, args):
+        """Wait until every waiter is open (or ``--ramp`` s); return the stats."""
+        deadline = time.monotonic() + args.ramp
         while time.monotonic() < deadline:
             stats = self.stats
             if (
-                stats.get("polls_waiting", 0) >= polls * 0.99
-                and stats.get("sse_open", 0) >= sse
-                and stats.get("mcp_open", 0) >= mcp
+                stats.get("polls_waiting", 0) >= args.long_polls * 0.99
+                and stats.get("sse_open", 0) >= args.sse
+                and stats.get("mcp_open", 0) >= args.mcp
+                and stats.get("mcp_claims_waiting", 0) >= args.mcp_claims * 0.99
             ):
                 break
             time.sleep(0.5)
@@ -705,12 +753,12 @@ def run_serving(name, tree, url, args, extra_env=None):
         benchlib.reset_todos(url)
         probe("idle")
         print(f"  no waiters: {result['idle']}", flush=True)
-        load = LoadProcess(
-            serving.port, seeds, args.long_polls, args.sse, args.mcp, args.spread
-        )
+        result["worker_threads_idle"] = worker_threads(serving)
+        load = LoadProcess(serving.port, seeds, args)
         try:
-            opened = load.wait_open(args.long_polls, args.sse, args.mcp, args.ramp)
+            opened = load.wait_open(args)
             result["waiters_open"] = opened
+            result["worker_threads_loaded"] = worker_threads(serving)
             print(f"  waiters: {opened}", flush=True)
             probe("loaded")
             result["waiters_after"] = dict(load.stats)
@@ -723,6 +771,13 @@ def run_serving(name, tree, url, args, extra_env=None):
         result["gc"] = gc_pauses(serving.log_path, windows, others)
         print(f"  garbage collections: {result['gc']}", flush=True)
     return result
+
+
+def worker_threads(serving):
+    """The threads of the gunicorn workers (the master's children), together."""
+    master = serving.procs[0].pid
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return sum(len(list(Path(f"/proc/{pid}/task").iterdir())) for pid in children)
 
 
 def gc_pauses(log_path, windows, others):
@@ -777,7 +832,11 @@ def print_side_by_side(results, args):
         for result in results:
             row += [result[w].get("machine", {}).get(key) for w in ("idle", "loaded")]
         rows.append(row)
-    for key in ("polls_waiting", "sse_open", "mcp_open"):
+    row = ["server worker threads"]
+    for result in results:
+        row += [result.get("worker_threads_idle"), result.get("worker_threads_loaded")]
+    rows.append(row)
+    for key in ("polls_waiting", "sse_open", "mcp_open", "mcp_claims_waiting"):
         row = [f"waiters open: {key}"]
         for result in results:
             row += ["", result["waiters_open"].get(key)]
@@ -790,8 +849,8 @@ def print_side_by_side(results, args):
     for result in results:
         headers += [f"{result['name']}: no waiters", f"{result['name']}: waiters"]
     benchlib.print_table(
-        f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams,"
-        f" {args.seconds:g} s per measurement",
+        f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams"
+        f" + {args.mcp_claims} MCP claim_next, {args.seconds:g} s per measurement",
         headers,
         rows,
     )
@@ -802,6 +861,7 @@ def main():
     parse.add_argument("--long-polls", type=int, default=2000)
     parse.add_argument("--sse", type=int, default=1000)
     parse.add_argument("--mcp", type=int, default=500)
+    parse.add_argument("--mcp-claims", type=int, default=500)
     parse.add_argument("--seconds", type=float, default=20)
     parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
     parse.add_argument(
@@ -879,7 +939,12 @@ def main():
             "benchmark": "waiters",
             "machine": info,
             "command": " ".join(sys.argv),
-            "load": {"long_polls": args.long_polls, "sse": args.sse, "mcp": args.mcp},
+            "load": {
+                "long_polls": args.long_polls,
+                "sse": args.sse,
+                "mcp": args.mcp,
+                "mcp_claims": args.mcp_claims,
+            },
             "results": results,
         },
     )

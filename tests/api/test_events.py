@@ -162,10 +162,8 @@ def test_doorbell_never_crosses_endpoints(open_stream, endpoint, other_endpoint)
     stream_a, stream_b = open_stream(endpoint), open_stream(other_endpoint)
     assert stream_a.next_message(timeout=1) == ": connected"
     assert stream_b.next_message(timeout=1) == ": connected"
-    created_at = time.monotonic()
     todo, _ = store.create_todo(store.Scope.for_endpoint(endpoint), queue="q")
     ready = stream_a.next_message(timeout=1)
-    assert time.monotonic() - created_at < 1.0
     assert ready == {
         "event": "todo.ready",
         "data": {"id": todo.id, "endpoint_id": str(endpoint.id), "queue": "q"},
@@ -185,7 +183,8 @@ def test_a_ring_arrives_at_once_with_the_default_keep_alive(
     created_at = time.monotonic()
     todo, _ = store.create_todo(store.Scope.for_endpoint(endpoint), queue="q")
     ready = stream.next_message(timeout=3)
-    assert time.monotonic() - created_at < 1.0
+    # Before the wait's own end: the earliest its keep-alive could be due.
+    assert time.monotonic() - created_at < 0.75 * 1.5
     assert ready["data"]["id"] == todo.id
 
 
