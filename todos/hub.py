@@ -3,7 +3,7 @@
 The store rings the doorbell with ``pg_notify`` inside each transition that
 makes a todo claimable, so a ring is sent exactly when the transition commits;
 its payload is the todo's ``endpoint_id``, ``queue`` and ``id``. Triggers
-(migrations 0012, 0015) send control notices on a second channel: an endpoint
+(migrations 0012, 0016) send control notices on a second channel: an endpoint
 revoked, its token rotated, its grant changed or its SQS key rotated; an MCP
 session ended or its log level changed.
 

@@ -29,7 +29,7 @@ DROP FUNCTION IF EXISTS switchboard_sqs_key_changed();
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("todos", "0014_questions_cancel_progress"),
+        ("todos", "0015_answered_questions_index"),
     ]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]
