@@ -206,6 +206,7 @@ class Hub:
         if running and not self.loop.is_closed():
             return
         self.loop, self.connected = loop, False
+        self._loop_thread = threading.get_ident()
         self._task = loop.create_task(self._run(), name="switchboard-doorbell")
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
 
@@ -346,7 +347,6 @@ class Hub:
         self._ticks += 1
 
     async def _run(self):
-        self._loop_thread = threading.get_ident()
         delay = RECONNECT_FIRST_SECONDS
         while True:
             conn = None
