@@ -70,6 +70,21 @@ datadir=$(pick_datadir)
 
 running() { as_server "$bindir/pg_ctl" -D "$datadir" status >/dev/null 2>&1; }
 
+# The port the running cluster listens on (postmaster.pid's fourth line).
+running_port() { sed -n 4p "$datadir/postmaster.pid" 2>/dev/null; }
+
+# A cluster is this data folder on this port: one found running on another port
+# is someone else's to stop or reuse (another checkout's SB_PG_PORT, say).
+refuse_other_port() {
+    local actual
+    actual=$(running_port)
+    if [ -n "$actual" ] && [ "$actual" != "$port" ]; then
+        log "the cluster in $datadir runs on port $actual, not $port: nothing done"
+        log "use SB_PG_PORT=$actual, or give a second cluster its own folder with SB_PG_DATA"
+        exit 1
+    fi
+}
+
 pg_ready() { "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres; }
 
 start() {
@@ -85,6 +100,7 @@ start() {
             --encoding=UTF8 --locale=C.UTF-8 >/dev/null
     fi
     if running; then
+        refuse_other_port
         log "reusing the running cluster in $datadir (port $port)"
     else
         if pg_ready; then
@@ -108,6 +124,7 @@ start() {
 
 stop() {
     if running; then
+        refuse_other_port
         as_server "$bindir/pg_ctl" -D "$datadir" -m fast -w stop >/dev/null
         log "stopped the cluster in $datadir"
     fi
@@ -118,7 +135,7 @@ case "${1:-}" in
     stop) stop ;;
     destroy) stop; rm -rf "$datadir"; log "removed $datadir" ;;
     status)
-        if running; then echo "running: $datadir on 127.0.0.1:$port"; else echo "stopped: $datadir"; fi
+        if running; then echo "running: $datadir on 127.0.0.1:$(running_port)"; else echo "stopped: $datadir"; fi
         ;;
     psql) exec "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres "$dbname" ;;
     bindir) echo "$bindir" ;;

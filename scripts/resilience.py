@@ -1375,6 +1375,12 @@ def main():
     parse.add_argument("--kills", type=int, default=defaults.kills)
     parse.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parse.parse_args()
+    if not os.environ.get("SECRET_KEY"):
+        # The servers and commands it starts refuse to run without one.
+        parse.error(
+            "SECRET_KEY is not set: run `make resilience`, which sets one, or "
+            "export SECRET_KEY=<any long random string> first"
+        )
     if args.pgbouncer and args.failover:
         parse.error("--pgbouncer and --failover are separate runs")
     options = Options(
