@@ -161,6 +161,7 @@ class InProcessServer:
                 lifespan="off",
                 log_level="warning",
                 http="httptools",
+                timeout_graceful_shutdown=2,
             )
         )
 
@@ -179,5 +180,9 @@ class InProcessServer:
             time.sleep(0.02)
 
     def stop(self):
+        from todos.hub import hub
+
+        # As a worker stops: the waiters end at once, then the server.
+        hub.loop.call_soon_threadsafe(hub.shutdown)
         self.server.should_exit = True
         self.thread.join(timeout=10)
