@@ -919,6 +919,7 @@ def main():
     # The old serving runs its own code on its own schema: a database of its own.
     before_url = url.rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1] + "_before"
     before = args.before or default_before()
+    benchlib.create_database(url)
     info = benchlib.machine(url)
     info["uptime_before"] = uptime()
     info["fd_limit"] = limit

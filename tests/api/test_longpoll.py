@@ -82,12 +82,11 @@ def test_a_create_on_another_endpoint_does_not_wake_the_claim(
         asgi_server, endpoint.token, {"worker": "w1", "queue": "q", "wait_seconds": 2}
     )
     wait_for_listener()
-    started = time.monotonic()
     foreign, _ = store.create_todo(store.Scope.for_endpoint(other_endpoint), queue="q")
     thread.join(timeout=15)
     assert result["status"] == 404 and result["body"]["error"] == "not_found"
     # It waited out its own deadline instead of answering the foreign ring.
-    assert result["returned_at"] - started > 1.5
+    assert result["returned_at"] >= result["deadline"]
     assert store.get_todo(
         store.Scope.for_endpoint(other_endpoint), foreign.id
     ).state == ("pending")
