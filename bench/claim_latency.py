@@ -11,6 +11,14 @@ the store's SQL on a bare psycopg connection (the baseline), taking turns and
 paced so the two processes do not saturate the cores. After each timed claim
 the todo is completed and a replacement enqueued (untimed), so the queue always
 holds ``--pending`` claimable todos. The claim scan's plan is recorded for both.
+
+    python bench/claim_latency.py --backlog 0 --held 10000 --canceled 10000
+
+puts, instead (or besides), ``--held`` todos held for an answer (pending, an
+open question, half of them assigned to the timing worker so both of its
+lanes hold some) and ``--canceled`` canceled todos (done) in the second
+table's queue, beside the same few pending: the claim must pass over them at
+no cost (CONTRACT §14's held todos sit past the end of every lane's range).
 """
 
 import json
@@ -32,9 +40,51 @@ SELECT gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'old ' || n, '{}'::jsonb,
 """
 
 
-def build_table(url, endpoint_id, backlog, pending):
-    """Empty the table, add the terminal backlog and the pending few, analyze."""
+# Held todos: pending, an open question with no deadline (available_at at
+# store.HELD_UNTIL_ANSWERED); every other one assigned to the timing worker.
+HELD_SQL = """
+INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee, attempt,
+                   max_attempts, last_error, created_at, updated_at, available_at,
+                   question, question_status, asked_at, answer_nonce)
+SELECT gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'held ' || n, '{}'::jsonb,
+       'pending', CASE WHEN n %% 2 = 0 THEN 'latency' END, 0, 5, '',
+       now() - interval '1 day' + n * interval '1 ms', now(), %(held_until)s,
+       '{"text": "go on?", "choices": null, "answer_schema": null,
+         "asked_by": "latency", "return_to": "pool"}'::jsonb,
+       'open', now() - interval '1 hour', md5(n::text)
+  FROM generate_series(1, %(count)s) AS n
+"""
+
+CANCELED_SQL = """
+INSERT INTO todos (id, endpoint_id, queue, title, payload, state, attempt,
+                   max_attempts, last_error, result, created_at, updated_at,
+                   canceled_at, cancel_request)
+SELECT gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'canceled ' || n, '{}'::jsonb,
+       'done', 0, 5, '', '{"canceled": {"reason": "bench", "by": "bench"}}'::jsonb,
+       now() - interval '1 day' + n * interval '1 ms', now(), now(),
+       '{"reason": "bench", "by": "bench"}'::jsonb
+  FROM generate_series(1, %(count)s) AS n
+"""
+
+
+def build_table(url, endpoint_id, backlog, pending, held=0, canceled=0):
+    """Empty the table, add the terminal backlog, the held and canceled todos and
+    the pending few, analyze."""
+    from todos import store
+
     benchlib.reset_todos(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql, count in ((HELD_SQL, held), (CANCELED_SQL, canceled)):
+            if count:
+                conn.execute(
+                    sql,
+                    {
+                        "endpoint_id": endpoint_id,
+                        "queue": benchlib.QUEUE,
+                        "count": count,
+                        "held_until": store.HELD_UNTIL_ANSWERED,
+                    },
+                )
     if backlog:
         started = time.perf_counter()
         with psycopg.connect(url, autocommit=True) as conn:
@@ -163,6 +213,18 @@ def main():
     parse = benchlib.parser(__doc__.splitlines()[0])
     parse.add_argument("--backlog", type=int, default=1_000_000)
     parse.add_argument("--pending", type=int, default=5)
+    parse.add_argument(
+        "--held",
+        type=int,
+        default=0,
+        help="todos held for an answer beside the second table's queue",
+    )
+    parse.add_argument(
+        "--canceled",
+        type=int,
+        default=0,
+        help="canceled todos beside the second table's queue",
+    )
     parse.add_argument("--claims", type=int, default=2000)
     parse.add_argument(
         "--warmup",
@@ -191,11 +253,16 @@ def main():
     info = benchlib.machine(args.database_url)
     names = ("empty", "backlog")
     backlogs = (0, args.backlog)
-    for name, url, endpoint_id, backlog in zip(
-        names, urls, endpoint_ids, backlogs, strict=True
+    beside = ((0, 0), (args.held, args.canceled))
+    for name, url, endpoint_id, backlog, (held, canceled) in zip(
+        names, urls, endpoint_ids, backlogs, beside, strict=True
     ):
-        print(f"{name}: {backlog:,} terminal rows, {args.pending} pending", flush=True)
-        build_table(url, endpoint_id, backlog, args.pending)
+        print(
+            f"{name}: {backlog:,} terminal rows, {held:,} held, {canceled:,} "
+            f"canceled, {args.pending} pending",
+            flush=True,
+        )
+        build_table(url, endpoint_id, backlog, args.pending, held, canceled)
     print(f"timing {args.claims} claims per path on both tables at once", flush=True)
     outcomes = benchlib.run_processes(
         latency_worker,
@@ -210,6 +277,8 @@ def main():
         plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_SQL))
         tables[name] = {
             "backlog": backlog,
+            "held": beside[names.index(name)][0],
+            "canceled": beside[names.index(name)][1],
             "plan": plan,
             "store": benchlib.summary(outcome["latencies"]["store"]),
             "plain": benchlib.summary(outcome["latencies"]["plain"]),

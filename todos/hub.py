@@ -39,7 +39,7 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 
-from todos.store import DOORBELL_CHANNEL, Scope
+from todos.store import DOORBELL_CHANNEL, TODO_EVENT_CHANNEL, Scope
 
 logger = logging.getLogger("switchboard.doorbell")
 
@@ -51,7 +51,9 @@ LOST = "lost"  # the LISTEN connection is gone: rings are missed until it is bac
 SESSION = "session"  # the MCP session ended or changed
 SHUTDOWN = "shutdown"  # the server is stopping: end now
 
-LISTEN = f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}"
+LISTEN = (
+    f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}; LISTEN {TODO_EVENT_CHANNEL}"
+)
 RING_FIELDS = ("endpoint_id", "queue", "id")
 CONTROL_FIELDS = ("endpoint_id", "kind")
 RECONNECT_FIRST_SECONDS = 0.2
@@ -106,9 +108,13 @@ def keepalive_wait(seconds: float) -> float:
 class Waiter:
     """One waiting request's mailbox: the rings and notices the hub left."""
 
-    def __init__(self, hub: "Hub", scope: Scope, kind: str, session_id=None):
+    def __init__(
+        self, hub: "Hub", scope: Scope, kind: str, session_id=None, todo_id=None
+    ):
         self.hub, self.scope, self.kind = hub, scope, kind
         self.session_id = str(session_id) if session_id is not None else None
+        # A "todo" waiter (todos.waits) hears the events of this one todo.
+        self.todo_id = str(todo_id) if todo_id is not None else None
         self.rings: deque = deque()
         self.notices: set[str] = set()
         self.ended = False
@@ -210,9 +216,15 @@ class Hub:
         self._task = loop.create_task(self._run(), name="switchboard-doorbell")
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
 
-    def subscribe(self, scope: Scope, kind: str = "claim", session_id=None) -> Waiter:
-        """Register a waiter (from any thread); it hears rings from now on."""
-        waiter = Waiter(self, scope, kind, session_id)
+    def subscribe(
+        self, scope: Scope, kind: str = "claim", session_id=None, todo_id=None
+    ) -> Waiter:
+        """Register a waiter (from any thread); it hears rings from now on.
+
+        ``kind`` is "claim", "stream", or "todo" (with ``todo_id``: a wait for
+        that todo's events, todos.waits).
+        """
+        waiter = Waiter(self, scope, kind, session_id, todo_id)
         with self.lock:
             self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
             if self.shutting_down:
@@ -314,6 +326,18 @@ class Hub:
         if chosen is not None:
             chosen._deliver(ring=ring)
 
+    def _dispatch_event(self, event: dict):
+        # A todo's event (it ended, asked, or got a cancel request): to the
+        # streams of its scope and the waiters of that todo; a claim has
+        # nothing to take from it.
+        for waiter in self.by_endpoint.get(event["endpoint_id"], ()):
+            if not waiter.matches(event):
+                continue
+            if waiter.kind == "stream" or (
+                waiter.kind == "todo" and waiter.todo_id == str(event["id"])
+            ):
+                waiter._deliver(ring=event)
+
     def _dispatch_control(self, notice: dict):
         kind = notice.get("kind")
         for waiter in self.by_endpoint.get(notice["endpoint_id"], ()):
@@ -394,6 +418,8 @@ class Hub:
             with self.lock:
                 if control:
                     self._dispatch_control(message)
+                elif notify.channel == TODO_EVENT_CHANNEL:
+                    self._dispatch_event(message)
                 else:
                     self._dispatch_ring(message)
         except Exception:

@@ -1,9 +1,11 @@
 """``GET /metrics``: Prometheus' text format, from ``prometheus-client``.
 
 Per endpoint and queue: ``switchboard_todos{state=…}`` gauges (pending,
-delayed, claimed, retry_scheduled, dead_letter), the age of the oldest pending
-todo, and ``switchboard_transitions_total{transition=…}`` counters (created,
-claimed, completed, failed, dead_lettered, retried). The gauges are read from
+delayed, held = the open questions, claimed, retry_scheduled, dead_letter),
+the age of the oldest pending todo and of the oldest open question, and the
+counters ``switchboard_cancels_total`` and
+``switchboard_transitions_total{transition=…}`` (created, claimed, completed,
+failed, dead_lettered, retried). The gauges are read from
 the partial indexes of live rows and of dead letters (never the done backlog);
 the counters from the sweep loop's rollup (``todos.store_stats``), so they
 advance once per sweep pass.
@@ -30,7 +32,14 @@ from todos.store import stats as store_stats
 # The classic text format every Prometheus (and Debian's 2.x) scrapes; the
 # names and labels here are all legacy-safe, so its body is the same.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-GAUGE_STATES = ("pending", "delayed", "claimed", "retry_scheduled", "dead_letter")
+GAUGE_STATES = (
+    "pending",
+    "delayed",
+    "held",
+    "claimed",
+    "retry_scheduled",
+    "dead_letter",
+)
 
 
 class QueueCollector:
@@ -45,14 +54,28 @@ class QueueCollector:
         todos = GaugeMetricFamily(
             "switchboard_todos",
             "Todos per endpoint, queue and state (pending: claimable now; "
-            "delayed: pending, not yet available; dead_letter: failed at the "
-            "attempt cap; retry_scheduled: failed, waiting for its backoff).",
+            "delayed: pending, not yet available; held: pending, waiting for "
+            "the answer to its question (the open questions); dead_letter: "
+            "failed at the attempt cap; retry_scheduled: failed, waiting for "
+            "its backoff).",
             labels=[*labels, "state"],
         )
         oldest = GaugeMetricFamily(
             "switchboard_oldest_pending_age_seconds",
             "Seconds the oldest claimable pending todo has waited since it became "
             "available, per endpoint and queue (0 when none).",
+            labels=labels,
+        )
+        oldest_question = GaugeMetricFamily(
+            "switchboard_oldest_question_age_seconds",
+            "Seconds the oldest open question has waited for its answer, per "
+            "endpoint and queue (0 when none).",
+            labels=labels,
+        )
+        canceled = CounterMetricFamily(
+            "switchboard_cancels",
+            "Todos ended canceled per endpoint and queue, counted from the "
+            "history by the sweep loop's rollup.",
             labels=labels,
         )
         transitions = CounterMetricFamily(
@@ -70,11 +93,17 @@ class QueueCollector:
             for state in GAUGE_STATES:
                 todos.add_metric([*values, state], getattr(figure, state))
             oldest.add_metric(values, figure.oldest_pending_age_seconds or 0.0)
+            oldest_question.add_metric(
+                values, figure.oldest_question_age_seconds or 0.0
+            )
+            canceled.add_metric(values, (figure.transitions or {}).get("canceled", 0))
             for name in store_stats.TRANSITIONS:
                 count = (figure.transitions or {}).get(name, 0)
                 transitions.add_metric([*values, name], count)
         yield todos
         yield oldest
+        yield oldest_question
+        yield canceled
         yield transitions
 
 

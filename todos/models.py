@@ -428,6 +428,7 @@ class TodoMinute(models.Model):
     failed = models.IntegerField(db_default=0)
     dead_lettered = models.IntegerField(db_default=0)
     retried = models.IntegerField(db_default=0)
+    canceled = models.IntegerField(db_default=0)
     pending = models.IntegerField(null=True)
 
     class Meta:
@@ -451,6 +452,7 @@ class TransitionTotal(models.Model):
     failed = models.BigIntegerField(db_default=0)
     dead_lettered = models.BigIntegerField(db_default=0)
     retried = models.BigIntegerField(db_default=0)
+    canceled = models.BigIntegerField(db_default=0)
 
     class Meta:
         db_table = "todo_transition_totals"

@@ -204,10 +204,13 @@ def test_the_stream_rings_for_a_release_and_a_retry(open_stream, endpoint):
     store.claim_todo(scope, todo.id, "w")
     stream = open_stream(endpoint)
     assert stream.next_message(timeout=1) == ": connected"
-    store.release_todo(scope, todo.id, "w")  # at the cap: dead-letters, no ring
+    store.release_todo(scope, todo.id, "w")  # at the cap: a dead letter, no ring
     store.retry_todo(scope, todo.id)
     events = stream.events_within(1.0)
-    assert [event["data"]["id"] for event in events] == [todo.id]
+    assert [(event["event"], event["data"]["id"]) for event in events] == [
+        ("todo.failed", todo.id),
+        ("todo.ready", todo.id),
+    ]
 
 
 def test_an_idle_stream_sends_keep_alive_comments(open_stream, endpoint):

@@ -109,6 +109,35 @@ def test_metrics_report_gauges_and_transition_counters_per_queue(
     )
 
 
+def test_metrics_report_open_questions_their_age_and_cancels(staff, scope, time_travel):
+    asked, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, asked.id, "w")
+    store.ask(scope, asked.id, "w", question="Ship it?")
+    time_travel(asked.id, asked_at=-90)
+    store.create_todo(scope, queue="q", delay_seconds=600)
+    pending, _ = store.create_todo(scope, queue="q")
+    store.cancel_todo(scope, pending.id)
+    busy, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, busy.id, "w")
+    store.cancel_todo(scope, busy.id)
+    store.release_todo(scope, busy.id, "w")
+    stats.roll_up_minutes()
+
+    found = samples(staff.get("/metrics"))
+
+    def value(name, **labels):
+        key = frozenset({"endpoint": "agent-a", "queue": "q", **labels}.items())
+        return found[(name, key)]
+
+    assert value("switchboard_todos", state="held") == 1
+    assert value("switchboard_todos", state="delayed") == 1
+    assert 85 <= value("switchboard_oldest_question_age_seconds") <= 200
+    assert value("switchboard_cancels_total") == 2
+    # A cancel's composed claim and its done are no claim or completion.
+    assert value("switchboard_transitions_total", transition="claimed") == 2
+    assert value("switchboard_transitions_total", transition="completed") == 0
+
+
 @pytest.mark.skipif(
     shutil.which("promtool") is None,
     reason="Debian's prometheus package (promtool) is not installed "

@@ -37,7 +37,7 @@ MAX_CLAIM_BATCH = 10
 MAX_DELAY_SECONDS = 43_200
 MAX_ACK_BATCH = 100
 MAX_CREATE_BATCH = 100
-ACK_OPS = ("complete", "fail", "heartbeat", "release")
+ACK_OPS = ("complete", "fail", "heartbeat", "release", "cancel")
 
 
 class ApiError(Exception):
@@ -65,6 +65,10 @@ def api_error_for(exc):
         return exc
     if isinstance(exc, store.NotFound):
         return ApiError(404, "not_found", exc.detail)
+    if isinstance(exc, store.TooLarge):
+        return ApiError(413, "payload_too_large", str(exc))
+    if isinstance(exc, store.InvalidAnswer):
+        return ApiError(400, "bad_request", str(exc))
     if isinstance(exc, store.Conflict):
         return ApiError(409, "conflict", exc.detail)
     if isinstance(exc, store.QueueNotGranted):
@@ -201,6 +205,58 @@ class Fields:
         if worker is None and token is None:
             raise bad_request(f"{self.prefix}worker: is required without lease_token")
         return worker, token
+
+    def progress(self):
+        """A heartbeat's ``progress``: {"message" ≤ 500 chars, "fraction" 0–1}."""
+        value = self.data.get("progress")
+        if value is None:
+            return None
+        if not isinstance(value, dict) or set(value) - {"message", "fraction"}:
+            raise bad_request(
+                f"{self.prefix}progress: must be an object with message and fraction"
+            )
+        nested = Fields(value, prefix=f"{self.prefix}progress.")
+        message = nested.text(
+            "message", max_length=store.MAX_PROGRESS_MESSAGE_CHARS, empty=True
+        )
+        fraction = value.get("fraction")
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0 <= fraction <= 1
+        ):
+            raise bad_request(f"{self.prefix}progress.fraction: must be from 0 to 1")
+        return {"message": message or "", "fraction": fraction}
+
+    def choices(self):
+        """An ask's ``choices``: 1–10 distinct non-empty strings, or None."""
+        value = self.data.get("choices")
+        if value is None:
+            return None
+        if not isinstance(value, list) or not 1 <= len(value) <= store.MAX_CHOICES:
+            raise bad_request(
+                f"{self.prefix}choices: must be a list of 1 to {store.MAX_CHOICES}"
+                " strings"
+            )
+        listed = Fields(
+            {f"[{i}]": choice for i, choice in enumerate(value)},
+            prefix=f"{self.prefix}choices",
+        )
+        for index in range(len(value)):
+            listed.text(f"[{index}]", required=True, max_length=store.MAX_CHOICE_CHARS)
+        return value
+
+    def checkpoint(self):
+        """A ``checkpoint``: any JSON (413 over 64 KiB, in the store)."""
+        return self.json("checkpoint")
+
+    def handoff(self):
+        """A release's ``assignee`` (a name; null = the pool; absent = as it was)."""
+        if "assignee" not in self.data:
+            return store.KEEP_ASSIGNEE
+        if self.data["assignee"] is None:
+            return None
+        return self.text("assignee")
 
     def items(self, name, maximum):
         """Return a list field of 1..maximum JSON objects, or raise 400."""
@@ -340,12 +396,26 @@ def create_arguments(fields):
     }
 
 
+def replace_requested(fields):
+    """Read ``replace`` (a boolean). Without an ``idempotency_key`` there is no
+    duplicate to replace: the create is a plain one."""
+    replace = fields.data.get("replace", False)
+    if not isinstance(replace, bool):
+        raise bad_request(f"{fields.prefix}replace: must be a boolean")
+    return replace and bool(fields.data.get("idempotency_key"))
+
+
 def create_todo(scope, fields, *, actor):
     """Enqueue a todo from validated fields; return (todo, created).
 
+    With ``replace`` the key's pending live duplicate is canceled first (a
+    claimed one gets a cancel request, and the create answers 409 naming it).
     Shared by the JSON view and the MCP tool, so both accept the same input.
     """
-    return store.create_todo(scope, **create_arguments(fields), actor=actor)
+    arguments = create_arguments(fields)
+    if replace_requested(fields):
+        return store.create_replacing(scope, **arguments, actor=actor)
+    return store.create_todo(scope, **arguments, actor=actor)
 
 
 class ClaimNext(longpoll.LongPoll):
@@ -408,12 +478,23 @@ def create_batch(scope, fields, *, actor):
     store refuses for one item (a queue outside the grant, a held key) is that
     item's result.
     """
-    items = [
-        create_arguments(Fields(item, prefix=f"todos[{index}]."))
-        for index, item in enumerate(fields.items("todos", MAX_CREATE_BATCH))
-    ]
+    items, replacing = [], set()
+    for index, item in enumerate(fields.items("todos", MAX_CREATE_BATCH)):
+        item_fields = Fields(item, prefix=f"todos[{index}].")
+        items.append(create_arguments(item_fields))
+        if replace_requested(item_fields):
+            replacing.add(index)
+    plain = [item for i, item in enumerate(items) if i not in replacing]
+    ordered = iter(store.create_many(scope, plain, actor=actor) if plain else ())
     results = []
-    for outcome in store.create_many(scope, items, actor=actor):
+    for index, item in enumerate(items):
+        if index in replacing:
+            try:
+                outcome = store.create_replacing(scope, **item, actor=actor)
+            except (store.StoreError, ValueError) as exc:
+                outcome = exc
+        else:
+            outcome = next(ordered)
         if isinstance(outcome, Exception):
             results.append(_failure(outcome))
         else:
@@ -436,16 +517,43 @@ def _ack(op, fields, default_worker):
     """
     todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
     worker, token = fields.owner(default_worker)
+    _cancel_action(fields)
     result = fields.json("result")
     error = fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
     lease = fields.lease_seconds()
+    progress, checkpoint = fields.progress(), fields.checkpoint()
+    handoff = fields.handoff()
+    note = fields.text("note", max_length=store.MAX_NOTE_CHARS, empty=True)
     extra = {
         "complete": {"result": result},
         "fail": {"error": error},
-        "heartbeat": {"lease_seconds": lease},
-        "release": {},
+        "heartbeat": {
+            "lease_seconds": lease,
+            "progress": progress,
+            "checkpoint": checkpoint,
+        },
+        "release": {"assignee": handoff, "note": note, "checkpoint": checkpoint},
     }[op]
     return store.Ack(op, todo_id, worker=worker, lease_token=token, **extra)
+
+
+def _cancel_action(fields):
+    """Return (id, reason) of a batch ``"op": "cancel"`` (no owner needed)."""
+    todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
+    reason = fields.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
+    return todo_id, reason or ""
+
+
+def _checked_cancel_action(fields, default_worker):
+    """A cancel action, every other field checked as an owner action's are."""
+    if fields.text("worker") or default_worker or fields.lease_token():
+        _ack("heartbeat", fields, default_worker)
+    return _cancel_action(fields)
+
+
+def cancel_status(todo):
+    """200 when the todo ended canceled now; 202 when its owner was asked."""
+    return 202 if todo.state == "claimed" else 200
 
 
 def acknowledge_batch(scope, fields, *, default_worker=None):
@@ -459,26 +567,37 @@ def acknowledge_batch(scope, fields, *, default_worker=None):
     """
     default_worker = fields.text("worker") or default_worker
     actions = fields.items("actions", MAX_ACK_BATCH)
-    acks = []
+    acks, cancels = {}, {}
     for index, action in enumerate(actions):
         op = action.get("op")
         if op not in ACK_OPS:
             raise bad_request(
                 f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
             )
-        acks.append(
-            _ack(op, Fields(action, prefix=f"actions[{index}]."), default_worker)
-        )
+        action_fields = Fields(action, prefix=f"actions[{index}].")
+        if op == "cancel":
+            cancels[index] = _checked_cancel_action(action_fields, default_worker)
+        else:
+            acks[index] = _ack(op, action_fields, default_worker)
+    outcomes = {}
+    if acks:
+        moved = store.acknowledge_many(scope, list(acks.values()))
+        outcomes.update(zip(acks, moved, strict=True))
+    if cancels:
+        by = f"agent:{default_worker}" if default_worker else "agent"
+        moved = store.cancel_many(scope, list(cancels.values()), by=by)
+        outcomes.update(zip(cancels, moved, strict=True))
     results = []
-    for ack, outcome in zip(acks, store.acknowledge_many(scope, acks), strict=True):
+    for index in range(len(actions)):
         # The id as the caller sent it: a foreign id and a never-minted one
         # answer alike.
+        todo_id = acks[index].todo_id if index in acks else cancels[index][0]
+        outcome = outcomes[index]
         if isinstance(outcome, Exception):
-            results.append({"id": ack.todo_id, **_failure(outcome)})
-        else:
-            results.append(
-                {"id": ack.todo_id, "status": 200, "todo": outcome.to_dict()}
-            )
+            results.append({"id": todo_id, **_failure(outcome)})
+            continue
+        status = cancel_status(outcome) if index in cancels else 200
+        results.append({"id": todo_id, "status": status, "todo": outcome.to_dict()})
     return {"results": results}
 
 

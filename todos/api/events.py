@@ -2,7 +2,9 @@
 
 A stream belongs to one endpoint token. It sends a comment at once (a client
 sees nothing of a stream until its first chunk), then the endpoint's todos
-that are claimable now, then a ``todo.ready`` event per ring of its own scope,
+that are claimable now, then a ``todo.ready`` event per ring of its own scope
+and the events of its todos (``todo.done``, ``todo.failed`` for a dead letter,
+``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``),
 with a keep-alive comment whenever nothing rang for a while. A ring is a hint,
 not a lease: the agent still claims, and may lose the race to another worker.
 The waiting is ``todos.streams``'s: this view formats what it yields.
@@ -25,14 +27,21 @@ ENDED = {
 
 
 @functools.lru_cache(maxsize=4096)
-def _ready_event(todo_id, endpoint_id, queue):
+def _ready_event(todo_id, endpoint_id, queue, event="todo.ready"):
     # One ring reaches every open stream of its scope: its text is made once.
+    # A doorbell ring is todo.ready; the event channel names its own event
+    # (store.TODO_EVENTS: todo.done, todo.failed, todo.asked, …).
     data = json.dumps({"id": todo_id, "endpoint_id": endpoint_id, "queue": queue})
-    return f"event: todo.ready\ndata: {data}\n\n"
+    return f"event: {event}\ndata: {data}\n\n"
 
 
 def _event(ring):
-    return _ready_event(str(ring["id"]), str(ring["endpoint_id"]), ring["queue"])
+    return _ready_event(
+        str(ring["id"]),
+        str(ring["endpoint_id"]),
+        ring["queue"],
+        ring.get("event", "todo.ready"),
+    )
 
 
 def same_access(request, scope):

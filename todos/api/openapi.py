@@ -51,6 +51,13 @@ TODO_SCHEMA = {
         "updated_at",
         "available_at",
         "lease_token",
+        "question",
+        "answer",
+        "outcome",
+        "progress",
+        "checkpoint",
+        "cancel_requested",
+        "note",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -87,6 +94,76 @@ TODO_SCHEMA = {
             "type": ["string", "null"],
             "description": "Minted fresh by every claim: pass it to heartbeat, "
             "complete, fail and release (fencing).",
+        },
+        "question": {
+            "type": ["object", "null"],
+            "description": "The last question its owner asked; it stays after the "
+            "answer, for the next claimant.",
+            "required": [
+                "text",
+                "choices",
+                "answer_schema",
+                "asked_by",
+                "asked_at",
+                "deadline",
+                "expired",
+                "return_to",
+            ],
+            "properties": {
+                "text": {"type": "string"},
+                "choices": {"type": ["array", "null"], "items": {"type": "string"}},
+                "answer_schema": {"type": ["object", "null"]},
+                "asked_by": {"type": ["string", "null"]},
+                "asked_at": {"type": "string", "format": "date-time"},
+                "deadline": NULLABLE_TIME,
+                "expired": {
+                    "type": "boolean",
+                    "description": "The deadline passed with no answer.",
+                },
+                "return_to": {"type": "string", "enum": ["me", "pool"]},
+            },
+        },
+        "answer": {
+            "type": ["object", "null"],
+            "required": ["value", "by", "at"],
+            "properties": {
+                "value": {"description": "The answer: any JSON value."},
+                "by": {"type": "string"},
+                "at": {"type": "string", "format": "date-time"},
+            },
+        },
+        "outcome": {
+            "type": "string",
+            "enum": [
+                "pending",
+                "claimed",
+                "retry_scheduled",
+                "held",
+                "done",
+                "canceled",
+                "dead_letter",
+            ],
+            "description": "Where the todo stands: its state, with failed split "
+            "in two, pending held for an answer, and done canceled.",
+        },
+        "progress": {
+            "type": ["object", "null"],
+            "properties": {
+                "message": {"type": "string"},
+                "fraction": {"type": ["number", "null"]},
+            },
+        },
+        "checkpoint": {
+            "description": "The last checkpoint (any JSON), handed to every "
+            "later claimant."
+        },
+        "cancel_requested": {
+            "type": "boolean",
+            "description": "A cancel was asked of this todo's owner: end it.",
+        },
+        "note": {
+            "type": ["string", "null"],
+            "description": "The last release's note to the next claimant.",
         },
     },
 }
@@ -235,6 +312,38 @@ JSON_VALUE_SCHEMA = {
 
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
+PROGRESS = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "properties": {
+        "message": {
+            "type": ["string", "null"],
+            "maxLength": store.MAX_PROGRESS_MESSAGE_CHARS,
+            "pattern": NO_NUL,
+        },
+        "fraction": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+    },
+}
+CHECKPOINT = {
+    **JSON_VALUE,
+    "description": "Where to resume (any JSON, at most 64 KiB: else 413).",
+}
+NOTE = {
+    "type": ["string", "null"],
+    "maxLength": store.MAX_NOTE_CHARS,
+    "pattern": NO_NUL,
+}
+REASON = {
+    "type": ["string", "null"],
+    "maxLength": store.MAX_REASON_CHARS,
+    "pattern": NO_NUL,
+}
+HANDOFF = {
+    **OPTIONAL_NAME,
+    "description": "The worker that may claim it next; null hands it to the pool; "
+    "left out, the assignment stays.",
+}
+
 
 def _transition(summary, operation_id, properties, required=(), owner=True):
     extra = {"anyOf": WORKER_OR_TOKEN} if owner else {}
@@ -325,9 +434,21 @@ def build_document():
                 "pattern": NO_NUL,
             },
             "lease_seconds": LEASE,
+            "progress": PROGRESS,
+            "checkpoint": CHECKPOINT,
+            "assignee": HANDOFF,
+            "note": NOTE,
+            "reason": REASON,
         },
     }
     owner = {"worker": OWNER_WORKER, "lease_token": LEASE_TOKEN}
+    create_properties["replace"] = {
+        "type": "boolean",
+        "default": False,
+        "description": "Cancel the idempotency_key's pending live duplicate and "
+        "create this one (409 naming a claimed duplicate, which is asked to "
+        "cancel). Without idempotency_key it is a plain create.",
+    }
     paths = {
         "/api/v1/todos": {
             "get": {
@@ -433,8 +554,8 @@ def build_document():
         },
         "/api/v1/todos/batch": {
             "post": {
-                "summary": "Apply up to 100 complete/fail/heartbeat/release actions, "
-                "each on its own.",
+                "summary": "Apply up to 100 complete/fail/heartbeat/release/cancel "
+                "actions, each on its own.",
                 "operationId": "batch",
                 "requestBody": _body(
                     {
@@ -497,10 +618,29 @@ def build_document():
         },
         "/api/v1/todos/{todo_id}": {
             "get": {
-                "summary": "Return one todo of this endpoint.",
+                "summary": "Return one todo of this endpoint, waiting up to "
+                "wait_seconds for it to end or ask.",
                 "operationId": "get_todo",
-                "parameters": [TODO_ID],
-                "responses": {**_todo_ok("The todo."), **_errors("401", "404", "503")},
+                "parameters": [
+                    TODO_ID,
+                    {
+                        "name": "wait_seconds",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+                            "default": 0,
+                        },
+                        "description": "Answer once the todo is done, canceled, "
+                        "dead-lettered or held for an answer, else after this many "
+                        "seconds, with the todo as it is then.",
+                    },
+                ],
+                "responses": {
+                    **_todo_ok("The todo."),
+                    **_errors("400", "401", "404", "503"),
+                },
             }
         },
         "/api/v1/todos/{todo_id}/claim": _transition(
@@ -511,9 +651,15 @@ def build_document():
             owner=False,
         ),
         "/api/v1/todos/{todo_id}/heartbeat": _transition(
-            "Extend the caller's lease (the lease_token stays).",
+            "Extend the caller's lease (the lease_token stays), with progress and "
+            "a checkpoint; the answer's cancel_requested says whether to stop.",
             "heartbeat",
-            {**owner, "lease_seconds": LEASE},
+            {
+                **owner,
+                "lease_seconds": LEASE,
+                "progress": PROGRESS,
+                "checkpoint": CHECKPOINT,
+            },
         ),
         "/api/v1/todos/{todo_id}/complete": _transition(
             "Mark the caller's claimed todo done (repeatable with the same "
@@ -534,8 +680,97 @@ def build_document():
             },
         ),
         "/api/v1/todos/{todo_id}/release": _transition(
-            "Give the caller's lease back now.", "release_todo", owner
+            "Give the caller's lease back now: a handoff with assignee, note and "
+            "checkpoint; under a cancel request it ends canceled.",
+            "release_todo",
+            {**owner, "assignee": HANDOFF, "note": NOTE, "checkpoint": CHECKPOINT},
         ),
+        "/api/v1/todos/{todo_id}/ask": _transition(
+            "Ask a question as the lease holder: the lease ends and the todo is "
+            "held (pending, claimed by no one) until it is answered or its "
+            "deadline passes.",
+            "ask",
+            {
+                **owner,
+                "question": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": store.MAX_QUESTION_CHARS,
+                    "pattern": NO_NUL,
+                },
+                "choices": {
+                    "type": ["array", "null"],
+                    "minItems": 1,
+                    "maxItems": store.MAX_CHOICES,
+                    "uniqueItems": True,
+                    "items": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": store.MAX_CHOICE_CHARS,
+                        "pattern": NO_NUL,
+                    },
+                },
+                "answer_schema": {
+                    "type": ["object", "null"],
+                    "description": "A JSON Schema the answer must satisfy "
+                    "(at most 16 KiB).",
+                },
+                "checkpoint": CHECKPOINT,
+                "deadline_seconds": {
+                    "type": ["integer", "null"],
+                    "minimum": store.MIN_DEADLINE_SECONDS,
+                    "maximum": store.MAX_DEADLINE_SECONDS,
+                },
+                "return_to": {
+                    "type": ["string", "null"],
+                    "enum": ["me", "pool", None],
+                    "default": "me",
+                    "description": "me: only the asking worker claims the answer; "
+                    "pool: any worker may.",
+                },
+            },
+            ("question",),
+        ),
+        "/api/v1/todos/{todo_id}/answer": _transition(
+            "Answer a held todo of this endpoint: the hold ends and the doorbell "
+            "rings (400 naming the path when the answer fails its schema).",
+            "answer",
+            {
+                "answer": {**JSON_VALUE, "description": "The answer: any JSON value."},
+                "worker": {
+                    **OPTIONAL_NAME,
+                    "description": "Who answers (default: the endpoint).",
+                },
+            },
+            ("answer",),
+            owner=False,
+        ),
+        "/api/v1/todos/{todo_id}/cancel": {
+            "post": {
+                "summary": "Cancel a todo: 200 when it ended canceled at once "
+                "(pending, delayed, held, retry-scheduled); 202 when it is claimed "
+                "and its owner was asked to stop.",
+                "operationId": "cancel_todo",
+                "parameters": [TODO_ID],
+                "requestBody": _body(
+                    {
+                        "reason": REASON,
+                        "worker": {
+                            **OPTIONAL_NAME,
+                            "description": "Who cancels (default: the endpoint).",
+                        },
+                    }
+                ),
+                "responses": {
+                    **_todo_ok("The canceled todo."),
+                    "202": {
+                        "description": "The claimed todo, with cancel_requested.",
+                        **_json(_ref("TodoEnvelope")),
+                    },
+                    **_errors(*WRITE_ERRORS),
+                },
+            }
+        },
         "/api/v1/todos/{todo_id}/retry": {
             "post": {
                 "summary": "Requeue a failed todo now.",
@@ -552,9 +787,11 @@ def build_document():
                 "summary": "The endpoint's doorbell as Server-Sent Events.",
                 "description": (
                     "A comment line at once, then a `todo.ready` event for each todo "
-                    "claimable now, then one per todo that becomes claimable, with "
-                    "keep-alive comments. Each event's data is JSON with `id`, "
-                    "`endpoint_id` and `queue`."
+                    "claimable now, then one per todo that becomes claimable, and "
+                    "`todo.done`, `todo.failed` (dead letter), `todo.asked`, "
+                    "`todo.cancel_requested` and `todo.canceled` as its todos "
+                    "settle, with keep-alive comments. Each event's data is JSON "
+                    "with `id`, `endpoint_id` and `queue`."
                 ),
                 "operationId": "events",
                 "responses": {
@@ -663,7 +900,9 @@ def build_document():
                                 "required": ["id", "status"],
                                 "properties": {
                                     "id": {"type": ["string", "null"]},
-                                    "status": {"enum": [200, 400, 403, 404, 409]},
+                                    "status": {
+                                        "enum": [200, 202, 400, 403, 404, 409, 413]
+                                    },
                                     "todo": _ref("Todo"),
                                     "error": {"type": "string"},
                                     "detail": {"type": "string"},

@@ -7,13 +7,16 @@ auth, the body parsing and the error mapping.
 
 from django.http import JsonResponse
 
-from todos import longpoll, store
+from todos import longpoll, store, waits
 from todos.api.core import (
     MAX_ERROR_LENGTH,
     ClaimNext,
     Fields,
     acknowledge_batch,
     api_view,
+    authenticate,
+    bad_request,
+    cancel_status,
     create_batch,
     create_todo,
     list_page,
@@ -45,10 +48,23 @@ def create(request):
     return todo_response(todo, status=201 if created else 200, created=created)
 
 
+class ApiResultWait(waits.ResultWait):
+    def start(self):
+        prepare(self.request)
+        self.wait = Fields(self.request.GET, from_query=True).wait_seconds()
+        return self.request.scope
+
+    def revalidate(self):
+        # A revoked or re-keyed token ends the wait (401).
+        return store.Scope.for_endpoint(authenticate(self.request))
+
+
 @api_view("GET")
-def detail(request, todo_id):
-    """Return one todo of this endpoint."""
-    return todo_response(store.get_todo(request.scope, todo_id))
+async def detail(request, todo_id):
+    """Return one todo of this endpoint; with ``wait_seconds`` (≤ 20), once it
+    is terminal or asking, or when the wait ends (todos.waits: no thread and no
+    connection while it waits)."""
+    return todo_response(await waits.wait(ApiResultWait(request, todo_id)))
 
 
 class ApiClaim(ClaimNext):
@@ -86,12 +102,19 @@ def claim(request, todo_id):
 
 @api_view("POST")
 def heartbeat(request, todo_id):
-    """Extend the caller's lease on a claimed todo."""
+    """Extend the caller's lease on a claimed todo, with its progress and
+    checkpoint; the answer says whether a cancel was requested."""
     body = request.body_fields
     (worker, token), lease = body.owner(), body.lease_seconds()
     return todo_response(
         store.heartbeat(
-            request.scope, todo_id, worker, lease_seconds=lease, lease_token=token
+            request.scope,
+            todo_id,
+            worker,
+            lease_seconds=lease,
+            lease_token=token,
+            progress=body.progress(),
+            checkpoint=body.checkpoint(),
         )
     )
 
@@ -121,11 +144,72 @@ def fail(request, todo_id):
 
 @api_view("POST")
 def release(request, todo_id):
-    """Give the caller's lease back now."""
-    worker, token = request.body_fields.owner()
+    """Give the caller's lease back now; a handoff with assignee, note, checkpoint."""
+    body = request.body_fields
+    worker, token = body.owner()
     return todo_response(
-        store.release_todo(request.scope, todo_id, worker, lease_token=token)
+        store.release_todo(
+            request.scope,
+            todo_id,
+            worker,
+            lease_token=token,
+            assignee=body.handoff(),
+            note=body.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
+            checkpoint=body.checkpoint(),
+        )
     )
+
+
+@api_view("POST")
+def ask(request, todo_id):
+    """Ask a question as the lease holder: the lease ends, the todo is held."""
+    body = request.body_fields
+    worker, token = body.owner()
+    question = body.text("question", required=True, max_length=store.MAX_QUESTION_CHARS)
+    try:
+        todo = store.ask(
+            request.scope,
+            todo_id,
+            worker,
+            lease_token=token,
+            question=question,
+            choices=body.choices(),
+            answer_schema=body.json("answer_schema"),
+            checkpoint=body.checkpoint(),
+            deadline_seconds=body.integer(
+                "deadline_seconds",
+                minimum=store.MIN_DEADLINE_SECONDS,
+                maximum=store.MAX_DEADLINE_SECONDS,
+            ),
+            return_to=body.text("return_to") or "me",
+        )
+    except ValueError as exc:
+        if isinstance(exc, store.TooLarge):
+            raise
+        raise bad_request(str(exc)) from exc
+    return todo_response(todo)
+
+
+@api_view("POST")
+def answer(request, todo_id):
+    """Answer a held todo of this endpoint; the hold ends and the doorbell rings."""
+    body = request.body_fields
+    if "answer" not in body.data:
+        raise bad_request("answer: is required")
+    by = body.text("worker") or f"agent:{request.endpoint.name}"
+    return todo_response(
+        store.answer_todo(request.scope, todo_id, body.json("answer"), by=by)
+    )
+
+
+@api_view("POST")
+def cancel(request, todo_id):
+    """Cancel a todo: 200 when it ended canceled, 202 when its owner was asked."""
+    body = request.body_fields
+    reason = body.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
+    by = body.text("worker") or f"agent:{request.endpoint.name}"
+    todo = store.cancel_todo(request.scope, todo_id, reason=reason or "", by=by)
+    return todo_response(todo, status=cancel_status(todo))
 
 
 @api_view("POST")

@@ -443,7 +443,8 @@ async def _post_waiting(request):
 
 
 def doorbell_notification(ring):
-    """Return the notifications/message that announces a claimable todo.
+    """Return the notifications/message that announces a claimable todo (or
+    another event of a todo: ``todo.done``, ``todo.asked``, …).
 
     A standard logging notification, so that every MCP client accepts it
     (an unknown method would be dropped by the official SDK's client).
@@ -455,7 +456,7 @@ def doorbell_notification(ring):
             "level": DOORBELL_LEVEL,
             "logger": "switchboard.doorbell",
             "data": {
-                "event": "todo.ready",
+                "event": ring.get("event", "todo.ready"),
                 "id": str(ring["id"]),
                 "endpoint_id": str(ring["endpoint_id"]),
                 "queue": ring["queue"],
@@ -465,13 +466,18 @@ def doorbell_notification(ring):
 
 
 def _doorbell_event(ring):
-    return _doorbell_text(str(ring["id"]), str(ring["endpoint_id"]), ring["queue"])
+    return _doorbell_text(
+        str(ring["id"]),
+        str(ring["endpoint_id"]),
+        ring["queue"],
+        ring.get("event", "todo.ready"),
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def _doorbell_text(todo_id, endpoint_id, queue):
+def _doorbell_text(todo_id, endpoint_id, queue, event):
     # One ring reaches every open stream of its scope: its text is made once.
-    ring = {"id": todo_id, "endpoint_id": endpoint_id, "queue": queue}
+    ring = {"id": todo_id, "endpoint_id": endpoint_id, "queue": queue, "event": event}
     return _event(doorbell_notification(ring))
 
 

@@ -798,9 +798,9 @@ WITH action AS (
        AND t.state = 'claimed'
        AND (t.lease_token = a.token OR (a.token IS NULL AND t.owner = a.worker))
  RETURNING {T_COLUMNS}, a.ord, a.op, coalesce(a.worker, '') AS actor,
-           CASE WHEN a.op = 'fail' THEN a.error
-                WHEN t.canceled_at IS NOT NULL AND a.op <> 'complete'
+           CASE WHEN t.canceled_at IS NOT NULL AND a.op <> 'complete'
                     THEN 'canceled'
+                WHEN a.op = 'fail' THEN a.error
                 WHEN a.op = 'release' THEN coalesce(a.note, '')
                 ELSE '' END AS event_error
 ), history AS (

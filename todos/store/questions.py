@@ -134,7 +134,7 @@ def ask(
 
 def _question(text, choices, answer_schema, return_to):
     """Validate a question; return its stored parts (ValueError names the field)."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not text:
         raise ValueError("question must be a non-empty string")
     if len(text) > MAX_QUESTION_CHARS:
         raise TooLarge("question", MAX_QUESTION_CHARS)

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from .board import _board_scope
+from .questions import OPEN_QUESTION
 from .reads import NO_ERROR_GROUP, STATE_FILTERS
 from .sql import _run
 
@@ -170,8 +171,12 @@ WITH counted AS (
     SELECT e.endpoint_id, t.queue, date_trunc('minute', e.at) AS minute,
            count(*) FILTER (WHERE e.from_state IS NULL) AS created,
            count(*) FILTER (WHERE e.to_state = 'claimed'
-                              AND e.from_state IS DISTINCT FROM 'claimed') AS claimed,
-           count(*) FILTER (WHERE e.to_state = 'done') AS completed,
+                              AND e.from_state IS DISTINCT FROM 'claimed'
+                              AND e.error <> 'canceling') AS claimed,
+           count(*) FILTER (WHERE e.to_state = 'done'
+                              AND e.error <> 'canceled') AS completed,
+           count(*) FILTER (WHERE e.to_state = 'done'
+                              AND e.error = 'canceled') AS canceled,
            count(*) FILTER (WHERE e.to_state = 'failed'
                               AND e.attempt < t.max_attempts) AS failed,
            count(*) FILTER (WHERE e.to_state = 'failed'
@@ -184,34 +189,38 @@ WITH counted AS (
      GROUP BY 1, 2, 3
 )
 INSERT INTO todo_minutes (endpoint_id, queue, minute, created, claimed, completed,
-                          failed, dead_lettered, retried)
+                          failed, dead_lettered, retried, canceled)
 SELECT endpoint_id, queue, minute, created, claimed, completed, failed,
-       dead_lettered, retried
+       dead_lettered, retried, canceled
   FROM counted
 ON CONFLICT (endpoint_id, queue, minute) DO UPDATE
    SET created = EXCLUDED.created, claimed = EXCLUDED.claimed,
        completed = EXCLUDED.completed, failed = EXCLUDED.failed,
-       dead_lettered = EXCLUDED.dead_lettered, retried = EXCLUDED.retried
+       dead_lettered = EXCLUDED.dead_lettered, retried = EXCLUDED.retried,
+       canceled = EXCLUDED.canceled
 """
 
 FOLD_SQL = """
 WITH closed AS (
     SELECT endpoint_id, queue, sum(created) AS created, sum(claimed) AS claimed,
            sum(completed) AS completed, sum(failed) AS failed,
-           sum(dead_lettered) AS dead_lettered, sum(retried) AS retried
+           sum(dead_lettered) AS dead_lettered, sum(retried) AS retried,
+           sum(canceled) AS canceled
       FROM todo_minutes
      WHERE minute >= %(start)s AND minute < %(closed)s
      GROUP BY endpoint_id, queue
 )
 INSERT INTO todo_transition_totals AS t (endpoint_id, queue, created, claimed,
-                                         completed, failed, dead_lettered, retried)
+                                         completed, failed, dead_lettered, retried,
+                                         canceled)
 SELECT * FROM closed
 ON CONFLICT (endpoint_id, queue) DO UPDATE
    SET created = t.created + EXCLUDED.created, claimed = t.claimed + EXCLUDED.claimed,
        completed = t.completed + EXCLUDED.completed,
        failed = t.failed + EXCLUDED.failed,
        dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered,
-       retried = t.retried + EXCLUDED.retried
+       retried = t.retried + EXCLUDED.retried,
+       canceled = t.canceled + EXCLUDED.canceled
 """
 
 SET_FOLDED_SQL = "UPDATE todo_rollup_state SET folded_through = %(closed)s WHERE id = 1"
@@ -435,7 +444,11 @@ class QueueFigures:
     claimed: int = 0
     retry_scheduled: int = 0
     dead_letter: int = 0
+    # Pending todos held for an answer (not counted as delayed).
+    held: int = 0
     oldest_pending_age_seconds: float | None = None
+    # The oldest open question's age (None when none is open).
+    oldest_question_age_seconds: float | None = None
     transitions: dict | None = None
 
 
@@ -468,6 +481,15 @@ SELECT endpoint_id, queue,
  GROUP BY endpoint_id, queue
 """
 
+# The open questions, through todos_open_question_idx (held todos only).
+METRICS_QUESTIONS_SQL = f"""
+SELECT endpoint_id, queue, count(*),
+       EXTRACT(EPOCH FROM statement_timestamp() - min(asked_at))
+  FROM todos
+ WHERE {OPEN_QUESTION}
+ GROUP BY endpoint_id, queue
+"""
+
 METRICS_DEAD_SQL = f"""
 SELECT endpoint_id, queue, count(*) FROM todos
  WHERE {STATE_FILTERS["dead_letter"]}
@@ -477,14 +499,14 @@ SELECT endpoint_id, queue, count(*) FROM todos
 # The counters: the folded totals plus the open minutes.
 METRICS_COUNTERS_SQL = """
 SELECT endpoint_id, queue, sum(created), sum(claimed), sum(completed), sum(failed),
-       sum(dead_lettered), sum(retried)
+       sum(dead_lettered), sum(retried), sum(canceled)
   FROM (
     SELECT endpoint_id, queue, created, claimed, completed, failed, dead_lettered,
-           retried
+           retried, canceled
       FROM todo_transition_totals
     UNION ALL
     SELECT m.endpoint_id, m.queue, m.created, m.claimed, m.completed, m.failed,
-           m.dead_lettered, m.retried
+           m.dead_lettered, m.retried, m.canceled
       FROM todo_minutes m, todo_rollup_state s
      WHERE s.id = 1 AND m.minute >= COALESCE(s.folded_through, '-infinity')
   ) counted
@@ -510,10 +532,15 @@ def metrics_figures():
         )
     for endpoint_id, queue, claimed, retry in _run("metrics", METRICS_LIVE_SQL, {}):
         line(endpoint_id, queue).update(claimed=claimed, retry_scheduled=retry)
+    for endpoint_id, queue, held, age in _run("metrics", METRICS_QUESTIONS_SQL, {}):
+        figure = line(endpoint_id, queue)
+        # Held todos wait for an answer, not for time: out of delayed.
+        figure["delayed"] = figure.get("delayed", 0) - held
+        figure.update(held=held, oldest_question_age_seconds=float(age))
     for endpoint_id, queue, count in _run("metrics", METRICS_DEAD_SQL, {}):
         line(endpoint_id, queue)["dead_letter"] = count
     for endpoint_id, queue, *counts in _run("metrics", METRICS_COUNTERS_SQL, {}):
-        pairs = zip(TRANSITIONS, counts, strict=True)
+        pairs = zip((*TRANSITIONS, "canceled"), counts, strict=True)
         line(endpoint_id, queue)["transitions"] = {
             name: int(value or 0) for name, value in pairs
         }

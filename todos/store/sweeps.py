@@ -35,7 +35,15 @@ WITH expired AS (
      WHERE t.id = e.id
  RETURNING t.id, t.endpoint_id, t.queue, t.state, t.attempt, t.next_retry_at,
            t.canceled_at, 'claimed'::text AS from_state
-), history AS ({EVENT_INSERT})
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, from_state, state, attempt, %(actor)s,
+           CASE WHEN canceled_at IS NOT NULL THEN 'canceled'
+                ELSE %(event_error)s END,
+           now()
+      FROM moved
+)
 SELECT id, endpoint_id, queue, state, {DOORBELL}, {ENDED_RING} FROM moved
 """
 

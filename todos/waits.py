@@ -1,0 +1,104 @@
+"""Waiting for a result: until a todo ends or asks (CONTRACT §14, "Waiting").
+
+A creator's wait for one todo is a *todo* waiter on the doorbell hub
+(``todos.hub``): it hears that todo's events (``todo.done``, ``todo.failed``,
+``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``) and holds no
+thread and no database connection while it waits, as a long poll does
+(``todos.longpoll``). Each wakeup re-reads the todo in one pooled call; the
+wait ends when the todo is *settled* — terminal (done, canceled, dead letter)
+or held for an answer — or at the deadline, with the todo as it is then.
+
+A surface describes its wait as a ``ResultWait`` (how to authenticate, how to
+re-validate) and awaits ``wait(...)``. A control notice (revoked, re-keyed,
+re-granted) and a reconnect of the hub re-validate the caller first: a
+revoked token ends the wait with the surface's refusal.
+"""
+
+import asyncio
+import uuid
+
+from todos import aio, store
+from todos.hub import REVALIDATE, SHUTDOWN, UNHEARD_POLL_SECONDS, hub
+
+SETTLED = ("done", "canceled", "dead_letter", "held")
+
+
+def settled(todo: store.Todo) -> bool:
+    """Say whether a wait for this todo is over: it ended, or it is asking."""
+    return todo.outcome in SETTLED
+
+
+class ResultWait:
+    """What a surface says about one wait for a todo's result."""
+
+    wait: float = 0  # seconds it may wait (set by ``start``)
+
+    def __init__(self, request, todo_id):
+        self.request, self.todo_id = request, todo_id
+
+    def start(self) -> store.Scope:
+        """Authenticate and read the request; return the caller's scope."""
+        raise NotImplementedError
+
+    def revalidate(self) -> store.Scope:
+        """The caller's scope now; raise when it may no longer read the todo."""
+        raise NotImplementedError
+
+
+def _canonical(todo_id):
+    # Rings name a todo by its canonical id; a malformed one is not found (the
+    # read right after says so).
+    try:
+        return str(uuid.UUID(str(todo_id)))
+    except ValueError:
+        return None
+
+
+async def wait(result_wait: ResultWait) -> store.Todo:
+    """Return the todo once it is settled, or after ``result_wait.wait`` s."""
+    hub.start()
+    loop = asyncio.get_running_loop()
+    opened = []
+
+    def first():
+        scope = result_wait.start()
+        if result_wait.wait > 0:
+            opened.append(
+                hub.subscribe(scope, "todo", todo_id=_canonical(result_wait.todo_id))
+            )
+        return scope, store.get_todo(scope, result_wait.todo_id)
+
+    call = asyncio.ensure_future(aio.run_pooled(first))
+    try:
+        scope, todo = await asyncio.shield(call)
+    except BaseException:
+        # Cancelled (the client left) or failed: the waiter goes with the call.
+        call.add_done_callback(lambda _: [waiter.close() for waiter in opened])
+        raise
+    if not opened:
+        return todo
+    waiter = opened[0]
+    deadline = loop.time() + result_wait.wait
+
+    def again(check):
+        nonlocal scope
+        if check:
+            scope = result_wait.revalidate()
+        return store.get_todo(scope, result_wait.todo_id)
+
+    try:
+        while not settled(todo):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if not hub.connected:
+                remaining = min(remaining, UNHEARD_POLL_SECONDS)
+            rings, notices = await waiter.wait(remaining)
+            if SHUTDOWN in notices:
+                break
+            check = REVALIDATE in notices or not hub.connected
+            if rings or notices or check:
+                todo = await aio.run_pooled(again, check)
+    finally:
+        waiter.close()
+    return todo
