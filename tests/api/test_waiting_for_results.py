@@ -19,8 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 open_stream = test_events.open_stream
 
 
-def get(live_server, path, token, **params):
-    url = urlsplit(live_server.url)
+def get(asgi_server, path, token, **params):
+    url = urlsplit(asgi_server.url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     try:
         conn.request(
@@ -34,12 +34,12 @@ def get(live_server, path, token, **params):
         conn.close()
 
 
-def wait_in_background(live_server, endpoint, todo_id, seconds=10):
+def wait_in_background(asgi_server, endpoint, todo_id, seconds=10):
     result = {}
 
     def run():
         result["status"], result["body"] = get(
-            live_server,
+            asgi_server,
             f"/api/v1/todos/{todo_id}",
             endpoint.token,
             wait_seconds=seconds,
@@ -54,13 +54,13 @@ def wait_in_background(live_server, endpoint, todo_id, seconds=10):
 
 @pytest.mark.parametrize("ending", ["complete", "ask", "cancel", "dead_letter"])
 def test_a_waiting_get_returns_within_a_second_of_the_todo_settling(
-    live_server, endpoint, ending
+    asgi_server, endpoint, ending
 ):
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q", max_attempts=1)
     if ending != "cancel":
         store.claim_todo(scope, todo.id, "w1")
-    thread, result = wait_in_background(live_server, endpoint, todo.id)
+    thread, result = wait_in_background(asgi_server, endpoint, todo.id)
     # A heartbeat is no result: the wait goes on.
     if ending != "cancel":
         store.heartbeat(scope, todo.id, "w1", progress={"message": "busy"})
@@ -83,43 +83,43 @@ def test_a_waiting_get_returns_within_a_second_of_the_todo_settling(
 
 
 def test_a_waiting_get_answers_with_the_todo_as_it_is_after_the_wait(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q")
     started = time.monotonic()
     status, body = get(
-        live_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=1
+        asgi_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=1
     )
     assert status == 200 and body["todo"]["outcome"] == "pending"
     assert 0.9 <= time.monotonic() - started < 3
 
 
-def test_a_get_of_a_settled_todo_answers_at_once(live_server, endpoint):
+def test_a_get_of_a_settled_todo_answers_at_once(asgi_server, endpoint):
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q")
     store.cancel_todo(scope, todo.id)
     started = time.monotonic()
     status, body = get(
-        live_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=10
+        asgi_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=10
     )
     assert status == 200 and body["todo"]["outcome"] == "canceled"
     assert time.monotonic() - started < 1
 
 
-def test_wait_seconds_over_20_is_400(live_server, endpoint):
+def test_wait_seconds_over_20_is_400(asgi_server, endpoint):
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q")
     status, body = get(
-        live_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=21
+        asgi_server, f"/api/v1/todos/{todo.id}", endpoint.token, wait_seconds=21
     )
     assert status == 400 and "wait_seconds" in body["detail"]
 
 
-def test_a_waiting_get_ends_401_when_its_endpoint_is_revoked(live_server, endpoint):
+def test_a_waiting_get_ends_401_when_its_endpoint_is_revoked(asgi_server, endpoint):
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q")
-    thread, result = wait_in_background(live_server, endpoint, todo.id)
+    thread, result = wait_in_background(asgi_server, endpoint, todo.id)
     revoked_at = time.monotonic()
     from todos import endpoints
 
@@ -129,14 +129,14 @@ def test_a_waiting_get_ends_401_when_its_endpoint_is_revoked(live_server, endpoi
     assert result["returned_at"] - revoked_at < 2
 
 
-def test_a_waiting_claim_gets_the_answered_todo_within_a_second(live_server, endpoint):
+def test_a_waiting_claim_gets_the_answered_todo_within_a_second(asgi_server, endpoint):
     """Issue: the agent's waiting claim gets the todo with the answer at once."""
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, todo.id, "w1")
     store.ask(scope, todo.id, "w1", question="Approve?", checkpoint={"at": 1})
     thread, result = claim_in_background(
-        live_server, endpoint.token, {"worker": "w1", "wait_seconds": 10}
+        asgi_server, endpoint.token, {"worker": "w1", "wait_seconds": 10}
     )
     wait_for_listener()
     answered_at = time.monotonic()

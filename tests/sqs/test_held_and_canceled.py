@@ -29,7 +29,7 @@ def test_held_and_canceled_todos_are_never_received_nor_counted(sqs):
         QueueUrl=queue_url, AttributeNames=["All"]
     )["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "1"
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "0"
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
     received = client.receive_message(
         QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
     )["Messages"]
