@@ -263,10 +263,6 @@ class Hub:
                     other._deliver(notice=TRY)
                     return
 
-    def waiter_count(self) -> int:
-        with self.lock:
-            return sum(len(group) for group in self.by_endpoint.values())
-
     def shutdown(self):
         """Tell every waiter to end now (the server is stopping)."""
         with self.lock:

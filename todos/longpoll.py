@@ -39,8 +39,7 @@ class LongPoll:
     wait: float = 0  # seconds it may wait (set by ``start``)
 
     def start(self) -> store.Scope | None:
-        """Authenticate and read the request; the caller's scope, or None when
-        the request turned out to need no claim (it answered by itself)."""
+        """Authenticate, read the request: the caller's scope (None: no claim)."""
         raise NotImplementedError
 
     def revalidate(self) -> store.Scope:
@@ -104,24 +103,21 @@ class _State:
         if not check:
             return self._try()
         self._revalidate()
-        result = self._try()
+        result, scope = self._try(), self.scope
         if result is None:
             return None
-        # The claim's snapshot may hold a change (committed just after the
-        # re-validation) that the re-validation did not: checked once more,
-        # what was claimed for a caller that may no longer have it goes back.
+        # The claim's snapshot may hold a change committed just after the
+        # re-validation: checked once more, what was claimed for a caller
+        # that may no longer have it goes back.
         try:
             self._revalidate()
         except BaseException:
             self.give_back(result)
             raise
-        claimed = result if isinstance(result, list) else [result]
-        outside = [todo for todo in claimed if not self.scope.covers(todo.queue)]
-        if not outside:
-            return result
-        self.give_back(outside)
-        kept = [todo for todo in claimed if todo not in outside]
-        return kept if isinstance(result, list) and kept else None
+        if self.scope != scope:
+            self.give_back(result)
+            return None
+        return result
 
     def _revalidate(self):
         scope = self.poll.revalidate()
