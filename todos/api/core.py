@@ -509,46 +509,43 @@ def create_batch(scope, fields, *, actor):
     return {"results": results}
 
 
-def _ack(op, fields, default_worker):
-    """Return the store.Ack of one batch action from its validated fields.
+def _action_fields(fields):
+    """Check every field a batch action may carry, whatever its op (a bad one is
+    refused even where the op would not use it); return them by name."""
+    return {
+        "id": fields.text("id", required=True, max_length=MAX_NAME_LENGTH),
+        "worker": fields.text("worker"),
+        "result": fields.json("result"),
+        "error": fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or "",
+        "lease_seconds": fields.lease_seconds(),
+        "progress": fields.progress(),
+        "checkpoint": fields.checkpoint(),
+        "assignee": fields.handoff(),
+        "note": fields.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
+        "reason": fields.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
+        or "",
+    }
 
-    Every field is checked whatever the op, so a bad one is refused even where
-    the op would not use it.
-    """
-    todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
+
+def _ack(op, fields, default_worker):
+    """Return the store.Ack of one owner action from its validated fields."""
+    checked = _action_fields(fields)
     worker, token = fields.owner(default_worker)
-    _cancel_action(fields)
-    result = fields.json("result")
-    error = fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
-    lease = fields.lease_seconds()
-    progress, checkpoint = fields.progress(), fields.checkpoint()
-    handoff = fields.handoff()
-    note = fields.text("note", max_length=store.MAX_NOTE_CHARS, empty=True)
-    extra = {
-        "complete": {"result": result},
-        "fail": {"error": error},
-        "heartbeat": {
-            "lease_seconds": lease,
-            "progress": progress,
-            "checkpoint": checkpoint,
-        },
-        "release": {"assignee": handoff, "note": note, "checkpoint": checkpoint},
+    uses = {
+        "complete": ("result",),
+        "fail": ("error",),
+        "heartbeat": ("lease_seconds", "progress", "checkpoint"),
+        "release": ("assignee", "note", "checkpoint"),
     }[op]
-    return store.Ack(op, todo_id, worker=worker, lease_token=token, **extra)
+    extra = {name: checked[name] for name in uses}
+    return store.Ack(op, checked["id"], worker=worker, lease_token=token, **extra)
 
 
 def _cancel_action(fields):
     """Return (id, reason) of a batch ``"op": "cancel"`` (no owner needed)."""
-    todo_id = fields.text("id", required=True, max_length=MAX_NAME_LENGTH)
-    reason = fields.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
-    return todo_id, reason or ""
-
-
-def _checked_cancel_action(fields, default_worker):
-    """A cancel action, every other field checked as an owner action's are."""
-    if fields.text("worker") or default_worker or fields.lease_token():
-        _ack("heartbeat", fields, default_worker)
-    return _cancel_action(fields)
+    checked = _action_fields(fields)
+    fields.lease_token()
+    return checked["id"], checked["reason"]
 
 
 def cancel_status(todo):
@@ -576,7 +573,7 @@ def acknowledge_batch(scope, fields, *, default_worker=None):
             )
         action_fields = Fields(action, prefix=f"actions[{index}].")
         if op == "cancel":
-            cancels[index] = _checked_cancel_action(action_fields, default_worker)
+            cancels[index] = _cancel_action(action_fields)
         else:
             acks[index] = _ack(op, action_fields, default_worker)
     outcomes = {}
