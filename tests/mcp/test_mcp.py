@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from django.db import connection
 from django.test import Client as DjangoClient
-from mcp import Client, ClientSession
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -424,29 +424,6 @@ def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
     assert "id: not an argument of get_todo" in results["unknown"].content[0].text
     assert "queue: is required" in results["missing"].content[0].text
     assert "wait_seconds" in results["empty"].content[0].text
-
-
-@live
-def test_the_sdk_high_level_client_falls_back_from_its_discover_probe(
-    asgi_server, endpoint
-):
-    """The SDK's Client first probes the stateless 2026 revision, then initializes."""
-    seen = {}
-
-    async def main():
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {endpoint.token}"})
-        transport = streamable_http_client(f"{asgi_server.url}/mcp", http_client=http)
-        async with http, Client(transport) as client:
-            seen["version"] = client.protocol_version
-            seen["todos"] = (
-                await client.call_tool("list_todos", {})
-            ).structured_content
-
-    run(main)
-    assert seen == {
-        "version": "2025-11-25",
-        "todos": {"todos": [], "next_cursor": None},
-    }
 
 
 # --- Sessions across processes --------------------------------------------------

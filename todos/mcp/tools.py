@@ -189,7 +189,8 @@ WORKER = {
     "maxLength": MAX_NAME_LENGTH,
     "description": (
         "Your worker name, stored as the todo's owner. Defaults to this MCP "
-        "session's id. Use the same name for every call on a todo you claimed."
+        "session's id or, without a session, a name derived from your token and "
+        "client name. Use the same name for every call on a todo you claimed."
     ),
 }
 QUEUE = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_LENGTH}

@@ -39,7 +39,7 @@ from django.views.decorators.csrf import csrf_exempt
 from todos import aio, http, longpoll, store, streams
 from todos.api.core import ClaimNext, api_error_for, authenticate
 from todos.api.events import same_access
-from todos.mcp import sessions
+from todos.mcp import resources, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
 
@@ -357,6 +357,8 @@ def _post(request, endpoint):
             error="not_acceptable",
         )
     message, kind = _parse(request)
+    if stateless.speaks_stateless(request, message):
+        return stateless.answer(request, endpoint, message, kind)
     message_id = message.get("id")
     params = message.get("params", {})
     if kind == "request" and message["method"] == "initialize":
@@ -393,9 +395,11 @@ def _post(request, endpoint):
 class Pending:
     """A tools/call of claim_next, read and checked, that is yet to claim."""
 
-    def __init__(self, claim, message_id, headers, scope):
+    def __init__(self, claim, message_id, headers, scope, finish=None):
         self.claim, self.message_id = claim, message_id
         self.headers, self.scope = headers, scope
+        # The revision's last touch on the tool result (2026-07-28 types it).
+        self.finish = finish or (lambda result: result)
 
 
 class Post(longpoll.LongPoll):
@@ -432,9 +436,12 @@ async def _post_waiting(request):
             raise
         result = mcp_tools.failure(mcp_tools.TOOLS["claim_next"], exc)
     else:
+        if isinstance(post.response, resources.Listen):
+            return await resources.listen_stream(post.response, stateless.completed)
         if post.pending is None:
             return post.response
         result = mcp_tools.claimed(post.pending.claim, claimed)
+    result = post.pending.finish(result)
     body = {"jsonrpc": "2.0", "id": post.pending.message_id, "result": result}
     return JsonResponse(body, headers=post.pending.headers)
 

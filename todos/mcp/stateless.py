@@ -1,0 +1,296 @@
+"""MCP 2026-07-28 on ``/mcp``: stateless requests (CONTRACT §15).
+
+The revision has no handshake and no session. Every request says in its
+``params._meta`` which protocol version it speaks, what the client can do
+and (optionally) who the client is; on HTTP the ``MCP-Protocol-Version``,
+``Mcp-Method`` and ``Mcp-Name`` headers mirror the body, and a server must
+refuse a request where they disagree (an intermediary may have routed on the
+headers). Every result carries ``resultType`` and names the server in its
+``_meta``.
+
+``/mcp`` serves this revision beside 2025-11-25 (``todos.mcp.transport``),
+chosen per request as the spec's dual-era server does: ``initialize`` or an
+``Mcp-Session-Id`` header is the older revision; a ``_meta`` protocol version,
+a modern ``MCP-Protocol-Version`` header or ``server/discover`` is this one.
+
+Without a session there is no session id to default a worker name to: a tool
+call's ``worker`` argument names it, else ``default_worker`` derives one from
+the bearer token and the client's name, the same on every request of that
+client (and different for another token or another client program).
+"""
+
+import base64
+import binascii
+import hashlib
+
+from django.http import HttpResponse, JsonResponse
+
+from todos import store
+from todos.api.core import MAX_NAME_LENGTH, ClaimNext
+from todos.mcp import resources, transport
+from todos.mcp import tools as mcp_tools
+
+MODERN_VERSIONS = ("2026-07-28",)
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+METHOD_HEADER = "Mcp-Method"
+NAME_HEADER = "Mcp-Name"
+# The methods whose Mcp-Name header mirrors a params field, and that field.
+NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+BASE64_PREFIX, BASE64_SUFFIX = "=?base64?", "?="
+
+HEADER_MISMATCH = -32020
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+# How long a client may cache a list (SEP-2549). The tools change only with a
+# deploy; the queues (resources) come and go with use.
+TOOLS_TTL_MS = 300_000
+RESOURCES_TTL_MS = 10_000
+
+
+class ModernError(Exception):
+    """A request this revision refuses: an HTTP status and a JSON-RPC error."""
+
+    def __init__(self, status, code, message, data=None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.data = status, code, message, data
+
+    def response(self, message_id):
+        error = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        body = {"jsonrpc": "2.0", "id": message_id, "error": error}
+        return JsonResponse(body, status=self.status)
+
+
+def supported_versions():
+    """Every revision ``/mcp`` speaks, newest first."""
+    return [*MODERN_VERSIONS, *transport.PROTOCOL_VERSIONS]
+
+
+def speaks_stateless(request, message):
+    """Say whether this message is of the stateless revision (see above)."""
+    if message.get("method") == "initialize" or transport.SESSION_HEADER in (
+        request.headers
+    ):
+        return False
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return (
+        (isinstance(meta, dict) and META_VERSION in meta)
+        or request.headers.get(transport.VERSION_HEADER) in MODERN_VERSIONS
+        or message.get("method") == "server/discover"
+    )
+
+
+def _meta(params):
+    """Return the request's (version, client info), or refuse it."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        raise ModernError(
+            400, transport.INVALID_PARAMS, "params._meta: is required on 2026-07-28"
+        )
+    version = meta.get(META_VERSION)
+    if not isinstance(version, str) or not version:
+        raise ModernError(
+            400,
+            transport.INVALID_PARAMS,
+            f"params._meta[{META_VERSION!r}]: is required",
+        )
+    if version not in MODERN_VERSIONS:
+        raise ModernError(
+            400,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            {"supported": supported_versions(), "requested": version},
+        )
+    if not isinstance(meta.get(META_CAPABILITIES), dict):
+        raise ModernError(
+            400,
+            transport.INVALID_PARAMS,
+            f"params._meta[{META_CAPABILITIES!r}]: is required (an object)",
+        )
+    client = meta.get(META_CLIENT)
+    return version, client if isinstance(client, dict) else {}
+
+
+def _header_value(raw):
+    """Decode a header value that may use the Base64 sentinel form."""
+    if raw.startswith(BASE64_PREFIX) and raw.endswith(BASE64_SUFFIX):
+        encoded = raw[len(BASE64_PREFIX) : -len(BASE64_SUFFIX)]
+        try:
+            return base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise _mismatch(f"{raw!r} is not valid Base64 of UTF-8 text") from None
+    return raw
+
+
+def _mismatch(detail):
+    return ModernError(400, HEADER_MISMATCH, f"Header mismatch: {detail}")
+
+
+def _check_headers(request, method, params, version):
+    """Refuse a request whose headers are missing or disagree with its body."""
+    expected = {transport.VERSION_HEADER: version, METHOD_HEADER: method}
+    if method in NAMED:
+        value = params.get(NAMED[method])
+        if isinstance(value, str):
+            expected[NAME_HEADER] = value
+    for header, body_value in expected.items():
+        raw = request.headers.get(header)
+        if raw is None:
+            raise _mismatch(f"the {header} header is required")
+        value = _header_value(raw) if header == NAME_HEADER else raw
+        if value != body_value:
+            raise _mismatch(
+                f"{header} header value {value!r} does not match body value "
+                f"{body_value!r}"
+            )
+
+
+def default_worker(request, client):
+    """The worker name of a sessionless client that names none (see above)."""
+    token = request.headers.get("Authorization", "")
+    name = transport._storable(client.get("name") or "client", 60)
+    digest = hashlib.sha256(f"{token}\0{name}".encode()).hexdigest()[:12]
+    return f"mcp:{name}:{digest}"[:MAX_NAME_LENGTH]
+
+
+def server_meta():
+    return {
+        META_SERVER: {
+            "name": "switchboard",
+            "title": "Switchboard",
+            "version": transport._server_version(),
+        }
+    }
+
+
+def completed(result):
+    """``result`` as this revision answers it: typed, naming the server."""
+    return {
+        "resultType": "complete",
+        **result,
+        "_meta": {**server_meta(), **result.get("_meta", {})},
+    }
+
+
+def capabilities():
+    return {
+        "tools": {"listChanged": False},
+        "resources": {"subscribe": True, "listChanged": False},
+    }
+
+
+def discover():
+    return {
+        "supportedVersions": supported_versions(),
+        "capabilities": capabilities(),
+        "instructions": INSTRUCTIONS,
+        "ttlMs": TOOLS_TTL_MS,
+        "cacheScope": "private",
+    }
+
+
+INSTRUCTIONS = (
+    "Switchboard is a durable work queue. Take work with claim_next: it leases one "
+    "todo to you. If the work takes long, call heartbeat before the lease lapses. "
+    "Finish with complete_todo, or fail_todo when it cannot be done; release_todo "
+    "hands it back unfinished. Pass the same worker name on every call, or the "
+    "lease_token your claim returned; without either, your worker name is derived "
+    "from your token and your client's name. Each queue is a resource "
+    "switchboard://queues/<name>: subscriptions/listen with resourceSubscriptions "
+    "tells you when a todo there becomes claimable."
+)
+
+
+def _dispatch(request, method, params, caller, message_id):
+    if method == "server/discover":
+        return discover()
+    if method == "tools/list":
+        return {
+            "tools": mcp_tools.tool_list(),
+            "ttlMs": TOOLS_TTL_MS,
+            "cacheScope": "private",
+        }
+    if method == "tools/call":
+        return transport._call_tool(params, caller)
+    if method == "resources/list":
+        return {
+            **resources.resource_list(caller.scope),
+            "ttlMs": RESOURCES_TTL_MS,
+            "cacheScope": "private",
+        }
+    if method == "resources/templates/list":
+        return {
+            "resourceTemplates": [resources.TEMPLATE],
+            "ttlMs": TOOLS_TTL_MS,
+            "cacheScope": "private",
+        }
+    if method == "resources/read":
+        return {**resources.read(caller.scope, params), "cacheScope": "private"}
+    if method == "subscriptions/listen":
+        if not transport._accepts(request, "text/event-stream"):
+            raise ModernError(
+                406,
+                transport.INVALID_REQUEST,
+                "subscriptions/listen answers an event stream: accept "
+                "text/event-stream",
+            )
+        return resources.Listen.of(request, caller.scope, params, message_id)
+    raise ModernError(404, transport.METHOD_NOT_FOUND, f"Method not found: {method}")
+
+
+def answer(request, endpoint, message, kind):
+    """Answer one POSTed message of this revision.
+
+    A JSON response, a ``transport.Pending`` claim_next (the transport
+    claims it as a long poll) or a ``resources.Listen`` (the transport opens
+    its stream).
+    """
+    if kind == "notification":
+        return HttpResponse(status=202)
+    message_id = message.get("id")
+    if kind == "response":
+        return ModernError(
+            400,
+            transport.INVALID_REQUEST,
+            "a client sends no JSON-RPC responses on 2026-07-28",
+        ).response(None)
+    method, params = message["method"], message.get("params", {})
+    try:
+        if not isinstance(params, dict):
+            raise ModernError(
+                400, transport.INVALID_PARAMS, "params: must be an object"
+            )
+        version, client = _meta(params)
+        _check_headers(request, method, params, version)
+        caller = mcp_tools.Caller(
+            endpoint,
+            store.Scope.for_endpoint(endpoint),
+            default_worker(request, client),
+        )
+        result = _dispatch(request, method, params, caller, message_id)
+    except ModernError as exc:
+        return exc.response(message_id)
+    except transport.RpcError as exc:
+        return JsonResponse(transport._error_body(message_id, exc.code, exc.message))
+    except resources.BadParams as exc:
+        return JsonResponse(
+            transport._error_body(message_id, transport.INVALID_PARAMS, str(exc))
+        )
+    except resources.ResourceNotFound as exc:
+        return JsonResponse(
+            transport._error_body(
+                message_id, transport.INVALID_PARAMS, str(exc), {"uri": exc.uri}
+            )
+        )
+    if isinstance(result, resources.Listen):
+        return result
+    if isinstance(result, ClaimNext):
+        return transport.Pending(result, message_id, {}, caller.scope, completed)
+    return JsonResponse(
+        {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}
+    )
