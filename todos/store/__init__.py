@@ -181,9 +181,6 @@ from .reads import (  # noqa: F401
 )
 from .rows import (  # noqa: F401
     ANSWER_LINK_SECONDS,
-    BACKOFF_BASE_SECONDS,
-    BACKOFF_CAP_SECONDS,
-    DEFAULT_MAX_ATTEMPTS,
     DOORBELL_CHANNEL,
     HELD_UNTIL_ANSWERED,
     MAX_ACK_BATCH,

@@ -190,9 +190,8 @@ def _create_item(
     }
 
 
-def _duplicate(scope, row):
+def _duplicate(scope, todo):
     """The live duplicate a create collapsed onto, if the caller may see it."""
-    todo = Todo.from_row(row)
     if scope is not None and not scope.covers(todo.queue):
         # After a grant narrowed: never hand out another queue's todo.
         raise KeyHeld(KEY_HELD_OUTSIDE_GRANT, key=todo.idempotency_key)
@@ -222,7 +221,7 @@ def _create(endpoint_id, scope, item, actor):
             return Todo.from_row(row), True
         row = _run("create_todo", LIVE_DUPLICATE_SQL, params, fetch="one")
         if row is not None:
-            return _duplicate(scope, row)
+            return _duplicate(scope, Todo.from_row(row))
         if _run("create_todo", ENDPOINT_EXISTS_SQL, params, fetch="one") is None:
             raise NotFound("no such endpoint")
     raise Conflict("the idempotency key is contended; try again")
@@ -350,16 +349,16 @@ def create_many(scope, items, *, actor=""):
             LIVE_DUPLICATES_SQL,
             {"endpoint_id": endpoint_id, "keys": keys},
         )
-        live = {row[13]: row for row in rows}
+        live = {todo.idempotency_key: todo for todo in map(Todo.from_row, rows)}
     for index, item in bound.items():
         todo = created.get(str(item["id"]))
         if todo is not None:
             results[index] = (todo, True)
             continue
         try:
-            row = live.get(item["idempotency_key"])
-            if row is not None:
-                results[index] = _duplicate(scope, row)
+            duplicate = live.get(item["idempotency_key"])
+            if duplicate is not None:
+                results[index] = _duplicate(scope, duplicate)
             else:
                 # The winner turned terminal meanwhile (or the endpoint is
                 # gone): the single create's loop settles it.

@@ -59,24 +59,46 @@ class QueueInfo:
 
     @classmethod
     def from_row(cls, row):
-        (endpoint_id, name, lease, attempts, delay, paused_at, created, updated) = row[
-            :8
-        ]
-        age = row[13]
-        return cls(
-            str(endpoint_id),
+        (
+            endpoint_id,
             name,
-            settings.SWITCHBOARD_LEASE_SECONDS if lease is None else lease,
-            settings.SWITCHBOARD_MAX_ATTEMPTS if attempts is None else attempts,
-            0 if delay is None else delay,
-            paused_at is not None,
+            lease,
+            attempts,
+            delay,
             paused_at,
             created,
             updated,
-            *row[8:13],
-            None if age is None else float(age),
-            row[14],
-            row[15],
+            pending,
+            delayed,
+            claimed,
+            retry_scheduled,
+            dead_letter,
+            age,
+            lapsed,
+            held,
+        ) = row
+        return cls(
+            endpoint_id=str(endpoint_id),
+            name=name,
+            lease_seconds=(
+                settings.SWITCHBOARD_LEASE_SECONDS if lease is None else lease
+            ),
+            max_attempts=(
+                settings.SWITCHBOARD_MAX_ATTEMPTS if attempts is None else attempts
+            ),
+            delay_seconds=0 if delay is None else delay,
+            paused=paused_at is not None,
+            paused_at=paused_at,
+            created_at=created,
+            updated_at=updated,
+            pending=pending,
+            delayed=delayed,
+            claimed=claimed,
+            retry_scheduled=retry_scheduled,
+            dead_letter=dead_letter,
+            oldest_pending_age_seconds=None if age is None else float(age),
+            lapsed=lapsed,
+            held=held,
         )
 
     def to_dict(self):
@@ -260,15 +282,16 @@ def _update(scope, endpoint_id, name, pause=None, **given):
     row = _run("update_queue", UPDATE_SQL, params, fetch="one")
     if row is None:
         raise NotFound("no such queue")
+    (queue_endpoint_id,) = row
     if pause == "resume":
         _run(
             "resume_queue",
             RESUME_RING_SQL,
-            {"endpoint_id": str(row[0]), "name": name},
+            {"endpoint_id": str(queue_endpoint_id), "name": name},
             fetch="one",
         )
     if scope is None:
-        return get_queue_any_endpoint(str(row[0]), name)
+        return get_queue_any_endpoint(str(queue_endpoint_id), name)
     return _one(scope, name)
 
 

@@ -16,13 +16,8 @@ TODO_EVENTS = (
     "todo.cancel_requested",
     "todo.canceled",
 )
-BACKOFF_BASE_SECONDS = 30
-BACKOFF_CAP_SECONDS = 900
 MAX_LEASE_SECONDS = 43200
 MAX_DELAY_SECONDS = 43200
-# The default when neither the call, the queue nor settings name one (kept for
-# callers that render it; the store reads settings.SWITCHBOARD_MAX_ATTEMPTS).
-DEFAULT_MAX_ATTEMPTS = 5
 MAX_CLAIM_BATCH = 10
 MAX_ACK_BATCH = 100
 MAX_CREATE_BATCH = 100
