@@ -271,7 +271,7 @@ def test_discover_names_both_revisions_and_the_capabilities(post):
     result = response.json()["result"]
     assert result["resultType"] == "complete"
     assert result["supportedVersions"][:2] == [VERSION, "2025-11-25"]
-    assert set(result["capabilities"]) == {"tools", "resources"}
+    assert set(result["capabilities"]) == {"tools", "resources", "extensions"}
     assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == (
         "switchboard"
     )

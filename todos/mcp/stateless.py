@@ -27,7 +27,7 @@ from django.http import HttpResponse, JsonResponse
 
 from todos import store
 from todos.api.core import MAX_NAME_LENGTH, ClaimNext
-from todos.mcp import resources, transport
+from todos.mcp import resources, tasks, transport
 from todos.mcp import tools as mcp_tools
 
 MODERN_VERSIONS = ("2026-07-28",)
@@ -113,7 +113,7 @@ def _meta(params):
             f"params._meta[{META_CAPABILITIES!r}]: is required (an object)",
         )
     client = meta.get(META_CLIENT)
-    return version, client if isinstance(client, dict) else {}
+    return version, client if isinstance(client, dict) else {}, meta[META_CAPABILITIES]
 
 
 def _header_value(raw):
@@ -181,6 +181,7 @@ def capabilities():
     return {
         "tools": {"listChanged": False},
         "resources": {"subscribe": True, "listChanged": False},
+        "extensions": {tasks.EXTENSION: {}},
     }
 
 
@@ -206,17 +207,47 @@ INSTRUCTIONS = (
 )
 
 
-def _dispatch(request, method, params, caller, message_id):
+def _needs_tasks(capabilities):
+    if not tasks.declared(capabilities):
+        raise ModernError(
+            400,
+            tasks.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            tasks.missing_capability(),
+        )
+
+
+def _call_tool(params, caller, capabilities):
+    """A tools/call: a tool that starts work answers a task when it may."""
+    name = params.get("name")
+    if name == "delegate":
+        _needs_tasks(capabilities)
+        arguments = params.get("arguments")
+        if not isinstance(arguments, dict):
+            raise transport.RpcError(
+                transport.INVALID_PARAMS, "params.arguments: must be an object"
+            )
+        return tasks.created(tasks.call_delegate(arguments, caller))
+    result = transport._call_tool(params, caller)
+    if name in tasks.STARTS_WORK and tasks.declared(capabilities):
+        return tasks.created(result)
+    return result
+
+
+def _dispatch(request, method, params, caller, message_id, capabilities):
     if method == "server/discover":
         return discover()
     if method == "tools/list":
         return {
-            "tools": mcp_tools.tool_list(),
+            "tools": tasks.tool_list(),
             "ttlMs": TOOLS_TTL_MS,
             "cacheScope": "private",
         }
     if method == "tools/call":
-        return transport._call_tool(params, caller)
+        return _call_tool(params, caller, capabilities)
+    if method in tasks.METHODS:
+        _needs_tasks(capabilities)
+        return tasks.METHODS[method](caller, params)
     if method == "resources/list":
         return {
             **resources.resource_list(caller.scope),
@@ -265,18 +296,22 @@ def answer(request, endpoint, message, kind):
             raise ModernError(
                 400, transport.INVALID_PARAMS, "params: must be an object"
             )
-        version, client = _meta(params)
+        version, client, capabilities = _meta(params)
         _check_headers(request, method, params, version)
         caller = mcp_tools.Caller(
             endpoint,
             store.Scope.for_endpoint(endpoint),
             default_worker(request, client),
         )
-        result = _dispatch(request, method, params, caller, message_id)
+        result = _dispatch(request, method, params, caller, message_id, capabilities)
     except ModernError as exc:
         return exc.response(message_id)
     except transport.RpcError as exc:
         return JsonResponse(transport._error_body(message_id, exc.code, exc.message))
+    except tasks.TaskError as exc:
+        return JsonResponse(
+            transport._error_body(message_id, exc.code, exc.message, exc.data)
+        )
     except resources.BadParams as exc:
         return JsonResponse(
             transport._error_body(message_id, transport.INVALID_PARAMS, str(exc))

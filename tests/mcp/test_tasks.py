@@ -1,0 +1,341 @@
+"""Todos as MCP Tasks (CONTRACT §15): the extension io.modelcontextprotocol/tasks.
+
+In process: each outcome's task, tasks/update and tasks/cancel, the errors.
+Live: a task created over MCP, worked by a JSON-API worker through a gunicorn
+process, answered with tasks/update, its tasks/get at each step, across a
+restart of that process.
+"""
+
+import json
+import uuid
+
+import httpx2
+import pytest
+
+from tests.support import database_url, start_gunicorn, stop
+from todos import store
+
+VERSION = "2026-07-28"
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+def message(method, capabilities=TASKS, id=1, **params):
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "pytest", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": method,
+        "params": {**params, "_meta": meta},
+    }
+
+
+def headers_for(body, token):
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": body["method"],
+    }
+    if body["method"] == "tools/call":
+        headers["Mcp-Name"] = body["params"]["name"]
+    return headers
+
+
+@pytest.fixture
+def rpc(client, endpoint):
+    """rpc(method, token=..., capabilities=..., **params) -> (status, body)."""
+
+    def send(method, token=endpoint.token, capabilities=TASKS, **params):
+        body = message(method, capabilities, **params)
+        response = client.post(
+            "/mcp",
+            data=json.dumps(body),
+            content_type="application/json",
+            headers=headers_for(body, token),
+        )
+        return response.status_code, response.json()
+
+    return send
+
+
+def create_task(rpc, tool="delegate", **arguments):
+    status, body = rpc("tools/call", name=tool, arguments={"queue": "q", **arguments})
+    assert status == 200, body
+    return body["result"]
+
+
+def task(rpc, task_id):
+    status, body = rpc("tasks/get", taskId=task_id)
+    assert status == 200, body
+    assert body["result"]["resultType"] == "complete"
+    return body["result"]
+
+
+def test_discover_advertises_the_tasks_extension(rpc):
+    _, body = rpc("server/discover")
+    assert body["result"]["capabilities"]["extensions"] == TASKS["extensions"]
+
+
+def test_delegate_answers_a_task_whose_id_is_the_todo(rpc, scope):
+    created = create_task(rpc, title="build it")
+    assert created["resultType"] == "task"
+    assert created["status"] == "working"
+    assert created["pollIntervalMs"] > 0 and created["ttlMs"] is None
+    todo = store.get_todo(scope, created["taskId"])
+    assert todo.title == "build it"
+
+
+def test_create_todo_answers_a_task_when_the_client_declares_the_extension(rpc):
+    assert create_task(rpc, tool="create_todo")["resultType"] == "task"
+    _, plain = rpc(
+        "tools/call", capabilities={}, name="create_todo", arguments={"queue": "q"}
+    )
+    assert plain["result"]["resultType"] == "complete"
+    assert plain["result"]["structuredContent"]["created"] is True
+
+
+def test_delegate_without_the_extension_is_a_missing_capability(rpc):
+    status, body = rpc(
+        "tools/call", capabilities={}, name="delegate", arguments={"queue": "q"}
+    )
+    assert status == 400
+    assert body["error"]["code"] == -32021
+    assert body["error"]["data"]["requiredCapabilities"] == TASKS
+
+
+def test_tasks_get_without_the_extension_is_a_missing_capability(rpc):
+    status, body = rpc("tasks/get", capabilities={}, taskId=str(uuid.uuid4()))
+    assert status == 400 and body["error"]["code"] == -32021
+
+
+def test_a_bad_delegate_is_a_tool_error_not_a_task(rpc):
+    result = create_task(rpc, max_attempts=0)
+    assert result["resultType"] == "complete" and result["isError"] is True
+
+
+def test_delegate_is_listed_on_2026_07_28(rpc):
+    _, body = rpc("tools/list")
+    tools = {tool["name"]: tool for tool in body["result"]["tools"]}
+    assert tools["delegate"]["inputSchema"]["required"] == ["queue"]
+
+
+def test_the_task_follows_the_todo_through_each_outcome(rpc, scope):
+    """working (with progress) → input_required → working → completed."""
+    task_id = create_task(rpc)["taskId"]
+    assert task(rpc, task_id)["statusMessage"] == "the todo is pending"
+    store.claim_todo(scope, task_id, "w")
+    store.heartbeat(scope, task_id, "w", progress={"message": "half way"})
+    working = task(rpc, task_id)
+    assert (working["status"], working["statusMessage"]) == ("working", "half way")
+
+    store.ask(scope, task_id, "w", question="Ship it?", choices=["yes", "no"])
+    held = task(rpc, task_id)
+    assert held["status"] == "input_required"
+    [(key, request)] = held["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "Ship it?"
+    schema = request["params"]["requestedSchema"]
+    assert schema["properties"]["answer"] == {"type": "string", "enum": ["yes", "no"]}
+
+    answer = {key: {"action": "accept", "content": {"answer": "yes"}}}
+    status, body = rpc("tasks/update", taskId=task_id, inputResponses=answer)
+    assert status == 200 and body["result"]["resultType"] == "complete"
+    assert store.get_todo(scope, task_id).answer["value"] == "yes"
+    assert task(rpc, task_id)["status"] == "working"
+
+    store.claim_todo(scope, task_id, "w")
+    store.complete_todo(scope, task_id, "w", result={"shipped": True})
+    done = task(rpc, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"]["todo"]["result"] == {"shipped": True}
+
+
+def test_a_dead_letter_is_a_failed_task_with_its_error(rpc, scope):
+    task_id = create_task(rpc, max_attempts=1)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    store.fail_todo(scope, task_id, "w", error="disk full")
+    failed = task(rpc, task_id)
+    assert failed["status"] == "failed"
+    assert "disk full" in failed["error"]["message"]
+
+
+def test_tasks_cancel_cancels_a_pending_todo(rpc, scope):
+    task_id = create_task(rpc)["taskId"]
+    status, body = rpc("tasks/cancel", taskId=task_id)
+    assert status == 200 and body["result"]["resultType"] == "complete"
+    assert task(rpc, task_id)["status"] == "cancelled"
+    assert store.get_todo(scope, task_id).outcome == "canceled"
+    # A terminal task's cancel is acknowledged all the same.
+    assert rpc("tasks/cancel", taskId=task_id)[0] == 200
+
+
+def test_tasks_cancel_of_a_claimed_todo_asks_its_worker(rpc, scope):
+    task_id = create_task(rpc)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    rpc("tasks/cancel", taskId=task_id)
+    assert store.get_todo(scope, task_id).cancel_requested
+    assert task(rpc, task_id)["status"] == "working"
+    store.release_todo(scope, task_id, "w")
+    assert task(rpc, task_id)["status"] == "cancelled"
+
+
+def test_an_update_for_another_key_or_a_declined_one_is_ignored(rpc, scope):
+    task_id = create_task(rpc)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    store.ask(scope, task_id, "w", question="Which?")
+    [key] = task(rpc, task_id)["inputRequests"]
+    for responses in (
+        {"question-then": {"action": "accept", "content": {"answer": "x"}}},
+        {key: {"action": "decline"}},
+    ):
+        status, _ = rpc("tasks/update", taskId=task_id, inputResponses=responses)
+        assert status == 200
+    assert task(rpc, task_id)["status"] == "input_required"
+
+
+def test_an_answer_the_question_refuses_is_invalid_params(rpc, scope):
+    task_id = create_task(rpc)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    store.ask(scope, task_id, "w", question="Ship it?", choices=["yes", "no"])
+    [key] = task(rpc, task_id)["inputRequests"]
+    for content in ({"answer": "maybe"}, {"other": 1}):
+        responses = {key: {"action": "accept", "content": content}}
+        status, body = rpc("tasks/update", taskId=task_id, inputResponses=responses)
+        assert (status, body["error"]["code"]) == (200, -32602), content
+    assert task(rpc, task_id)["status"] == "input_required"
+
+
+def test_an_update_after_the_board_answered_is_ignored(rpc, scope):
+    task_id = create_task(rpc)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    store.ask(scope, task_id, "w", question="Which?")
+    [key] = task(rpc, task_id)["inputRequests"]
+    store.answer_todo_any_endpoint(task_id, "board's", by="alice")
+    responses = {key: {"action": "accept", "content": {"answer": "mine"}}}
+    assert rpc("tasks/update", taskId=task_id, inputResponses=responses)[0] == 200
+    assert store.get_todo(scope, task_id).answer["value"] == "board's"
+
+
+def test_another_endpoints_task_is_not_found(rpc, other_endpoint, scope):
+    task_id = create_task(rpc)["taskId"]
+    for method, params in (
+        ("tasks/get", {}),
+        ("tasks/cancel", {}),
+        ("tasks/update", {"inputResponses": {}}),
+    ):
+        status, body = rpc(method, token=other_endpoint.token, taskId=task_id, **params)
+        assert status == 200 and body["error"]["code"] == -32602, method
+        assert "not found" in body["error"]["message"].lower()
+    assert store.get_todo(scope, task_id).outcome == "pending"
+
+
+@pytest.mark.parametrize("task_id", [None, "", 7, "not-a-uuid", str(uuid.uuid4())])
+def test_a_bad_or_unknown_task_id_is_invalid_params(rpc, task_id):
+    status, body = rpc("tasks/get", taskId=task_id)
+    assert status == 200 and body["error"]["code"] == -32602
+
+
+def test_update_needs_input_responses_as_an_object(rpc):
+    task_id = create_task(rpc)["taskId"]
+    status, body = rpc("tasks/update", taskId=task_id, inputResponses=[1])
+    assert body["error"]["code"] == -32602
+
+
+# --- Live: another process, and a restart -----------------------------------------
+
+
+@pytest.fixture
+def gunicorn(django_db_blocker):
+    """Start and restart gunicorn processes on the test database."""
+    running = []
+
+    def start():
+        with django_db_blocker.unblock():
+            process, port = start_gunicorn(database_url())
+        running.append(process)
+        return process, f"http://127.0.0.1:{port}"
+
+    yield start
+    for process in running:
+        if process.poll() is None:
+            stop(process)
+
+
+def mcp(base, token, method, **params):
+    body = message(method, **params)
+    response = httpx2.post(
+        f"{base}/mcp", json=body, headers=headers_for(body, token), timeout=15
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+def api(base, token, path, **body):
+    response = httpx2.post(
+        f"{base}/api/v1/todos{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=15,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_task_is_worked_by_a_json_api_worker_and_survives_a_restart(
+    asgi_server, gunicorn, endpoint
+):
+    """Created over MCP in this process; claimed, asked and completed by a
+    JSON-API worker through gunicorn; tasks/get on gunicorn at each step, the
+    question answered over MCP after gunicorn restarted."""
+    token = endpoint.token
+    steps = []
+
+    def seen(base, task_id):
+        state = mcp(base, token, "tasks/get", taskId=task_id)
+        steps.append((state["status"], state.get("statusMessage")))
+        return state
+
+    task_id = mcp(
+        asgi_server.url,
+        token,
+        "tools/call",
+        name="delegate",
+        arguments={"queue": "deploys", "title": "deploy"},
+    )["taskId"]
+    process, base = gunicorn()
+    seen(base, task_id)
+    claimed = api(base, token, "/claim", worker="w", queue="deploys")
+    assert claimed["todo"]["id"] == task_id
+    api(base, token, f"/{task_id}/heartbeat", worker="w", progress={"message": "50%"})
+    seen(base, task_id)
+    api(base, token, f"/{task_id}/ask", worker="w", question="Go?", choices=["go"])
+    asked = seen(base, task_id)
+
+    stop(process)
+    process, base = gunicorn()
+    again = seen(base, task_id)
+    assert again["inputRequests"] == asked["inputRequests"]
+    [key] = again["inputRequests"]
+    responses = {key: {"action": "accept", "content": {"answer": "go"}}}
+    mcp(base, token, "tasks/update", taskId=task_id, inputResponses=responses)
+    seen(base, task_id)
+    reclaimed = api(base, token, "/claim", worker="w", queue="deploys")
+    assert reclaimed["todo"]["answer"]["value"] == "go"
+    api(base, token, f"/{task_id}/complete", worker="w", result={"deployed": 1})
+    done = seen(asgi_server.url, task_id)
+
+    assert steps == [
+        ("working", "the todo is pending"),
+        ("working", "50%"),
+        ("input_required", "Go?"),
+        ("input_required", "Go?"),
+        ("working", "50%"),
+        ("completed", None),
+    ]
+    assert done["result"]["structuredContent"]["todo"]["result"] == {"deployed": 1}
