@@ -134,7 +134,7 @@ def test_a_database_url_with_a_bad_host_or_port_refuses_to_start(url):
 
 @pytest.mark.django_db
 def test_the_app_connects_to_the_writable_server_of_a_host_list():
-    """With the first host down, the request pool and the doorbell's connection
+    """With the first host down, the request pool and the hub's LISTEN connection
     both reach the next one (libpq's multi-host failover, read-write)."""
     db = settings.DATABASES["default"]
     url = (
@@ -142,9 +142,10 @@ def test_the_app_connects_to_the_writable_server_of_a_host_list():
         f"{db['HOST']}:{db['PORT']}/{db['NAME']}?target_session_attrs=read-write"
     )
     probe = (
-        "from django.db import connection; from todos import doorbell; "
+        "import asyncio; from django.db import connection; from todos import hub; "
         "connection.ensure_connection(); "
-        "print(connection.connection.info.port, doorbell._connect().info.port)"
+        "print(connection.connection.info.port, "
+        "asyncio.run(hub._connect()).info.port)"
     )
     finished = subprocess.run(
         [sys.executable, "-c", f"{SETUP}; {probe}"],
