@@ -20,6 +20,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.mcp.conftest import INITIALIZE
 from tests.support import database_url, free_port, serve_gunicorn
 from todos import store
 from todos.mcp import transport
@@ -41,6 +42,10 @@ TOOL_NAMES = {
     "retry_todo",
     "batch",
     "list_queues",
+    "ask",
+    "answer",
+    "cancel_todo",
+    "wait_for_todo",
 }
 
 
@@ -523,42 +528,6 @@ def test_a_database_outage_is_503_with_a_json_rpc_error(outage_server):
 
 
 # --- The transport's answers to bad requests (in process) -----------------------
-
-
-@pytest.fixture
-def post(client, endpoint):
-    """Return post(body, session=None, **headers) -> response, raw body allowed."""
-
-    def send(body, session=None, token=endpoint.token, **headers):
-        data = body if isinstance(body, str | bytes) else json.dumps(body)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        if session:
-            headers["Mcp-Session-Id"] = session
-        return client.post(
-            "/mcp", data=data, content_type="application/json", headers=headers
-        )
-
-    return send
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "pytest", "version": "1"},
-    },
-}
-
-
-@pytest.fixture
-def session_id(post):
-    response = post(INITIALIZE)
-    assert response.status_code == 200
-    return response["Mcp-Session-Id"]
 
 
 def rpc_error(response):

@@ -25,7 +25,7 @@ import hashlib
 
 from django.http import HttpResponse, JsonResponse
 
-from todos import store
+from todos import store, waits
 from todos.api.core import MAX_NAME_LENGTH, ClaimNext
 from todos.mcp import resources, tasks, transport
 from todos.mcp import tools as mcp_tools
@@ -277,8 +277,8 @@ def _dispatch(request, method, params, caller, message_id, capabilities):
 def answer(request, endpoint, message, kind):
     """Answer one POSTed message of this revision.
 
-    A JSON response, a ``transport.Pending`` claim_next (the transport
-    claims it as a long poll) or a ``resources.Listen`` (the transport opens
+    A JSON response, a ``transport.Pending`` claim_next or wait_for_todo (the
+    transport waits for it) or a ``resources.Listen`` (the transport opens
     its stream).
     """
     if kind == "notification":
@@ -324,7 +324,7 @@ def answer(request, endpoint, message, kind):
         )
     if isinstance(result, resources.Listen):
         return result
-    if isinstance(result, ClaimNext):
+    if isinstance(result, ClaimNext | waits.ResultWait):
         return transport.Pending(result, message_id, {}, caller.scope, completed)
     return JsonResponse(
         {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from todos import http, store
+from todos import http, store, waits
 from todos.api import core as api
 from todos.api.core import (
     MAX_ATTEMPTS_CAP,
@@ -25,6 +25,7 @@ from todos.api.core import (
     api_error_for,
     bad_request,
 )
+from todos.store.questions import RETURN_TO
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,20 @@ HINTS = {
     ),
     "forbidden": "Use a queue this endpoint is granted, or leave queue out.",
     "bad_request": "Fix the argument and call the tool again.",
+}
+# Where a tool's failure means something of its own.
+TOOL_HINTS = {
+    ("ask", "conflict"): (
+        "Only the worker holding a todo's current lease may ask, and not under a "
+        "cancel request: call get_todo to see its state and cancel_requested."
+    ),
+    ("answer", "conflict"): (
+        "The todo is not waiting for an answer (answered already, its deadline "
+        "passed, or it never asked): call get_todo to see its question."
+    ),
+    ("cancel_todo", "conflict"): (
+        "The todo has ended (done, canceled or dead letter): nothing to cancel."
+    ),
 }
 NO_WORK_HINT = (
     "Nothing is claimable right now. Call claim_next again later, or pass "
@@ -116,13 +131,6 @@ def claim_next(args, caller):
     return api.ClaimNext(None).read(args)
 
 
-def claimed(claim, result):
-    """The tool result of a claim_next that claimed ``result``."""
-    if claim.limit is not None:
-        return _ok({"todos": [todo.to_dict() for todo in result]})
-    return _todo(result)
-
-
 def claim_todo(args, caller):
     todo_id, worker, lease = args.todo_id(), args.worker(), args.lease_seconds()
     return _todo(store.claim_todo(caller.scope, todo_id, worker, lease_seconds=lease))
@@ -130,10 +138,15 @@ def claim_todo(args, caller):
 
 def heartbeat(args, caller):
     todo_id, (worker, token) = args.todo_id(), args.owner()
-    lease = args.lease_seconds()
     return _todo(
         store.heartbeat(
-            caller.scope, todo_id, worker, lease_seconds=lease, lease_token=token
+            caller.scope,
+            todo_id,
+            worker,
+            lease_seconds=args.lease_seconds(),
+            lease_token=token,
+            progress=args.progress(),
+            checkpoint=args.checkpoint(),
         )
     )
 
@@ -158,7 +171,95 @@ def fail_todo(args, caller):
 
 def release_todo(args, caller):
     todo_id, (worker, token) = args.todo_id(), args.owner()
-    return _todo(store.release_todo(caller.scope, todo_id, worker, lease_token=token))
+    return _todo(
+        store.release_todo(
+            caller.scope,
+            todo_id,
+            worker,
+            lease_token=token,
+            assignee=args.handoff(),
+            note=args.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
+            checkpoint=args.checkpoint(),
+        )
+    )
+
+
+def ask(args, caller):
+    todo_id, (worker, token) = args.todo_id(), args.owner()
+    question = args.text("question", required=True, max_length=store.MAX_QUESTION_CHARS)
+    deadline = args.integer(
+        "deadline_seconds",
+        minimum=store.MIN_DEADLINE_SECONDS,
+        maximum=store.MAX_DEADLINE_SECONDS,
+    )
+    try:
+        todo = store.ask(
+            caller.scope,
+            todo_id,
+            worker,
+            lease_token=token,
+            question=question,
+            choices=args.data.get("choices"),
+            answer_schema=args.json("answer_schema"),
+            checkpoint=args.checkpoint(),
+            deadline_seconds=deadline,
+            return_to=args.text("return_to") or "me",
+        )
+    except ValueError as exc:
+        # The store names the field it refused (choices, answer_schema, …).
+        raise api_error_for(exc) or bad_request(str(exc)) from exc
+    return _todo(todo)
+
+
+def answer(args, caller):
+    todo_id = args.todo_id()
+    if "answer" not in args.data:
+        raise bad_request("answer: is required")
+    by = args.text("worker") or caller.actor
+    return _todo(store.answer_todo(caller.scope, todo_id, args.json("answer"), by=by))
+
+
+def cancel_todo(args, caller):
+    todo_id = args.todo_id()
+    reason = args.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
+    by = args.text("worker") or caller.actor
+    return _todo(store.cancel_todo(caller.scope, todo_id, reason=reason or "", by=by))
+
+
+class TodoWait(waits.ResultWait):
+    """A wait_for_todo, read and checked; the transport awaits it
+    (``todos.waits``), as it makes claim_next's long poll."""
+
+    def __init__(self, scope, todo_id, wait):
+        super().__init__(None, todo_id)  # the transport sets the request
+        self.scope, self.wait = scope, wait
+
+    def start(self):
+        # The POST's own database call authenticated the caller already.
+        return self.scope
+
+    def revalidate(self):
+        # A revoked or re-keyed token ends the wait (401).
+        return store.Scope.for_endpoint(api.authenticate(self.request))
+
+
+def wait_for_todo(args, caller):
+    """Read the wait; the transport waits, holding no thread or connection."""
+    wait = args.integer(
+        "wait_seconds",
+        minimum=0,
+        maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+        default=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+    )
+    return TodoWait(caller.scope, args.todo_id(), wait)
+
+
+def finished(work, outcome):
+    """The tool result of a tool whose waiting the transport did: a claim_next
+    that claimed ``outcome``, or a wait_for_todo that ended on it."""
+    if isinstance(work, api.ClaimNext) and work.limit is not None:
+        return _ok({"todos": [todo.to_dict() for todo in outcome]})
+    return _todo(outcome)
 
 
 def batch(args, caller):
@@ -214,6 +315,57 @@ ERROR_TEXT = {
 }
 
 
+CHECKPOINT = {
+    "description": (
+        "Where to resume: any JSON, at most "
+        f"{store.MAX_CHECKPOINT_BYTES // 1024} KiB encoded. It replaces the last "
+        "one and is handed to whoever claims the todo next (after a lapsed lease, "
+        "a retry, a release or an answer)."
+    ),
+}
+PROGRESS = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string", "maxLength": store.MAX_PROGRESS_MESSAGE_CHARS},
+        "fraction": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "additionalProperties": False,
+    "description": (
+        'How far the work got, shown on the Board, e.g. {"message": "3 of 10 '
+        'files", "fraction": 0.3}.'
+    ),
+}
+ASSIGNEE = {
+    "type": ["string", "null"],
+    "minLength": 1,
+    "maxLength": MAX_NAME_LENGTH,
+    "description": (
+        "Hand the todo to this worker: only it may claim it next. null gives it "
+        "to any worker of the queue; left out, the assignment stays as it was."
+    ),
+}
+NOTE = {
+    "type": "string",
+    "maxLength": store.MAX_NOTE_CHARS,
+    "description": "Why it is handed back, for whoever claims it next.",
+}
+REASON = {
+    "type": "string",
+    "maxLength": store.MAX_REASON_CHARS,
+    "description": "Why it is canceled, kept in the todo's result.",
+}
+
+
+def _wait(description, default):
+    return {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+        "default": default,
+        "description": description,
+    }
+
+
 def _lease():
     return {
         "type": "integer",
@@ -244,6 +396,7 @@ class Tool:
     handler: object
     read_only: bool = False
     idempotent: bool = False
+    destructive: bool = False
 
     def schema(self):
         return SCHEMAS[self.name]()
@@ -256,7 +409,7 @@ class Tool:
             "inputSchema": self.schema(),
             "annotations": {
                 "readOnlyHint": self.read_only,
-                "destructiveHint": False,
+                "destructiveHint": self.destructive,
                 "idempotentHint": self.idempotent,
                 "openWorldHint": False,
             },
@@ -317,6 +470,15 @@ SCHEMAS = {
                     "setting, else 5)."
                 ),
             },
+            "replace": {
+                "type": "boolean",
+                "default": False,
+                "description": (
+                    "With an idempotency_key: cancel the key's pending live todo "
+                    "and create this one instead (a conflict when that todo is "
+                    "claimed: it gets a cancel request)."
+                ),
+            },
             "delay_seconds": {
                 "type": "integer",
                 "minimum": 0,
@@ -334,13 +496,9 @@ SCHEMAS = {
             "queue": {**QUEUE, "description": "Claim only from this queue."},
             "worker": WORKER,
             "lease_seconds": _lease(),
-            "wait_seconds": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": 20,
-                "default": 0,
-                "description": "If nothing is claimable, wait this long for work.",
-            },
+            "wait_seconds": _wait(
+                "If nothing is claimable, wait this long for work.", default=0
+            ),
             "max_todos": {
                 "type": "integer",
                 "minimum": 1,
@@ -361,6 +519,8 @@ SCHEMAS = {
             "worker": WORKER,
             "lease_token": LEASE_TOKEN,
             "lease_seconds": _lease(),
+            "progress": PROGRESS,
+            "checkpoint": CHECKPOINT,
         },
         ["todo_id"],
     ),
@@ -383,7 +543,100 @@ SCHEMAS = {
         ["todo_id"],
     ),
     "release_todo": lambda: _object(
-        {"todo_id": TODO_ID, "worker": WORKER, "lease_token": LEASE_TOKEN},
+        {
+            "todo_id": TODO_ID,
+            "worker": WORKER,
+            "lease_token": LEASE_TOKEN,
+            "assignee": ASSIGNEE,
+            "note": NOTE,
+            "checkpoint": CHECKPOINT,
+        },
+        ["todo_id"],
+    ),
+    "ask": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "worker": WORKER,
+            "lease_token": LEASE_TOKEN,
+            "question": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": store.MAX_QUESTION_CHARS,
+                "description": "The question, in words a person can answer.",
+            },
+            "choices": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": store.MAX_CHOICES,
+                "uniqueItems": True,
+                "items": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": store.MAX_CHOICE_CHARS,
+                },
+                "description": "The answers allowed, shown as buttons.",
+            },
+            "answer_schema": {
+                "type": "object",
+                "description": (
+                    "A JSON Schema the answer must be valid against, at most "
+                    f"{store.MAX_ANSWER_SCHEMA_BYTES // 1024} KiB."
+                ),
+            },
+            "checkpoint": CHECKPOINT,
+            "deadline_seconds": {
+                "type": "integer",
+                "minimum": store.MIN_DEADLINE_SECONDS,
+                "maximum": store.MAX_DEADLINE_SECONDS,
+                "description": (
+                    "Stop waiting for an answer after this long: the todo is "
+                    "claimable again with answer null and question.expired true."
+                ),
+            },
+            "return_to": {
+                "type": "string",
+                "enum": list(RETURN_TO),
+                "default": "me",
+                "description": (
+                    "Who gets the answered todo: me (the asking worker only) or "
+                    "pool (any worker of the queue)."
+                ),
+            },
+        },
+        ["todo_id", "question"],
+    ),
+    "answer": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "answer": {
+                "description": (
+                    "The answer: any JSON; one of the question's choices when it "
+                    "has them, valid against its answer_schema when it has one."
+                ),
+            },
+            "worker": {
+                **WORKER,
+                "description": "Who answers, stored with the answer.",
+            },
+        },
+        ["todo_id", "answer"],
+    ),
+    "cancel_todo": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "reason": REASON,
+            "worker": {**WORKER, "description": "Who cancels, stored with it."},
+        },
+        ["todo_id"],
+    ),
+    "wait_for_todo": lambda: _object(
+        {
+            "todo_id": TODO_ID,
+            "wait_seconds": _wait(
+                "Wait at most this long for the todo to end or ask.",
+                default=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+            ),
+        },
         ["todo_id"],
     ),
     "batch": lambda: _object(
@@ -404,6 +657,11 @@ SCHEMAS = {
                         "result": RESULT,
                         "error": ERROR_TEXT,
                         "lease_seconds": _lease(),
+                        "progress": PROGRESS,
+                        "checkpoint": CHECKPOINT,
+                        "assignee": ASSIGNEE,
+                        "note": NOTE,
+                        "reason": REASON,
                     },
                     "required": ["op", "id"],
                 },
@@ -468,7 +726,10 @@ TOOLS = {
             "heartbeat",
             "Extend a lease",
             "Keep a todo you claimed: push its lease to now + lease_seconds. Call it "
-            "well before the lease lapses while the work goes on.",
+            "well before the lease lapses while the work goes on, with progress "
+            "for the Board and a checkpoint to resume from. When the answer's "
+            "todo.cancel_requested is true, someone canceled the work: stop, and "
+            "end the todo with complete_todo, fail_todo or release_todo.",
             heartbeat,
             idempotent=True,
         ),
@@ -489,8 +750,51 @@ TOOLS = {
             "release_todo",
             "Release a todo",
             "Give a todo you claimed back to the queue now, unfinished, so another "
-            "worker can take it.",
+            "worker can take it. Hand it to a named worker with assignee, and tell "
+            "it where you got with note and checkpoint.",
             release_todo,
+        ),
+        Tool(
+            "ask",
+            "Ask a question",
+            "Ask a person (or an orchestrating agent) a question about a todo you "
+            "claimed, e.g. approval before a risky action, and stop working on it: "
+            "your lease ends and no worker gets the todo until it is answered or "
+            "the deadline passes. Then claim_next returns it (to you, with "
+            "return_to me, the default) with question, answer and your checkpoint. "
+            "Asking does not count as a failed attempt.",
+            ask,
+        ),
+        Tool(
+            "answer",
+            "Answer a question",
+            "Answer the open question of one of this endpoint's todos (a todo "
+            "whose outcome is held, as wait_for_todo or get_todo shows it, with "
+            "its question). The todo goes back to its queue with the answer, for "
+            "the worker that asked. Answering twice is a conflict.",
+            answer,
+        ),
+        Tool(
+            "cancel_todo",
+            "Cancel a todo",
+            "Stop a todo. One that is not being worked on (pending, delayed, held "
+            "for an answer, waiting for its retry) ends at once: done, with "
+            "outcome canceled. A claimed one gets a cancel request "
+            "(cancel_requested true) that its worker sees in its next heartbeat; "
+            "it ends canceled when that worker ends it or its lease lapses.",
+            cancel_todo,
+            destructive=True,
+        ),
+        Tool(
+            "wait_for_todo",
+            "Wait for a todo",
+            "Wait until a todo ended (done, dead letter, canceled) or asks a "
+            "question, or wait_seconds pass; return it as it is then. Its outcome "
+            "says which: done, dead_letter, canceled, held (asking: see question; "
+            "answer it with answer), or still pending/claimed after the wait.",
+            wait_for_todo,
+            read_only=True,
+            idempotent=True,
         ),
         Tool(
             "batch",
@@ -550,4 +854,5 @@ def failure(tool, exc):
         raise exc
     if tool.name == "claim_next" and isinstance(exc, store.NotFound):
         return _tool_error(error.code, error.detail, NO_WORK_HINT)
-    return _tool_error(error.code, error.detail, HINTS.get(error.code, ""))
+    hint = TOOL_HINTS.get((tool.name, error.code), HINTS.get(error.code, ""))
+    return _tool_error(error.code, error.detail, hint)

@@ -36,7 +36,7 @@ from django.http import HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, http, longpoll, store, streams
+from todos import aio, http, longpoll, store, streams, waits
 from todos.api.core import ClaimNext, api_error_for, authenticate
 from todos.api.events import same_access
 from todos.mcp import resources, sessions, stateless
@@ -75,7 +75,10 @@ INSTRUCTIONS = (
     "Switchboard is a durable work queue. Take work with claim_next: it leases one "
     "todo to you. If the work takes long, call heartbeat before the lease lapses. "
     "Finish with complete_todo, or fail_todo when it cannot be done; release_todo "
-    "hands it back unfinished. Your worker name defaults to this session's id, so "
+    "hands it back unfinished. When a todo says cancel_requested, stop and end it. "
+    "To ask a person before going on (an approval, a choice), call ask: claim_next "
+    "later returns the todo with its question, the answer and your checkpoint. "
+    "Your worker name defaults to this session's id, so "
     "finish a todo in the session that claimed it, or pass the same worker name. "
     "The session's event stream announces todos that become claimable as "
     "notifications/message whose data.event is 'todo.ready'."
@@ -383,8 +386,8 @@ def _post(request, endpoint):
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params: must be an object")
         result = _dispatch(message["method"], params, caller, session)
-        if isinstance(result, ClaimNext):
-            # claim_next: the POST goes on as a long poll (``Post``).
+        if isinstance(result, ClaimNext | waits.ResultWait):
+            # claim_next, wait_for_todo: the POST goes on waiting (``Post``).
             return Pending(result, message_id, headers, caller.scope)
         body = {"jsonrpc": "2.0", "id": message_id, "result": result}
     except RpcError as exc:
@@ -393,18 +396,25 @@ def _post(request, endpoint):
 
 
 class Pending:
-    """A tools/call of claim_next, read and checked, that is yet to claim."""
+    """A tools/call, read and checked, that is yet to wait: claim_next's long
+    poll (a ``ClaimNext``) or wait_for_todo's wait (a ``ResultWait``)."""
 
-    def __init__(self, claim, message_id, headers, scope, finish=None):
-        self.claim, self.message_id = claim, message_id
+    def __init__(self, work, message_id, headers, scope, finish=None):
+        self.work, self.message_id = work, message_id
         self.headers, self.scope = headers, scope
         # The revision's last touch on the tool result (2026-07-28 types it).
         self.finish = finish or (lambda result: result)
 
+    @property
+    def tool(self):
+        waiting = "claim_next" if isinstance(self.work, ClaimNext) else "wait_for_todo"
+        return mcp_tools.TOOLS[waiting]
+
 
 class Post(longpoll.LongPoll):
     """An MCP POST: any message is answered in ``start`` (one pooled call),
-    but a tools/call of claim_next, which claims as a long poll."""
+    but a tools/call of claim_next, which claims as a long poll, and one of
+    wait_for_todo, which ``_post_waiting`` then awaits (``todos.waits``)."""
 
     def __init__(self, request):
         self.request = request
@@ -415,32 +425,37 @@ class Post(longpoll.LongPoll):
         if not isinstance(answer, Pending):
             self.response = answer
             return None
-        self.pending, claim = answer, answer.claim
-        claim.request = self.request
-        self.queue, self.wait = claim.queue, claim.wait
+        self.pending, work = answer, answer.work
+        work.request = self.request
+        if not isinstance(work, ClaimNext):
+            return None
+        self.queue, self.wait = work.queue, work.wait
         return answer.scope
 
     def revalidate(self):
-        return self.pending.claim.revalidate()
+        return self.pending.work.revalidate()
 
     def attempt(self, scope):
-        return self.pending.claim.attempt(scope)
+        return self.pending.work.attempt(scope)
 
 
 async def _post_waiting(request):
     post = Post(request)
     try:
-        claimed = await longpoll.claim(post)
+        outcome = await longpoll.claim(post)
+        work = post.pending.work if post.pending is not None else None
+        if isinstance(work, waits.ResultWait):
+            outcome = await waits.wait(work)
     except Exception as exc:
         if post.pending is None:
             raise
-        result = mcp_tools.failure(mcp_tools.TOOLS["claim_next"], exc)
+        result = mcp_tools.failure(post.pending.tool, exc)
     else:
         if isinstance(post.response, resources.Listen):
             return await resources.listen_stream(post.response, stateless.completed)
         if post.pending is None:
             return post.response
-        result = mcp_tools.claimed(post.pending.claim, claimed)
+        result = mcp_tools.finished(post.pending.work, outcome)
     result = post.pending.finish(result)
     body = {"jsonrpc": "2.0", "id": post.pending.message_id, "result": result}
     return JsonResponse(body, headers=post.pending.headers)
