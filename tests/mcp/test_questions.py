@@ -447,3 +447,26 @@ def test_the_new_fields_schemas_carry_the_stores_limits():
     assert schemas["cancel_todo"]["reason"]["maxLength"] == store.MAX_REASON_CHARS
     assert "64 KiB" in schemas["heartbeat"]["checkpoint"]["description"]
     assert TOOLS["cancel_todo"].to_dict()["annotations"]["destructiveHint"] is True
+
+
+@pytest.mark.django_db
+def test_the_batch_tool_cancels_and_heartbeats_with_progress(
+    post, session_id, claimed_id, scope
+):
+    pending, _ = store.create_todo(scope, queue="q")
+    result = tool_call(
+        post,
+        session_id,
+        "batch",
+        {
+            "actions": [
+                {"op": "cancel", "id": pending.id, "reason": "superseded"},
+                {"op": "heartbeat", "id": claimed_id, "progress": {"fraction": 0.5}},
+            ]
+        },
+    )
+    assert result["isError"] is False
+    canceled, beat = result["structuredContent"]["results"]
+    assert canceled["status"] == 200 and canceled["todo"]["outcome"] == "canceled"
+    assert beat["status"] == 200
+    assert beat["todo"]["progress"] == {"message": "", "fraction": 0.5}
