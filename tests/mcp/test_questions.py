@@ -397,6 +397,7 @@ BIG = "x" * (store.MAX_CHECKPOINT_BYTES + 1)
         ),
         ("ask", {"question": "Go?", "choices": []}, "bad_request", "choices"),
         ("ask", {"question": "Go?", "choices": ["a", "a"]}, "bad_request", "choices"),
+        ("ask", {"question": "Go?", "choices": ["a", 2]}, "bad_request", "choices[1]"),
         (
             "ask",
             {"question": "Go?", "answer_schema": {"type": 12}},

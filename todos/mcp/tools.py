@@ -199,7 +199,7 @@ def ask(args, caller):
             worker,
             lease_token=token,
             question=question,
-            choices=args.data.get("choices"),
+            choices=args.choices(),
             answer_schema=args.json("answer_schema"),
             checkpoint=args.checkpoint(),
             deadline_seconds=deadline,
