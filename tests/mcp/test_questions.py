@@ -29,7 +29,7 @@ def structured(result):
 
 @live
 def test_an_agent_asks_another_agent_answers_and_the_asker_resumes(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     """The agent loop: claim, heartbeat with progress and a checkpoint, ask, an
     orchestrator of the same endpoint answers, the asker's next claim returns
@@ -38,8 +38,8 @@ def test_an_agent_asks_another_agent_answers_and_the_asker_resumes(
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token) as worker,
-            mcp_client(live_server.url, endpoint.token) as orchestrator,
+            mcp_client(asgi_server.url, endpoint.token) as worker,
+            mcp_client(asgi_server.url, endpoint.token) as orchestrator,
         ):
             created = await call(orchestrator, "create_todo", queue="ops", title="x")
             todo_id = structured(created)["id"]
@@ -112,7 +112,7 @@ def test_an_agent_asks_another_agent_answers_and_the_asker_resumes(
 
 @live
 def test_an_answer_off_its_schema_or_choices_is_a_tool_error_naming_the_path(
-    live_server, endpoint, scope
+    asgi_server, endpoint, scope
 ):
     todo, _ = store.create_todo(scope, queue="ops")
     store.claim_todo(scope, todo.id, "w1")
@@ -123,7 +123,7 @@ def test_an_answer_off_its_schema_or_choices_is_a_tool_error_naming_the_path(
     results = {}
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token) as session:
+        async with mcp_client(asgi_server.url, endpoint.token) as session:
             results["type"] = await call(
                 session, "answer", todo_id=todo.id, answer={"approved": "yes"}
             )
@@ -144,7 +144,7 @@ def test_an_answer_off_its_schema_or_choices_is_a_tool_error_naming_the_path(
 
 @live
 def test_cancel_ends_a_pending_todo_and_asks_the_owner_of_a_claimed_one(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     """A pending todo ends canceled at once; a claimed one gets a cancel request
     that its owner sees in its heartbeat, and ends canceled when released."""
@@ -152,8 +152,8 @@ def test_cancel_ends_a_pending_todo_and_asks_the_owner_of_a_claimed_one(
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token) as worker,
-            mcp_client(live_server.url, endpoint.token) as boss,
+            mcp_client(asgi_server.url, endpoint.token) as worker,
+            mcp_client(asgi_server.url, endpoint.token) as boss,
         ):
             pending = structured(await call(boss, "create_todo", queue="a"))
             seen["pending"] = structured(
@@ -197,14 +197,14 @@ def test_cancel_ends_a_pending_todo_and_asks_the_owner_of_a_claimed_one(
 
 @live
 def test_release_hands_the_todo_to_a_named_worker_with_note_and_checkpoint(
-    live_server, endpoint
+    asgi_server, endpoint
 ):
     seen = {}
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token) as first,
-            mcp_client(live_server.url, endpoint.token) as second,
+            mcp_client(asgi_server.url, endpoint.token) as first,
+            mcp_client(asgi_server.url, endpoint.token) as second,
         ):
             todo = structured(await call(first, "create_todo", queue="q"))
             structured(await call(first, "claim_next", queue="q"))
@@ -235,14 +235,14 @@ def test_release_hands_the_todo_to_a_named_worker_with_note_and_checkpoint(
 @live
 @pytest.mark.parametrize("ending", ["complete", "ask"])
 def test_wait_for_todo_returns_when_the_todo_ends_or_asks(
-    live_server, endpoint, ending
+    asgi_server, endpoint, ending
 ):
     seen = {}
 
     async def main():
         async with (
-            mcp_client(live_server.url, endpoint.token) as creator,
-            mcp_client(live_server.url, endpoint.token) as worker,
+            mcp_client(asgi_server.url, endpoint.token) as creator,
+            mcp_client(asgi_server.url, endpoint.token) as worker,
         ):
             todo = structured(await call(creator, "create_todo", queue="q"))
             structured(await call(worker, "claim_next", queue="q"))
@@ -272,7 +272,7 @@ def test_wait_for_todo_returns_when_the_todo_ends_or_asks(
 
 @live
 def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
-    live_server, endpoint, scope
+    asgi_server, endpoint, scope
 ):
     todo, _ = store.create_todo(scope, queue="q")
     done, _ = store.create_todo(scope, queue="q")
@@ -281,7 +281,7 @@ def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
     seen = {}
 
     async def main():
-        async with mcp_client(live_server.url, endpoint.token) as session:
+        async with mcp_client(asgi_server.url, endpoint.token) as session:
             started = time.monotonic()
             result = await call(
                 session, "wait_for_todo", todo_id=todo.id, wait_seconds=1
@@ -301,7 +301,7 @@ def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
 
 @live
 def test_another_endpoints_todo_is_not_found_by_the_new_tools(
-    live_server, scope, other_endpoint
+    asgi_server, scope, other_endpoint
 ):
     """SPEC: A foreign todo id is indistinguishable from a nonexistent one"""
     held, _ = store.create_todo(scope, queue="q")
@@ -318,7 +318,7 @@ def test_another_endpoints_todo_is_not_found_by_the_new_tools(
     answers = {}
 
     async def main():
-        async with mcp_client(live_server.url, other_endpoint.token) as session:
+        async with mcp_client(asgi_server.url, other_endpoint.token) as session:
             for tool, arguments in calls.items():
                 foreign = claimed.id if tool == "ask" else held.id
                 answers[tool] = [

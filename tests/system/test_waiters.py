@@ -152,13 +152,13 @@ class LongPoll(threading.Thread):
         self.answered_at = time.monotonic()
 
 
-class McpClaim(threading.Thread):
-    """A waiting MCP ``claim_next`` on a thread of its own; .answer once answered."""
+class McpCall(threading.Thread):
+    """A waiting MCP ``tools/call`` on a thread of its own; .answer once answered."""
 
-    def __init__(self, server, token, session_id, wait_seconds):
+    def __init__(self, server, token, session_id, name, arguments):
         super().__init__(daemon=True)
         self.server, self.token, self.session_id = server, token, session_id
-        self.wait_seconds = wait_seconds
+        self.name, self.arguments = name, arguments
         self.status = self.answer = None
         self.start()
 
@@ -167,10 +167,7 @@ class McpClaim(threading.Thread):
             "jsonrpc": "2.0",
             "id": 2,
             "method": "tools/call",
-            "params": {
-                "name": "claim_next",
-                "arguments": {"queue": "idle", "wait_seconds": self.wait_seconds},
-            },
+            "params": {"name": self.name, "arguments": self.arguments},
         }
         self.status, _, raw = request(
             self.server,
@@ -349,7 +346,14 @@ def test_waiters_park_no_thread(server, make_endpoint):
     streams += [mcp_stream(server, endpoints[i % 4]) for i in range(10)]
     sessions = [mcp_session(server, e) for e in endpoints]
     claims = [
-        McpClaim(server, endpoints[i % 4].token, sessions[i % 4], 5) for i in range(40)
+        McpCall(
+            server,
+            endpoints[i % 4].token,
+            sessions[i % 4],
+            "claim_next",
+            {"queue": "idle", "wait_seconds": 5},
+        )
+        for i in range(40)
     ]
     settle(1.5)
     try:
@@ -359,6 +363,45 @@ def test_waiters_park_no_thread(server, make_endpoint):
     finally:
         for stream in streams:
             stream.close()
+
+
+def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
+    server, make_endpoint
+):
+    """Forty MCP wait_for_todo calls waiting on pending todos: the worker's
+    thread count stays put, PostgreSQL sees at most the pool and one LISTEN,
+    none busy; and a completed todo wakes its wait at once."""
+    endpoints = [make_endpoint(f"results-{i}") for i in range(4)]
+    scopes = [store.Scope.for_endpoint(e) for e in endpoints]
+    sessions = [mcp_session(server, e) for e in endpoints]
+    # Warm up the bounded database threads before the todos exist.
+    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
+    for poll in warm:
+        poll.join(timeout=15)
+    todos = [store.create_todo(scopes[i % 4], queue="q")[0] for i in range(40)]
+    before = worker_threads(server)
+    waits = [
+        McpCall(
+            server,
+            endpoints[i % 4].token,
+            sessions[i % 4],
+            "wait_for_todo",
+            {"todo_id": todo.id, "wait_seconds": 15},
+        )
+        for i, todo in enumerate(todos)
+    ]
+    settle(1.5)
+    assert all(wait.status is None for wait in waits)
+    assert worker_threads(server) <= before + 2
+    total, busy = server_connections()
+    assert total <= POOL_MAX + 1, total
+    assert busy == 0
+    store.claim_todo(scopes[0], todos[0].id, "w")
+    store.complete_todo(scopes[0], todos[0].id, "w")
+    wait_until(lambda: waits[0].status == 200, seconds=3)
+    result = waits[0].answer["result"]["structuredContent"]["todo"]
+    assert result["outcome"] == "done"
+    assert sum(wait.status is not None for wait in waits) == 1
 
 
 # --- Wakeups ---------------------------------------------------------------------
