@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from tests.mcp.test_mcp import call, live, mcp_client, run
+from tests.mcp.test_stateless import sdk_client
 from todos import store
 from todos.mcp.tools import TOOLS
 
@@ -297,6 +298,40 @@ def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
     settled, waited = seen["settled"]
     # Already done: no wait at all, whatever wait_seconds says.
     assert settled["outcome"] == "done" and waited < 1
+
+
+@live
+def test_wait_for_todo_waits_on_2026_07_28_too(asgi_server, endpoint, scope):
+    """The stateless revision: the wait ends on the todo's answer-worthy event."""
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, todo.id, "w1")
+    seen = {}
+
+    def ask_now():
+        store.ask(scope, todo.id, "w1", question="Ship it?", choices=["yes", "no"])
+
+    async def main():
+        http, client = sdk_client(asgi_server.url, endpoint.token)
+        async with http, client, anyio.create_task_group() as group:
+
+            async def wait():
+                started = time.monotonic()
+                result = await client.call_tool(
+                    "wait_for_todo", {"todo_id": todo.id, "wait_seconds": 15}
+                )
+                seen["wait"] = result, time.monotonic() - started
+                seen["version"] = client.protocol_version
+
+            group.start_soon(wait)
+            await anyio.sleep(0.5)
+            await anyio.to_thread.run_sync(ask_now)
+
+    run(main)
+    result, waited = seen["wait"]
+    assert seen["version"] == "2026-07-28"
+    assert structured(result)["outcome"] == "held"
+    assert structured(result)["question"]["choices"] == ["yes", "no"]
+    assert 0.4 < waited < 5
 
 
 @live
