@@ -10,16 +10,23 @@
 
 The stored secrets are read from the database, so, like Django's own database
 checks, that survey runs when a command names its databases (``migrate``,
-``check --database default``) and in ``check --deploy``; a database that is
-down or not migrated yet is not an error of the keys and is skipped.
+``check --database default``), in ``check --deploy`` and as each serving
+process starts (``report_at_start``); a database that is down or not migrated
+yet is not an error of the keys and is skipped.
 """
 
+import logging
+
 from django.core.checks import Error, Tags, Warning, register
-from django.db import DEFAULT_DB_ALIAS, DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection
 
 from todos import crypto
 
 KEY_ROTATION = "docs/operations.md, 'Rotating keys'"
+# gunicorn's exit code for a worker that cannot boot: the master stops too.
+WORKER_BOOT_ERROR = 3
+
+logger = logging.getLogger("switchboard.checks")
 
 
 @register(Tags.security)
@@ -101,3 +108,20 @@ def _unreadable(tally):
     if more > 0:
         shown += f" and {more} more"
     return f"{len(tally.unreadable)} {tally.label} ({shown})"
+
+
+def report_at_start():
+    """Log the keys' checks as a serving process starts; exit on a malformed key.
+
+    gunicorn runs no ``manage.py`` command, so a server started on its own
+    would otherwise answer with unreadable secrets before anyone ran a check.
+    """
+    for issue in check_encryption_key():
+        logger.error("%s: %s %s", issue.id, issue.msg, issue.hint)
+        raise SystemExit(WORKER_BOOT_ERROR)
+    try:
+        for issue in stored_secrets_issues():
+            logger.warning("%s: %s %s", issue.id, issue.msg, issue.hint)
+    finally:
+        # Back to the pool: the process's event loop makes its own calls.
+        connection.close()

@@ -7,6 +7,7 @@ keys derived from SECRET_KEY and its fallbacks still decrypt.
 
 import subprocess
 import sys
+import time
 
 import pytest
 from cryptography.fernet import Fernet
@@ -187,3 +188,52 @@ def test_the_stored_secrets_check_copes_with_no_database_and_an_unmigrated_one()
             cursor.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
     assert "Traceback" not in unmigrated.stderr
     assert "switchboard." not in unmigrated.stderr
+
+
+def serve_until(pattern, tmp_path, **env):
+    """Start gunicorn with `env`; return its log once `pattern` shows (or it exits)."""
+    log = tmp_path / "gunicorn.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--workers"]
+            + ["1", "--bind", f"127.0.0.1:{free_port()}"],
+            cwd=ROOT,
+            env=child_env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while pattern not in log.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        return process, log.read_text()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_started_on_its_own_reports_secrets_no_key_opens(
+    endpoint, settings, tmp_path
+):
+    """gunicorn runs no manage.py command: its worker reports at start that the
+    stored secrets do not decrypt (a SECRET_KEY changed without a fallback)."""
+    settings.SWITCHBOARD_ENCRYPTION_KEY = ""
+    WebhookSource.objects.create(slug="acme-app", secret="hook-secret")
+
+    _, log = serve_until(
+        "switchboard.W001", tmp_path, SECRET_KEY=NEW_SECRET_KEY, SECRET_KEY_FALLBACKS=""
+    )
+
+    assert "switchboard.W001" in log and "webhook" in log
+
+
+def test_a_server_with_a_malformed_encryption_key_refuses_to_start(tmp_path):
+    """The worker logs E001 and exits as a boot error, which stops gunicorn."""
+    process, log = serve_until(
+        "Worker failed to boot", tmp_path, SWITCHBOARD_ENCRYPTION_KEY="not-a-fernet-key"
+    )
+
+    assert "switchboard.E001" in log
+    assert process.returncode not in (None, 0)
