@@ -43,7 +43,7 @@ def setup(url, store):
         for endpoint in (a, b):
             for number in range(200):
                 params = store.bind_create(endpoint, queue="rare", title=f"r{number}")
-                conn.execute(store.CREATE_SQL, params)
+                conn.execute(store.lifecycle.CREATE_SQL, params)
     return a, b
 
 
@@ -66,12 +66,12 @@ class Claimer:
         scope, queue = self.cases[case]
         params = store.bind_claim(scope, "bench", queue=queue)
         started = time.perf_counter()
-        row = self.conn.execute(store.CLAIM_SQL, params).fetchone()
+        row = self.conn.execute(store.lifecycle.CLAIM_SQL, params).fetchone()
         elapsed = time.perf_counter() - started
         ack = store.Ack("complete", str(row[0]), lease_token=row[18])
-        self.conn.execute(store.ACK_SQL, store.bind_acks(scope, [ack]))
+        self.conn.execute(store.lifecycle.ACK_SQL, store.bind_acks(scope, [ack]))
         refill = store.bind_create(scope.endpoint_id, queue=row[2], title="refill")
-        self.conn.execute(store.CREATE_SQL, refill)
+        self.conn.execute(store.lifecycle.CREATE_SQL, refill)
         return elapsed
 
 

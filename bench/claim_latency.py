@@ -247,9 +247,9 @@ def main():
         benchlib.prepare_database(url)
         endpoint_ids.append(benchlib.ensure_endpoint(url)[0])
     benchlib.setup_django(args.database_url)
-    from todos import store
+    from todos.store import lifecycle
 
-    sqls = (store.CLAIM_SQL, store.ACK_SQL, store.CREATE_SQL)
+    sqls = (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, lifecycle.CREATE_SQL)
     info = benchlib.machine(args.database_url)
     names = ("empty", "backlog")
     backlogs = (0, args.backlog)
@@ -274,7 +274,7 @@ def main():
     for name, url, endpoint_id, backlog, outcome in zip(
         names, urls, endpoint_ids, backlogs, outcomes, strict=True
     ):
-        plan = plan_summary(explain_claim(url, endpoint_id, store.CLAIM_SQL))
+        plan = plan_summary(explain_claim(url, endpoint_id, lifecycle.CLAIM_SQL))
         tables[name] = {
             "backlog": backlog,
             "held": beside[names.index(name)][0],

@@ -124,13 +124,13 @@ def main():
     benchlib.prepare_database(url)
     endpoint_id, token = benchlib.ensure_endpoint(url)
     benchlib.setup_django(url)
-    from todos import store
+    from todos.store import lifecycle
 
     info = benchlib.machine(url)
     benchlib.reset_todos(url)
     with benchlib.gunicorn(url) as server:
         http, creates = http_samples(url, server.port, token, args.samples)
-    listen = listen_samples(url, endpoint_id, args.samples, store.CREATE_SQL)
+    listen = listen_samples(url, endpoint_id, args.samples, lifecycle.CREATE_SQL)
     figures = {
         "listen": benchlib.summary(listen),
         "http": benchlib.summary(http),

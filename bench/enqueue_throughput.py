@@ -127,9 +127,9 @@ def main():
     benchlib.prepare_database(url)
     endpoint_id, _ = benchlib.ensure_endpoint(url)
     benchlib.setup_django(url)
-    from todos import store
+    from todos.store import lifecycle
 
-    sql = (store.CREATE_SQL, store.LIVE_DUPLICATE_SQL)
+    sql = (lifecycle.CREATE_SQL, lifecycle.LIVE_DUPLICATE_SQL)
     info = benchlib.machine(url)
     runs = []
     for workload in WORKLOADS:

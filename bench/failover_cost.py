@@ -106,9 +106,9 @@ def main():
     benchlib.setup_django(args.database_url)
     from django.conf import settings
 
-    from todos import store
+    from todos.store import lifecycle
 
-    sql = (store.CLAIM_SQL, store.ACK_SQL, settings.SWITCHBOARD_LEASE_SECONDS)
+    sql = (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, settings.SWITCHBOARD_LEASE_SECONDS)
     info = benchlib.machine(args.database_url)
     runs = []
     for workers in args.workers:

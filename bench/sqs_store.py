@@ -36,6 +36,7 @@ from sqs_ceiling import queue_url, serve  # noqa: E402 (after django.setup)
 
 from todos import aio, store  # noqa: E402
 from todos.sqs import messages  # noqa: E402
+from todos.store import lifecycle  # noqa: E402
 
 # The bench's endpoint is granted every queue: Scope.for_endpoint would give
 # the same scope, without reading the endpoint first.
@@ -139,13 +140,13 @@ async def async_receive(request):
     params = store.bind_claim(
         SCOPE, "sqs", limit=_limit(request), queue=_queue(request)
     )
-    rows = await _execute(store.CLAIM_SQL, params)
+    rows = await _execute(lifecycle.CLAIM_SQL, params)
     return _render([store.Todo.from_row(row) for row in rows])
 
 
 async def async_delete_batch(request):
     entries = request["Entries"]
-    rows = await _execute(store.ACK_SQL, store.bind_acks(SCOPE, _acks(entries)))
+    rows = await _execute(lifecycle.ACK_SQL, store.bind_acks(SCOPE, _acks(entries)))
     # The moved rows by position, as store.acknowledge_many reads them; the
     # bench's deletes all hold their leases, so the misses are not classified.
     moved = {row[len(row) - 2] - 1: store.Todo.from_row(row) for row in rows}

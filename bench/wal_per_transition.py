@@ -8,7 +8,7 @@ Two databases on one cluster, side by side in one run:
   design's claim and complete statements, frozen below exactly as the store
   wrote them (commit c2d581b).
 - "v2": the current schema running the store's own statements
-  (``store.CLAIM_SQL`` and ``store.ACK_SQL``, bound by ``store.bind_claim`` and
+  (``lifecycle.CLAIM_SQL`` and ``lifecycle.ACK_SQL``, bound by ``store.bind_claim`` and
   ``store.bind_acks``), one todo at a time and ten at a time.
 
 Each design drains ``--cycles`` todos on one connection (claim, then complete,
@@ -197,16 +197,17 @@ def v1_steps(conn, endpoint_id, batch):
 
 def v2_steps(conn, endpoint_id, batch):
     from todos import store
+    from todos.store import lifecycle
 
     scope = store.Scope(endpoint_id)
     claim_params = store.bind_claim(scope, "w1", limit=batch)
 
     def cycle():
-        rows = conn.execute(store.CLAIM_SQL, claim_params).fetchall()
+        rows = conn.execute(lifecycle.CLAIM_SQL, claim_params).fetchall()
         if not rows:
             raise RuntimeError("the queue ran dry")
         acks = [store.Ack("complete", str(r[0]), lease_token=r[18]) for r in rows]
-        done = conn.execute(store.ACK_SQL, store.bind_acks(scope, acks)).fetchall()
+        done = conn.execute(lifecycle.ACK_SQL, store.bind_acks(scope, acks)).fetchall()
         if len(done) != len(rows):
             raise RuntimeError("a complete matched no row")
         return len(rows)

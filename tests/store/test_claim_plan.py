@@ -4,7 +4,7 @@ One module-scoped table, seeded and ANALYZEd like a busy production one:
 100 000 done and dead-lettered todos split over two endpoints, 40 000 pending
 todos in endpoint A's queue ``bulk``, delayed todos, a paused queue full of
 pending todos, another worker's assignments, and a handful of claimable todos
-in A's queue ``rare`` and in endpoint B. PostgreSQL plans ``store.CLAIM_SQL``
+in A's queue ``rare`` and in endpoint B. PostgreSQL plans ``lifecycle.CLAIM_SQL``
 itself (no planner switches): with each call's values (custom plans) and with
 the one plan a prepared statement settles on (``plan_cache_mode =
 force_generic_plan``). Each claim must be served by the partial indexes, read
@@ -23,6 +23,7 @@ from django.db import connection, transaction
 
 from todos import store
 from todos.models import Endpoint
+from todos.store import lifecycle
 
 TERMINAL_ROWS = 100_000
 BULK_BACKLOG = 40_000
@@ -173,13 +174,13 @@ def explain(params, *, generic, analyze):
     with transaction.atomic(), connection.cursor() as cursor:
         if not generic:
             cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            cursor.execute(f"EXPLAIN ({options}) {store.CLAIM_SQL}", params)
+            cursor.execute(f"EXPLAIN ({options}) {lifecycle.CLAIM_SQL}", params)
         else:
-            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", store.CLAIM_SQL)))
+            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", lifecycle.CLAIM_SQL)))
             numbered = re.sub(
                 r"%\((\w+)\)s",
                 lambda match: f"${names.index(match[1]) + 1}",
-                store.CLAIM_SQL,
+                lifecycle.CLAIM_SQL,
             )
             types = ", ".join(PARAM_TYPES[name] for name in names)
             probe = f"claim_probe_{uuid.uuid4().hex[:8]}"

@@ -11,6 +11,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from todos import store
+from todos.store import sql
 
 NEVER_MINTED = "00000000-0000-4000-8000-000000000000"
 MALFORMED_IDS = [
@@ -1069,7 +1070,7 @@ def test_live_row_predicate_equals_the_dedupe_index_predicate(db):
         cursor.execute("CREATE TEMP TABLE live_probe (LIKE todos)")
         cursor.execute(
             "CREATE INDEX live_probe_idx ON live_probe (endpoint_id, idempotency_key)"
-            f" WHERE idempotency_key IS NOT NULL AND {store.LIVE_ROW}"
+            f" WHERE idempotency_key IS NOT NULL AND {sql.LIVE_ROW}"
         )
     probe = index_definition("live_probe_idx").split(" WHERE ", 1)[1]
     dedupe = index_definition("todos_dedupe_idx").split(" WHERE ", 1)[1]
