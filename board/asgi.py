@@ -44,9 +44,6 @@ django.setup(set_prefix=False)
 
 from board import frontdoor  # noqa: E402 (needs the settings)
 from todos import aio  # noqa: E402
-from todos.checks import report_at_start  # noqa: E402
-
-report_at_start()
 
 request_logger = logging.getLogger("switchboard.request")
 

@@ -32,6 +32,13 @@ class Worker(UvicornWorker):
         super().__init__(*args, **kwargs)
         self.config.timeout_graceful_shutdown = max(self.cfg.graceful_timeout - 1, 1)
 
+    def load_wsgi(self):
+        """Load the app, then report the keys' checks (gunicorn runs no manage.py)."""
+        super().load_wsgi()
+        from todos.checks import report_at_start
+
+        report_at_start()
+
     async def _serve(self):
         from board.frontdoor import raise_open_files_limit
         from todos.hub import hub
