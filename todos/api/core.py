@@ -23,20 +23,6 @@ from todos import auth, http, longpoll, store
 
 logger = logging.getLogger("switchboard.api")
 
-MAX_NAME_LENGTH = 200
-MAX_TITLE_LENGTH = 1000
-# The dedupe index is a btree: a key must stay far below its ~2.7 kB row limit.
-MAX_KEY_LENGTH = 200
-MAX_ATTEMPTS_CAP = 1000
-MAX_ERROR_LENGTH = 10_000
-# Lease tokens the store mints are at most 64 characters; a longer one can only
-# be superseded, but there is no reason to read a huge one.
-MAX_LEASE_TOKEN_LENGTH = 200
-MAX_CLAIM_BATCH = 10
-# A delayed todo becomes claimable at most 12 h after its create (CONTRACT §10).
-MAX_DELAY_SECONDS = 43_200
-MAX_ACK_BATCH = 100
-MAX_CREATE_BATCH = 100
 ACK_OPS = ("complete", "fail", "heartbeat", "release", "cancel")
 
 
@@ -135,7 +121,9 @@ class Fields:
         # name the field as the caller wrote it.
         self.prefix = prefix
 
-    def text(self, name, *, required=False, max_length=MAX_NAME_LENGTH, empty=False):
+    def text(
+        self, name, *, required=False, max_length=store.MAX_NAME_CHARS, empty=False
+    ):
         value = self.data.get(name)
         if value is None:
             if required:
@@ -192,7 +180,7 @@ class Fields:
         return self.text("worker", required=True)
 
     def lease_token(self):
-        return self.text("lease_token", max_length=MAX_LEASE_TOKEN_LENGTH)
+        return self.text("lease_token", max_length=store.MAX_LEASE_TOKEN_CHARS)
 
     def owner(self, default_worker=None):
         """Return (worker, lease_token) of an owner transition.
@@ -382,16 +370,19 @@ def create_arguments(fields):
     """Return store.create_todo's keyword arguments (but the actor) from fields."""
     return {
         "queue": fields.text("queue", required=True),
-        "title": fields.text("title", max_length=MAX_TITLE_LENGTH, empty=True) or "",
+        "title": fields.text("title", max_length=store.MAX_TITLE_CHARS, empty=True)
+        or "",
         "payload": fields.json("payload"),
-        "idempotency_key": fields.text("idempotency_key", max_length=MAX_KEY_LENGTH),
+        "idempotency_key": fields.text(
+            "idempotency_key", max_length=store.MAX_KEY_CHARS
+        ),
         "assignee": fields.text("assignee"),
         # None: the queue's setting, else SWITCHBOARD_MAX_ATTEMPTS.
         "max_attempts": fields.integer(
-            "max_attempts", minimum=1, maximum=MAX_ATTEMPTS_CAP
+            "max_attempts", minimum=1, maximum=store.MAX_ATTEMPTS_CAP
         ),
         "delay_seconds": fields.integer(
-            "delay_seconds", minimum=0, maximum=MAX_DELAY_SECONDS
+            "delay_seconds", minimum=0, maximum=store.MAX_DELAY_SECONDS
         ),
     }
 
@@ -430,7 +421,9 @@ class ClaimNext(longpoll.LongPoll):
     def read(self, fields):
         self.worker, self.queue = fields.worker(), fields.text("queue")
         self.lease, self.wait = fields.lease_seconds(), fields.wait_seconds()
-        self.limit = fields.integer("max_todos", minimum=1, maximum=MAX_CLAIM_BATCH)
+        self.limit = fields.integer(
+            "max_todos", minimum=1, maximum=store.MAX_CLAIM_BATCH
+        )
         return self
 
     def revalidate(self):
@@ -479,7 +472,7 @@ def create_batch(scope, fields, *, actor):
     item's result.
     """
     items, replacing = [], set()
-    for index, item in enumerate(fields.items("todos", MAX_CREATE_BATCH)):
+    for index, item in enumerate(fields.items("todos", store.MAX_CREATE_BATCH)):
         item_fields = Fields(item, prefix=f"todos[{index}].")
         items.append(create_arguments(item_fields))
         if replace_requested(item_fields):
@@ -513,10 +506,11 @@ def _action_fields(fields):
     """Check every field a batch action may carry, whatever its op (a bad one is
     refused even where the op would not use it); return them by name."""
     return {
-        "id": fields.text("id", required=True, max_length=MAX_NAME_LENGTH),
+        "id": fields.text("id", required=True, max_length=store.MAX_NAME_CHARS),
         "worker": fields.text("worker"),
         "result": fields.json("result"),
-        "error": fields.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or "",
+        "error": fields.text("error", max_length=store.MAX_ERROR_CHARS, empty=True)
+        or "",
         "lease_seconds": fields.lease_seconds(),
         "progress": fields.progress(),
         "checkpoint": fields.checkpoint(),
@@ -563,7 +557,7 @@ def acknowledge_batch(scope, fields, *, default_worker=None):
     have had (200, 404, 409; 400 for what the store refuses).
     """
     default_worker = fields.text("worker") or default_worker
-    actions = fields.items("actions", MAX_ACK_BATCH)
+    actions = fields.items("actions", store.MAX_ACK_BATCH)
     acks, cancels = {}, {}
     for index, action in enumerate(actions):
         op = action.get("op")

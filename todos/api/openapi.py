@@ -23,7 +23,7 @@ NO_NUL = "^[^\\u0000]*$"
 NAME = {
     "type": "string",
     "minLength": 1,
-    "maxLength": api.MAX_NAME_LENGTH,
+    "maxLength": store.MAX_NAME_CHARS,
     "pattern": NO_NUL,
 }
 NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -288,7 +288,7 @@ OWNER_WORKER = {
 LEASE_TOKEN = {
     "type": ["string", "null"],
     "minLength": 1,
-    "maxLength": api.MAX_LEASE_TOKEN_LENGTH,
+    "maxLength": store.MAX_LEASE_TOKEN_CHARS,
     "pattern": NO_NUL,
     "description": "The claim's lease_token: the call succeeds only while that "
     "claim is current (else 409, nothing changed); worker may then be left out.",
@@ -367,28 +367,28 @@ def build_document():
         "queue": NAME,
         "title": {
             "type": ["string", "null"],
-            "maxLength": api.MAX_TITLE_LENGTH,
+            "maxLength": store.MAX_TITLE_CHARS,
             "pattern": NO_NUL,
         },
         "payload": JSON_VALUE,
         "idempotency_key": {
             "type": ["string", "null"],
             "minLength": 1,
-            "maxLength": api.MAX_KEY_LENGTH,
+            "maxLength": store.MAX_KEY_CHARS,
             "pattern": NO_NUL,
         },
         "assignee": OPTIONAL_NAME,
         "max_attempts": {
             "type": ["integer", "null"],
             "minimum": 1,
-            "maximum": api.MAX_ATTEMPTS_CAP,
+            "maximum": store.MAX_ATTEMPTS_CAP,
             "default": 5,
         },
     }
     create_properties["delay_seconds"] = {
         "type": ["integer", "null"],
         "minimum": 0,
-        "maximum": api.MAX_DELAY_SECONDS,
+        "maximum": store.MAX_DELAY_SECONDS,
         "description": "Keep the todo unclaimable this long (default: the "
         "queue's delay_seconds, else 0).",
     }
@@ -404,7 +404,7 @@ def build_document():
             "todos": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": api.MAX_CREATE_BATCH,
+                "maxItems": store.MAX_CREATE_BATCH,
                 "items": {
                     "type": "object",
                     "properties": create_properties,
@@ -422,7 +422,7 @@ def build_document():
             "id": {
                 "type": "string",
                 "minLength": 1,
-                "maxLength": api.MAX_NAME_LENGTH,
+                "maxLength": store.MAX_NAME_CHARS,
                 "pattern": NO_NUL,
             },
             "lease_token": LEASE_TOKEN,
@@ -430,7 +430,7 @@ def build_document():
             "result": JSON_VALUE,
             "error": {
                 "type": ["string", "null"],
-                "maxLength": api.MAX_ERROR_LENGTH,
+                "maxLength": store.MAX_ERROR_CHARS,
                 "pattern": NO_NUL,
             },
             "lease_seconds": LEASE,
@@ -535,7 +535,7 @@ def build_document():
                         "max_todos": {
                             "type": ["integer", "null"],
                             "minimum": 1,
-                            "maximum": api.MAX_CLAIM_BATCH,
+                            "maximum": store.MAX_CLAIM_BATCH,
                             "description": "Claim up to this many in one statement; "
                             "the answer is then always 200 {todos: [...]}.",
                         },
@@ -567,7 +567,7 @@ def build_document():
                         "actions": {
                             "type": "array",
                             "minItems": 1,
-                            "maxItems": api.MAX_ACK_BATCH,
+                            "maxItems": store.MAX_ACK_BATCH,
                             "items": ack_action,
                         },
                     },
@@ -674,7 +674,7 @@ def build_document():
                 **owner,
                 "error": {
                     "type": ["string", "null"],
-                    "maxLength": api.MAX_ERROR_LENGTH,
+                    "maxLength": store.MAX_ERROR_CHARS,
                     "pattern": NO_NUL,
                 },
             },

@@ -9,7 +9,6 @@ from django.http import JsonResponse
 
 from todos import longpoll, store, waits
 from todos.api.core import (
-    MAX_ERROR_LENGTH,
     ClaimNext,
     Fields,
     acknowledge_batch,
@@ -136,7 +135,7 @@ def fail(request, todo_id):
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
     body = request.body_fields
     worker, token = body.owner()
-    error = body.text("error", max_length=MAX_ERROR_LENGTH, empty=True) or ""
+    error = body.text("error", max_length=store.MAX_ERROR_CHARS, empty=True) or ""
     return todo_response(
         store.fail_todo(request.scope, todo_id, worker, error=error, lease_token=token)
     )

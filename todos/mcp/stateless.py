@@ -26,7 +26,7 @@ import hashlib
 from django.http import HttpResponse, JsonResponse
 
 from todos import store, waits
-from todos.api.core import MAX_NAME_LENGTH, ClaimNext
+from todos.api.core import ClaimNext
 from todos.mcp import resources, tasks, transport
 from todos.mcp import tools as mcp_tools
 
@@ -155,7 +155,7 @@ def default_worker(request, client):
     token = request.headers.get("Authorization", "")
     name = transport._storable(client.get("name") or "client", 60)
     digest = hashlib.sha256(f"{token}\0{name}".encode()).hexdigest()[:12]
-    return f"mcp:{name}:{digest}"[:MAX_NAME_LENGTH]
+    return f"mcp:{name}:{digest}"[: store.MAX_NAME_CHARS]
 
 
 def server_meta():

@@ -17,10 +17,6 @@ from django.conf import settings
 from todos import http, store, waits
 from todos.api import core as api
 from todos.api.core import (
-    MAX_ATTEMPTS_CAP,
-    MAX_KEY_LENGTH,
-    MAX_NAME_LENGTH,
-    MAX_TITLE_LENGTH,
     Fields,
     api_error_for,
     bad_request,
@@ -163,7 +159,7 @@ def complete_todo(args, caller):
 
 def fail_todo(args, caller):
     todo_id, (worker, token) = args.todo_id(), args.owner()
-    error = args.text("error", max_length=api.MAX_ERROR_LENGTH, empty=True) or ""
+    error = args.text("error", max_length=store.MAX_ERROR_CHARS, empty=True) or ""
     return _todo(
         store.fail_todo(caller.scope, todo_id, worker, error=error, lease_token=token)
     )
@@ -287,17 +283,17 @@ TODO_ID = {
 WORKER = {
     "type": "string",
     "minLength": 1,
-    "maxLength": MAX_NAME_LENGTH,
+    "maxLength": store.MAX_NAME_CHARS,
     "description": (
         "Your worker name, stored as the todo's owner. Defaults to this MCP "
         "session's id or, without a session, a name derived from your token and "
         "client name. Use the same name for every call on a todo you claimed."
     ),
 }
-QUEUE = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+QUEUE = {"type": "string", "minLength": 1, "maxLength": store.MAX_NAME_CHARS}
 LEASE_TOKEN = {
     "type": "string",
-    "maxLength": api.MAX_LEASE_TOKEN_LENGTH,
+    "maxLength": store.MAX_LEASE_TOKEN_CHARS,
     "description": (
         "The lease_token your claim returned. With it the call succeeds only "
         "while that claim is the todo's current one (else a conflict: the lease "
@@ -310,7 +306,7 @@ RESULT = {
 }
 ERROR_TEXT = {
     "type": "string",
-    "maxLength": api.MAX_ERROR_LENGTH,
+    "maxLength": store.MAX_ERROR_CHARS,
     "description": "What went wrong, for whoever looks next.",
 }
 
@@ -338,7 +334,7 @@ PROGRESS = {
 ASSIGNEE = {
     "type": ["string", "null"],
     "minLength": 1,
-    "maxLength": MAX_NAME_LENGTH,
+    "maxLength": store.MAX_NAME_CHARS,
     "description": (
         "Hand the todo to this worker: only it may claim it next. null gives it "
         "to any worker of the queue; left out, the assignment stays as it was."
@@ -442,7 +438,7 @@ SCHEMAS = {
             "queue": {**QUEUE, "description": "The queue to put the todo in."},
             "title": {
                 "type": "string",
-                "maxLength": MAX_TITLE_LENGTH,
+                "maxLength": store.MAX_TITLE_CHARS,
                 "description": "A one-line summary of the work.",
             },
             "payload": {
@@ -451,7 +447,7 @@ SCHEMAS = {
             },
             "idempotency_key": {
                 "type": "string",
-                "maxLength": MAX_KEY_LENGTH,
+                "maxLength": store.MAX_KEY_CHARS,
                 "description": (
                     "A key that makes the call safe to repeat: while a todo with this "
                     "key is live, creating again returns it with created=false."
@@ -464,7 +460,7 @@ SCHEMAS = {
             "max_attempts": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": MAX_ATTEMPTS_CAP,
+                "maximum": store.MAX_ATTEMPTS_CAP,
                 "description": (
                     "Claims allowed before it dead-letters (default: the queue's "
                     "setting, else 5)."
@@ -482,7 +478,7 @@ SCHEMAS = {
             "delay_seconds": {
                 "type": "integer",
                 "minimum": 0,
-                "maximum": api.MAX_DELAY_SECONDS,
+                "maximum": store.MAX_DELAY_SECONDS,
                 "description": (
                     "Keep the todo invisible to claims for this long (default: the "
                     "queue's setting, else 0). Its available_at says when it is due."
@@ -502,7 +498,7 @@ SCHEMAS = {
             "max_todos": {
                 "type": "integer",
                 "minimum": 1,
-                "maximum": api.MAX_CLAIM_BATCH,
+                "maximum": store.MAX_CLAIM_BATCH,
                 "description": (
                     "Claim up to this many at once. The result is then {todos: "
                     "[...]}, an empty list (not an error) when nothing came."
@@ -645,7 +641,7 @@ SCHEMAS = {
             "actions": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": api.MAX_ACK_BATCH,
+                "maxItems": store.MAX_ACK_BATCH,
                 "description": "The transitions to apply, each on its own.",
                 "items": {
                     "type": "object",

@@ -16,6 +16,15 @@ TODO_EVENTS = (
     "todo.cancel_requested",
     "todo.canceled",
 )
+# The field limits every surface reads (API, MCP, webhooks, SQS, Board forms).
+MAX_NAME_CHARS = 200
+MAX_TITLE_CHARS = 1000
+# The dedupe index is a btree: a key must stay far below its ~2.7 kB row limit.
+MAX_KEY_CHARS = 200
+MAX_ERROR_CHARS = 10_000
+# Lease tokens the store mints are at most 64 characters; a longer one can only
+# be superseded, but there is no reason to read a huge one.
+MAX_LEASE_TOKEN_CHARS = 200
 MAX_LEASE_SECONDS = 43200
 MAX_DELAY_SECONDS = 43200
 MAX_CLAIM_BATCH = 10

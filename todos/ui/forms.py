@@ -166,24 +166,26 @@ class TodoCreateForm(BoardForm):
     """A todo made by hand, for any endpoint whose grant covers the queue."""
 
     endpoint = forms.ChoiceField()
-    queue = forms.CharField(max_length=200)
-    title = forms.CharField(max_length=500, required=False)
+    queue = forms.CharField(max_length=store.MAX_NAME_CHARS)
+    title = forms.CharField(max_length=store.MAX_TITLE_CHARS, required=False)
     payload = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
         help_text="A JSON value; empty means {}.",
     )
     idempotency_key = forms.CharField(
-        max_length=200,
+        max_length=store.MAX_KEY_CHARS,
         required=False,
         help_text="A live todo with the same key on this endpoint is returned instead.",
     )
     assignee = forms.CharField(
-        max_length=200, required=False, help_text="Only this worker may claim it."
+        max_length=store.MAX_NAME_CHARS,
+        required=False,
+        help_text="Only this worker may claim it.",
     )
     max_attempts = forms.IntegerField(
         min_value=1,
-        max_value=1000,
+        max_value=store.MAX_ATTEMPTS_CAP,
         required=False,
         help_text="Empty means the server's default (SWITCHBOARD_MAX_ATTEMPTS).",
     )
@@ -249,7 +251,7 @@ class QueueSettingsForm(BoardForm):
     max_attempts = forms.IntegerField(
         label="Attempt cap",
         min_value=1,
-        max_value=1000,
+        max_value=store.MAX_ATTEMPTS_CAP,
         required=False,
         help_text="Claims before a failure dead-letters a new todo.",
     )

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from todos import crypto
+from todos import crypto, store
 from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
 from todos.ui.forms import endpoint_choices
 from todos.ui.views import action_page, operator_view
@@ -85,7 +85,7 @@ class RouteForm(forms.Form):
     """One target of the source's deliveries; a blank row is no route."""
 
     endpoint = forms.ChoiceField(required=False)
-    queue = forms.CharField(max_length=webhooks.MAX_QUEUE_LENGTH, required=False)
+    queue = forms.CharField(max_length=store.MAX_NAME_CHARS, required=False)
     assignee = forms.CharField(max_length=200, required=False)
     title_template = forms.CharField(
         max_length=500,

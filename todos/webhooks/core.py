@@ -46,8 +46,6 @@ logger = logging.getLogger("switchboard.webhooks")
 DELIVERY_LOG_KEEP = 200
 MAX_DELIVERY_ID_LENGTH = 200
 MAX_EVENT_LENGTH = 100
-MAX_TITLE_LENGTH = 500
-MAX_QUEUE_LENGTH = 200
 MAX_SECRET_LENGTH = 200
 MAX_SLUG_LENGTH = 100
 # The random part of a Board owner's source address (hex characters).
@@ -457,7 +455,7 @@ def derive_title(source, route, delivery):
     values = title_fields(source, delivery)
     if route.title_template:
         title = string.Template(route.title_template).safe_substitute(values)
-        return " ".join(title.split())[:MAX_TITLE_LENGTH]
+        return " ".join(title.split())[: store.MAX_TITLE_CHARS]
     words = [values["event"] or "delivery", values["action"]]
     where = values["repository"]
     if values["number"]:
@@ -468,7 +466,7 @@ def derive_title(source, route, delivery):
     title = " ".join(word for word in words if word)
     if values["title"]:
         title = f"{title}: {values['title']}"
-    return title[:MAX_TITLE_LENGTH]
+    return title[: store.MAX_TITLE_CHARS]
 
 
 # --- Fan-out --------------------------------------------------------------------
@@ -850,17 +848,18 @@ def _route_endpoint(route):
         raise InvalidSource("route", f"no endpoint {endpoint_id}")
     if not endpoint.is_active:
         raise InvalidSource("route", f"endpoint {endpoint.name} is revoked")
-    if not route.queue or len(route.queue) > MAX_QUEUE_LENGTH:
+    if not route.queue or len(route.queue) > store.MAX_NAME_CHARS:
         raise InvalidSource(
-            "route", f"a queue name of 1 to {MAX_QUEUE_LENGTH} characters is required"
+            "route",
+            f"a queue name of 1 to {store.MAX_NAME_CHARS} characters is required",
         )
     if not endpoint.grants(route.queue):
         raise InvalidSource(
             "route", f"endpoint {endpoint.name} is not granted queue {route.queue!r}"
         )
-    if len(route.assignee) > MAX_QUEUE_LENGTH:
+    if len(route.assignee) > store.MAX_NAME_CHARS:
         raise InvalidSource(
-            "route", f"an assignee is at most {MAX_QUEUE_LENGTH} characters"
+            "route", f"an assignee is at most {store.MAX_NAME_CHARS} characters"
         )
     problem = title_template_error(route.title_template)
     if problem:
