@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from todos.store.stats import TRANSITIONS, Series
-from todos.ui import charts, stats
+from todos.ui import charts
 
 BUCKETS = 60
 
@@ -29,35 +29,35 @@ def drawings(monkeypatch):
         return draw(*args, **kwargs)
 
     monkeypatch.setattr(charts, "transitions_chart", counted)
-    monkeypatch.setattr(stats, "_drawn", {})
+    monkeypatch.setattr(charts, "_drawn", {})
     return drawn
 
 
 def test_a_series_is_drawn_once_and_anew_when_it_changes(drawings):
-    first = stats.chart_pair(series(3), "q")
-    again = stats.chart_pair(series(3), "q")
+    first = charts.chart_pair(series(3), "q")
+    again = charts.chart_pair(series(3), "q")
     assert len(drawings) == 1
     assert again == first
     assert "<svg" in first["transitions"] and "<svg" in first["depth"]
 
-    changed = stats.chart_pair(series(4), "q")
+    changed = charts.chart_pair(series(4), "q")
     assert len(drawings) == 2
     assert changed != first
-    assert changed == stats._draw_pair(series(4), "q", False)
+    assert changed == charts._draw_pair(series(4), "q", False)
 
 
 def test_the_label_and_size_are_part_of_what_is_drawn(drawings):
-    stats.chart_pair(series(3), "q")
-    stats.chart_pair(series(3), "other")
-    stats.chart_pair(series(3), "q", small=True)
+    charts.chart_pair(series(3), "q")
+    charts.chart_pair(series(3), "other")
+    charts.chart_pair(series(3), "q", small=True)
     assert len(drawings) == 3
 
 
 def test_the_drawn_charts_are_bounded(drawings, monkeypatch):
-    monkeypatch.setattr(stats, "DRAWN_PAIRS", 3)
+    monkeypatch.setattr(charts, "DRAWN_PAIRS", 3)
     for created in range(5):
-        stats.chart_pair(series(created), "q")
-    assert len(stats._drawn) == 3
+        charts.chart_pair(series(created), "q")
+    assert len(charts._drawn) == 3
     # The oldest went first: drawing it again draws it anew.
-    stats.chart_pair(series(0), "q")
+    charts.chart_pair(series(0), "q")
     assert len(drawings) == 6

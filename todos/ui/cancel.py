@@ -11,8 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from todos import store
-from todos.ui.forms import TodoFilterForm
-from todos.ui.views import (
+from todos.ui.core import (
     COUNTS_CHANGED,
     ROWS_CHANGED,
     SELECTION_CLEARED,
@@ -22,11 +21,11 @@ from todos.ui.views import (
     _notice,
     _notices_only,
     _page,
-    _query,
-    _todo_action,
     action_page,
     operator_view,
 )
+from todos.ui.forms import TodoFilterForm
+from todos.ui.views import _query, _todo_action
 
 
 def _canceled_text(todo):

@@ -8,11 +8,14 @@ over the range. The markup is built here, every value escaped, and marked
 safe for the template.
 """
 
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+
+from todos.store.stats import RANGES
 
 LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 22
 
@@ -204,3 +207,55 @@ def depth_chart(series, label, frame=NARROW):
     return mark_safe(
         f'<figure class="chart-box">{svg}<figcaption>{caption}</figcaption></figure>'
     )
+
+
+def chart_range(request):
+    """The chart range the URL asks for ("hour" unless "day")."""
+    wanted = request.GET.get("range", "hour")
+    return wanted if wanted in RANGES else "hour"
+
+
+# Drawn charts by what they show: a series changes once a sweep pass (or a
+# minute) at most, while every open Board reloads its overview every 10 s.
+DRAWN_PAIRS = 256
+_drawn = {}
+_drawn_lock = threading.Lock()
+
+
+def chart_pair(series, label, small=False):
+    """Both charts of one series: transitions, then depth (drawn once per
+    series, label and size: the markup depends on nothing else)."""
+    key = (series.key(), label, small)
+    with _drawn_lock:
+        pair = _drawn.get(key)
+    if pair is None:
+        pair = _draw_pair(series, label, small)
+        with _drawn_lock:
+            _drawn[key] = pair
+            if len(_drawn) > DRAWN_PAIRS:
+                del _drawn[next(iter(_drawn))]
+    return dict(pair)  # the caller's own: the kept one stays as drawn
+
+
+def _draw_pair(series, label, small):
+    wide, narrow = (WIDE_SMALL, NARROW_SMALL) if small else (WIDE, NARROW)
+    return {
+        "transitions": transitions_chart(series, f"Transitions: {label}", wide),
+        "depth": depth_chart(series, f"Queue depth: {label}", narrow),
+    }
+
+
+def overview_charts(request, endpoint_ids):
+    """The overview's charts: everything in scope, then one pair per endpoint."""
+    range_name = chart_range(request)
+    per_endpoint = request.board.chart(range_name, by="endpoint")
+    return {
+        "range": range_name,
+        "total": chart_pair(per_endpoint[None], "every endpoint in view"),
+        "endpoints": {
+            endpoint_id: chart_pair(
+                per_endpoint[endpoint_id], "this endpoint", small=True
+            )
+            for endpoint_id in endpoint_ids
+        },
+    }

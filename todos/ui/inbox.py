@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from todos import store
 from todos.ui.answers import AnswerForm
-from todos.ui.views import (
+from todos.ui.core import (
     COUNTS_CHANGED,
     _flash,
     _fragments,

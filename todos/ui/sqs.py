@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from todos.sqs import credentials
-from todos.ui.views import _endpoint_missing, _endpoint_or_none, operator_view
+from todos.ui.core import _endpoint_missing, _endpoint_or_none, operator_view
 
 
 @require_http_methods(["GET", "POST"])

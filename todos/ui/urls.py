@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.ui import cancel, inbox, sqs, stats, views, webhooks
+from todos.ui import cancel, dead_letters, inbox, queues, sqs, views, webhooks
 
 app_name = "board"
 
@@ -27,15 +27,15 @@ urlpatterns = [
     path("todos/<str:todo_id>/cancel/", cancel.todo_cancel, name="todo_cancel"),
     path("todos/<str:todo_id>/retry/", views.todo_retry, name="todo_retry"),
     path("todos/<str:todo_id>/release/", views.todo_release, name="todo_release"),
-    path("dead-letters/", stats.dead_letter_groups, name="dead_letters"),
+    path("dead-letters/", dead_letters.dead_letter_groups, name="dead_letters"),
     path(
         "dead-letters/dismiss/",
-        stats.dead_letters_dismiss,
+        dead_letters.dead_letters_dismiss,
         name="dead_letters_dismiss",
     ),
     path(
         "queues/<uuid:endpoint_id>/<path:queue>/",
-        stats.queue_detail,
+        queues.queue_detail,
         name="queue",
     ),
     path("endpoints/", views.endpoint_list, name="endpoints"),

@@ -20,8 +20,8 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from todos import crypto, store
 from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
+from todos.ui.core import action_page, operator_view
 from todos.ui.forms import endpoint_choices
-from todos.ui.views import action_page, operator_view
 from todos.webhooks import core as webhooks
 
 RECENT_DELIVERIES = 10
