@@ -165,8 +165,12 @@ def test_listen_tells_a_subscribed_queue_that_a_todo_became_claimable(
 
 
 @live
-def test_listen_ends_when_the_endpoint_is_revoked(asgi_server, endpoint):
-    """The subscription ends gracefully (its result) when the token stops working."""
+@pytest.mark.parametrize("change", ["revoke", "rekey", "narrow"])
+def test_listen_ends_when_the_endpoint_is_revoked_rekeyed_or_narrowed(
+    asgi_server, endpoint, change
+):
+    """The subscription ends gracefully (its result) when the token stops
+    opening the same queues, as the event stream does."""
     headers = {
         "Authorization": f"Bearer {endpoint.token}",
         "Accept": "application/json, text/event-stream",
@@ -190,7 +194,7 @@ def test_listen_ends_when_the_endpoint_is_revoked(asgi_server, endpoint):
                 if line.startswith("data:"):
                     lines.append(json.loads(line[5:]))
                     break
-            await anyio.to_thread.run_sync(endpoint_revoke, endpoint)
+            await anyio.to_thread.run_sync(change_access, endpoint, change)
             with anyio.fail_after(10):
                 async for line in stream:
                     if line.startswith("data:"):
@@ -203,9 +207,14 @@ def test_listen_ends_when_the_endpoint_is_revoked(asgi_server, endpoint):
     assert lines[-1]["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 7
 
 
-def endpoint_revoke(endpoint):
+def change_access(endpoint, change):
     try:
-        endpoints.revoke(endpoint)
+        if change == "revoke":
+            endpoints.revoke(endpoint)
+        elif change == "rekey":
+            endpoints.rotate_token(endpoint)
+        else:
+            endpoints.set_grant(endpoint, ["q"])
     finally:
         connection.close()
 
