@@ -310,6 +310,29 @@ def test_revoked_endpoints_and_ungranted_queues_are_skipped_not_failed(
     assert Todo.objects.count() == 1
 
 
+def test_a_redelivery_whose_todo_left_the_grant_is_skipped_not_handed_over(
+    client, make_endpoint
+):
+    """The route moved to a granted queue, the grant dropped the old one: the
+    live todo holding the delivery id is outside the grant, so it is neither
+    returned nor duplicated."""
+    moving = make_endpoint("moving", queues=("old", "new"))
+    source = WebhookSource.objects.create(slug="moving", secret=SECRET)
+    route = WebhookRoute.objects.create(source=source, endpoint=moving, queue="old")
+    deliver(client, "moving", delivery="d-9")
+    route.queue = "new"
+    route.save()
+    moving.queues = ["new"]
+    moving.save()
+
+    again = deliver(client, "moving", delivery="d-9")
+
+    assert again.status_code == 202
+    [target] = again.json()["targets"]
+    assert (target["todo_id"], target.get("skipped")) == (None, "queue not granted")
+    assert Todo.objects.count() == 1
+
+
 def test_a_delivery_is_never_half_applied(client, source):
     # A real database failure on the second target's insert, raised by a
     # trigger, after the first target's todo was written in the same transaction.

@@ -155,7 +155,7 @@ def create_todo_any_endpoint(
     delay_seconds=None,
     actor="",
 ):
-    """Enqueue a todo for any endpoint (the Board and webhooks); no grant check."""
+    """Enqueue a todo for any endpoint (the Board); no grant check."""
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
         raise NotFound("no such endpoint")

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from .rows import TODO_COLUMNS, Event, NotFound, Todo
+from .rows import TODO_COLUMNS, Event, NotFound, QueueNotGranted, Todo
 from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
 
 # --- Read -----------------------------------------------------------------------
@@ -194,7 +194,12 @@ def _list(
 
 
 def list_todos(scope, *, queue=None, state=None, limit=50, cursor=None):
-    """Return a page of this scope's todos, oldest first, with a keyset cursor."""
+    """Return a page of this scope's todos, oldest first, with a keyset cursor.
+
+    A queue outside the grant raises QueueNotGranted, never an empty page.
+    """
+    if queue is not None and not scope.covers(queue):
+        raise QueueNotGranted(queue)
     return _list(scope, queue=queue, state=state, limit=limit, cursor=cursor)
 
 

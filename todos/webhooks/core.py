@@ -7,9 +7,10 @@ slot is per endpoint (SPEC-0003 "Per-Endpoint Idempotency and Dedup"), so a
 redelivery collapses onto each target's live todo — a parked retry included —
 while two endpoints never collapse onto each other.
 
-Todos are written through ``store.create_todo_any_endpoint``: the sender is
-authenticated by its signature, not by an endpoint token, and the routes were
-set up by an operator.
+Todos are written through the scoped ``store.create_todo`` with the route's
+endpoint's scope: the sender is authenticated by its signature, not by an
+endpoint token, and the store applies the endpoint's grant as it does to the
+endpoint's own creates.
 """
 
 import base64
@@ -602,11 +603,9 @@ def _deliver(source, route, delivery):
     endpoint_id = str(endpoint.id)
     if not endpoint.is_active:
         return Target(endpoint_id, route.queue, None, False, "endpoint revoked")
-    if not endpoint.grants(route.queue):
-        return Target(endpoint_id, route.queue, None, False, "queue not granted")
     try:
-        todo, created = store.create_todo_any_endpoint(
-            endpoint_id,
+        todo, created = store.create_todo(
+            store.Scope.for_endpoint(endpoint),
             queue=route.queue,
             title=derive_title(source, route, delivery),
             payload=delivery.payload,
@@ -614,6 +613,11 @@ def _deliver(source, route, delivery):
             assignee=route.assignee or None,
             actor=f"webhook:{source.slug}",
         )
+    except store.QueueNotGranted:
+        return Target(endpoint_id, route.queue, None, False, "queue not granted")
+    except store.KeyHeld:
+        # The delivery's todo sits in a queue the grant no longer covers.
+        return Target(endpoint_id, route.queue, None, False, "queue not granted")
     except store.NotFound:
         return Target(endpoint_id, route.queue, None, False, "endpoint not found")
     return Target(endpoint_id, route.queue, todo.id, created)
