@@ -77,6 +77,49 @@ def test_sdk_client_speaks_2026_07_28_and_runs_the_agent_loop(asgi_server, endpo
 
 
 @live
+@pytest.mark.parametrize(
+    ("mode", "version"), [("auto", VERSION), ("legacy", "2025-11-25")]
+)
+def test_sdk_client_runs_the_whole_agent_loop_on_both_revisions(
+    asgi_server, endpoint, mode, version
+):
+    """Claim, heartbeat with progress, ask, answer, claim again, complete:
+    the worker's name left to its default on either revision."""
+    seen = {}
+
+    async def main():
+        http, client = sdk_client(asgi_server.url, endpoint.token, mode=mode)
+        async with http, client:
+            seen["version"] = client.protocol_version
+
+            async def call(tool, **arguments):
+                result = await client.call_tool(tool, arguments)
+                assert result.is_error is False, result.content
+                return result.structured_content
+
+            todo_id = (await call("create_todo", queue="loop"))["todo"]["id"]
+            await call("claim_next", queue="loop")
+            beat = await call("heartbeat", todo_id=todo_id, progress={"message": "1/2"})
+            seen["progress"] = beat["todo"]["progress"]["message"]
+            asked = await call("ask", todo_id=todo_id, question="Go?", choices=["go"])
+            seen["asked"] = asked["todo"]["outcome"]
+            await call("answer", todo_id=todo_id, answer="go")
+            again = await call("claim_next", queue="loop")
+            seen["answer"] = again["todo"]["answer"]["value"]
+            done = await call("complete_todo", todo_id=todo_id, result={"went": True})
+            seen["done"] = done["todo"]["state"]
+
+    run(main)
+    assert seen == {
+        "version": version,
+        "progress": "1/2",
+        "asked": "held",
+        "answer": "go",
+        "done": "done",
+    }
+
+
+@live
 def test_sdk_client_in_legacy_mode_still_speaks_2025_11_25(asgi_server, endpoint):
     seen = {}
 

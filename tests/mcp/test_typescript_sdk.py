@@ -1,4 +1,5 @@
-"""The official TypeScript SDK clients run the agent loop over /mcp: v2
+"""The official TypeScript SDK clients run the agent loop over /mcp (claim,
+heartbeat with progress, ask, answer, complete): v2
 (@modelcontextprotocol/client, in its "auto" negotiation) on 2026-07-28 and
 v1 (@modelcontextprotocol/sdk) on 2025-11-25 (tests/mcp/js/agent_loop.mjs)."""
 
@@ -49,5 +50,10 @@ def test_typescript_sdk_client_runs_the_agent_loop(
     assert seen["version"] == version
     assert seen["tools"] is True
     assert seen["owner"].startswith(owner_prefix)
+    assert (seen["progress"], seen["asked"], seen["answer"]) == (
+        "half way",
+        "held",
+        "go",
+    )
     assert seen["state"] == "done"
     assert seen["result"] == {"by": f"ts-sdk-{sdk}"}

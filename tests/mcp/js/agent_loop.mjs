@@ -1,5 +1,5 @@
 // The agent loop through a TypeScript SDK client: create, claim, heartbeat
-// with progress, complete. SDK=v2 (@modelcontextprotocol/client, 2026-07-28)
+// with progress, ask, answer, claim again, complete. SDK=v2 (@modelcontextprotocol/client, 2026-07-28)
 // or SDK=v1 (@modelcontextprotocol/sdk, 2025-11-25). Prints one JSON line.
 const url = new URL(process.env.MCP_URL);
 const requestInit = { headers: { Authorization: `Bearer ${process.env.TOKEN}` } };
@@ -29,10 +29,22 @@ const tools = (await client.listTools()).tools.map((tool) => tool.name);
 const created = await call("create_todo", { queue: "ts", title: "from TypeScript" });
 const id = created.todo.id;
 const claimed = await call("claim_next", { queue: "ts" });
-await call("heartbeat", { todo_id: id, lease_token: claimed.todo.lease_token });
-const done = await call("complete_todo", {
+const beat = await call("heartbeat", {
   todo_id: id,
   lease_token: claimed.todo.lease_token,
+  progress: { message: "half way" },
+});
+const asked = await call("ask", {
+  todo_id: id,
+  lease_token: claimed.todo.lease_token,
+  question: "Go?",
+  choices: ["go"],
+});
+await call("answer", { todo_id: id, answer: "go" });
+const again = await call("claim_next", { queue: "ts" });
+const done = await call("complete_todo", {
+  todo_id: id,
+  lease_token: again.todo.lease_token,
   result: { by: info.name },
 });
 const version =
@@ -43,6 +55,9 @@ console.log(
     tools: tools.includes("claim_next"),
     claimedId: claimed.todo.id,
     owner: claimed.todo.owner,
+    progress: beat.todo.progress.message,
+    asked: asked.todo.outcome,
+    answer: again.todo.answer.value,
     state: done.todo.state,
     result: done.todo.result,
   }),
