@@ -339,3 +339,23 @@ def test_a_task_is_worked_by_a_json_api_worker_and_survives_a_restart(
         ("completed", None),
     ]
     assert done["result"]["structuredContent"]["todo"]["result"] == {"deployed": 1}
+
+
+def test_a_question_answered_on_the_board_moves_the_task_on(
+    rpc, client, scope, endpoint
+):
+    """The owner answers on the Board first: the task is working again, and the
+    agent's late tasks/update changes nothing."""
+    task_id = create_task(rpc)["taskId"]
+    store.claim_todo(scope, task_id, "w")
+    store.ask(scope, task_id, "w", question="Ship it?", choices=["yes", "no"])
+    [key] = task(rpc, task_id)["inputRequests"]
+    client.force_login(endpoint.owner)
+    field = f"q{task_id.split('-')[0]}-answer"
+    board = client.post(f"/board/todos/{task_id}/answer/", {field: "yes"})
+    assert board.status_code in (200, 302)
+    assert task(rpc, task_id)["status"] == "working"
+    late = {key: {"action": "accept", "content": {"answer": "no"}}}
+    assert rpc("tasks/update", taskId=task_id, inputResponses=late)[0] == 200
+    answer = store.get_todo(scope, task_id).answer
+    assert (answer["value"], answer["by"]) == ("yes", "operator:alice")
