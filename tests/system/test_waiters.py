@@ -184,13 +184,20 @@ class McpCall(threading.Thread):
 
 
 class Stream:
-    """An open event stream (SSE or an MCP GET), read line by line."""
+    """An open event stream (SSE, an MCP GET or a POSTed subscriptions/listen),
+    read line by line."""
 
-    def __init__(self, server, path, headers):
+    def __init__(self, server, path, headers, method="GET", body=None):
         self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1"]
+        payload = b"" if body is None else json.dumps(body).encode()
+        lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        if body is not None:
+            lines += [
+                "Content-Type: application/json",
+                f"Content-Length: {len(payload)}",
+            ]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = self.sock.recv(65536)
@@ -279,6 +286,35 @@ def mcp_stream(server, endpoint, session_id=None):
     return stream
 
 
+def mcp_listen(server, endpoint, queue="q"):
+    """A 2026-07-28 subscriptions/listen stream of one queue, acknowledged."""
+    version = "2026-07-28"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "subscriptions/listen",
+        "params": {
+            "notifications": {
+                "resourceSubscriptions": [f"switchboard://queues/{queue}"]
+            },
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {endpoint.token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": version,
+        "Mcp-Method": "subscriptions/listen",
+    }
+    stream = Stream(server, "/mcp", headers, method="POST", body=body)
+    assert stream.status == 200
+    assert "acknowledged" in stream.read_until("acknowledged")
+    return stream
+
+
 def wait_until(predicate, seconds=5, message="condition never held"):
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -295,15 +331,16 @@ def settle(seconds=0.5):
 
 
 def test_waiters_hold_no_database_connection_while_waiting(server, make_endpoint):
-    """50 long polls, 20 event streams and 10 MCP GET streams on one process
-    with a pool of 4: PostgreSQL sees at most the pool and one LISTEN, none
-    of them busy."""
+    """50 long polls, 20 event streams, 10 MCP GET streams and 10 MCP
+    subscriptions/listen streams on one process with a pool of 4: PostgreSQL
+    sees at most the pool and one LISTEN, none of them busy."""
     endpoints = [make_endpoint(f"agent-{i}") for i in range(5)]
     polls = [
         LongPoll(server, endpoints[i % 5].token, wait_seconds=15) for i in range(50)
     ]
     streams = [sse(server, endpoints[i % 5]) for i in range(20)]
     streams += [mcp_stream(server, endpoints[i % 5]) for i in range(10)]
+    streams += [mcp_listen(server, endpoints[i % 5]) for i in range(10)]
     settle(1.5)
     try:
         total, busy = server_connections()
@@ -344,6 +381,7 @@ def test_waiters_park_no_thread(server, make_endpoint):
     ]
     streams = [sse(server, endpoints[i % 4]) for i in range(10)]
     streams += [mcp_stream(server, endpoints[i % 4]) for i in range(10)]
+    streams += [mcp_listen(server, endpoints[i % 4]) for i in range(10)]
     sessions = [mcp_session(server, e) for e in endpoints]
     claims = [
         McpCall(
@@ -488,14 +526,18 @@ def test_b_waiter_is_never_woken_by_a_todo_of_a(
 
 def test_sse_and_mcp_streams_hear_a_ring_at_once(server, endpoint, scope):
     events, mcp = sse(server, endpoint), mcp_stream(server, endpoint)
+    listen = mcp_listen(server, endpoint)
     settle()
     try:
         todo, _ = store.create_todo(scope, queue="q")
         assert todo.id in events.read_until(todo.id, seconds=1)
         assert todo.id in mcp.read_until(todo.id, seconds=1)
+        updated = "notifications/resources/updated"
+        assert updated in listen.read_until(updated, seconds=1)
     finally:
         events.close()
         mcp.close()
+        listen.close()
 
 
 # --- Streams end when the endpoint's access changes (#11) -----------------------
