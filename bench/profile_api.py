@@ -14,7 +14,7 @@ directly, in the same run.
 "api before the #13 cuts" runs the same requests through a second WSGI handler
 built the way the app was served before issue #13: every Board middleware on
 API paths too, and Django's ``SELECT 1`` health check before every request
-(todos.pgbackend skips it for a connection used within the last second). The
+(board.serving.pgbackend skips it for a connection used within the last second). The
 modes take turns (``--reps`` rounds), and the median of each is reported.
 """
 
@@ -67,7 +67,7 @@ def application_before_cuts():
 @contextlib.contextmanager
 def health_check_every_request():
     """Django's CONN_HEALTH_CHECKS as it is: a SELECT 1 before every request."""
-    from todos.pgbackend import base
+    from board.serving.pgbackend import base
 
     saved = base.HEALTH_CHECK_AFTER_IDLE_SECONDS
     base.HEALTH_CHECK_AFTER_IDLE_SECONDS = 0

@@ -4,7 +4,7 @@
                                  [--servings new,before] [--before REF]
 
 For each serving — "new" (this checkout) and "before" (a `git worktree` of
-REF, by default the commit before the serving of board/asgi.py's
+REF, by default the commit before the serving of board/serving/asgi.py's
 ``SyncChain``) — it starts gunicorn (GUNICORN_WORKERS=2) and the sweep loop
 as bench/waiters.py does, sends each kind of request one after another, and
 divides the CPU the server's processes used by the number sent:

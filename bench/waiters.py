@@ -232,7 +232,7 @@ class Serving:
 
 
 def default_before():
-    """The commit before the ASGI serving (board/workers.py) was added."""
+    """The commit before the ASGI serving (board/serving/workers.py) was added."""
     added = subprocess.run(
         [
             "git",
@@ -241,7 +241,7 @@ def default_before():
             "--format=%H",
             "--reverse",
             "--",
-            "board/workers.py",
+            "board/serving/workers.py",
         ],
         cwd=ROOT,
         check=True,

@@ -122,7 +122,7 @@ def database_from_url(url):
         ports = [port or "5432" for port in ports]
     return {
         # Django's PostgreSQL backend, health-checking only after idleness.
-        "ENGINE": "todos.pgbackend",
+        "ENGINE": "board.serving.pgbackend",
         "NAME": unquote(parts.path.lstrip("/")) or "switchboard",
         "USER": unquote(user),
         "PASSWORD": unquote(password),
@@ -169,7 +169,7 @@ MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
     "todos.middleware.RequestLogMiddleware",
     # The waiting (async) views skip the rest: see the middleware's docstring.
-    "todos.middleware.WaitingViewsMiddleware",
+    "board.serving.middleware.WaitingViewsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Board's middleware, each wrapped to skip /api/: agent requests carry a
     # bearer token, never a session or a CSRF cookie (todos/middleware.py).
@@ -184,11 +184,11 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "board.urls"
-ASGI_APPLICATION = "board.asgi.application"
+ASGI_APPLICATION = "board.serving.asgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "todos.templating.DjangoTemplates",
+        "BACKEND": "board.serving.templating.DjangoTemplates",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -255,13 +255,13 @@ _db["CONN_HEALTH_CHECKS"] = True
 SWITCHBOARD_DB_THREADS = env_int(
     "SWITCHBOARD_DB_THREADS", SWITCHBOARD_DB_POOL_MAX, 1, 1000
 )
-# The served processes' garbage collector (board/workers.py, tune_gc): Python's
+# The served processes' garbage collector (board/serving/workers.py, tune_gc): Python's
 # thresholds are (700, 10, 10); "python" keeps them and skips the freeze.
 SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(
     "SWITCHBOARD_GC_THRESHOLDS", (10_000, 5, 100)
 )
 # How often a served process's event loop collects its young generations
-# (board/workers.py, ClockedCollector); 0 leaves it to the thresholds alone.
+# (board/serving/workers.py, ClockedCollector); 0 leaves it to the thresholds alone.
 SWITCHBOARD_GC_TICK_MS = env_int("SWITCHBOARD_GC_TICK_MS", 100, 0, 60_000)
 # The doorbell's LISTEN connections; empty = the same server as DATABASE_URL.
 SWITCHBOARD_LISTEN_DATABASE_URL = env_str("SWITCHBOARD_LISTEN_DATABASE_URL", "")
@@ -322,7 +322,7 @@ SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # accepts. Each surface checks its own, smaller limit first (todos/http.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
 
-# The front door (board/frontdoor.py), bounds the served process keeps before
+# The front door (board/serving/frontdoor.py), bounds the served process keeps before
 # it reads a request: the body limit of every path that is not an agent
 # surface (the Board's forms, /healthz, static files; Django's own default
 # DATA_UPLOAD_MAX_MEMORY_SIZE), the size of a request head (431 past it), the

@@ -138,7 +138,7 @@ def load_resilience_script(module_name):
 
 
 class InProcessServer:
-    """uvicorn serving board.asgi in a thread of the test process, as a gunicorn
+    """uvicorn serving board.serving.asgi in a thread of the test process, as a gunicorn
     worker serves it (one event loop with the doorbell hub in it), so a test
     sees the server's hub and may change the settings it reads."""
 
@@ -148,7 +148,7 @@ class InProcessServer:
 
         import uvicorn
 
-        from board.asgi import application
+        from board.serving.asgi import application
         from todos.hub import hub
 
         self.port = free_port()

@@ -9,7 +9,7 @@
   read and dropped (up to ``DRAIN_LIMIT_BYTES``) before the 413, so a
   keep-alive client that is still sending can go on. It raises ``BodyTooLarge``
   or ``BadBody``; each surface renders them in its own error format. Served by
-  gunicorn's uvicorn workers, the front door (board/frontdoor.py) has refused
+  gunicorn's uvicorn workers, the front door (board/serving/frontdoor.py) has refused
   an oversized body before the view runs, in the same formats.
 - Strict JSON (``loads``, ``text_problem``, ``unstorable``): JSON as
   PostgreSQL's jsonb can store it. Python's json module accepts NaN and
@@ -46,7 +46,7 @@ ERROR_CODES = {
 # a keep-alive client that is still sending gets its 413 and the connection
 # stays usable; twice the largest limit (SQS's 4 MiB), so a body just over any
 # limit is among them. Beyond it the server closes the connection rather than
-# read on (board/frontdoor.py).
+# read on (board/serving/frontdoor.py).
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
 _READ_SIZE = 64 * 1024
 # Objects and arrays nest at most this deep in a stored value.
@@ -125,7 +125,7 @@ def read_body(request, limit=None):
     limit = body_limit() if limit is None else limit
     if isinstance(request, ASGIRequest):
         # Served by ASGI: the body is already read, bounded by the surface's
-        # limit in board/frontdoor.py (a smaller limit is checked here).
+        # limit in board/serving/frontdoor.py (a smaller limit is checked here).
         if _content_length(request) > limit:
             raise BodyTooLarge(limit)
         try:

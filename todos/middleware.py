@@ -165,62 +165,6 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
         return await self.get_response(request)
 
 
-class WaitingViewsMiddleware:
-    """Take the waiting views (async views marked ``waits``) past the
-    middleware below this one.
-
-    Django runs a sync middleware's hooks in a thread, one hop each way per
-    middleware, even around an async view: a long poll would cost a dozen
-    thread hops and park a thread while it waits. The views below need none
-    of them (token auth, no session, no cookie, no CSRF), so they are called
-    here directly; the headers the skipped middleware would add (security
-    headers, Content-Length) are added here. Everything else goes down the
-    chain as usual.
-    """
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        from django.middleware.clickjacking import XFrameOptionsMiddleware
-        from django.middleware.security import SecurityMiddleware
-
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-        self.headers = (
-            SecurityMiddleware(get_response),
-            XFrameOptionsMiddleware(get_response),
-        )
-
-    def __call__(self, request):
-        if self.is_async:
-            return self._acall(request)
-        return self.get_response(request)
-
-    async def _acall(self, request):
-        from django.urls import Resolver404, resolve
-
-        try:
-            match = resolve(request.path_info)
-        except Resolver404:
-            match = None
-        if match is None:
-            return await self.get_response(request)
-        if getattr(match.func, "waits", False):
-            request.resolver_match = match
-            response = await match.func(request, *match.args, **match.kwargs)
-        else:
-            return await self.get_response(request)
-        for middleware in self.headers:
-            response = middleware.process_response(request, response)
-        if not response.streaming and not response.has_header("Content-Length"):
-            # As CommonMiddleware would: keep-alive clients need the length.
-            response.headers["Content-Length"] = str(len(response.content))
-        return response
-
-
 def _is_api(request):
     # POST / is the SQS surface (todos/sqs): signed per request, like the API.
     return request.path_info.startswith(API_PREFIX) or (

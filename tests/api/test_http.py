@@ -134,7 +134,7 @@ def test_a_connection_idle_across_a_backend_kill_is_replaced_before_use(
     django_db_blocker,
 ):
     """The per-request health check is skipped only for a connection used a
-    moment ago (todos/pgbackend): one left idle is still checked, so a backend
+    moment ago (board/serving/pgbackend): one left idle is still checked, so a backend
     killed meanwhile (a PostgreSQL restart) costs no request."""
     from django.db import connection
 

@@ -1,4 +1,4 @@
-"""The front door (board/frontdoor.py) on the real serving: gunicorn's uvicorn
+"""The front door (board/serving/frontdoor.py) on the real serving: gunicorn's uvicorn
 worker, no proxy in front. What a connection may send before Switchboard
 reads it is bounded: bodies by their surface's limit (refused before they
 are stored, in the surface's own error format), request heads by size and by

@@ -5,7 +5,7 @@ a few collections — every long poll, any request in a busy process — reaches
 the oldest generation, whose collections walk every object of the process
 while the event loop stands still. With 3 500 waiters open those took
 150–470 ms each (docs/scaling.md, "Garbage collection"). So each agent-facing
-path, served by the real handler (board.asgi) on the real database, must
+path, served by the real handler (board.serving.asgi) on the real database, must
 leave nothing for the collector: ``gc.collect()`` after a request finds no
 unreachable object.
 
@@ -24,7 +24,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from board.asgi import application
+from board.serving.asgi import application
 from tests.mcp.test_mcp import INITIALIZE
 from todos import store
 from todos.sqs import credentials
@@ -273,7 +273,7 @@ def python_gc():
 def test_the_served_process_freezes_its_start_and_collects_young_less_often(
     python_gc, settings
 ):
-    from board.workers import tune_gc
+    from board.serving.workers import tune_gc
 
     gc.unfreeze()
     settings.SWITCHBOARD_GC_THRESHOLDS = (10_000, 5, 100)
@@ -284,7 +284,7 @@ def test_the_served_process_freezes_its_start_and_collects_young_less_often(
 
 
 def test_python_keeps_the_collector_as_python_has_it(python_gc, settings):
-    from board.workers import tune_gc
+    from board.serving.workers import tune_gc
 
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
@@ -310,7 +310,7 @@ def test_the_clocked_collector_walks_young_then_middle_then_everything(clock_loo
     """Issue #12: the young generations are collected on a clock, the middle
     one every tenth tick and everything every FULL_SECONDS, so no pass walks
     more than what was made since the last one."""
-    from board.workers import ClockedCollector
+    from board.serving.workers import ClockedCollector
 
     collector = ClockedCollector(clock_loop, 0.1)
     start = collector.last_full
@@ -332,7 +332,7 @@ def test_the_clocked_collector_walks_young_then_middle_then_everything(clock_loo
 def test_the_clocked_collector_frees_a_young_cycle_on_its_own(clock_loop):
     """With Python's own collections off, a cycle made in the young generation
     is freed by the next ticks of the loop."""
-    from board.workers import ClockedCollector
+    from board.serving.workers import ClockedCollector
 
     class Node:
         pass
@@ -358,7 +358,7 @@ def test_the_clocked_collector_frees_a_young_cycle_on_its_own(clock_loop):
 def test_the_clocked_collector_is_off_at_zero_and_with_pythons_collector(
     clock_loop, settings
 ):
-    from board.workers import ClockedCollector
+    from board.serving.workers import ClockedCollector
 
     settings.SWITCHBOARD_GC_THRESHOLDS = (10_000, 5, 100)
     settings.SWITCHBOARD_GC_TICK_MS = 0

@@ -1,4 +1,4 @@
-"""todos.pgbackend: timestamps read by psycopg's compiled loader, in UTC."""
+"""board.serving.pgbackend: timestamps read by psycopg's compiled loader, in UTC."""
 
 import datetime
 
@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from psycopg.pq import Format
 
+from board.serving.pgbackend import base
 from todos import store
 from todos.models import Todo
-from todos.pgbackend import base
 
 pytestmark = pytest.mark.django_db
 

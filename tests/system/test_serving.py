@@ -1,4 +1,4 @@
-"""How gunicorn's uvicorn workers serve what does not wait (board/asgi.py):
+"""How gunicorn's uvicorn workers serve what does not wait (board/serving/asgi.py):
 sync Django in the process's bounded, long-lived threads, each request start
 to finish in one hop, as a threaded WSGI server would. The browser tests run
 the Board on Django's WSGI test server; these run it on the real one.
@@ -13,9 +13,12 @@ import requests
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from board.serving.pgbackend.base import (
+    HEALTH_CHECK_AFTER_IDLE_SECONDS,
+    check_after_idle,
+)
 from tests.support import database_url, serve_gunicorn
 from todos import endpoints
-from todos.pgbackend.base import HEALTH_CHECK_AFTER_IDLE_SECONDS, check_after_idle
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """Waiting agents cost nothing (issue #12), against the real serving: gunicorn
-with the project's config (uvicorn workers, board.asgi) on the test database.
+with the project's config (uvicorn workers, board.serving.asgi) on the test database.
 
 Long polls, event streams and MCP GET streams hold no database connection while
 they wait (counted in pg_stat_activity), wake on create, reaper requeue and due

@@ -51,8 +51,8 @@ async def _answer(request, handler):
         return protocol.error_response(error.shape, error.message)
 
 
-# board/asgi.py serves POST / outside the per-request thread context, and
-# todos.middleware.WaitingViewsMiddleware takes it past the sync middleware.
+# board/serving/asgi.py serves POST / outside the per-request thread context, and
+# board.serving.middleware.WaitingViewsMiddleware takes it past the sync middleware.
 root.waits = True
 
 

@@ -4,7 +4,7 @@ Every request is served one of two ways (``Handler``):
 
 - **waiting requests** — long-poll claims, ``/api/v1/events``, MCP (its GET
   stream and its ``claim_next``), SQS calls — are async all through, in the
-  event loop (todos.middleware.WaitingViewsMiddleware takes them past the
+  event loop (board.serving.middleware.WaitingViewsMiddleware takes them past the
   sync middleware; their database calls run in the bounded pool of
   todos.aio), so a waiting agent parks no thread and holds no connection;
 - **everything else** — the agent API's other calls, the Board, webhooks,
@@ -13,7 +13,7 @@ Every request is served one of two ways (``Handler``):
   middleware chain, the view) runs in one hop to todos.aio's bounded, long
   lived threads.
 
-Before any of them, the front door (board.frontdoor) refuses a body over its
+Before any of them, the front door (board.serving.frontdoor) refuses a body over its
 surface's limit: a declared Content-Length at once, a chunked body when it
 passes the limit; the body is never spooled to disk.
 
@@ -42,7 +42,7 @@ from django.urls import set_script_prefix, set_urlconf
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "board.settings")
 django.setup(set_prefix=False)
 
-from board import frontdoor  # noqa: E402 (needs the settings)
+from board.serving import frontdoor  # noqa: E402 (needs the settings)
 from todos import aio  # noqa: E402
 
 request_logger = logging.getLogger("switchboard.request")
@@ -108,7 +108,7 @@ class Handler(ASGIHandler):
             await self.serve(scope, receive, send, self.serve_in_thread)
 
     async def refuse(self, surface, scope, receive, send, declared=None):
-        """Answer 413 for ``surface``, logged as a request (see board.frontdoor)."""
+        """Answer 413 for ``surface``, logged as a request (board.serving.frontdoor)."""
         response = await frontdoor.refuse(surface, scope, receive, send, declared)
         request_logger.info(
             "request",

@@ -3,7 +3,7 @@
 Two layers, both in the served process, so they hold with no proxy in front
 (docs/operations.md):
 
-- **Bodies** (``surface_of``, ``BoundedReceive``; board/asgi.py applies them
+- **Bodies** (``surface_of``, ``BoundedReceive``; board/serving/asgi.py applies them
   before Django sees the request). Each path belongs to a surface with a body
   limit: the JSON API, the webhooks and MCP 256 KiB
   (``SWITCHBOARD_MAX_BODY_BYTES``), SQS its request limit
@@ -20,7 +20,7 @@ Two layers, both in the served process, so they hold with no proxy in front
   connection closed. A body within its limit is held in memory, never
   spooled to a temporary file.
 - **Heads and connections** (``FrontDoorProtocol``, the HTTP protocol
-  board/workers.py gives uvicorn). A request head over
+  board/serving/workers.py gives uvicorn). A request head over
   ``SWITCHBOARD_MAX_HEAD_BYTES`` (64 KiB) is answered 431 and the connection
   closed; a head that has not arrived ``SWITCHBOARD_HEAD_TIMEOUT_SECONDS``
   (10) after the connection opened, or after its first byte on a kept-alive
@@ -73,7 +73,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from todos import http
 
-logger = logging.getLogger("switchboard.frontdoor")
+logger = logging.getLogger("switchboard.serving.frontdoor")
 
 # The JSON surfaces' paths (the agent API, webhooks); MCP is one path.
 JSON_PREFIXES = ("/api/", "/hooks/")

@@ -1,5 +1,5 @@
 """gunicorn's worker class for Switchboard: uvicorn's, with a graceful stop
-that ends the waiters, and the front door's HTTP protocol (board/frontdoor.py:
+that ends the waiters, and the front door's HTTP protocol (board/serving/frontdoor.py:
 bounded request heads, head timeout, connection cap).
 
 On SIGTERM (or SIGINT/SIGQUIT) uvicorn stops accepting, then waits for open
@@ -20,11 +20,11 @@ from uvicorn_worker import UvicornWorker
 
 class Worker(UvicornWorker):
     # httptools parses HTTP/1.1 faster than h11 (served with the front door's
-    # bounds on heads and connections, board/frontdoor.py); uvloop is a
+    # bounds on heads and connections, board/serving/frontdoor.py); uvloop is a
     # faster event loop.
     CONFIG_KWARGS = {
         "loop": "uvloop",
-        "http": "board.frontdoor:FrontDoorProtocol",
+        "http": "board.serving.frontdoor:FrontDoorProtocol",
         "lifespan": "off",
     }
 
@@ -40,7 +40,7 @@ class Worker(UvicornWorker):
         report_at_start()
 
     async def _serve(self):
-        from board.frontdoor import raise_open_files_limit
+        from board.serving.frontdoor import raise_open_files_limit
         from todos.hub import hub
 
         self.config.app = self.wsgi
@@ -81,7 +81,7 @@ def tune_gc():
     the settings: never garbage, never walked again), and collect the young
     generation after 10 000 allocations, not 700, so a request's own garbage
     dies young instead of aging into the full collections. The serving's
-    reference cycles are gone (board.asgi.release, tests/system/test_garbage),
+    reference cycles are gone (board.serving.asgi.release, tests/system/test_garbage),
     so a collection finds little to free. ``SWITCHBOARD_GC_THRESHOLDS``
     (board/settings.py) sets the thresholds. Measured in docs/scaling.md
     ("Garbage collection").
