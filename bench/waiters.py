@@ -1,7 +1,7 @@
 """Waiting agents against one `make run`-style server: the new serving and the old.
 
     python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
-                            [--mcp-claims 500]
+                            [--mcp-claims 500] [--mcp-listen 0]
                             [--seconds 20] [--before REF]
                             [--servings new,before]
 
@@ -23,9 +23,10 @@ then measures, once with no waiters and once with the waiters open:
 
 The waiters come from a separate process (asyncio, raw sockets): long polls
 (``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
-GET streams (each after its ``initialize``) and MCP ``claim_next`` calls
-(``wait_seconds`` 20, called again at once), over 50 endpoints (a tenth of the
-streams on the probes' endpoint, so each create rings them). It also runs
+GET streams (each after its ``initialize``), MCP ``claim_next`` calls
+(``wait_seconds`` 20, called again at once) and MCP 2026-07-28
+``subscriptions/listen`` streams (of the queue ``idle``), over 50 endpoints (a
+tenth of the streams on the probes' endpoint, so each create rings them). It also runs
 bench/http_throughput.py's claim+complete loop against both servings (no
 waiters), and prints everything side by side, with `uptime` before and after.
 With ``--gc-probe`` the server's processes also time their garbage
@@ -460,11 +461,31 @@ def request_bytes(method, path, token, body=None, extra=""):
     return head.encode() + payload
 
 
+# A 2026-07-28 subscriptions/listen of the probes' queue: no session, the
+# protocol version and capabilities in _meta and mirrored in the headers.
+LISTEN = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "subscriptions/listen",
+    "params": {
+        "notifications": {"resourceSubscriptions": ["switchboard://queues/idle"]},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+    },
+}
+LISTEN_HEADERS = (
+    "Accept: application/json, text/event-stream\r\n"
+    "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\n"
+)
+
+
 class Load:
     def __init__(self, port, spec):
         self.port, self.spec = port, spec
         self.stats = {"polls_waiting": 0, "polls_answered": 0, "sse_open": 0}
-        self.stats.update(mcp_open=0, mcp_claims_waiting=0, errors=0)
+        self.stats.update(mcp_open=0, mcp_claims_waiting=0, mcp_listen=0, errors=0)
 
     async def long_poll(self, token, delay):
         body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
@@ -528,8 +549,11 @@ class Load:
         await asyncio.sleep(delay)
         while True:
             try:
-                headers = ""
-                if kind == "mcp_open":
+                headers, method, body = "", "GET", None
+                if kind == "mcp_listen":
+                    method, body, headers = "POST", LISTEN, LISTEN_HEADERS
+                    path = "/mcp"
+                elif kind == "mcp_open":
                     session = await self.mcp_session(token)
                     headers = (
                         f"Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n"
@@ -538,7 +562,7 @@ class Load:
                 else:
                     path = "/api/v1/events"
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.write(request_bytes("GET", path, token, extra=headers))
+                writer.write(request_bytes(method, path, token, body, headers))
                 status, _ = await read_head(reader)
                 if status != 200:
                     raise ConnectionError(status)
@@ -589,6 +613,9 @@ class Load:
             plan.append(("mcp_open", owner["token"]))
         for i in range(spec["mcp_claims"]):
             plan.append(("mcp_claim", load[i % len(load)]["token"]))
+        for i in range(spec["mcp_listen"]):
+            owner = probe if i % 10 == 0 else load[i % len(load)]
+            plan.append(("mcp_listen", owner["token"]))
         # Agents do not all start in the same second: each waiter starts at a
         # random moment of the spread (the long polls and the streams alike).
         spread = random.Random(12)
@@ -621,6 +648,7 @@ class LoadProcess:
             "sse": args.sse,
             "mcp": args.mcp,
             "mcp_claims": args.mcp_claims,
+            "mcp_listen": args.mcp_listen,
             "spread": args.spread,
         }
         handle, self.spec_path = tempfile.mkstemp(suffix=".json")
@@ -650,6 +678,7 @@ class LoadProcess:
                 and stats.get("sse_open", 0) >= args.sse
                 and stats.get("mcp_open", 0) >= args.mcp
                 and stats.get("mcp_claims_waiting", 0) >= args.mcp_claims * 0.99
+                and stats.get("mcp_listen", 0) >= args.mcp_listen
             ):
                 break
             time.sleep(0.5)
@@ -836,7 +865,13 @@ def print_side_by_side(results, args):
     for result in results:
         row += [result.get("worker_threads_idle"), result.get("worker_threads_loaded")]
     rows.append(row)
-    for key in ("polls_waiting", "sse_open", "mcp_open", "mcp_claims_waiting"):
+    for key in (
+        "polls_waiting",
+        "sse_open",
+        "mcp_open",
+        "mcp_claims_waiting",
+        "mcp_listen",
+    ):
         row = [f"waiters open: {key}"]
         for result in results:
             row += ["", result["waiters_open"].get(key)]
@@ -850,7 +885,8 @@ def print_side_by_side(results, args):
         headers += [f"{result['name']}: no waiters", f"{result['name']}: waiters"]
     benchlib.print_table(
         f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams"
-        f" + {args.mcp_claims} MCP claim_next, {args.seconds:g} s per measurement",
+        f" + {args.mcp_claims} MCP claim_next + {args.mcp_listen} MCP listen streams,"
+        f" {args.seconds:g} s per measurement",
         headers,
         rows,
     )
@@ -862,6 +898,12 @@ def main():
     parse.add_argument("--sse", type=int, default=1000)
     parse.add_argument("--mcp", type=int, default=500)
     parse.add_argument("--mcp-claims", type=int, default=500)
+    parse.add_argument(
+        "--mcp-listen",
+        type=int,
+        default=0,
+        help="MCP 2026-07-28 subscriptions/listen streams (the old serving has none)",
+    )
     parse.add_argument("--seconds", type=float, default=20)
     parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
     parse.add_argument(
@@ -945,6 +987,7 @@ def main():
                 "sse": args.sse,
                 "mcp": args.mcp,
                 "mcp_claims": args.mcp_claims,
+                "mcp_listen": args.mcp_listen,
             },
             "results": results,
         },
