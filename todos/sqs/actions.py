@@ -28,9 +28,7 @@ BATCH_ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 DEDUPLICATION_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_BATCH_ENTRIES = 10
 MAX_DELAY_SECONDS = 900
-MAX_VISIBILITY_TIMEOUT = 43_200
 MAX_WAIT_SECONDS = 20
-MAX_RECEIVE_COUNT = 1000
 # What CreateQueue gives a queue it creates, when not told (SQS's defaults:
 # without a RedrivePolicy a message is received again without limit).
 CREATE_DEFAULTS = {
@@ -190,7 +188,7 @@ def _settings_from_attributes(attributes):
             raise SqsError("SerializationException", f"Attributes.{name}: a string")
         if name == "VisibilityTimeout":
             settings["lease_seconds"] = _attribute_int(
-                name, value, 0, MAX_VISIBILITY_TIMEOUT
+                name, value, 0, store.MAX_LEASE_SECONDS
             )
         elif name == "DelaySeconds":
             settings["delay_seconds"] = _attribute_int(
@@ -258,11 +256,11 @@ def _max_receive_count(value):
             "Value for parameter RedrivePolicy is invalid. Reason: Redrive policy "
             "does not contain mandatory attribute: maxReceiveCount.",
         )
-    if not 1 <= count <= MAX_RECEIVE_COUNT:
+    if not 1 <= count <= store.MAX_ATTEMPTS_CAP:
         raise SqsError(
             "InvalidAttributeValue",
             "Value for parameter RedrivePolicy is invalid. Reason: "
-            f"maxReceiveCount must be between 1 and {MAX_RECEIVE_COUNT}.",
+            f"maxReceiveCount must be between 1 and {store.MAX_ATTEMPTS_CAP}.",
         )
     return count
 
@@ -662,7 +660,7 @@ def receive_message(request, caller, body):
         caller,
         queue,
         limit=_integer(body, "MaxNumberOfMessages", 1, MAX_BATCH_ENTRIES) or 1,
-        visibility=_integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT),
+        visibility=_integer(body, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS),
         wait=_integer(body, "WaitTimeSeconds", 0, MAX_WAIT_SECONDS) or 0,
         system_wanted=set(_string_list(body, "AttributeNames"))
         | set(_string_list(body, "MessageSystemAttributeNames")),
@@ -858,7 +856,7 @@ def change_message_visibility(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
     todo_id, token = _handle_of(body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
-    _integer(body, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+    _integer(body, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
     try:
         if timeout == 0:
             store.release_todo(queue.scope, todo_id, None, lease_token=token)
@@ -877,7 +875,7 @@ def change_message_visibility_batch(request, caller, body):
     def action(entry):
         todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
         timeout = _member(entry, "VisibilityTimeout", int, required=True)
-        _integer(entry, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT)
+        _integer(entry, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
         return _visibility_ack(todo_id, token, timeout)
 
     def failure(result, todo_id):

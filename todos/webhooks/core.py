@@ -45,7 +45,6 @@ logger = logging.getLogger("switchboard.webhooks")
 
 # Deliveries kept in the log per source; older ones are pruned as new ones land.
 DELIVERY_LOG_KEEP = 200
-MAX_DELIVERY_ID_LENGTH = 200
 MAX_EVENT_LENGTH = 100
 MAX_SECRET_LENGTH = 200
 MAX_SLUG_LENGTH = 100
@@ -349,7 +348,7 @@ class Delivery:
         _, delivery_header, event_header = headers_of(source)
         delivery_id = event = ""
         if delivery_header:
-            delivery_id = _header_text(headers, delivery_header, MAX_DELIVERY_ID_LENGTH)
+            delivery_id = _header_text(headers, delivery_header, store.MAX_KEY_CHARS)
             if not delivery_id:
                 raise BadDelivery(
                     f"the {delivery_header} header (the delivery id) is missing; it"
@@ -360,7 +359,7 @@ class Delivery:
         payload = _decode_body(body, content_type)
         if not delivery_header:
             delivery_id = _body_text(
-                payload, scheme.delivery_field, MAX_DELIVERY_ID_LENGTH
+                payload, scheme.delivery_field, store.MAX_KEY_CHARS
             )
             if not delivery_id:
                 raise BadDelivery(
