@@ -95,8 +95,8 @@ class Handler(ASGIHandler):
                 await self.dispatch(
                     scope, frontdoor.BoundedReceive(receive, surface.limit), send
                 )
-            except frontdoor.BodyOverLimit:
-                await self.refuse(surface, scope, receive, send)
+            except frontdoor.BodyOverLimit as over:
+                await self.refuse(surface, scope, receive, send, complete=over.complete)
         finally:
             release(scope.pop(REQUEST, None))
 
@@ -107,9 +107,11 @@ class Handler(ASGIHandler):
         else:
             await self.serve(scope, receive, send, self.serve_in_thread)
 
-    async def refuse(self, surface, scope, receive, send, declared=None):
+    async def refuse(self, surface, scope, receive, send, declared=None, **how):
         """Answer 413 for ``surface``, logged as a request (board.serving.frontdoor)."""
-        response = await frontdoor.refuse(surface, scope, receive, send, declared)
+        response = await frontdoor.refuse(
+            surface, scope, receive, send, declared, **how
+        )
         request_logger.info(
             "request",
             extra={

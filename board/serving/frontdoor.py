@@ -152,7 +152,15 @@ def declared_length(scope):
 
 
 class BodyOverLimit(Exception):
-    """The body being received passed its surface's limit (nothing answered yet)."""
+    """The body being received passed its surface's limit (nothing answered yet).
+
+    ``complete`` when the piece that passed it was the body's last: there is
+    nothing left to drain.
+    """
+
+    def __init__(self, complete):
+        super().__init__()
+        self.complete = complete
 
 
 class BoundedReceive:
@@ -173,11 +181,11 @@ class BoundedReceive:
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.received > self.limit:
-                raise BodyOverLimit
+                raise BodyOverLimit(complete=not message.get("more_body", False))
         return message
 
 
-async def refuse(surface, scope, receive, send, declared=None):
+async def refuse(surface, scope, receive, send, declared=None, complete=False):
     """Answer 413 for ``surface`` at once; then drop what follows of the body.
 
     The whole answer is sent before anything more is read. Then, unless the
@@ -187,7 +195,9 @@ async def refuse(surface, scope, receive, send, declared=None):
     a client that sends its whole body before it reads (urllib, requests)
     then reads the 413 instead of a reset connection, and a keep-alive one
     can go on. A body that goes on past that has its connection closed by
-    FrontDoorProtocol. ``declared`` is the Content-Length, when given.
+    FrontDoorProtocol. ``declared`` is the Content-Length, when given;
+    ``complete`` says the whole body was already received (nothing to drain:
+    another receive would wait for the client to leave).
     """
     response = surface.refusal()
     content = response.content
@@ -205,7 +215,7 @@ async def refuse(surface, scope, receive, send, declared=None):
         }
     )
     await send({"type": "http.response.body", "body": content, "more_body": True})
-    if not close:
+    if not close and not complete:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(DRAIN_SECONDS):
                 await drop_body(receive, http.DRAIN_LIMIT_BYTES)

@@ -4,10 +4,12 @@ outage answered with 503, and an event stream that is not buffered.
 
 import http.client
 import json
+import socket
 import time
 
 import pytest
 
+from board.serving import frontdoor
 from tests.support import database_url, free_port, start_gunicorn, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -86,6 +88,38 @@ def test_a_chunked_body_is_read_and_bounded_too(gunicorn_port, endpoint):
     response, _ = request(conn, "GET", "/api/v1/todos", endpoint.token)
     assert response.status == 200 and conn.sock is sock
     conn.close()
+
+
+def test_a_chunked_body_whose_last_piece_passes_the_limit_is_not_drained(
+    gunicorn_port, endpoint
+):
+    """Defect: when the piece that passed the limit was the body's last, the 413
+    went on waiting for more body until the drain's deadline (DRAIN_SECONDS),
+    so the connection's next request waited that long too. The whole body,
+    its last chunk included, arrives here in one write."""
+    big = json.dumps({"queue": "q", "payload": "x" * (300 * 1024)}).encode()
+    head = (
+        "POST /api/v1/todos HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {endpoint.token}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    chunked = b"%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
+    follow_up = (
+        f"GET /api/v1/todos HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {endpoint.token}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gunicorn_port)) as sock:
+        # Well before the drain's own deadline, both answers are in.
+        sock.settimeout(frontdoor.DRAIN_SECONDS / 2)
+        sock.sendall(head + chunked)
+        answers = http.client.HTTPResponse(sock)
+        answers.begin()
+        assert answers.status == 413
+        answers.read()
+        sock.sendall(follow_up)
+        second = http.client.HTTPResponse(sock)
+        second.begin()
+        assert second.status == 200
 
 
 def test_the_api_answers_503_json_when_the_database_is_down(outage_port):
