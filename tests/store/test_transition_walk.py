@@ -186,6 +186,18 @@ def test_a_random_run_of_every_operation_writes_only_permitted_transitions(scope
         succeeded[op.__name__] += 1
     never = [name for name, count in succeeded.items() if count == 0]
     assert never == [], {name: failures.get(name) for name in never}
+    # The walk's picks follow the todos' random ids, so which endings it
+    # reaches varies: each ending is also walked once on purpose.
+    for ending in ("done", "dead_letter", "canceled"):
+        todo, _ = store.create_todo(scope, queue="endings", max_attempts=1)
+        if ending == "canceled":
+            store.cancel_todo(scope, todo.id, reason="walk", by="lead")
+            continue
+        store.claim_todo(scope, todo.id, "w1")
+        if ending == "done":
+            store.complete_todo(scope, todo.id, "w1", result={"ok": True})
+        else:
+            store.fail_todo(scope, todo.id, "w1", error="boom")
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT DISTINCT from_state, to_state FROM todo_events")
