@@ -24,6 +24,7 @@ SCENARIOS = (
     "logging-set-level",
     "tools-list",
     "dns-rebinding-protection",
+    "server-sse-multiple-streams",
 )
 
 

@@ -1,7 +1,8 @@
 """The MCP endpoint (CONTRACT §9): the Streamable HTTP transport at ``/mcp``.
 
 One path speaks JSON-RPC 2.0, in the MCP revisions of the ``initialize``
-handshake that the official SDKs' clients negotiate (2025-11-25, 2025-06-18):
+handshake that the official SDKs' clients negotiate (2025-11-25, 2025-06-18,
+2025-03-26):
 
 - ``POST`` carries one client message. ``initialize`` mints a session and
   returns its id in ``Mcp-Session-Id``; every later message must carry it. A
@@ -46,7 +47,7 @@ from todos.models import McpSession
 logger = logging.getLogger("switchboard.mcp")
 
 # Newest first: offered when a client asks for a revision we do not speak.
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18")
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 # A session unused for SWITCHBOARD_MCP_SESSION_IDLE_SECONDS is gone; its
