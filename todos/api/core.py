@@ -384,6 +384,24 @@ def create_arguments(fields):
     }
 
 
+def ask_arguments(fields):
+    """Return store.ask's keyword arguments (the question and its options)."""
+    return {
+        "question": fields.text(
+            "question", required=True, max_length=store.MAX_QUESTION_CHARS
+        ),
+        "deadline_seconds": fields.integer(
+            "deadline_seconds",
+            minimum=store.MIN_DEADLINE_SECONDS,
+            maximum=store.MAX_DEADLINE_SECONDS,
+        ),
+        "choices": fields.choices(),
+        "answer_schema": fields.json("answer_schema"),
+        "checkpoint": fields.checkpoint(),
+        "return_to": fields.text("return_to") or "me",
+    }
+
+
 def replace_requested(fields):
     """Read ``replace`` (a boolean). Without an ``idempotency_key`` there is no
     duplicate to replace: the create is a plain one."""

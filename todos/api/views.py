@@ -13,6 +13,7 @@ from todos.api.core import (
     Fields,
     acknowledge_batch,
     api_view,
+    ask_arguments,
     authenticate,
     bad_request,
     cancel_status,
@@ -164,24 +165,9 @@ def ask(request, todo_id):
     """Ask a question as the lease holder: the lease ends, the todo is held."""
     body = request.body_fields
     worker, token = body.owner()
-    question = body.text("question", required=True, max_length=store.MAX_QUESTION_CHARS)
+    arguments = ask_arguments(body)
     try:
-        todo = store.ask(
-            request.scope,
-            todo_id,
-            worker,
-            lease_token=token,
-            question=question,
-            choices=body.choices(),
-            answer_schema=body.json("answer_schema"),
-            checkpoint=body.checkpoint(),
-            deadline_seconds=body.integer(
-                "deadline_seconds",
-                minimum=store.MIN_DEADLINE_SECONDS,
-                maximum=store.MAX_DEADLINE_SECONDS,
-            ),
-            return_to=body.text("return_to") or "me",
-        )
+        todo = store.ask(request.scope, todo_id, worker, lease_token=token, **arguments)
     except ValueError as exc:
         if isinstance(exc, store.TooLarge):
             raise

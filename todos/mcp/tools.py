@@ -182,25 +182,9 @@ def release_todo(args, caller):
 
 def ask(args, caller):
     todo_id, (worker, token) = args.todo_id(), args.owner()
-    question = args.text("question", required=True, max_length=store.MAX_QUESTION_CHARS)
-    deadline = args.integer(
-        "deadline_seconds",
-        minimum=store.MIN_DEADLINE_SECONDS,
-        maximum=store.MAX_DEADLINE_SECONDS,
-    )
+    arguments = api.ask_arguments(args)
     try:
-        todo = store.ask(
-            caller.scope,
-            todo_id,
-            worker,
-            lease_token=token,
-            question=question,
-            choices=args.choices(),
-            answer_schema=args.json("answer_schema"),
-            checkpoint=args.checkpoint(),
-            deadline_seconds=deadline,
-            return_to=args.text("return_to") or "me",
-        )
+        todo = store.ask(caller.scope, todo_id, worker, lease_token=token, **arguments)
     except ValueError as exc:
         # The store names the field it refused (choices, answer_schema, …).
         raise api_error_for(exc) or bad_request(str(exc)) from exc
