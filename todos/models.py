@@ -197,7 +197,7 @@ class TodoEvent(models.Model):
     class Meta:
         db_table = "todo_events"
         # The primary key is (todo_id, id) in the database (migration
-        # 0008_history_key): it serves the history read and the cascade, so no
+        # 0011_history_key): it serves the history read and the cascade, so no
         # other index is needed.
 
     def __str__(self):

@@ -20,13 +20,6 @@ def test_create_then_claim_round_trip(scope):
     assert claimed.id == todo.id and claimed.state == "claimed"
 
 
-def test_migrations_match_the_models(db):
-    """The schema the migrations build is the one the models describe."""
-    from django.core.management import call_command
-
-    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
-
-
 AGENT_FACING_MODULES = (
     "api.core",
     "api.views",

@@ -63,7 +63,7 @@ BACKWARD = [
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0011_sqs_credentials_encrypted_secrets'),
+        ('todos', '0009_sqs_credentials_encrypted_secrets'),
     ]
 
     operations = [

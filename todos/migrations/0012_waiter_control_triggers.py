@@ -68,7 +68,7 @@ DROP FUNCTION IF EXISTS switchboard_endpoint_changed();
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("todos", "0008_history_key"),
+        ("todos", "0011_history_key"),
     ]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -27,6 +27,9 @@ def decrypt_webhook_secrets(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+    # Numbered 0011 until its number followed the order it runs in: a database
+    # that applied it under that name has it applied.
+    replaces = [("todos", "0011_sqs_credentials_encrypted_secrets")]
 
     dependencies = [
         ("todos", "0008_queues_leases_delays"),

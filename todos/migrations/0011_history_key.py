@@ -26,6 +26,10 @@ BACKWARD = [
 
 
 class Migration(migrations.Migration):
+    # Numbered 0008 until its number followed the order it runs in: a database
+    # that applied it under that name has it applied.
+    replaces = [("todos", "0008_history_key")]
+
     dependencies = [("todos", "0010_board_stats")]
 
     operations = [

@@ -1,0 +1,107 @@
+"""The migrations: numbered in the order they run, and at home in a database
+migrated before two of them were renumbered.
+
+0009_sqs_credentials_encrypted_secrets was 0011_…, and 0011_history_key was
+0008_…; each ``replaces`` its old name, so a database whose django_migrations
+holds the old names has them applied and migrates on without applying either
+again.
+"""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
+
+# Old name -> the name it runs under now.
+RENUMBERED = {
+    "0011_sqs_credentials_encrypted_secrets": "0009_sqs_credentials_encrypted_secrets",
+    "0008_history_key": "0011_history_key",
+}
+# The order they ran in under the old names.
+OLD_ORDER = [
+    "0008_queues_leases_delays",
+    "0011_sqs_credentials_encrypted_secrets",
+    "0010_board_stats",
+    "0008_history_key",
+]
+
+
+def todos_plan(loader):
+    """The todos migrations in the order they run, by name."""
+    (leaf,) = loader.graph.leaf_nodes("todos")
+    return [name for app, name in loader.graph.forwards_plan(leaf) if app == "todos"]
+
+
+def test_migrations_match_the_models(db):
+    """The schema the migrations build is the one the models describe."""
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_migration_numbers_follow_the_order_they_run_in():
+    names = todos_plan(MigrationLoader(None, ignore_no_migrations=True))
+
+    numbers = [int(name.split("_", 1)[0]) for name in names]
+
+    assert numbers == list(range(1, len(names) + 1)), names
+
+
+def record_old_names(applied_through):
+    """Make django_migrations what a database migrated under the old names, as
+    far as ``applied_through`` (an old name), holds: the new names gone, the old
+    ones up to it present, nothing after it."""
+    plan = todos_plan(MigrationLoader(None, ignore_no_migrations=True))
+    old_plan = plan[: plan.index(OLD_ORDER[0])] + OLD_ORDER
+    old_plan += plan[len(old_plan) :]
+    applied = old_plan[: old_plan.index(applied_through) + 1]
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM django_migrations WHERE app = 'todos'")
+        cursor.executemany(
+            "INSERT INTO django_migrations (app, name, applied)"
+            " VALUES ('todos', %s, now())",
+            [[name] for name in applied],
+        )
+    return old_plan[len(applied) :]
+
+
+def pending(executor):
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return [
+        (migration.app_label, migration.name, backwards)
+        for migration, backwards in plan
+    ]
+
+
+def test_a_database_migrated_under_the_old_numbers_migrates_applying_nothing(db):
+    record_old_names(applied_through=todos_plan(MigrationLoader(None))[-1])
+    assert pending(MigrationExecutor(connection)) == []
+
+    output = StringIO()
+    call_command("migrate", interactive=False, stdout=output)
+
+    assert "No migrations to apply." in output.getvalue()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, count(*) FROM django_migrations WHERE app = 'todos'"
+            " GROUP BY name"
+        )
+        recorded = dict(cursor.fetchall())
+    # The new names are recorded beside the old, each once.
+    assert set(recorded) >= set(RENUMBERED) | set(RENUMBERED.values())
+    assert set(recorded.values()) == {1}
+
+
+@pytest.mark.parametrize("applied_through", OLD_ORDER[:-1])
+def test_a_database_between_the_old_numbers_applies_only_what_it_lacks(
+    db, applied_through
+):
+    """A clone migrated part of the way under the old names: the rest, in order,
+    under the new ones, and nothing it has already."""
+    missing = record_old_names(applied_through)
+
+    plan = pending(MigrationExecutor(connection))
+
+    expected = [RENUMBERED.get(name, name) for name in missing]
+    assert plan == [("todos", name, False) for name in expected]
