@@ -10,7 +10,7 @@ import pytest
 from tests.support import database_url, start_gunicorn, stop
 from todos import http as plumbing
 from todos.models import WebhookRoute, WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import signatures
 
 SECRET = "plumbing-secret"
 OVERSIZED = json.dumps({"queue": "q", "payload": "x" * (300 * 1024)})
@@ -95,7 +95,7 @@ def test_a_chunked_webhook_delivery_is_read_like_the_api_reads_one(
             "Content-Type": "application/json",
             "X-GitHub-Delivery": "chunked-1",
             "X-GitHub-Event": "issues",
-            "X-Hub-Signature-256": webhooks.sign(SECRET, body),
+            "X-Hub-Signature-256": signatures.sign(SECRET, body),
         },
         encode_chunked=True,
     )

@@ -259,7 +259,7 @@ class WebhookSource(models.Model):
     scheme = models.CharField(max_length=20, choices=WEBHOOK_SCHEMES, default="github")
     # Where the provider puts the signature, its delivery id (the idempotency
     # key of every todo it becomes) and its event name; blank = the scheme's
-    # default (see todos.webhooks.core.SCHEMES).
+    # default (see todos.webhooks.signatures.SCHEMES).
     signature_header = models.CharField(max_length=100, blank=True, default="")
     delivery_header = models.CharField(max_length=100, blank=True, default="")
     event_header = models.CharField(max_length=100, blank=True, default="")

@@ -9,7 +9,7 @@ from django.core.management import CommandError
 from tests.support import command_output
 from todos import store
 from todos.models import WebhookRoute, WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import signatures, sources
 
 create_webhook = partial(command_output, "create_webhook")
 
@@ -60,7 +60,7 @@ def test_a_created_webhook_accepts_a_signed_delivery(client, endpoint, other_end
         data=body,
         content_type="application/json",
         headers={
-            "X-Hub-Signature-256": webhooks.sign("s3cret-value", body),
+            "X-Hub-Signature-256": signatures.sign("s3cret-value", body),
             "X-GitHub-Delivery": "d-1",
             "X-GitHub-Event": "issues",
         },
@@ -185,7 +185,7 @@ def test_create_webhook_needs_a_secret_and_a_route(endpoint, db):
         ("stripe", "whsec_from-the-stripe-dashboard", "Stripe-Signature"),
         (
             "standard-webhooks",
-            webhooks.new_secret("standard-webhooks"),
+            sources.new_secret("standard-webhooks"),
             "webhook-signature",
         ),
     ],

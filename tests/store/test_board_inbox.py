@@ -4,7 +4,7 @@ dismiss by a list filter, each within the Board's owner scope."""
 from django.db import connection
 
 from todos import store
-from todos.store import board_inbox, stats
+from todos.store import operator_inbox, stats
 
 
 def asked_and_answered(scope, title, answer, by="orchestrator"):
@@ -41,7 +41,8 @@ def test_recent_answers_read_their_own_index(db):
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            f"EXPLAIN {board_inbox.ANSWERED_SQL}", {"endpoint_ids": None, "limit": 10}
+            f"EXPLAIN {operator_inbox.ANSWERED_SQL}",
+            {"endpoint_ids": None, "limit": 10},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 

@@ -5,7 +5,7 @@ import re
 from django.db import connection
 
 from todos import store
-from todos.store import board, rows
+from todos.store import operator, rows
 
 
 def failed(scope, *, dead, title="t", key=None, queue="q"):
@@ -84,7 +84,7 @@ def test_overview_stops_counting_terminal_rows_at_the_cap(scope):
 def test_overview_live_counts_use_the_live_overview_index(db):
     with connection.cursor() as cursor:
         cursor.execute("SET enable_seqscan = off")
-        cursor.execute("EXPLAIN " + board.LIVE_OVERVIEW_SQL.format(scope="TRUE"))
+        cursor.execute("EXPLAIN " + operator.LIVE_OVERVIEW_SQL.format(scope="TRUE"))
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("RESET enable_seqscan")
     assert "todos_live_overview_idx" in plan
@@ -93,7 +93,7 @@ def test_overview_live_counts_use_the_live_overview_index(db):
 def test_the_overview_is_one_statement_whose_parts_keep_their_indexes(db):
     """Its four counts came in four round trips, each a wait for the page;
     joined, each part must still be planned on its own index."""
-    lines = plan(board.overview_sql("TRUE"), {"cap": 10})
+    lines = plan(operator.overview_sql("TRUE"), {"cap": 10})
 
     assert "todos_live_overview_idx" in lines
     assert lines.count("->  GroupAggregate") + lines.count("->  HashAggregate") == 4
@@ -195,7 +195,7 @@ def plan(sql, params):
 
 
 def test_overview_dead_letter_count_reads_only_the_dead_letter_index(db):
-    sql = board.TERMINAL_OVERVIEW_SQL.format(
+    sql = operator.TERMINAL_OVERVIEW_SQL.format(
         name="dead_letter", state=store.STATE_FILTERS["dead_letter"], scope="TRUE"
     )
 

@@ -21,7 +21,8 @@ def test_create_then_claim_round_trip(scope):
 
 
 AGENT_FACING_MODULES = (
-    "api.core",
+    "api.plumbing",
+    "api.operations",
     "api.views",
     "api.events",
     "mcp.transport",

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import signatures
 
 SECRET = "board-secret"
 
@@ -30,7 +30,7 @@ def deliver(client, delivery_id, event="issues"):
         data=body,
         content_type="application/json",
         headers={
-            "X-Hub-Signature-256": webhooks.sign(SECRET, body),
+            "X-Hub-Signature-256": signatures.sign(SECRET, body),
             "X-GitHub-Delivery": delivery_id,
             "X-GitHub-Event": event,
         },
@@ -302,7 +302,7 @@ def test_a_standard_webhooks_source_gets_a_whsec_secret_from_the_board(board, en
     assert response.status_code == 201
     source = WebhookSource.objects.get(slug="events")
     assert source.secret.startswith("whsec_")
-    assert len(webhooks.standard_key(source.secret)) == 32
+    assert len(signatures.standard_key(source.secret)) == 32
     page = board.get("/board/webhooks/").content.decode()
     assert "timestamped" in page and "webhook-signature" in page
 

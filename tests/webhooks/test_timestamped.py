@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 
 from todos.models import Todo, WebhookRoute, WebhookSignatureSeen, WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import signatures, sources
 
 STRIPE_SECRET = "whsec_stripe-test-secret"
 STANDARD_SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
@@ -45,7 +45,7 @@ def post(client, slug, body, headers):
 def stripe_delivery(client, payload=INVOICE, *, at=None, secret=STRIPE_SECRET):
     body = json.dumps(payload).encode()
     timestamp = int(time.time()) if at is None else at
-    signature = webhooks.sign_stripe(secret, body, timestamp)
+    signature = signatures.sign_stripe(secret, body, timestamp)
     return post(client, "billing", body, {"Stripe-Signature": signature})
 
 
@@ -54,7 +54,9 @@ def standard_headers(body, *, delivery="msg_1", at=None, secret=STANDARD_SECRET)
     return {
         "webhook-id": delivery,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": webhooks.sign_standard(secret, delivery, timestamp, body),
+        "webhook-signature": signatures.sign_standard(
+            secret, delivery, timestamp, body
+        ),
     }
 
 
@@ -104,7 +106,9 @@ def test_a_replayed_stripe_delivery_is_refused_and_applies_nothing(client, strip
     done (the dedupe slot frees when a todo is terminal)."""
     body = json.dumps(INVOICE).encode()
     signed = {
-        "Stripe-Signature": webhooks.sign_stripe(STRIPE_SECRET, body, int(time.time()))
+        "Stripe-Signature": signatures.sign_stripe(
+            STRIPE_SECRET, body, int(time.time())
+        )
     }
     assert post(client, "billing", body, signed).status_code == 202
     Todo.objects.update(state="done")
@@ -156,7 +160,7 @@ def test_stripe_rolling_a_secret_sends_two_v1_and_one_matching_is_enough(
 ):
     body = json.dumps(INVOICE).encode()
     now = int(time.time())
-    good = webhooks.sign_stripe(STRIPE_SECRET, body, now).split("v1=")[1]
+    good = signatures.sign_stripe(STRIPE_SECRET, body, now).split("v1=")[1]
     header = f"t={now},v1={'0' * 64},v1={good},v0=ignored"
 
     assert (
@@ -240,16 +244,16 @@ def test_a_standard_webhooks_delivery_missing_a_header_is_401(
 
 
 def test_a_standard_webhooks_secret_must_be_whsec_base64(db, endpoint):
-    route = [webhooks.RouteSpec(str(endpoint.id), "events")]
+    route = [sources.RouteSpec(str(endpoint.id), "events")]
 
-    with pytest.raises(webhooks.InvalidSource, match="whsec_"):
-        webhooks.create_source(
+    with pytest.raises(sources.InvalidSource, match="whsec_"):
+        sources.create_source(
             "events", "not base64!", route, scheme="standard-webhooks"
         )
-    generated = webhooks.new_secret("standard-webhooks")
+    generated = sources.new_secret("standard-webhooks")
     assert generated.startswith("whsec_")
-    assert len(webhooks.standard_key(generated)) == 32
-    webhooks.create_source("events", generated, route, scheme="standard-webhooks")
+    assert len(signatures.standard_key(generated)) == 32
+    sources.create_source("events", generated, route, scheme="standard-webhooks")
 
 
 # --- The replay guard ---------------------------------------------------------------
@@ -264,7 +268,9 @@ def test_concurrent_replays_are_applied_once(endpoint):
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="billing")
     body = json.dumps(INVOICE).encode()
     signed = {
-        "Stripe-Signature": webhooks.sign_stripe(STRIPE_SECRET, body, int(time.time()))
+        "Stripe-Signature": signatures.sign_stripe(
+            STRIPE_SECRET, body, int(time.time())
+        )
     }
     start = threading.Barrier(6)
     answers = []
@@ -302,7 +308,9 @@ def test_signatures_are_forgotten_once_a_replay_of_them_is_stale(client, stripe)
 def test_a_refused_delivery_is_not_remembered(client, stripe):
     body = b"{not json"
     signed = {
-        "Stripe-Signature": webhooks.sign_stripe(STRIPE_SECRET, body, int(time.time()))
+        "Stripe-Signature": signatures.sign_stripe(
+            STRIPE_SECRET, body, int(time.time())
+        )
     }
 
     assert post(client, "billing", body, signed).status_code == 400
@@ -314,7 +322,7 @@ def test_a_github_delivery_remembers_no_signature(client, endpoint):
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
     body = b'{"action": "opened"}'
     headers = {
-        "X-Hub-Signature-256": webhooks.sign("s", body),
+        "X-Hub-Signature-256": signatures.sign("s", body),
         "X-GitHub-Delivery": "d-1",
         "X-GitHub-Event": "issues",
     }

@@ -10,7 +10,7 @@ from django.test import Client
 from tests.support import free_port
 from todos import store
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import deliveries, signatures, sources
 
 SECRET = "it's-a-secret-to-everybody"
 
@@ -48,7 +48,7 @@ def deliver(
     signed = {
         "X-GitHub-Delivery": delivery,
         "X-GitHub-Event": event,
-        "X-Hub-Signature-256": webhooks.sign(secret, body),
+        "X-Hub-Signature-256": signatures.sign(secret, body),
     }
     signed.update(headers or {})
     signed = {name: value for name, value in signed.items() if value is not None}
@@ -148,9 +148,9 @@ def test_redelivery_after_the_todo_is_done_creates_a_new_one(client, source, end
     [
         {"X-Hub-Signature-256": None},
         {"X-Hub-Signature-256": ""},
-        {"X-Hub-Signature-256": webhooks.sign("wrong secret", b"{}")},
+        {"X-Hub-Signature-256": signatures.sign("wrong secret", b"{}")},
         # GitHub always sends the prefix; a bare digest is not its signature.
-        {"X-Hub-Signature-256": webhooks.sign(SECRET, b"{}").removeprefix("sha256=")},
+        {"X-Hub-Signature-256": signatures.sign(SECRET, b"{}").removeprefix("sha256=")},
         {"X-Hub-Signature-256": "sha256=ünïcode"},
     ],
     ids=["missing", "empty", "wrong-secret", "no-prefix", "non-ascii"],
@@ -165,7 +165,7 @@ def test_a_bad_signature_is_401_and_creates_nothing(client, source, headers):
 
 
 def test_a_tampered_body_is_401_and_creates_nothing(client, source):
-    signature = webhooks.sign(SECRET, json.dumps(PULL_REQUEST).encode())
+    signature = signatures.sign(SECRET, json.dumps(PULL_REQUEST).encode())
     tampered = json.dumps({**PULL_REQUEST, "number": 13}).encode()
 
     response = deliver(
@@ -255,7 +255,7 @@ def test_the_generic_hmac_scheme_reads_its_own_headers(client, endpoint):
     )
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="invoices")
     body = b'{"invoice": 7}'
-    bare_digest = webhooks.sign("generic", body).removeprefix("sha256=")
+    bare_digest = signatures.sign("generic", body).removeprefix("sha256=")
 
     response = client.post(
         "/hooks/billing",
@@ -375,7 +375,7 @@ def test_the_deliveries_log_records_each_targets_outcome(client, source, endpoin
 def test_the_deliveries_log_keeps_only_the_latest_per_source(
     client, source, monkeypatch
 ):
-    monkeypatch.setattr(webhooks, "DELIVERY_LOG_KEEP", 3)
+    monkeypatch.setattr(deliveries, "DELIVERY_LOG_KEEP", 3)
     for number in range(5):
         deliver(client, delivery=f"d-{number}")
 
@@ -474,18 +474,18 @@ def test_a_source_routed_to_two_queues_of_one_endpoint_is_refused(db, endpoint):
     so the second route could never hold a todo of its own: it is refused.
     """
     routes = [
-        webhooks.RouteSpec(str(endpoint.id), "github"),
-        webhooks.RouteSpec(str(endpoint.id), "triage"),
+        sources.RouteSpec(str(endpoint.id), "github"),
+        sources.RouteSpec(str(endpoint.id), "triage"),
     ]
-    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
-        webhooks.create_source("acme-app", SECRET, routes)
+    with pytest.raises(sources.InvalidSource, match="one queue per endpoint"):
+        sources.create_source("acme-app", SECRET, routes)
     assert not WebhookSource.objects.exists()
 
 
 def test_adding_a_second_queue_of_a_routed_endpoint_is_refused(source, endpoint):
     """Defect: two queues of one endpoint made one todo and reported two targets."""
-    with pytest.raises(webhooks.InvalidSource, match="one queue per endpoint"):
-        webhooks.add_route(source, webhooks.RouteSpec(str(endpoint.id), "triage"))
+    with pytest.raises(sources.InvalidSource, match="one queue per endpoint"):
+        sources.add_route(source, sources.RouteSpec(str(endpoint.id), "triage"))
     assert source.routes.filter(endpoint=endpoint).count() == 1
 
 
@@ -529,7 +529,7 @@ def test_an_unexpected_failure_is_a_json_500_never_the_html_page(source, monkeyp
     def broken(source, delivery):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(webhooks, "ingest", broken)
+    monkeypatch.setattr(deliveries, "ingest", broken)
     response = deliver(Client(raise_request_exception=False))
 
     assert response.status_code == 500

@@ -16,7 +16,7 @@ import json
 from django.conf import settings
 
 from todos import aio, store, streams
-from todos.api.core import api_view, authenticate, prepare
+from todos.api.plumbing import api_view, authenticate, prepare
 
 RECONNECT_MILLISECONDS = 3000
 ENDED = {

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.http import JsonResponse
 
 from todos import store
-from todos.api import core as api
-from todos.api.core import api_view
+from todos.api import operations as api
+from todos.api.plumbing import api_view
 
 TODO_ID = {
     "name": "todo_id",

@@ -1,25 +1,27 @@
 """The agent JSON API (CONTRACT §5): thin views over the endpoint-scoped store.
 
 Each view reads its validated fields, calls one store function with the
-caller's scope, and renders the todo; ``todos.api.core.api_view`` does the token
+caller's scope, and renders the todo; ``todos.api.plumbing.api_view`` does the token
 auth, the body parsing and the error mapping.
 """
 
 from django.http import JsonResponse
 
 from todos import longpoll, store, waits
-from todos.api.core import (
+from todos.api.operations import (
     ClaimNext,
-    Fields,
     acknowledge_batch,
-    api_view,
     ask_arguments,
-    authenticate,
-    bad_request,
     cancel_status,
     create_batch,
     create_todo,
     list_page,
+)
+from todos.api.plumbing import (
+    Fields,
+    api_view,
+    authenticate,
+    bad_request,
     prepare,
     todo_response,
 )

@@ -26,7 +26,7 @@ import hashlib
 from django.http import HttpResponse, JsonResponse
 
 from todos import store, waits
-from todos.api.core import ClaimNext
+from todos.api.operations import ClaimNext
 from todos.mcp import resources, tasks, transport
 from todos.mcp import tools as mcp_tools
 

@@ -25,7 +25,7 @@ ids: another endpoint's id is not found, like one never minted.
 """
 
 from todos import store
-from todos.api.core import api_error_for
+from todos.api.plumbing import api_error_for
 from todos.mcp import tools as mcp_tools
 
 EXTENSION = "io.modelcontextprotocol/tasks"

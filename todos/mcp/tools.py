@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from todos import http, store, waits
-from todos.api import core as api
-from todos.api.core import (
+from todos.api import operations as api
+from todos.api.plumbing import (
     Fields,
     api_error_for,
+    authenticate,
     bad_request,
 )
 from todos.store.questions import RETURN_TO
@@ -220,7 +221,7 @@ class TodoWait(waits.ResultWait):
 
     def revalidate(self):
         # A revoked or re-keyed token ends the wait (401).
-        return store.Scope.for_endpoint(api.authenticate(self.request))
+        return store.Scope.for_endpoint(authenticate(self.request))
 
 
 def wait_for_todo(args, caller):

@@ -38,8 +38,9 @@ from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import aio, http, longpoll, store, streams, waits
-from todos.api.core import ClaimNext, api_error_for, authenticate
 from todos.api.events import same_access
+from todos.api.operations import ClaimNext
+from todos.api.plumbing import api_error_for, authenticate
 from todos.mcp import resources, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession

@@ -22,34 +22,13 @@ timestamps in the database.
 Layout: ``rows`` (values and errors), ``sql`` (shared plumbing), ``lifecycle``
 (create, claim, owner transitions, retry), ``questions`` (ask, answer, answer
 links, open questions), ``cancel`` (cancel, replace on create, dismissing dead
-letters), ``reads``, ``sweeps``, ``board``
-(operator queries), ``board_inbox`` (the Board's recent answers, cancel and
-dismiss by filter), ``queues`` (queue settings). ``from todos import store`` and
-``store.<name>`` reach the functions, values, errors and limits, listed in
-``__all__``; SQL is imported from the module that runs it.
+letters), ``reads``, ``sweeps``, ``operator``
+(the operator Board's queries), ``operator_inbox`` (the Board's recent
+answers, cancel and dismiss by filter), ``queues`` (queue settings).
+``from todos import store`` and ``store.<name>`` reach the functions, values,
+errors and limits, listed in ``__all__``; SQL is imported from the module that runs it.
 """
 
-from .board import (
-    BULK_RETRY_BATCH,
-    BULK_RETRY_LIMIT,
-    TERMINAL_COUNT_CAP,
-    BulkRetry,
-    Overview,
-    QueueCounts,
-    board_overview,
-    count_key_held_any_endpoint,
-    count_retryable_any_endpoint,
-    retry_many_any_endpoint,
-    retry_matching_any_endpoint,
-)
-from .board_inbox import (
-    BulkCancel,
-    Cancelable,
-    answered_questions_any_endpoint,
-    cancel_matching_any_endpoint,
-    count_cancelable_any_endpoint,
-    dismiss_matching_any_endpoint,
-)
 from .cancel import (
     ReplaceBlocked,
     cancel_many,
@@ -85,6 +64,27 @@ from .lifecycle import (
     release_todo_any_endpoint,
     retry_todo,
     retry_todo_any_endpoint,
+)
+from .operator import (
+    BULK_RETRY_BATCH,
+    BULK_RETRY_LIMIT,
+    TERMINAL_COUNT_CAP,
+    BulkRetry,
+    Overview,
+    QueueCounts,
+    board_overview,
+    count_key_held_any_endpoint,
+    count_retryable_any_endpoint,
+    retry_many_any_endpoint,
+    retry_matching_any_endpoint,
+)
+from .operator_inbox import (
+    BulkCancel,
+    Cancelable,
+    answered_questions_any_endpoint,
+    cancel_matching_any_endpoint,
+    count_cancelable_any_endpoint,
+    dismiss_matching_any_endpoint,
 )
 from .questions import (
     StaleLink,

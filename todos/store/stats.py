@@ -2,7 +2,7 @@
 and the figures ``/metrics`` exports.
 
 Part of the store (all todo SQL lives in the store): the same ``_run`` and the
-same owner-scope predicate as ``todos.store.board``. Every
+same owner-scope predicate as ``todos.store.operator``. Every
 function that reads todos takes ``endpoint_ids`` (None = every endpoint, the
 staff view; a list = the Board's owner scope).
 
@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from .board import _board_scope
+from .operator import _board_scope
 from .questions import OPEN_QUESTION
 from .reads import NO_ERROR_GROUP, STATE_FILTERS
 from .sql import _run

@@ -22,7 +22,7 @@ from todos import crypto, store
 from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
 from todos.ui.core import action_page, operator_view
 from todos.ui.forms import endpoint_choices
-from todos.webhooks import core as webhooks
+from todos.webhooks import deliveries, signatures, sources
 
 RECENT_DELIVERIES = 10
 MAX_ROUTES = 10
@@ -40,12 +40,12 @@ class SourceForm(forms.Form):
     """A new source: its slug, signature scheme, secret and header overrides."""
 
     slug = forms.SlugField(
-        max_length=webhooks.MAX_SLUG_LENGTH,
+        max_length=sources.MAX_SLUG_LENGTH,
         help_text="Deliveries go to /hooks/<slug>.",
     )
     scheme = forms.ChoiceField(choices=WEBHOOK_SCHEMES)
     secret = forms.CharField(
-        max_length=webhooks.MAX_SECRET_LENGTH,
+        max_length=sources.MAX_SECRET_LENGTH,
         required=False,
         strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
@@ -77,7 +77,7 @@ class SourceForm(forms.Form):
 def _scheme_headers():
     return {
         name: (s.signature_header, s.delivery_header, s.event_header)
-        for name, s in webhooks.SCHEMES.items()
+        for name, s in signatures.SCHEMES.items()
     }
 
 
@@ -91,7 +91,7 @@ class RouteForm(forms.Form):
         max_length=500,
         required=False,
         help_text="Blank = derived, e.g. “pull_request opened acme/app#12: …”. "
-        "Fields: " + ", ".join("$" + name for name in webhooks.TITLE_FIELDS),
+        "Fields: " + ", ".join("$" + name for name in deliveries.TITLE_FIELDS),
     )
 
     def __init__(self, *args, in_scope=None, **kwargs):
@@ -117,7 +117,7 @@ class RouteForm(forms.Form):
         data = self.cleaned_data
         if not data.get("endpoint"):
             return None
-        return webhooks.RouteSpec(
+        return sources.RouteSpec(
             data["endpoint"],
             data["queue"],
             data["assignee"].strip(),
@@ -161,18 +161,18 @@ def _outcome_rows(delivery, endpoints, access):
 @operator_view
 def webhook_list(request):
     """List the sources with their routes and last deliveries."""
-    sources = request.board.sources().prefetch_related("routes__endpoint")
+    listed_sources = request.board.sources().prefetch_related("routes__endpoint")
     endpoints = {str(e.id): e for e in request.board.endpoints()}
     listed = []
-    for source in sources:
-        deliveries = webhooks.recent_deliveries(source, RECENT_DELIVERIES)
+    for source in listed_sources:
+        recent = deliveries.recent_deliveries(source, RECENT_DELIVERIES)
         listed.append(
             {
                 "source": source,
-                "headers": webhooks.described(source),
+                "headers": signatures.described(source),
                 "routes": source.routes.all(),
                 "deliveries": [
-                    (d, _outcome_rows(d, endpoints, request.board)) for d in deliveries
+                    (d, _outcome_rows(d, endpoints, request.board)) for d in recent
                 ],
             }
         )
@@ -201,9 +201,9 @@ def webhook_create(request):
     if request.method == "POST" and form.is_valid() and routes.is_valid():
         data = form.cleaned_data
         generated = not data["secret"]
-        secret = webhooks.new_secret(data["scheme"]) if generated else data["secret"]
+        secret = sources.new_secret(data["scheme"]) if generated else data["secret"]
         try:
-            source = webhooks.create_source(
+            source = sources.create_source(
                 data["slug"],
                 secret,
                 [spec for spec in (f.spec() for f in routes.forms) if spec],
@@ -213,7 +213,7 @@ def webhook_create(request):
                 event_header=data["event_header"],
                 public_suffix=public_suffix,
             )
-        except webhooks.InvalidSource as exc:
+        except sources.InvalidSource as exc:
             field = exc.field if exc.field in SOURCE_FIELDS else None
             form.add_error(field, exc.detail if field else str(exc))
         else:
@@ -261,7 +261,7 @@ def webhook_rotate(request, source_id):
     source = WebhookSource.objects.filter(id=source_id).first()
     if source is None:
         return _source_missing(request)
-    secret = webhooks.new_secret(source.scheme)
+    secret = sources.new_secret(source.scheme)
     WebhookSource.objects.filter(id=source.id).update(
         secret_encrypted=crypto.encrypt(secret)
     )
@@ -283,8 +283,8 @@ def route_create(request, source_id):
             form.add_error("endpoint", "Choose the endpoint to route to.")
         else:
             try:
-                webhooks.add_route(source, spec)
-            except webhooks.InvalidSource as exc:
+                sources.add_route(source, spec)
+            except sources.InvalidSource as exc:
                 form.add_error(None, exc.detail)
             else:
                 messages.success(

@@ -3,7 +3,7 @@
 The checks run cheapest-first and write nothing until the signature holds:
 unknown slug 404, oversized body 413, a secret the server's keys cannot read
 503, missing, wrong or stale signature 401, unusable delivery 400. Only then
-does the delivery fan out (``webhooks.ingest``), all targets in one
+does the delivery fan out (``deliveries.ingest``), all targets in one
 transaction, answered 202 with each target's outcome (409 for a replay of a
 timestamped delivery already received).
 """
@@ -16,7 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from todos import crypto, http, store
 from todos.models import WebhookSource
-from todos.webhooks import core as webhooks
+from todos.webhooks import deliveries, signatures
 
 logger = logging.getLogger("switchboard.webhooks")
 
@@ -55,7 +55,7 @@ def _receive(request, slug):
     except (http.BodyTooLarge, http.BadBody) as exc:
         return http.error_response(exc.status, exc.code, exc.detail)
     try:
-        verified = webhooks.verify(source, request.headers, body)
+        verified = signatures.verify(source, request.headers, body)
     except crypto.DecryptionFailed:
         # The secret was encrypted under a key this server no longer has (a
         # key rotation half done). Not the sender's fault: a 503, which senders
@@ -72,23 +72,23 @@ def _receive(request, slug):
             "this source's signing secret cannot be read with the server's keys;"
             " nothing was applied, redeliver",
         )
-    except webhooks.BadSignature as exc:
+    except signatures.BadSignature as exc:
         logger.warning(
             "webhook delivery rejected: missing, wrong or stale signature",
             extra={"fields": {"source": slug, "reason": exc.detail}},
         )
         return http.error_response(401, "unauthorized", exc.detail)
     try:
-        delivery = webhooks.Delivery.parse(
+        delivery = deliveries.Delivery.parse(
             source, request.headers, body, request.content_type
         )
-    except webhooks.BadDelivery as exc:
+    except deliveries.BadDelivery as exc:
         return http.error_response(400, "bad_request", exc.detail)
     try:
-        outcome = webhooks.ingest(source, delivery, verified)
+        outcome = deliveries.ingest(source, delivery, verified)
     except store.Conflict as exc:
         return http.error_response(409, "conflict", exc.detail)
-    except webhooks.Replayed as exc:
+    except signatures.Replayed as exc:
         logger.warning(
             "webhook delivery rejected: a replay",
             extra={"fields": {"source": slug, "delivery": delivery.delivery_id}},

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from todos.webhooks import core as webhooks
+from todos.webhooks import deliveries, signatures, sources
 
 
 class Command(BaseCommand):
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scheme",
             default="github",
-            choices=sorted(webhooks.SCHEMES),
+            choices=sorted(signatures.SCHEMES),
             help="how deliveries are signed (default: github); stripe and "
             "standard-webhooks are timestamped, so a stale or replayed delivery is "
             "refused (a standard-webhooks secret is whsec_<base64>)",
@@ -46,7 +46,7 @@ class Command(BaseCommand):
             default="",
             metavar="TEMPLATE",
             help="title template over "
-            + ", ".join("$" + f for f in webhooks.TITLE_FIELDS),
+            + ", ".join("$" + f for f in deliveries.TITLE_FIELDS),
         )
         parser.add_argument(
             "--signature-header",
@@ -70,12 +70,12 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             routes = [
-                webhooks.RouteSpec(
+                sources.RouteSpec(
                     spec.endpoint_id, spec.queue, options["assignee"], options["title"]
                 )
-                for spec in map(webhooks.parse_route, options["route"])
+                for spec in map(sources.parse_route, options["route"])
             ]
-            source = webhooks.create_source(
+            source = sources.create_source(
                 options["slug"],
                 options["secret"],
                 routes,
@@ -84,14 +84,14 @@ class Command(BaseCommand):
                 delivery_header=options["delivery_header"],
                 event_header=options["event_header"],
             )
-        except webhooks.InvalidSource as exc:
+        except sources.InvalidSource as exc:
             raise CommandError(str(exc)) from None
         described = describe(source)
         if options["json"]:
             self.stdout.write(json.dumps(described))
             return
         self.stdout.write(
-            self._text({**described, "where": webhooks.described(source)})
+            self._text({**described, "where": signatures.described(source)})
         )
 
     def _text(self, described):
@@ -113,7 +113,7 @@ class Command(BaseCommand):
 
 def describe(source):
     """Return a source and its routes as JSON-ready data; never the secret."""
-    signature, delivery, event = webhooks.headers_of(source)
+    signature, delivery, event = signatures.headers_of(source)
     return {
         "source_id": str(source.id),
         "slug": source.slug,
@@ -123,7 +123,7 @@ def describe(source):
         "delivery_header": delivery,
         "event_header": event,
         # Stripe and Standard Webhooks: stale and replayed deliveries are refused.
-        "timestamped": webhooks.SCHEMES[source.scheme].timestamped,
+        "timestamped": signatures.SCHEMES[source.scheme].timestamped,
         "routes": [
             {
                 "route_id": route.id,

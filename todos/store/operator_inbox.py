@@ -9,8 +9,8 @@ keyset batches, and move them through the transitions ``cancel`` owns
 
 from dataclasses import dataclass
 
-from .board import BULK_RETRY_LIMIT, KEYSET_START
 from .cancel import cancel_many_any_endpoint, dismiss_dead_letters_any_endpoint
+from .operator import BULK_RETRY_LIMIT, KEYSET_START
 from .reads import STATE_FILTERS, _filter_conditions
 from .rows import MAX_ACK_BATCH, TODO_COLUMNS, Conflict, Todo
 from .sql import _run, _uuid
