@@ -25,7 +25,7 @@ SECRET_KEY_FILE := .switchboard-secret-key
 SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
 export SECRET_KEY
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers bench-sqs resilience ha ha-stop
+.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience ha ha-stop
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,21 +71,23 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 test: system-deps venv db ## Run the whole test suite against a real PostgreSQL.
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: venv db $(BENCH_STAMP) ## Run the benchmarks on their own database (see docs/benchmarks.md).
-	$(BIN)/python bench/peers.py $(BENCH_ARGS)
-	$(BIN)/python bench/store_throughput.py $(BENCH_ARGS)
-	$(BIN)/python bench/http_throughput.py $(BENCH_ARGS)
-	$(BIN)/python bench/claim_latency.py
-	$(BIN)/python bench/enqueue_throughput.py $(BENCH_ARGS)
-	$(BIN)/python bench/doorbell_latency.py
-	$(BIN)/python bench/sqs_throughput.py $(BENCH_ARGS)
-	$(BIN)/python bench/profile_api.py
+# QUICK=1: a smoke run of each at tiny sizes (a minute or two; the result files
+# say quick). BENCH_ARGS go to every script (e.g. --database-url); a script's own
+# flags (sizes, repetitions) by running it alone: python bench/<name>.py --help.
+BENCH_QUICK := $(if $(QUICK),--quick,)
 
-bench-sqs: venv db $(BENCH_STAMP) ## Only bench/sqs_throughput.py: boto3 through SQS next to the API and pgqueuer.
-	$(BIN)/python bench/sqs_throughput.py $(BENCH_ARGS)
+bench: venv db $(BENCH_STAMP) ## Run the seven benchmarks (about 20 min; QUICK=1 for a smoke run); results in bench/results/latest/.
+	$(BIN)/python bench/store_vs_sql.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/claim_latency.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/peers.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/doorbell_latency.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/waiting_agents.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/failover_cost.py --start-pair $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/board.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/report.py
 
-bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: Switchboard next to pgqueuer and procrastinate.
-	$(BIN)/python bench/peers.py $(BENCH_ARGS)
+bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: every path side by side with pgqueuer and procrastinate.
+	$(BIN)/python bench/peers.py $(BENCH_QUICK) $(BENCH_ARGS)
 
 resilience: venv ## Restart PostgreSQL under running agents; count lost todos (must be 0).
 	$(BIN)/python scripts/resilience.py

@@ -1,11 +1,16 @@
-"""What every benchmark shares: its own database, worker processes, tables, JSON.
+"""What every benchmark shares: its database, its server, its clients, its result file.
 
-Each benchmark runs Switchboard's code and its baseline (a plain psycopg loop
-running the same SQL on the same database) in the same run, so the ratio holds
-on any machine. The benchmarks use their own database (``switchboard_bench`` on
-the project-local cluster unless ``--database-url`` says otherwise), create it
-when missing, migrate it with ``manage.py migrate`` and empty its todos before
-each measurement. They never touch another database.
+Each benchmark runs Switchboard's code beside its baseline (a plain psycopg loop
+running the same SQL, a peer queue, PostgreSQL's own wakeup) in the same run,
+so the ratio holds on any machine. The benchmarks use their own database
+(``switchboard_bench`` on the project-local cluster unless ``--database-url``
+or BENCH_DATABASE_URL says otherwise), create it when missing, migrate it with
+``manage.py migrate`` and empty its todos before each measurement. They never
+touch another database.
+
+Every benchmark writes ``bench/results/latest/<name>.json``: the command line,
+the UTC date, the machine, the load average before and after, the parameters
+and the results. ``python bench/report.py`` prints them as Markdown.
 """
 
 import argparse
@@ -16,11 +21,12 @@ import multiprocessing
 import os
 import platform
 import random
+import shlex
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,8 +37,11 @@ from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+LATEST = RESULTS / "latest"
 DEFAULT_URL = "postgres://postgres@127.0.0.1:{port}/switchboard_bench"
 QUEUE = "bench"
+# The settings refuse to start without a key; a benchmark run by hand may have none.
+BENCH_SECRET_KEY = "switchboard-bench-only-key-not-a-secret-0123456789abcdef"
 
 
 def default_url():
@@ -41,18 +50,41 @@ def default_url():
     if os.environ.get("BENCH_DATABASE_URL"):
         return os.environ["BENCH_DATABASE_URL"]
     if os.environ.get("DATABASE_URL"):
-        parts = urlsplit(os.environ["DATABASE_URL"])
-        return urlunsplit(parts._replace(path="/switchboard_bench"))
+        return sibling_url(os.environ["DATABASE_URL"], name="switchboard_bench")
     return DEFAULT_URL.format(port=os.environ.get("SB_PG_PORT", "54329"))
 
 
-def parser(description):
-    """Return an argument parser with the options every benchmark takes."""
-    parse = argparse.ArgumentParser(description=description)
+def sibling_url(url, suffix="", name=None):
+    """Return the URL of another database on ``url``'s server: ``name``, or
+    ``url``'s own name plus ``suffix``."""
+    parts = urlsplit(url)
+    path = f"/{name}" if name else parts.path + suffix
+    return urlunsplit(parts._replace(path=path))
+
+
+def parser(doc):
+    """Return an argument parser whose help is the script's docstring, with the
+    options every benchmark takes (``--database-url``, ``--quick``)."""
+    parse = argparse.ArgumentParser(
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parse.add_argument(
         "--database-url",
         default=default_url(),
-        help="the benchmark's own database; created and migrated when missing",
+        help="the benchmark's own database; created and migrated when missing "
+        "(default: %(default)s)",
+    )
+    parse.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run of seconds (tiny sizes); the result file says quick",
+    )
+    parse.add_argument(
+        "--results-dir",
+        type=Path,
+        default=LATEST,
+        help="where the result file goes (default: bench/results/latest)",
     )
     return parse
 
@@ -68,15 +100,28 @@ def int_list(text):
     return values
 
 
+def apply_quick(args, parse, **sizes):
+    """Under ``--quick``, set each option of ``sizes`` the command line left at
+    its default to the quick size."""
+    if not args.quick:
+        return
+    for name, value in sizes.items():
+        if getattr(args, name) == parse.get_default(name):
+            setattr(args, name, value)
+
+
+def progress(message):
+    """Print one progress line at once (make bench shows them as they come)."""
+    print(message, flush=True)
+
+
 # --- The database ---------------------------------------------------------------
 
 
 def create_database(url):
     """Create the database named by url when it is missing."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(sibling_url(url, name="postgres"), autocommit=True) as conn:
         exists = conn.execute(
             "SELECT 1 FROM pg_database WHERE datname = %s", [name]
         ).fetchone()
@@ -90,7 +135,7 @@ def prepare_database(url):
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
         cwd=ROOT,
-        env=django_env(url),
+        env=django_env(url, SWITCHBOARD_STATEMENT_TIMEOUT_MS="0"),
         check=True,
     )
 
@@ -98,6 +143,7 @@ def prepare_database(url):
 def django_env(url, **extra):
     """Return an environment that points Switchboard at the benchmark database."""
     env = dict(os.environ)
+    env.setdefault("SECRET_KEY", BENCH_SECRET_KEY)
     env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="board.settings", **extra)
     return env
 
@@ -106,6 +152,7 @@ def setup_django(url):
     """Configure Django in this process against the benchmark database."""
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "board.settings"
+    os.environ.setdefault("SECRET_KEY", BENCH_SECRET_KEY)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import django
@@ -113,27 +160,27 @@ def setup_django(url):
     django.setup()
 
 
-def ensure_endpoint(url, name="bench"):
-    """Create an endpoint granted every queue; return (endpoint_id, token)."""
-    created = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "create_endpoint",
-            name,
-            "--owner",
-            "bench",
-            "--queues",
-            "*",
-            "--json",
-        ],
+def manage(url, *command):
+    """Run ``manage.py command`` on the benchmark database; return its stdout."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *command],
         cwd=ROOT,
         env=django_env(url),
         check=True,
         capture_output=True,
         text=True,
     )
-    endpoint = json.loads(created.stdout)
+    return done.stdout
+
+
+def ensure_endpoint(url, name="bench"):
+    """Create an endpoint granted every queue; return (endpoint_id, token)."""
+    endpoint = json.loads(
+        manage(
+            url,
+            *("create_endpoint", name, "--owner", "bench", "--queues", "*", "--json"),
+        )
+    )
     return endpoint["endpoint_id"], endpoint["token"]
 
 
@@ -144,41 +191,75 @@ def reset_todos(url):
         conn.execute("CHECKPOINT")
 
 
+FILL_SQL = """
+INSERT INTO todos (id, endpoint_id, queue, title, payload, state, attempt,
+                   max_attempts, last_error, created_at, updated_at)
+SELECT gen_random_uuid(), %s, %s, 'bench ' || n, '{}'::jsonb, 'pending', 0,
+       5, '', clock_timestamp(), now()
+  FROM generate_series(1, %s) AS n
+"""
+
+
 def fill_pending(url, endpoint_id, count, queue=QUEUE):
     """Insert ``count`` pending todos in creation order, then analyze."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            """
-            INSERT INTO todos (id, endpoint_id, queue, title, payload, state, attempt,
-                               max_attempts, last_error, created_at, updated_at)
-            SELECT gen_random_uuid(), %s, %s, 'bench ' || n, '{}'::jsonb, 'pending', 0,
-                   5, '', clock_timestamp(), now()
-              FROM generate_series(1, %s) AS n
-            """,
-            [endpoint_id, queue, count],
-        )
+        conn.execute(FILL_SQL, [endpoint_id, queue, count])
         conn.execute("VACUUM ANALYZE todos")
         conn.execute("CHECKPOINT")
 
 
-def count_states(url):
-    """Return {state: count} of the todos table."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT state, count(*) FROM todos GROUP BY state"
-        ).fetchall()
-    return dict(rows)
+# --- The store's own SQL on a bare connection (the baseline) --------------------
+
+
+def plain_step(url, endpoint_id, worker, lease_seconds=300):
+    """Return a step that claims and completes one todo with the store's own two
+    statements (``CLAIM_SQL`` and ``ACK_SQL``, bound by ``store.bind_claim`` and
+    ``store.bind_acks``) on a bare psycopg connection."""
+    setup_django(url)
+    from todos import store
+    from todos.store import lifecycle
+
+    conn = psycopg.connect(url, autocommit=True)
+    scope = store.Scope(endpoint_id)
+    claim_params = store.bind_claim(scope, worker, lease_seconds=lease_seconds)
+
+    def claim():
+        return conn.execute(lifecycle.CLAIM_SQL, claim_params).fetchone()
+
+    def complete(row):
+        # id and lease_token (TODO_COLUMNS: lease_token is the 19th column)
+        ack = store.Ack("complete", str(row[0]), worker=worker, lease_token=row[18])
+        if conn.execute(lifecycle.ACK_SQL, store.bind_acks(scope, [ack])).fetchone():
+            return
+        raise RuntimeError(f"complete matched no row: {row[0]}")
+
+    return lambda: timed(claim, complete)
+
+
+def timed(claim, complete, count=None):
+    """Claim and complete; return the latencies (and todos done), None if no work."""
+    start = time.perf_counter()
+    claimed_todos = claim()
+    claimed = time.perf_counter()
+    if not claimed_todos:
+        return None
+    complete(claimed_todos)
+    out = {"claim": claimed - start, "complete": time.perf_counter() - claimed}
+    if count is not None:
+        out["todos"] = count(claimed_todos)
+    return out
 
 
 # --- Worker processes -----------------------------------------------------------
 
 
 def run_processes(target, count, seconds, args=(), on_start=None):
-    """Run ``target(index, start, stop_at, *args)`` in ``count`` processes.
+    """Run ``target(index, *args)`` in ``count`` processes; each returns a
+    ``ready(stop_at)`` loop.
 
-    Every process connects first, then waits at a barrier; all start together
+    Every process prepares first, then waits at a barrier; all start together
     and stop at the same deadline (``on_start()``, when given, is called in
-    this process as they start). Returns the list of what each target returned.
+    this process as they start). Returns the list of what each loop returned.
     """
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(count + 1)
@@ -217,42 +298,6 @@ def _worker_main(target, index, barrier, seconds, results, args):
         results.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def cpu_times():
-    """The machine's CPU times so far (``/proc/stat``'s first line), or None."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()[1:9]
-    except OSError:
-        return None
-    return [int(field) for field in fields]
-
-
-def machine_share(before, after):
-    """What the machine's CPUs did between two ``cpu_times()``: the busy,
-    idle and stolen shares in percent. Steal is time the hypervisor gave to
-    another guest while this one had work: on a shared machine it is the
-    noise under every latency figure of the window."""
-    if before is None or after is None:
-        return {}
-    spent = [b - a for a, b in zip(before, after, strict=True)]
-    total = sum(spent) or 1
-    idle = spent[3] + spent[4]
-    return {
-        "busy_pct": round((total - idle - spent[7]) * 100 / total, 1),
-        "idle_pct": round(idle * 100 / total, 1),
-        "steal_pct": round(spent[7] * 100 / total, 1),
-    }
-
-
-def busy_seconds(before, after):
-    """The CPU seconds the whole machine was busy between two ``cpu_times()``
-    (every process: servers, clients, PostgreSQL), or None."""
-    if before is None or after is None:
-        return None
-    spent = [b - a for a, b in zip(before, after, strict=True)]
-    return (sum(spent) - spent[3] - spent[4] - spent[7]) / os.sysconf("SC_CLK_TCK")
-
-
 def merge(outcomes):
     """Sum the counts and pool the latencies of several workers' outcomes."""
     done = sum(item["done"] for item in outcomes)
@@ -266,89 +311,16 @@ def merge(outcomes):
         "done": done,
         "elapsed": elapsed,
         "rate": done / elapsed if elapsed else 0.0,
-        "client_cpu_ms_per_todo": cpu / done * 1000 if done else float("nan"),
+        "client_cpu_ms_per_todo": cpu / done * 1000 if done else None,
         "dry": sum(item.get("dry", 0) for item in outcomes),
         "latency_ms": {name: summary(values) for name, values in latencies.items()},
     }
 
 
-# --- Numbers and reports --------------------------------------------------------
-
-
-def percentile(values, fraction):
-    """Return the nearest-rank percentile of a list of numbers."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, round(fraction * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-def summary(seconds_list):
-    """Return p50, p99, mean and count in milliseconds."""
-    return {
-        "p50": percentile(seconds_list, 0.50) * 1000,
-        "p99": percentile(seconds_list, 0.99) * 1000,
-        "mean": statistics.fmean(seconds_list) * 1000 if seconds_list else float("nan"),
-        "count": len(seconds_list),
-    }
-
-
-def machine(url):
-    """Describe the machine and the server, so a result file says where it ran."""
-    with psycopg.connect(url) as conn:
-        server = conn.execute("SHOW server_version").fetchone()[0]
-        fsync = conn.execute("SHOW fsync").fetchone()[0]
-        commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
-    return {
-        "host": socket.gethostname(),
-        "cpus": os.cpu_count(),
-        "loadavg_at_start": list(os.getloadavg()),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "postgresql": server,
-        "fsync": fsync,
-        "synchronous_commit": commit,
-    }
-
-
-def print_table(title, headers, rows):
-    """Print rows under headers, columns padded to their widest cell."""
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    print(f"\n{title}")
-    for number, row in enumerate(cells):
-        print(
-            "  ".join(
-                value.rjust(width) for value, width in zip(row, widths, strict=True)
-            )
-        )
-        if number == 0:
-            print("  ".join("-" * width for width in widths))
-
-
-def _cell(value):
-    if isinstance(value, float):
-        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
-
-
-def write_results(name, data):
-    """Write a benchmark's results as JSON under bench/results/ and return the path."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if "machine" in data:
-        data["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{name}-{stamp}.json"
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    print(f"\nresults: {path.relative_to(ROOT)}")
-    return path
-
-
 def turn_of(names, slice_index):
     """Return the mode whose turn a slice is: a shuffle every process agrees on.
 
-    Each pair of slices holds each mode once, in an order drawn from the slice
+    Each round of slices holds each mode once, in an order drawn from the round
     number, so no periodic activity elsewhere on the machine can keep falling
     on the same mode.
     """
@@ -397,9 +369,8 @@ def merge_modes(outcomes):
     A mode's rate is its work over the wall time it held the turn (the mean
     over the workers, which switch together).
     """
-    names = list(outcomes[0]["modes"])
     merged = {}
-    for name in names:
+    for name in outcomes[0]["modes"]:
         figures = merge(
             [{**item["modes"][name], "elapsed": item["elapsed"]} for item in outcomes]
         )
@@ -410,28 +381,175 @@ def merge_modes(outcomes):
     return merged
 
 
-# --- The HTTP API under gunicorn ------------------------------------------------
+# --- Numbers --------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def before_tree(ref):
-    """A `git worktree` of ``ref`` (removed afterwards)."""
-    path = Path(tempfile.mkdtemp(prefix="sb-bench-before-"))
-    path.rmdir()
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(path), ref],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+def percentile(values, fraction):
+    """Return the nearest-rank percentile of a list of numbers."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, round(fraction * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summary(seconds_list):
+    """Return p50, p99, mean and count in milliseconds."""
+    return {
+        "p50": percentile(seconds_list, 0.50) * 1000,
+        "p99": percentile(seconds_list, 0.99) * 1000,
+        "mean": statistics.fmean(seconds_list) * 1000 if seconds_list else None,
+        "count": len(seconds_list),
+    }
+
+
+# --- The machine ----------------------------------------------------------------
+
+
+def load_average():
+    """The 1, 5 and 15-minute load averages, rounded."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def cpu_times():
+    """The machine's CPU times so far (``/proc/stat``'s first line), or None."""
     try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(path)],
-            cwd=ROOT,
-            capture_output=True,
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:9]
+    except OSError:
+        return None
+    return [int(field) for field in fields]
+
+
+def machine_share(before, after):
+    """What the machine's CPUs did between two ``cpu_times()``: the busy,
+    idle and stolen shares in percent. Steal is time the hypervisor gave to
+    another guest while this one had work: on a shared machine it is the
+    noise under every latency figure of the window."""
+    if before is None or after is None:
+        return {}
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(spent) or 1
+    idle = spent[3] + spent[4]
+    return {
+        "busy_pct": round((total - idle - spent[7]) * 100 / total, 1),
+        "idle_pct": round(idle * 100 / total, 1),
+        "steal_pct": round(spent[7] * 100 / total, 1),
+    }
+
+
+def memory_gib():
+    """The machine's memory (``/proc/meminfo``'s MemTotal) in GiB, or None."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def machine(url):
+    """Describe the machine and the server, so a result file says where it ran."""
+    with psycopg.connect(url) as conn:
+        server = conn.execute("SHOW server_version").fetchone()[0]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]
+        commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": memory_gib(),
+        "kernel": platform.release(),
+        "postgresql": server.split()[0],
+        "fsync": fsync,
+        "synchronous_commit": commit,
+        "python": platform.python_version(),
+    }
+
+
+# --- Output ---------------------------------------------------------------------
+
+
+def print_table(title, headers, rows):
+    """Print rows under headers, columns padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    print(f"\n{title}")
+    for number, row in enumerate(cells):
+        print(
+            "  ".join(
+                value.rjust(width) for value, width in zip(row, widths, strict=True)
+            )
         )
+        if number == 0:
+            print("  ".join("-" * width for width in widths))
+    sys.stdout.flush()
+
+
+def cell(value):
+    """A figure as a table shows it: two decimals below 100, none above."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "–"
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+class Result:
+    """A run's record: started before the measuring, written once it is done."""
+
+    def __init__(self, name, args):
+        self.name = name
+        self.quick = bool(getattr(args, "quick", False))
+        self.command = shlex.join(
+            ["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]
+        )
+        self.date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.load_before = load_average()
+        self.url = args.database_url
+        self.folder = args.results_dir
+
+    def write(self, parameters, results, machine_url=None):
+        """Write ``bench/results/latest/<name>.json``; return its path."""
+        data = {
+            "name": self.name,
+            "command": self.command,
+            "date": self.date,
+            "quick": self.quick,
+            "machine": machine(machine_url or self.url),
+            "load_average": {"before": self.load_before, "after": load_average()},
+            "parameters": parameters,
+            "results": results,
+        }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{self.name}.json"
+        text = json.dumps(data, indent=2, default=_json_default, allow_nan=False)
+        path.write_text(text + "\n")
+        print(f"\nresults: {path}", flush=True)
+        return path
+
+
+def _json_default(value):
+    return str(value)
+
+
+def rounded(value, digits=3):
+    """Round every float in a nested structure (result files stay readable); a
+    NaN becomes None (JSON has none)."""
+    if isinstance(value, float):
+        return None if value != value else round(value, digits)
+    if isinstance(value, dict):
+        return {key: rounded(item, digits) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(item, digits) for item in value]
+    return value
+
+
+# --- The server -----------------------------------------------------------------
 
 
 def free_port():
@@ -441,76 +559,91 @@ def free_port():
         return probe.getsockname()[1]
 
 
-@contextlib.contextmanager
-def gunicorn(url, port=None, root=None, **env):
-    """Serve Switchboard with gunicorn (gunicorn.conf.py) against ``url``.
-
-    ``root`` is the tree whose code it serves (this checkout by default; a
-    ``before_tree`` for the previous design).
-
-    Yields a Server (its port, and the CPU its processes used) once /healthz
-    answers 200; stops the server on exit.
-    """
-    port = port or free_port()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    # The request log stays on, as in production, but goes to a file.
-    log = (RESULTS / f"gunicorn-{port}.log").open("ab")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=root or ROOT,
-        env=django_env(url, GUNICORN_LOG_LEVEL="warning", **env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_healthy(port, server)
-        yield Server(port, server.pid)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-
-
 class Server:
-    """A running gunicorn: where it listens, and how much CPU it has used."""
+    """A running gunicorn (and, if asked, the sweep loop): where it listens,
+    its processes, and how much CPU they have used."""
 
-    def __init__(self, port, pid):
-        self.port = port
-        self.pid = pid
+    def __init__(self, port, pid, url, log_path):
+        self.port, self.pid, self.url, self.log_path = port, pid, url, log_path
+
+    def worker_pids(self):
+        """The gunicorn workers: the master's children."""
+        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            return [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            return []
 
     def cpu_seconds(self):
         """Return the user+system CPU seconds of the master and its workers."""
         tick = os.sysconf("SC_CLK_TCK")
         total = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
+        for pid in (self.pid, *self.worker_pids()):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]
             except OSError:
                 continue
-            pid, ppid = int(stat.parent.name), int(fields[1])
-            if self.pid in (pid, ppid):
-                total += int(fields[11]) + int(fields[12])
+            fields = fields.split()
+            total += int(fields[11]) + int(fields[12])
         return total / tick
 
+    def threads(self):
+        """The workers' threads, together."""
+        return sum(
+            len(list(Path(f"/proc/{pid}/task").iterdir()))
+            for pid in self.worker_pids()
+            if Path(f"/proc/{pid}/task").exists()
+        )
 
-def wait_healthy(port, server=None, timeout=30):
+
+@contextlib.contextmanager
+def serve(url, workers=None, sweep=False, **env):
+    """Serve Switchboard as `make run` does (gunicorn with gunicorn.conf.py, and
+    with ``sweep`` the sweep loop beside it) against ``url``.
+
+    ``workers`` sets GUNICORN_WORKERS (gunicorn.conf.py's default otherwise).
+    The request log stays on, as in production, but goes to a file under
+    bench/results/. Yields a Server once /healthz answers 200; stops it on exit.
+    """
+    port = free_port()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log_path = RESULTS / f"gunicorn-{port}.log"
+    if workers:
+        env["GUNICORN_WORKERS"] = str(workers)
+    server_env = django_env(url, GUNICORN_LOG_LEVEL="warning", **env)
+    with log_path.open("ab") as log:
+        commands = [
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
+            + ["--bind", f"127.0.0.1:{port}"]
+        ]
+        if sweep:
+            commands.append([sys.executable, "manage.py", "sweep", "--loop"])
+        procs = [
+            subprocess.Popen(
+                command, cwd=ROOT, env=server_env, stdout=log, stderr=subprocess.STDOUT
+            )
+            for command in commands
+        ]
+        try:
+            wait_healthy(port, procs[0])
+            yield Server(port, procs[0].pid, url, log_path)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def wait_healthy(port, process=None, timeout=60):
     """Wait until /healthz on ``port`` answers 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server is not None and server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with status {server.returncode}")
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with status {process.returncode}")
         try:
             status, _ = Client(port, timeout=2).request("GET", "/healthz")
             if status == 200:
@@ -521,22 +654,47 @@ def wait_healthy(port, server=None, timeout=30):
     raise RuntimeError(f"gunicorn on port {port} did not become healthy")
 
 
+class CpuWindow:
+    """The server's CPU seconds over a measurement window that opens ``warmup``
+    seconds after ``start()`` and lasts ``seconds`` (sampled by a thread)."""
+
+    def __init__(self, server, warmup, seconds):
+        self.server, self.warmup, self.seconds = server, warmup, seconds
+        self.samples = []
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def _sample(self):
+        time.sleep(self.warmup)
+        self.samples.append(self.server.cpu_seconds())
+        time.sleep(self.seconds)
+        self.samples.append(self.server.cpu_seconds())
+
+    def used(self):
+        """The CPU seconds of the window (after the processes have stopped)."""
+        self.thread.join()
+        return self.samples[1] - self.samples[0]
+
+
 class Client:
     """A keep-alive JSON client of the agent API (one connection, reused)."""
 
-    def __init__(self, port, token=None, timeout=30):
+    def __init__(self, port, token=None, timeout=30, headers=None):
         self.port = port
         self.timeout = timeout
-        self.headers = {"Content-Type": "application/json"}
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 
-    def request(self, method, path, body=None):
+    def request(self, method, path, body=None, headers=None):
         """Send one request; return (status, decoded JSON body or None)."""
         payload = None if body is None else json.dumps(body)
+        sent = {**self.headers, **(headers or {})}
         try:
-            self.conn.request(method, path, body=payload, headers=self.headers)
+            self.conn.request(method, path, body=payload, headers=sent)
             response = self.conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException):

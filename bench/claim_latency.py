@@ -1,24 +1,41 @@
-"""Claim latency with a large terminal backlog, next to an empty table.
+"""Claim latency beside what a queue accumulates: terminal rows, held and
+cancelled todos, another queue's backlog.
 
-    python bench/claim_latency.py --backlog 1000000 --pending 5 --claims 2000
+Question: does a claim stay as fast when the table around its few claimable
+todos holds a million finished rows, thousands of todos held for an answer or
+cancelled, or a large backlog in another queue?
 
-Two databases are measured at the same time, so both see the same load on the
-machine: "empty" (``<database>_empty``) holds only a few pending todos;
-"backlog" holds the same few pending todos behind ``--backlog`` terminal rows
-(done, and some dead letters) of the same endpoint and queue. One process per
-database times ``--claims`` claims through ``store.claim_next`` and as many of
-the store's SQL on a bare psycopg connection (the baseline), taking turns and
-paced so the two processes do not saturate the cores. After each timed claim
-the todo is completed and a replacement enqueued (untimed), so the queue always
-holds ``--pending`` claimable todos. The claim scan's plan is recorded for both.
-
+    python bench/claim_latency.py                        # every case
     python bench/claim_latency.py --backlog 0 --held 10000 --canceled 10000
+    python bench/claim_latency.py --backlog 1000000 --held 0 --canceled 0 \\
+        --other-queue 0
 
-puts, instead (or besides), ``--held`` todos held for an answer (pending, an
-open question, half of them assigned to the timing worker so both of its
-lanes hold some) and ``--canceled`` canceled todos (done) in the second
-table's queue, beside the same few pending: the claim must pass over them at
-no cost (CONTRACT §14's held todos sit past the end of every lane's range).
+Each case is timed against an empty table at the same moment, so both see the
+same load on the machine: "empty" (``<database>_empty``) holds only
+``--pending`` claimable todos; the case's table holds the same few beside:
+
+- terminal: ``--backlog`` terminal rows (done, and a twentieth dead letters)
+  of the same endpoint and queue;
+- held: ``--held`` todos held for an answer (pending with an open question,
+  half of them assigned to the timing worker, so both its lanes hold some) and
+  ``--canceled`` cancelled todos, in the same queue: the claim must pass over
+  them at no cost (CONTRACT §14's held todos sit past the end of every lane);
+- other queue: ``--other-queue`` pending todos in endpoint A's queue ``bulk``,
+  beside 200 ready todos in A's and B's ``rare``. The claims timed are A's on
+  ``rare``, B's on ``rare`` and B's across its whole grant, each with custom
+  plans and with the generic plan (``plan_cache_mode``), the two databases
+  taking turns claim by claim.
+
+A case whose sizes are all 0 is skipped. For the first two, one process per
+table times ``--claims`` claims through ``store.claim_next`` and as many of the
+store's own SQL on a bare psycopg connection (the baseline), taking turns and
+paced so the two processes leave the cores to PostgreSQL; after each timed
+claim the todo is completed and a replacement enqueued (untimed). The claim's
+plan (EXPLAIN ANALYZE: its scans and buffers) is recorded for both tables.
+
+It prints each case's p50, p99 and mean (ms) and the ratio case/empty (the
+goal: at most 2). Result: bench/results/latest/claim_latency.json
+(`python bench/report.py`).
 """
 
 import json
@@ -209,39 +226,224 @@ def latency_worker(index, urls, endpoint_ids, sqls, claims, warmup, pace):
     return run
 
 
+# --- Beside another queue's backlog -----------------------------------------------
+
+BULK_SQL = """
+INSERT INTO todos (id, endpoint_id, queue, title, payload, state, attempt,
+                   max_attempts, last_error, created_at, updated_at, available_at)
+SELECT gen_random_uuid(), %s, 'bulk', 'bulk ' || n, '{}'::jsonb, 'pending', 0, 5,
+       '', now() - interval '1 day' + n * interval '1 ms', now(),
+       now() - interval '1 day' + n * interval '1 ms'
+  FROM generate_series(1, %s) AS n
+"""
+
+PLAN_MODES = {"custom": "force_custom_plan", "generic": "force_generic_plan"}
+OTHER_QUEUE_CASES = ("A rare", "B rare", "B grant")
+
+
+def other_queue_setup(url, store):
+    """A fresh database with endpoints A and B, 200 ready todos in each's rare."""
+    benchlib.prepare_database(url)
+    benchlib.reset_todos(url)
+    a, _ = benchlib.ensure_endpoint(url, "backlog-a")
+    b, _ = benchlib.ensure_endpoint(url, "backlog-b")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for endpoint in (a, b):
+            for number in range(200):
+                params = store.bind_create(endpoint, queue="rare", title=f"r{number}")
+                conn.execute(store.lifecycle.CREATE_SQL, params)
+    return a, b
+
+
+class Claimer:
+    """The store's own claim, complete and create statements on one connection."""
+
+    def __init__(self, store, url, a, b, mode):
+        self.store = store
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=0)
+        self.conn.execute(f"SET plan_cache_mode = {PLAN_MODES[mode]}")
+        self.cases = {
+            "A rare": (store.Scope(a), "rare"),
+            "B rare": (store.Scope(b), "rare"),
+            "B grant": (store.Scope(b), None),
+        }
+
+    def claim(self, case):
+        """Claim once; return the seconds the claim took (complete and refill after)."""
+        store = self.store
+        scope, queue = self.cases[case]
+        params = store.bind_claim(scope, "bench", queue=queue)
+        started = time.perf_counter()
+        row = self.conn.execute(store.lifecycle.CLAIM_SQL, params).fetchone()
+        elapsed = time.perf_counter() - started
+        ack = store.Ack("complete", str(row[0]), lease_token=row[18])
+        self.conn.execute(store.lifecycle.ACK_SQL, store.bind_acks(scope, [ack]))
+        refill = store.bind_create(scope.endpoint_id, queue=row[2], title="refill")
+        self.conn.execute(store.lifecycle.CREATE_SQL, refill)
+        return elapsed
+
+
+def other_queue(args):
+    """Time the claims beside ``--other-queue`` pending todos in another queue."""
+    from todos import store
+
+    empty_url = benchlib.sibling_url(args.database_url, "_empty")
+    backlog_url = args.database_url
+    endpoints = {url: other_queue_setup(url, store) for url in (empty_url, backlog_url)}
+    started = time.perf_counter()
+    with psycopg.connect(backlog_url, autocommit=True) as conn:
+        conn.execute(BULK_SQL, [endpoints[backlog_url][0], args.other_queue])
+    for url in (empty_url, backlog_url):
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE todos")
+    benchlib.progress(
+        f"  {args.other_queue:,} pending in A's bulk in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    figures = {}
+    for mode in PLAN_MODES:
+        claimers = {
+            url: Claimer(store, url, *endpoints[url], mode)
+            for url in (empty_url, backlog_url)
+        }
+        for case in OTHER_QUEUE_CASES:
+            samples = {empty_url: [], backlog_url: []}
+            # Turn by turn, so both tables see the same load from the machine.
+            for number in range(args.other_claims + 10):
+                for url, claimer in claimers.items():
+                    seconds = claimer.claim(case)
+                    if number >= 10:  # a prepared statement's first runs
+                        samples[url].append(seconds)
+            empty = benchlib.summary(samples[empty_url])
+            beside = benchlib.summary(samples[backlog_url])
+            figures[f"{case}, {mode} plan"] = {
+                "empty": empty,
+                "beside": beside,
+                "beside_over_empty": {
+                    p: beside[p] / empty[p] for p in ("p50", "p99") if empty[p]
+                },
+            }
+        for claimer in claimers.values():
+            claimer.conn.close()
+    return figures
+
+
+# --- The run ----------------------------------------------------------------------
+
+
+def same_queue_case(args, name, sizes, endpoint_ids, urls, sqls):
+    """Build the empty table and the case's, time both at once; return figures."""
+    from todos.store import lifecycle
+
+    backlog, held, canceled = sizes
+    for table, url, endpoint_id, beside in zip(
+        ("empty", name), urls, endpoint_ids, ((0, 0, 0), sizes), strict=True
+    ):
+        benchlib.progress(
+            f"  {table}: {beside[0]:,} terminal rows, {beside[1]:,} held, "
+            f"{beside[2]:,} cancelled, {args.pending} pending"
+        )
+        build_table(url, endpoint_id, beside[0], args.pending, beside[1], beside[2])
+    benchlib.progress(f"  timing {args.claims} claims per path on both tables at once")
+    outcomes = benchlib.run_processes(
+        latency_worker,
+        2,
+        3600,
+        (urls, endpoint_ids, sqls, args.claims, args.warmup, args.pace),
+    )
+    tables = {}
+    for table, url, endpoint_id, outcome in zip(
+        ("empty", "beside"), urls, endpoint_ids, outcomes, strict=True
+    ):
+        plan = plan_summary(explain_claim(url, endpoint_id, lifecycle.CLAIM_SQL))
+        tables[table] = {
+            "plan": plan,
+            "store": benchlib.summary(outcome["latencies"]["store"]),
+            "plain": benchlib.summary(outcome["latencies"]["plain"]),
+        }
+        benchlib.progress(
+            f"  {table} plan: {', '.join(plan['scans'])}, {plan['buffers']} buffers"
+        )
+    ratios = {
+        mode: {
+            p: tables["beside"][mode][p] / tables["empty"][mode][p]
+            for p in ("p50", "p99")
+        }
+        for mode in ("store", "plain")
+    }
+    return {
+        "terminal_rows": backlog,
+        "held": held,
+        "canceled": canceled,
+        **tables,
+        "beside_over_empty": ratios,
+    }
+
+
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
-    parse.add_argument("--backlog", type=int, default=1_000_000)
-    parse.add_argument("--pending", type=int, default=5)
+    parse = benchlib.parser(__doc__)
+    parse.add_argument(
+        "--backlog",
+        type=int,
+        default=1_000_000,
+        help="terminal rows beside the queue's pending todos (1000000; 0 skips)",
+    )
     parse.add_argument(
         "--held",
         type=int,
-        default=0,
-        help="todos held for an answer beside the second table's queue",
+        default=10_000,
+        help="todos held for an answer in the same queue (10000)",
     )
     parse.add_argument(
         "--canceled",
         type=int,
-        default=0,
-        help="canceled todos beside the second table's queue",
+        default=10_000,
+        help="cancelled todos in the same queue (10000)",
     )
-    parse.add_argument("--claims", type=int, default=2000)
+    parse.add_argument(
+        "--other-queue",
+        type=int,
+        default=300_000,
+        help="pending todos in another queue of the endpoint (300000; 0 skips)",
+    )
+    parse.add_argument("--pending", type=int, default=5, help="claimable todos (5)")
+    parse.add_argument(
+        "--claims", type=int, default=2000, help="timed claims per path (2000)"
+    )
+    parse.add_argument(
+        "--other-claims",
+        type=int,
+        default=300,
+        help="timed claims per other-queue case and plan (300)",
+    )
     parse.add_argument(
         "--warmup",
         type=int,
         default=200,
-        help="untimed claims before ANALYZE and the timed ones",
+        help="untimed claims before ANALYZE and the timed ones (200)",
     )
     parse.add_argument(
         "--pace",
         type=float,
         default=0.002,
         help="seconds to pause between claims, so the two timing processes leave "
-        "the cores to PostgreSQL",
+        "the cores to PostgreSQL (0.002)",
     )
     args = parse.parse_args()
+    benchlib.apply_quick(
+        args,
+        parse,
+        backlog=20_000,
+        held=1_000,
+        canceled=1_000,
+        other_queue=20_000,
+        claims=100,
+        other_claims=30,
+        warmup=20,
+    )
 
-    urls = (args.database_url + "_empty", args.database_url)
+    result = benchlib.Result("claim_latency", args)
+    urls = (benchlib.sibling_url(args.database_url, "_empty"), args.database_url)
     endpoint_ids = []
     for url in urls:
         benchlib.prepare_database(url)
@@ -250,80 +452,73 @@ def main():
     from todos.store import lifecycle
 
     sqls = (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, lifecycle.CREATE_SQL)
-    info = benchlib.machine(args.database_url)
-    names = ("empty", "backlog")
-    backlogs = (0, args.backlog)
-    beside = ((0, 0), (args.held, args.canceled))
-    for name, url, endpoint_id, backlog, (held, canceled) in zip(
-        names, urls, endpoint_ids, backlogs, beside, strict=True
+    cases = {}
+    for name, sizes in (
+        ("terminal", (args.backlog, 0, 0)),
+        ("held", (0, args.held, args.canceled)),
     ):
-        print(
-            f"{name}: {backlog:,} terminal rows, {held:,} held, {canceled:,} "
-            f"canceled, {args.pending} pending",
-            flush=True,
-        )
-        build_table(url, endpoint_id, backlog, args.pending, held, canceled)
-    print(f"timing {args.claims} claims per path on both tables at once", flush=True)
-    outcomes = benchlib.run_processes(
-        latency_worker,
-        2,
-        3600,
-        (urls, endpoint_ids, sqls, args.claims, args.warmup, args.pace),
-    )
-    tables = {}
-    for name, url, endpoint_id, backlog, outcome in zip(
-        names, urls, endpoint_ids, backlogs, outcomes, strict=True
-    ):
-        plan = plan_summary(explain_claim(url, endpoint_id, lifecycle.CLAIM_SQL))
-        tables[name] = {
-            "backlog": backlog,
-            "held": beside[names.index(name)][0],
-            "canceled": beside[names.index(name)][1],
-            "plan": plan,
-            "store": benchlib.summary(outcome["latencies"]["store"]),
-            "plain": benchlib.summary(outcome["latencies"]["plain"]),
+        if any(sizes):
+            benchlib.progress(f"case {name}:")
+            cases[name] = same_queue_case(args, name, sizes, endpoint_ids, urls, sqls)
+    if args.other_queue:
+        benchlib.progress(f"case other queue: {args.other_queue:,} pending in bulk")
+        cases["other_queue"] = {
+            "pending_in_other_queue": args.other_queue,
+            "claims": other_queue(args),
         }
-        print(f"  {name} plan: {plan['scans']}, {plan['buffers']} buffers", flush=True)
 
-    ratios = {
-        mode: {
-            p: tables["backlog"][mode][p] / tables["empty"][mode][p]
-            for p in ("p50", "p99")
-        }
-        for mode in ("store", "plain")
-    }
-    rows = [
-        [
-            table,
-            mode,
-            figures[mode]["p50"],
-            figures[mode]["p99"],
-            figures[mode]["mean"],
-            figures["plan"]["buffers"],
-        ]
-        for table, figures in tables.items()
-        for mode in ("plain", "store")
-    ]
-    benchlib.print_table(
-        f"claim latency (ms), {args.claims} claims each, {args.pending} pending",
-        ["table", "path", "p50", "p99", "mean", "plan buffers"],
-        rows,
-    )
-    benchlib.print_table(
-        "backlog / empty",
-        ["path", "p50 ratio", "p99 ratio"],
-        [[mode, f"{r['p50']:.2f}", f"{r['p99']:.2f}"] for mode, r in ratios.items()],
-    )
-    benchlib.write_results(
-        "claim_latency",
+    for name, case in cases.items():
+        if name == "other_queue":
+            benchlib.print_table(
+                f"claim beside {case['pending_in_other_queue']:,} pending in endpoint "
+                f"A's queue bulk, against the same tables without it "
+                f"({args.other_claims} claims per case; ms)",
+                ["case", "p50 empty", "p50 beside", "ratio", "p99 empty", "p99 beside"],
+                [
+                    [
+                        label,
+                        f["empty"]["p50"],
+                        f["beside"]["p50"],
+                        f"{f['beside_over_empty'].get('p50', float('nan')):.2f}",
+                        f["empty"]["p99"],
+                        f["beside"]["p99"],
+                    ]
+                    for label, f in case["claims"].items()
+                ],
+            )
+            continue
+        benchlib.print_table(
+            f"claim latency beside {case['terminal_rows']:,} terminal rows, "
+            f"{case['held']:,} held, {case['canceled']:,} cancelled "
+            f"({args.claims} claims each, {args.pending} pending; ms)",
+            ["table", "path", "p50", "p99", "mean", "plan buffers", "p50 ratio"],
+            [
+                [
+                    table,
+                    mode,
+                    case[table][mode]["p50"],
+                    case[table][mode]["p99"],
+                    case[table][mode]["mean"],
+                    case[table]["plan"]["buffers"],
+                    f"{case['beside_over_empty'][mode]['p50']:.2f}"
+                    if table == "beside"
+                    else "",
+                ]
+                for table in ("empty", "beside")
+                for mode in ("plain", "store")
+            ],
+        )
+    result.write(
         {
-            "benchmark": "claim_latency",
-            "machine": info,
+            "backlog": args.backlog,
+            "held": args.held,
+            "canceled": args.canceled,
+            "other_queue": args.other_queue,
             "pending": args.pending,
             "claims": args.claims,
-            "tables": tables,
-            "backlog_over_empty": ratios,
+            "other_claims": args.other_claims,
         },
+        benchlib.rounded({"cases": cases}),
     )
 
 

@@ -1,16 +1,25 @@
-"""Doorbell latency: a create, then a waiting long-poll claim returns it.
+"""Doorbell latency: how soon does a waiting agent get a todo after it is created?
 
-    python bench/doorbell_latency.py --samples 50
+Question: an agent waits in a long-poll claim on an empty queue; another
+creates a todo. How long from sending the create to the claim's answer, next to
+PostgreSQL's own LISTEN/NOTIFY wakeup?
 
-gunicorn serves Switchboard against the benchmark database. A waiter thread
-holds ``POST /api/v1/todos/claim`` with ``wait_seconds=20`` on an empty queue;
-once the server's LISTEN connection (one per process, the doorbell hub) shows
-in ``pg_stat_activity`` and the claim has had 0.2 s to start waiting, the producer
-creates a todo with ``POST /api/v1/todos`` on its own keep-alive connection.
-The figure is the time from sending the create to the claim's response.
-The baseline, in the same run, is PostgreSQL's own wakeup: a bare psycopg
-connection LISTENs on the doorbell channel while another runs the store's
-create SQL, timed from sending the create to the notification's arrival.
+    python bench/doorbell_latency.py
+    python bench/doorbell_latency.py --samples 200
+
+gunicorn serves Switchboard (gunicorn.conf.py) against the benchmark database.
+A waiter thread holds ``POST /api/v1/todos/claim`` with ``wait_seconds=20`` on
+an empty queue; once the server's LISTEN connection (one per process, the
+doorbell hub) shows in ``pg_stat_activity`` and the claim has had 0.2 s to
+start waiting, the producer creates a todo with ``POST /api/v1/todos`` on its
+own keep-alive connection. The figure is the time from sending the create to
+the claim's response. The baseline, in the same run, is PostgreSQL's own
+wakeup: a bare psycopg connection LISTENs on the doorbell channel while another
+runs the store's create SQL, timed from sending the create to the
+notification's arrival.
+
+It prints p50, p99 and mean (ms) of both, and of the create request alone.
+Result: bench/results/latest/doorbell_latency.json (`python bench/report.py`).
 """
 
 import json
@@ -116,9 +125,11 @@ def listen_samples(url, endpoint_id, samples, create_sql):
 
 
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
-    parse.add_argument("--samples", type=int, default=50)
+    parse = benchlib.parser(__doc__)
+    parse.add_argument("--samples", type=int, default=100, help="per path (100)")
     args = parse.parse_args()
+    benchlib.apply_quick(args, parse, samples=5)
+    result = benchlib.Result("doorbell_latency", args)
 
     url = args.database_url
     benchlib.prepare_database(url)
@@ -126,9 +137,8 @@ def main():
     benchlib.setup_django(url)
     from todos.store import lifecycle
 
-    info = benchlib.machine(url)
     benchlib.reset_todos(url)
-    with benchlib.gunicorn(url) as server:
+    with benchlib.serve(url) as server:
         http, creates = http_samples(url, server.port, token, args.samples)
     listen = listen_samples(url, endpoint_id, args.samples, lifecycle.CREATE_SQL)
     figures = {
@@ -145,15 +155,7 @@ def main():
             ["(the POST create request alone)", *_cells(figures["create"])],
         ],
     )
-    benchlib.write_results(
-        "doorbell_latency",
-        {
-            "benchmark": "doorbell_latency",
-            "machine": info,
-            "samples": args.samples,
-            **figures,
-        },
-    )
+    result.write({"samples": args.samples}, benchlib.rounded(figures))
 
 
 def _cells(summary):

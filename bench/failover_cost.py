@@ -1,10 +1,13 @@
-"""Claim+complete throughput on the synchronous pair, next to a single server.
+"""The failover pair's cost: claim+complete on the synchronous pair, next to one server.
+
+Question: what does "an acknowledged commit is on two machines" cost in
+throughput and latency?
 
     scripts/ha.sh start          # the pair (Patroni, etcd), once
-    python bench/failover_cost.py --workers 1,4 --seconds 10
+    python bench/failover_cost.py
+    python bench/failover_cost.py --start-pair   # start it (and stop it after)
 
-What the promise "an acknowledged commit is on two machines" costs: N
-processes drain one queue, claim the next todo and complete it, running the
+N processes drain one queue, claim the next todo and complete it, running the
 store's own two statements (its constants, the parameters it binds) on bare
 psycopg connections, in turns of ``--slice`` seconds switched on the wall
 clock, so that all paths see the same load from the rest of the machine:
@@ -18,30 +21,39 @@ clock, so that all paths see the same load from the rest of the machine:
   pair's setup (WAL hints, replication slots, the WAL sender).
 
 Both servers run with the same fsync setting (``SB_PG_FSYNC``, on by default).
-The ratio pair/single is the figure to compare; on a machine shared with other
-work it is noise, and the result file records the machine's load.
+Without a pair (and without ``--start-pair``) it says how to start one and
+exits 0, writing nothing. It prints todos/s of each path, the ratios
+pair/single and pair-local/single, and the complete's p50 and p99 (ms).
+Result: bench/results/latest/failover_cost.json (`python bench/report.py`).
 """
 
+import contextlib
 import os
 import subprocess
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
 import benchlib
-from store_throughput import plain_step
 
 
 def default_pair_url():
-    """The pair's bench database: scripts/ha.sh's URL with switchboard_bench."""
+    """The pair's bench database (scripts/ha.sh's URL with switchboard_bench),
+    or "" when the pair does not answer."""
+    import psycopg
+
     found = subprocess.run(
         [str(benchlib.ROOT / "scripts" / "ha.sh"), "url"],
         capture_output=True,
         text=True,
     )
-    if found.returncode != 0:
+    if found.returncode != 0 or not found.stdout.strip():
         return ""
-    parts = urlsplit(found.stdout.strip())
-    return urlunsplit(parts._replace(path="/switchboard_bench"))
+    url = found.stdout.strip()
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.OperationalError:
+        return ""
+    return benchlib.sibling_url(url, name="switchboard_bench")
 
 
 def with_local_commit(url):
@@ -52,11 +64,11 @@ def with_local_commit(url):
     return urlunsplit(parts._replace(query=query))
 
 
-def worker(index, urls, endpoint_ids, sql, slice_seconds):
+def worker(index, urls, endpoint_ids, slice_seconds):
     """Return a loop that alternates the single server and the pair."""
     name = f"w{index}"
     modes = {
-        mode: plain_step(urls[mode], endpoint_ids[mode], name, *sql)
+        mode: benchlib.plain_step(urls[mode], endpoint_ids[mode], name)
         for mode in ("single", "pair", "pair-local")
     }
     return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
@@ -81,16 +93,55 @@ def synchronous_standby(url):
 
 
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
-    parse.add_argument("--pair-url", default=default_pair_url())
+    parse = benchlib.parser(__doc__)
+    parse.add_argument(
+        "--pair-url", default=None, help="the pair (default: scripts/ha.sh url)"
+    )
+    parse.add_argument(
+        "--start-pair",
+        action="store_true",
+        help="start the pair with scripts/ha.sh when it is not running, and stop "
+        "it afterwards",
+    )
     parse.add_argument("--workers", type=benchlib.int_list, default=[1, 4])
-    parse.add_argument("--seconds", type=float, default=10)
+    parse.add_argument(
+        "--seconds", type=float, default=8, help="seconds per worker count (8)"
+    )
     parse.add_argument(
         "--slice", type=float, default=0.5, help="seconds per turn of one path"
     )
     args = parse.parse_args()
-    if not args.pair_url:
-        sys.exit("no pair: start it with scripts/ha.sh start, or give --pair-url")
+    benchlib.apply_quick(args, parse, workers=[2], seconds=1.5, slice=0.25)
+    result = benchlib.Result("failover_cost", args)
+    with pair(args) as pair_url:
+        if pair_url:
+            run(args, pair_url, result)
+
+
+@contextlib.contextmanager
+def pair(args):
+    """Yield the pair's bench URL (starting the pair if asked), or None."""
+    started = False
+    if args.pair_url is None and args.start_pair and not default_pair_url():
+        benchlib.progress("starting the failover pair: scripts/ha.sh start")
+        done = subprocess.run([str(benchlib.ROOT / "scripts" / "ha.sh"), "start"])
+        started = done.returncode == 0
+    url = args.pair_url or default_pair_url()
+    if not url:
+        print(
+            "failover_cost: skipped, no failover pair (start it with "
+            "`scripts/ha.sh start`, or pass --start-pair or --pair-url)"
+        )
+    try:
+        yield url
+    finally:
+        if started:
+            subprocess.run([str(benchlib.ROOT / "scripts" / "ha.sh"), "stop"])
+
+
+def run(args, pair_url, result):
+    """Measure the single server, the pair and the pair with local commits."""
+    args.pair_url = pair_url
 
     urls = {
         "single": args.database_url,
@@ -103,16 +154,9 @@ def main():
         endpoint_ids[mode], _ = benchlib.ensure_endpoint(urls[mode])
     endpoint_ids["pair-local"] = endpoint_ids["pair"]
     standby = synchronous_standby(args.pair_url)
-    benchlib.setup_django(args.database_url)
-    from django.conf import settings
-
-    from todos.store import lifecycle
-
-    sql = (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, settings.SWITCHBOARD_LEASE_SECONDS)
-    info = benchlib.machine(args.database_url)
     runs = []
     for workers in args.workers:
-        fill = int(max(10_000, 3_000 * args.seconds * workers))
+        fill = int(max(2_000, 3_000 * args.seconds * workers))
         for mode in ("single", "pair"):
             benchlib.reset_todos(urls[mode])
             benchlib.fill_pending(urls[mode], endpoint_ids[mode], fill)
@@ -120,7 +164,7 @@ def main():
             worker,
             workers,
             args.seconds,
-            (urls, endpoint_ids, sql, args.slice),
+            (urls, endpoint_ids, args.slice),
         )
         figures = benchlib.merge_modes(outcomes)
         single = figures["single"]["rate"]
@@ -174,16 +218,15 @@ def main():
     dry = sum(run[mode]["dry"] for run in runs for mode in urls)
     if dry:
         print(f"warning: workers found the queue empty {dry} times; raise the fill")
-    benchlib.write_results(
-        "failover_cost",
+    result.write(
         {
-            "benchmark": "failover_cost",
-            "machine": {**info, "loadavg_at_start": list(os.getloadavg())},
-            "fsync": os.environ.get("SB_PG_FSYNC", "on"),
+            "workers": args.workers,
             "seconds": args.seconds,
             "slice": args.slice,
-            "runs": runs,
+            "fsync": os.environ.get("SB_PG_FSYNC", "on"),
+            "standby": standby,
         },
+        benchlib.rounded({"runs": runs}),
     )
 
 

@@ -1,93 +1,93 @@
-"""Switchboard next to its peers: claim+acknowledge throughput, one cluster, one run.
+"""Every path side by side: what a todo costs through each way in, next to its peers.
 
-    python bench/peers.py --workers 1,4,8 --seconds 10
+Question: how many todos per second does each way of claiming and finishing work
+move, next to pgqueuer and procrastinate on the same PostgreSQL, and what does
+a request cost the server?
 
-For each worker count, N processes drain a pre-filled queue of each system in
-turn, all in the same run and on the same PostgreSQL cluster:
+    python bench/peers.py                       # 4 workers, 3 repetitions
+    python bench/peers.py --paths http,mcp,pgqueuer1 --reps 1
 
-  bare          the machine's limit for one todo per statement: the single-
-                statement claim (UPDATE ... WHERE id = (SELECT ... FOR UPDATE
-                SKIP LOCKED LIMIT 1)) and the guarded complete, on a table with
-                only the pending and dedupe indexes and no history
-                (``peers_bare_todos`` in the benchmark database)
-  store         todos.store: claim_next + complete_todo (with the lease token)
-  store10       todos.store: claim_many(limit=10) + acknowledge_many of the 10
-  http          the agent API under gunicorn (gunicorn.conf.py, as main serves
-                it): POST /api/v1/todos/claim + POST /api/v1/todos/<id>/complete
-  http10        one claim with max_todos 10 + one POST /api/v1/todos/batch of 10
-  pgqueuer1     pgqueuer's QueueManager, batch_size 1 (psycopg driver, its own
-                database ``<bench db>_pgqueuer``)
+In one run, on one PostgreSQL, N worker processes (``--workers``, 4) drain a
+pre-filled queue through each path in turn:
+
+  bare          the limit: the one-statement claim (UPDATE ... WHERE id = (SELECT
+                ... FOR UPDATE SKIP LOCKED LIMIT 1)) and a guarded complete, on a
+                table with only its two indexes and no history
+  pgqueuer1     pgqueuer's QueueManager, batch_size 1 (its own database)
   pgqueuer10    the same with batch_size 10
-  procrastinate procrastinate's worker (concurrency 1, psycopg connector, its
-                own database ``<bench db>_procrastinate``)
+  procrastinate procrastinate's worker, concurrency 1 (its own database)
+  store         todos.store in the worker: claim_next + complete_todo
+  store10       todos.store: claim_many(limit=10) + acknowledge_many of the 10
+  http          the JSON API under gunicorn: POST /api/v1/todos/claim +
+                POST /api/v1/todos/<id>/complete
+  http10        one claim with max_todos 10 + one POST /api/v1/todos/batch of 10
+  sqs10         boto3 on the SQS surface: ReceiveMessage (10) + DeleteMessageBatch
+  mcp           JSON-RPC on /mcp, as an agent's client sends it (MCP 2026-07-28,
+                stateless): tools/call claim_next + tools/call complete_todo
 
-Every process starts its system, then counts only the jobs it finishes inside
-the measurement window (``--warmup`` seconds after all N were released at a
-barrier, for ``--seconds``), so start-up and shut-down cost no system anything.
-The order of the systems is shuffled per worker count and repetition; with
-``--reps`` > 1 the median is reported. The load average is printed with each
-run: the machine is shared, and the ratios are what to compare. Results go to
-bench/results/peers-<time>.json; ``python bench/report.py`` prints them as
-Markdown. pgqueuer and procrastinate are the ``bench`` extra of pyproject.toml
-(``make bench`` installs it).
+The served paths share one gunicorn (gunicorn.conf.py, as `make run` serves;
+``--server-workers`` sets its processes). Each worker counts only the todos it
+finishes inside the window (``--warmup`` s after all N start together, for
+``--seconds``). The order of the paths is shuffled per repetition; ``--reps``
+runs the whole comparison again and the median is reported.
+
+It prints, per repetition, each path's todos/s with the load average before and
+after; then the medians: todos/s, the ratio to the path's peer (a single path
+to pgqueuer batch 1, a batch path to pgqueuer batch 10), and the server CPU per
+todo (the gunicorn processes' CPU time from /proc over the window, divided by
+the todos finished; for a single path that is a claim+complete pair, two
+requests). Result: bench/results/latest/peers.json (`python bench/report.py`).
+pgqueuer and procrastinate are the ``bench`` extra (`make bench` installs it).
 """
 
 import asyncio
 import contextlib
+import json
 import logging
-import os
 import random
 import statistics
 import sys
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import benchlib
 import psycopg
 
 BATCH = 10
 BARE_TABLE = "peers_bare_todos"
+MCP_VERSION = "2026-07-28"
 
-# Every system, in the order of the table, with a rough ceiling of its rate on
-# a small machine (todos/s), used only to size its pre-filled queue.
-SYSTEMS = {
-    "bare": 5_000,
-    "store": 3_000,
-    "store10": 12_000,
-    "http": 2_500,
-    "http10": 10_000,
-    "pgqueuer1": 2_500,
-    "pgqueuer10": 15_000,
-    "procrastinate": 2_500,
+
+class Way:
+    """One way to claim and finish todos: its label, its peer, and a rough
+    ceiling of its rate (todos/s), used only to size its pre-filled queue."""
+
+    def __init__(self, label, ceiling, peer=None, served=False):
+        self.label, self.ceiling, self.peer, self.served = label, ceiling, peer, served
+
+
+PATHS = {
+    "bare": Way("bare claim+complete loop", 5_000),
+    "pgqueuer1": Way("pgqueuer batch 1", 2_500),
+    "pgqueuer10": Way("pgqueuer batch 10", 15_000),
+    "procrastinate": Way("procrastinate", 2_500, peer="pgqueuer1"),
+    "store": Way("store single", 3_000, peer="pgqueuer1"),
+    "store10": Way("store batch 10", 12_000, peer="pgqueuer10"),
+    "http": Way("HTTP single claim+complete", 2_000, "pgqueuer1", served=True),
+    "http10": Way("HTTP batch 10", 8_000, "pgqueuer10", served=True),
+    "sqs10": Way("SQS receive 10 + delete batch", 6_000, "pgqueuer10", served=True),
+    "mcp": Way("MCP claim_next + complete_todo", 1_500, "pgqueuer1", served=True),
 }
-LABELS = {
-    "bare": "bare loop",
-    "store": "store",
-    "store10": "store batch 10",
-    "http": "HTTP",
-    "http10": "HTTP batch 10",
-    "pgqueuer1": "pgqueuer batch 1",
-    "pgqueuer10": "pgqueuer batch 10",
-    "procrastinate": "procrastinate",
-}
-# The goals of issue #13 at 4 workers: (numerator, denominator, at least).
-GOALS = (
-    ("http", "pgqueuer1", 1.0),
-    ("store10", "pgqueuer10", 1.0),
-    ("http10", "pgqueuer10", 0.6),
-    ("store", "bare", 0.6),
-)
+# What the served paths are to reach: (at least this ratio to the peer, at most
+# this server CPU per todo in ms).
+TARGETS = {"http": (1.0, 1.2), "http10": (0.6, 0.25), "sqs10": (0.6, 0.25)}
 
 
-def sibling_url(url, suffix):
-    """Return the URL of the database named like ``url``'s plus ``suffix``."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=parts.path + suffix))
-
-
-def load():
-    """Return the 1-minute load average, rounded, for the progress lines."""
-    return round(os.getloadavg()[0], 2)
+def path_list(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PATHS]
+    if unknown or not names:
+        raise ValueError(f"unknown path(s) {unknown}; choose from {','.join(PATHS)}")
+    return [name for name in PATHS if name in names]
 
 
 # --- The bare loop --------------------------------------------------------------
@@ -150,13 +150,9 @@ RETURNING id
 """
 
 
-def bare_prepare(url):
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(BARE_SCHEMA_SQL)
-
-
 def bare_fill(url, endpoint_id, count):
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(BARE_SCHEMA_SQL)
         conn.execute(f"TRUNCATE {BARE_TABLE}")
         conn.execute(BARE_FILL_SQL, [endpoint_id, benchlib.QUEUE, count])
         conn.execute(f"VACUUM ANALYZE {BARE_TABLE}")
@@ -181,7 +177,7 @@ def bare_step(url, endpoint_id, worker):
     return step
 
 
-# --- Switchboard: the store and the HTTP API ------------------------------------
+# --- Switchboard: the store, and the served paths -------------------------------
 
 
 def store_step(url, endpoint_id, worker, batch):
@@ -217,14 +213,12 @@ def store_step(url, endpoint_id, worker, batch):
     return single if batch == 1 else many
 
 
-def http_step(port, token, worker, batch):
+def http_step(port, token, worker):
     client = benchlib.Client(port, token)
-    client.request("GET", "/api/v1/todos?limit=1")
+    claim = {"worker": worker, "queue": benchlib.QUEUE}
 
-    def single():
-        status, data = client.request(
-            "POST", "/api/v1/todos/claim", {"worker": worker, "queue": benchlib.QUEUE}
-        )
+    def step():
+        status, data = client.request("POST", "/api/v1/todos/claim", claim)
         if status == 404:
             return 0
         if status != 200:
@@ -239,12 +233,15 @@ def http_step(port, token, worker, batch):
             raise RuntimeError(f"complete answered {status}: {data}")
         return 1
 
-    def many():
-        status, data = client.request(
-            "POST",
-            "/api/v1/todos/claim",
-            {"worker": worker, "queue": benchlib.QUEUE, "max_todos": batch},
-        )
+    return step
+
+
+def http_batch_step(port, token, worker):
+    client = benchlib.Client(port, token)
+    claim = {"worker": worker, "queue": benchlib.QUEUE, "max_todos": BATCH}
+
+    def step():
+        status, data = client.request("POST", "/api/v1/todos/claim", claim)
         if status != 200:
             raise RuntimeError(f"claim answered {status}: {data}")
         todos = data["todos"]
@@ -261,7 +258,103 @@ def http_step(port, token, worker, batch):
             raise RuntimeError(f"batch answered {status}: {data}")
         return len(todos)
 
-    return single if batch == 1 else many
+    return step
+
+
+def sqs_client(port, key):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "sqs",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id=key["sqs_access_key_id"],
+        aws_secret_access_key=key["sqs_secret_access_key"],
+        config=Config(retries={"max_attempts": 1}, max_pool_connections=2),
+    )
+
+
+def sqs_step(port, key, queue_url):
+    client = sqs_client(port, key)
+
+    def step():
+        received = client.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=BATCH
+        ).get("Messages", [])
+        if not received:
+            return 0
+        entries = [
+            {"Id": str(index), "ReceiptHandle": message["ReceiptHandle"]}
+            for index, message in enumerate(received)
+        ]
+        deleted = client.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+        if deleted.get("Failed"):
+            raise RuntimeError(f"DeleteMessageBatch failed: {deleted['Failed']}")
+        return len(received)
+
+    return step
+
+
+def mcp_call(tool, arguments, number):
+    """A stateless tools/call: no session, the revision in ``_meta``."""
+    return {
+        "jsonrpc": "2.0",
+        "id": number,
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MCP_VERSION,
+                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+
+
+def mcp_step(port, token, worker):
+    client = benchlib.Client(
+        port,
+        token,
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": MCP_VERSION,
+            "Mcp-Method": "tools/call",
+        },
+    )
+    numbers = iter(range(1, 10**9))
+
+    def call(tool, arguments):
+        status, data = client.request(
+            "POST",
+            "/mcp",
+            mcp_call(tool, arguments, next(numbers)),
+            headers={"Mcp-Name": tool},
+        )
+        if status != 200 or data is None or "result" not in data:
+            raise RuntimeError(f"{tool} answered {status}: {data}")
+        return data["result"]
+
+    def step():
+        claimed = call("claim_next", {"queue": benchlib.QUEUE, "worker": worker})
+        todo = (claimed.get("structuredContent") or {}).get("todo")
+        if claimed.get("isError") or not todo:
+            return 0
+        done = call(
+            "complete_todo",
+            {
+                "todo_id": todo["id"],
+                "worker": worker,
+                "lease_token": todo["lease_token"],
+            },
+        )
+        if done.get("isError"):
+            raise RuntimeError(f"complete_todo failed: {done}")
+        return 1
+
+    return step
 
 
 def loop_until(step, window_start, stop_at):
@@ -294,16 +387,11 @@ async def pgqueuer_connect(url):
     return conn, Queries(PsycopgDriver(conn))
 
 
-async def pgqueuer_prepare_async(url):
+async def pgqueuer_fill(url, count):
     conn, queries = await pgqueuer_connect(url)
     async with conn:
         if not await queries.schema_is_installed():
             await queries.install()
-
-
-async def pgqueuer_fill_async(url, count):
-    conn, queries = await pgqueuer_connect(url)
-    async with conn:
         await conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
         for start in range(0, count, 10_000):
             size = min(10_000, count - start)
@@ -360,28 +448,22 @@ def procrastinate_app(url):
 
     # Its warning that the App lives in the __main__ module does not apply here.
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
-
     return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
 
 
-async def procrastinate_prepare_async(url):
-    app = procrastinate_app(url)
-    async with app.open_async():
-        connector = app.connector
-        installed = await connector.execute_query_one_async(
-            "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS installed"
-        )
-        if not installed["installed"]:
-            await app.schema_manager.apply_schema_async()
-
-
-async def procrastinate_fill_async(url, count):
+async def procrastinate_fill(url, count):
     app = procrastinate_app(url)
 
     @app.task(name="bench", queue="bench")
     async def bench():
         return None
 
+    async with app.open_async():
+        installed = await app.connector.execute_query_one_async(
+            "SELECT to_regclass('procrastinate_jobs') IS NOT NULL AS installed"
+        )
+        if not installed["installed"]:
+            await app.schema_manager.apply_schema_async()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")
     async with app.open_async():
@@ -429,164 +511,220 @@ def procrastinate_loop(url, window_start, stop_at):
 # --- One measurement ------------------------------------------------------------
 
 
-def worker(index, system, urls, endpoint_id, port, token, warmup):
-    """Prepare one process of ``system``; return its loop for run_processes."""
-    name = f"w{index}"
-    if system == "bare":
-        step = bare_step(urls["switchboard"], endpoint_id, name)
-    elif system in ("store", "store10"):
-        batch = BATCH if system == "store10" else 1
-        step = store_step(urls["switchboard"], endpoint_id, name, batch)
-    elif system in ("http", "http10"):
-        step = http_step(port, token, name, BATCH if system == "http10" else 1)
-    else:
-        step = None
+class Setup:
+    """What every worker process needs (picklable): databases, keys, the port."""
+
+    def __init__(self, args, paths):
+        base = args.database_url
+        self.urls = {
+            "switchboard": base,
+            "pgqueuer": benchlib.sibling_url(base, "_pgqueuer"),
+            "procrastinate": benchlib.sibling_url(base, "_procrastinate"),
+        }
+        benchlib.prepare_database(base)
+        self.endpoint_id, self.token = benchlib.ensure_endpoint(base, name="peers")
+        self.sqs_key = None
+        if "sqs10" in paths:
+            self.sqs_key = json.loads(
+                benchlib.manage(
+                    base, "sqs_credentials", self.endpoint_id, "--rotate", "--json"
+                )
+            )
+        for peer in ("pgqueuer", "procrastinate"):
+            if any(name.startswith(peer) for name in paths):
+                benchlib.create_database(self.urls[peer])
+        self.port = self.queue_url = None
+
+    def serving(self, server):
+        """Note the served paths' server; create the SQS queue on it."""
+        self.port = server.port
+        if self.sqs_key is not None:
+            self.queue_url = create_queue(server.port, self.sqs_key, benchlib.QUEUE)
+
+
+def create_queue(port, key, name, deadline=30):
+    """Create the SQS queue once the server answers; return its URL."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            return sqs_client(port, key).create_queue(QueueName=name)["QueueUrl"]
+        except Exception:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.2)
+
+
+def worker(index, name, setup, warmup):
+    """Prepare one process of path ``name``; return its loop for run_processes."""
+    worker_name = f"w{index}"
+    url = setup.urls["switchboard"]
+    steps = {
+        "bare": lambda: bare_step(url, setup.endpoint_id, worker_name),
+        "store": lambda: store_step(url, setup.endpoint_id, worker_name, 1),
+        "store10": lambda: store_step(url, setup.endpoint_id, worker_name, BATCH),
+        "http": lambda: http_step(setup.port, setup.token, worker_name),
+        "http10": lambda: http_batch_step(setup.port, setup.token, worker_name),
+        "sqs10": lambda: sqs_step(setup.port, setup.sqs_key, setup.queue_url),
+        "mcp": lambda: mcp_step(setup.port, setup.token, worker_name),
+    }
+    step = steps[name]() if name in steps else None
 
     def ready(stop_at):
         window_start = time.perf_counter() + warmup
-        if system == "pgqueuer1":
-            return pgqueuer_loop(urls["pgqueuer"], 1, window_start, stop_at)
-        if system == "pgqueuer10":
-            return pgqueuer_loop(urls["pgqueuer"], BATCH, window_start, stop_at)
-        if system == "procrastinate":
-            return procrastinate_loop(urls["procrastinate"], window_start, stop_at)
+        if name == "pgqueuer1":
+            return pgqueuer_loop(setup.urls["pgqueuer"], 1, window_start, stop_at)
+        if name == "pgqueuer10":
+            return pgqueuer_loop(setup.urls["pgqueuer"], BATCH, window_start, stop_at)
+        if name == "procrastinate":
+            return procrastinate_loop(
+                setup.urls["procrastinate"], window_start, stop_at
+            )
         return loop_until(step, window_start, stop_at)
 
     return ready
 
 
-def fill(system, urls, endpoint_id, count):
-    if system == "bare":
-        bare_fill(urls["switchboard"], endpoint_id, count)
-    elif system in ("store", "store10", "http", "http10"):
-        benchlib.reset_todos(urls["switchboard"])
-        benchlib.fill_pending(urls["switchboard"], endpoint_id, count)
-    elif system in ("pgqueuer1", "pgqueuer10"):
-        run_async(pgqueuer_fill_async(urls["pgqueuer"], count))
+def fill(name, setup, count):
+    if name == "bare":
+        bare_fill(setup.urls["switchboard"], setup.endpoint_id, count)
+    elif name.startswith("pgqueuer"):
+        run_async(pgqueuer_fill(setup.urls["pgqueuer"], count))
+    elif name == "procrastinate":
+        asyncio.run(procrastinate_fill(setup.urls["procrastinate"], count))
     else:
-        asyncio.run(procrastinate_fill_async(urls["procrastinate"], count))
+        benchlib.reset_todos(setup.urls["switchboard"])
+        benchlib.fill_pending(setup.urls["switchboard"], setup.endpoint_id, count)
 
 
-def measure(system, workers, args, urls, endpoint_id, server, token):
-    """Fill the system's queue, run N processes, and return its figures."""
-    count = int(SYSTEMS[system] * (args.seconds + args.warmup + 5) * args.fill)
-    fill(system, urls, endpoint_id, count)
-    port = server.port if server is not None else None
-    before = server.cpu_seconds() if server is not None else None
+def measure(name, args, setup, server):
+    """Fill the path's queue, run N processes, and return its figures."""
+    path = PATHS[name]
+    count = int(path.ceiling * (args.seconds + args.warmup + 3) * args.fill)
+    fill(name, setup, count)
+    window = None
+    if path.served:
+        window = benchlib.CpuWindow(server, args.warmup, args.seconds)
     outcomes = benchlib.run_processes(
         worker,
-        workers,
+        args.workers,
         args.seconds + args.warmup,
-        (system, urls, endpoint_id, port, token, args.warmup),
+        (name, setup, args.warmup),
+        on_start=window.start if window else None,
     )
     done = sum(item["done"] for item in outcomes)
     total = sum(item["total"] for item in outcomes)
     figures = {
         "rate": done / args.seconds,
         "done": done,
-        "dry": sum(item["dry"] for item in outcomes),
         "filled": count,
         "client_cpu_ms_per_todo": (
             sum(item["cpu"] for item in outcomes) / done * 1000 if done else None
         ),
     }
-    if before is not None and system.startswith("http") and total:
-        # gunicorn's CPU over the whole run, warm-up included, per todo it served.
-        figures["server_cpu_ms_per_todo"] = (
-            (server.cpu_seconds() - before) / total * 1000
-        )
+    if window is not None:
+        used = window.used()
+        figures["server_cpu_ms_per_todo"] = used / done * 1000 if done else None
     if total >= count:
         figures["warning"] = "the queue ran dry: raise --fill"
     return figures
 
 
-def prepare(args, systems):
-    """Create and migrate every database the chosen systems use."""
-    base = args.database_url
-    urls = {
-        "switchboard": base,
-        "pgqueuer": sibling_url(base, "_pgqueuer"),
-        "procrastinate": sibling_url(base, "_procrastinate"),
-    }
-    benchlib.prepare_database(base)
-    endpoint_id, token = benchlib.ensure_endpoint(base, name="peers")
-    if "bare" in systems:
-        bare_prepare(base)
-    if {"pgqueuer1", "pgqueuer10"} & set(systems):
-        benchlib.create_database(urls["pgqueuer"])
-        run_async(pgqueuer_prepare_async(urls["pgqueuer"]))
-    if "procrastinate" in systems:
-        benchlib.create_database(urls["procrastinate"])
-        asyncio.run(procrastinate_prepare_async(urls["procrastinate"]))
-    return urls, endpoint_id, token
-
-
-def system_list(text):
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SYSTEMS]
-    if unknown or not names:
-        raise ValueError(f"unknown system(s) {unknown}; choose from {list(SYSTEMS)}")
-    return names
-
-
-def run(args, systems):
-    urls, endpoint_id, token = prepare(args, systems)
-    info = benchlib.machine(args.database_url)
-    versions = peer_versions()
-    print(
-        f"peers: {', '.join(systems)} at {args.workers} workers, {args.seconds:g} s "
-        f"each (+{args.warmup:g} s warm-up), {args.reps} rep(s); "
-        f"load {os.getloadavg()}; {versions}",
-        flush=True,
+def one_rep(number, args, setup, server, paths):
+    """Run every path once, in a shuffled order; return the rep's record."""
+    order = list(paths)
+    random.Random(f"peers-{number}-{args.seed}").shuffle(order)
+    load_before = benchlib.load_average()
+    benchlib.progress(
+        f"rep {number + 1}/{args.reps}: load {load_before[0]:.2f}; "
+        f"order {', '.join(order)}"
     )
-    samples = {}  # (workers, system) -> [figures, ...]
-    uses_http = any(system.startswith("http") for system in systems)
-    serving = (
-        benchlib.gunicorn(args.database_url) if uses_http else contextlib.nullcontext()
-    )
-    with serving as server:
-        for workers in args.workers:
-            for rep in range(args.reps):
-                order = list(systems)
-                random.Random(f"{workers}-{rep}").shuffle(order)
-                for system in order:
-                    started = load()
-                    figures = measure(
-                        system, workers, args, urls, endpoint_id, server, token
-                    )
-                    figures["load"] = [started, load()]
-                    samples.setdefault((workers, system), []).append(figures)
-                    note = f"  ({figures['warning']})" if "warning" in figures else ""
-                    print(
-                        f"  {workers} workers, rep {rep + 1}: {system:13} "
-                        f"{figures['rate']:9,.0f} todos/s  load {started:.2f}"
-                        f"→{figures['load'][1]:.2f}{note}",
-                        flush=True,
-                    )
-    runs = []
-    for workers in args.workers:
-        rates = {}
-        detail = {}
-        for system in systems:
-            reps = samples[(workers, system)]
-            rates[system] = statistics.median(item["rate"] for item in reps)
-            detail[system] = reps
-        ratios = {
-            f"{top}/{bottom}": rates[top] / rates[bottom]
-            for top, bottom, _ in GOALS
-            if top in rates and bottom in rates and rates[bottom]
-        }
-        runs.append(
-            {"workers": workers, "rates": rates, "ratios": ratios, "samples": detail}
+    rows = {}
+    for name in order:
+        started = benchlib.load_average()[0]
+        figures = measure(name, args, setup, server)
+        rows[name] = figures
+        cpu = figures.get("server_cpu_ms_per_todo")
+        note = f"  ({figures['warning']})" if "warning" in figures else ""
+        benchlib.progress(
+            f"  {name:13} {figures['rate']:9,.0f} todos/s"
+            + (f"  server CPU {cpu:.2f} ms/todo" if cpu is not None else "")
+            + f"  load {started:.2f}→{benchlib.load_average()[0]:.2f}{note}"
         )
-    return info, versions, runs
+    for name, figures in rows.items():
+        peer = rows.get(PATHS[name].peer)
+        if peer and peer["rate"]:
+            figures["ratio"] = figures["rate"] / peer["rate"]
+    return {
+        "rep": number + 1,
+        "order": order,
+        "load_before": load_before,
+        "load_after": benchlib.load_average(),
+        "paths": rows,
+    }
 
 
-def peer_versions():
+def medians(reps, paths):
+    """Each path's median over the reps: rate, ratio to its peer, server CPU."""
+    out = {}
+    for name in paths:
+        samples = [rep["paths"][name] for rep in reps]
+        row = {"label": PATHS[name].label, "peer": PATHS[name].peer}
+        for key in ("rate", "ratio", "server_cpu_ms_per_todo"):
+            values = [item[key] for item in samples if item.get(key) is not None]
+            row[key] = statistics.median(values) if values else None
+        out[name] = row
+    return out
+
+
+def target_text(name, row):
+    if name not in TARGETS:
+        return ""
+    ratio, cpu = TARGETS[name]
+    met = (row["ratio"] or 0) >= ratio and (row["server_cpu_ms_per_todo"] or 99) <= cpu
+    return f"≥ {ratio:.1f}×, ≤ {cpu:.2f} ms: {'met' if met else 'not met'}"
+
+
+def print_report(args, reps, median):
+    for rep in reps:
+        benchlib.print_table(
+            f"rep {rep['rep']} (load {rep['load_before'][0]:.2f} → "
+            f"{rep['load_after'][0]:.2f}): todos/s",
+            ["path", "todos/s", "vs peer", "server CPU ms/todo"],
+            [
+                [
+                    PATHS[name].label,
+                    row["rate"],
+                    row.get("ratio"),
+                    row.get("server_cpu_ms_per_todo"),
+                ]
+                for name, row in sorted(
+                    rep["paths"].items(), key=lambda item: list(PATHS).index(item[0])
+                )
+            ],
+        )
+    benchlib.print_table(
+        f"median of {len(reps)} rep(s), {args.workers} workers, "
+        f"{args.seconds:g} s per path",
+        ["path", "todos/s", "vs peer", "peer", "server CPU ms/todo", "target"],
+        [
+            [
+                row["label"],
+                row["rate"],
+                None if row["ratio"] is None else f"{row['ratio']:.2f}×",
+                PATHS[row["peer"]].label if row["peer"] else "",
+                row["server_cpu_ms_per_todo"],
+                target_text(name, row),
+            ]
+            for name, row in median.items()
+        ],
+    )
+
+
+def versions():
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for name in ("pgqueuer", "procrastinate", "psycopg", "django", "gunicorn"):
+    for name in ("pgqueuer", "procrastinate", "psycopg", "django", "gunicorn", "boto3"):
         try:
             found[name] = version(name)
         except PackageNotFoundError:
@@ -594,117 +732,78 @@ def peer_versions():
     return found
 
 
-def print_report(args, systems, runs):
-    benchlib.print_table(
-        f"claim+acknowledge throughput, todos/s (median of {args.reps}), "
-        f"{args.seconds:g} s per system",
-        ["workers", *(LABELS[system] for system in systems)],
-        [[run["workers"], *(run["rates"][s] for s in systems)] for run in runs],
-    )
-    goal_rows = []
-    for run in runs:
-        for top, bottom, goal in GOALS:
-            key = f"{top}/{bottom}"
-            if key in run["ratios"]:
-                value = run["ratios"][key]
-                goal_rows.append(
-                    [
-                        run["workers"],
-                        f"{LABELS[top]} / {LABELS[bottom]}",
-                        f"{value:.2f}",
-                        f"≥ {goal:.1f}",
-                        "met" if value >= goal else "not met",
-                    ]
-                )
-    if goal_rows:
-        benchlib.print_table(
-            "ratios (the goals are for 4 workers)",
-            ["workers", "ratio", "value", "goal", ""],
-            goal_rows,
-        )
-    cpu_rows = [
-        [
-            run["workers"],
-            LABELS[system],
-            statistics.median(
-                item["server_cpu_ms_per_todo"] for item in run["samples"][system]
-            ),
-        ]
-        for run in runs
-        for system in systems
-        if "server_cpu_ms_per_todo" in run["samples"][system][0]
-    ]
-    if cpu_rows:
-        benchlib.print_table(
-            "gunicorn CPU per todo (ms; a single todo is a claim+complete pair)",
-            ["workers", "path", "CPU ms/todo"],
-            cpu_rows,
-        )
-
-
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
+    parse = benchlib.parser(__doc__)
     parse.add_argument(
-        "--workers",
-        type=benchlib.int_list,
-        default=[1, 4, 8],
-        help="worker process counts, e.g. 1,4,8",
+        "--workers", type=int, default=4, help="worker processes (default 4)"
     )
     parse.add_argument(
-        "--seconds", type=float, default=10, help="measured seconds per system"
+        "--seconds", type=float, default=8, help="measured seconds per path (8)"
     )
     parse.add_argument(
-        "--warmup",
-        type=float,
-        default=2,
-        help="seconds each system runs before its window opens",
+        "--warmup", type=float, default=2, help="seconds before each window (2)"
     )
-    parse.add_argument("--reps", type=int, default=1, help="repetitions (median)")
+    parse.add_argument("--reps", type=int, default=3, help="repetitions (3)")
     parse.add_argument(
-        "--systems",
-        type=system_list,
-        default=list(SYSTEMS),
-        help=f"comma-separated subset of: {','.join(SYSTEMS)}",
+        "--paths",
+        type=path_list,
+        default=list(PATHS),
+        help=f"a comma-separated subset of: {','.join(PATHS)}",
     )
     parse.add_argument(
-        "--fill",
-        type=float,
-        default=1.0,
-        help="scale each queue's pre-filled todos (if a queue runs dry)",
+        "--server-workers",
+        type=int,
+        default=None,
+        help="gunicorn processes (default: gunicorn.conf.py's, GUNICORN_WORKERS or 2)",
     )
+    parse.add_argument(
+        "--fill", type=float, default=1.0, help="scale the pre-filled queues (1.0)"
+    )
+    parse.add_argument("--seed", default="0", help="the seed of the paths' order")
     args = parse.parse_args()
-    if args.reps < 1:
-        parse.error("--reps must be at least 1")
-    systems = args.systems
-    if any(s.startswith(("pgqueuer", "procrastinate")) for s in systems):
+    benchlib.apply_quick(args, parse, seconds=1.5, warmup=1.0, reps=1, fill=0.3)
+    if args.reps < 1 or args.workers < 1:
+        parse.error("--reps and --workers must be at least 1")
+    paths = args.paths
+    if any(name.startswith(("pgqueuer", "procrastinate")) for name in paths):
         try:
             import pgqueuer  # noqa: F401
             import procrastinate  # noqa: F401
         except ImportError:
             sys.exit(
                 "pgqueuer and procrastinate are missing: pip install -e '.[bench]' "
-                "(or make bench), or pick --systems without them"
+                "(or make bench), or pick --paths without them"
             )
 
-    info, versions, runs = run(args, systems)
-    print_report(args, systems, runs)
-    benchlib.write_results(
-        "peers",
+    result = benchlib.Result("peers", args)
+    setup = Setup(args, paths)
+    benchlib.progress(
+        f"peers: {', '.join(paths)}; {args.workers} workers, {args.seconds:g} s "
+        f"each (+{args.warmup:g} s warm-up), {args.reps} rep(s)"
+    )
+    served = any(PATHS[name].served for name in paths)
+    serving = (
+        benchlib.serve(args.database_url, workers=args.server_workers)
+        if served
+        else contextlib.nullcontext()
+    )
+    with serving as server:
+        if server is not None:
+            setup.serving(server)
+        reps = [one_rep(n, args, setup, server, paths) for n in range(args.reps)]
+    median = medians(reps, paths)
+    print_report(args, reps, median)
+    result.write(
         {
-            "benchmark": "peers",
-            "machine": info,
-            "versions": versions,
+            "workers": args.workers,
             "seconds": args.seconds,
             "warmup": args.warmup,
             "reps": args.reps,
-            "systems": systems,
-            "gunicorn": {
-                "config": "gunicorn.conf.py",
-                "workers": os.environ.get("GUNICORN_WORKERS", "(config default)"),
-            },
-            "command": " ".join(["python", "bench/peers.py", *sys.argv[1:]]),
-            "runs": runs,
+            "paths": paths,
+            "server_workers": args.server_workers or "gunicorn.conf.py's",
+            "versions": versions(),
         },
+        benchlib.rounded({"median": median, "reps": reps}),
     )
 
 

@@ -1,201 +1,140 @@
-"""Print the latest result of each benchmark as Markdown tables.
+"""Print the benchmarks' latest results as Markdown; keep the docs' tables in step.
 
-    python bench/report.py            # the newest JSON of each benchmark
-    python bench/report.py FILE ...   # these result files
+    python bench/report.py              # every bench/results/latest/<name>.json
+    python bench/report.py peers board  # these benchmarks only
+    python bench/report.py --docs       # rewrite the docs' marked tables
+    python bench/report.py --check      # exit 1 when a marked table is stale
 
-docs/benchmarks.md quotes these tables; the JSON files stay in bench/results/.
+A page of docs/ (or README.md) quotes a result between two markers:
+
+    <!-- bench:peers -->
+    (the table: command, date, machine, results)
+    <!-- /bench:peers -->
+
+``--docs`` replaces the text between every pair with the table of that
+benchmark's result file; ``--check`` exits non-zero when a marked table differs
+from its result file, when a marker names a benchmark whose result file is
+missing, or names no benchmark at all. With ``--committed``, only result files
+that git tracks count, and a marker whose file is not committed yet is skipped
+(the test suite checks so). A result from a ``--quick`` run is labelled
+"(quick)": a smoke run, not a measurement.
 """
 
+import argparse
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+REPOSITORY = ROOT
+LATEST = ROOT / "bench" / "results" / "latest"
 NAMES = (
-    "peers",
-    "store_throughput",
-    "http_throughput",
+    "store_vs_sql",
     "claim_latency",
-    "enqueue_throughput",
+    "peers",
+    "waiting_agents",
     "doorbell_latency",
-    "profile_api",
+    "failover_cost",
+    "board",
 )
+MARKER = re.compile(
+    r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
+    re.DOTALL,
+)
+OPENING = re.compile(r"<!-- bench:([\w-]+) -->")
 
 
 def table(headers, rows):
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def _cell(value):
+def cell(value):
+    if value is None:
+        return "–"
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     return str(value)
 
 
-def cpu(figures, name):
-    return f"{figures[name]:.2f}" if name in figures else "–"
+def ratio(value):
+    return "–" if value is None else f"{value:.2f}×"
 
 
-PEER_LABELS = {
-    "bare": "bare loop",
-    "store": "store",
-    "store10": "store batch 10",
-    "http": "HTTP",
-    "http10": "HTTP batch 10",
-    "pgqueuer1": "pgqueuer batch 1",
-    "pgqueuer10": "pgqueuer batch 10",
-    "procrastinate": "procrastinate",
-}
+def p50_p99(summary):
+    return f"{summary['p50']:.2f} / {summary['p99']:.2f}"
 
 
-def load_range(run):
-    """Return the lowest and highest load average seen during a run's samples."""
-    samples = [item for reps in run["samples"].values() for item in reps]
-    return (
-        min(item["load"][0] for item in samples),
-        max(item["load"][1] for item in samples),
-    )
+# --- One renderer per benchmark -------------------------------------------------
 
 
 def peers(data):
-    systems = data["systems"]
-    rates = table(
-        ["workers", *(PEER_LABELS.get(name, name) for name in systems)],
-        [[run["workers"], *(run["rates"][s] for s in systems)] for run in data["runs"]],
-    )
-    keys = sorted({key for run in data["runs"] for key in run["ratios"]})
-    ratios = table(
+    results = data["results"]
+    labels = {name: row["label"] for name, row in results["median"].items()}
+    rows = [
         [
-            "workers",
-            *(
-                " / ".join(PEER_LABELS.get(part, part) for part in key.split("/"))
-                for key in keys
-            ),
-        ],
-        [
-            [
-                run["workers"],
-                *(f"{run['ratios'].get(key, float('nan')):.2f}" for key in keys),
-            ]
-            for run in data["runs"]
-        ],
-    )
+            row["label"],
+            row["rate"],
+            f"{ratio(row['ratio'])} {labels.get(row['peer'], '')}".strip()
+            if row["ratio"] is not None
+            else "",
+            row["server_cpu_ms_per_todo"],
+        ]
+        for row in results["median"].values()
+    ]
+    reps = results["reps"]
     loads = ", ".join(
-        "{} workers {:.1f}–{:.1f}".format(run["workers"], *load_range(run))
-        for run in data["runs"]
+        f"{rep['load_before'][0]:.1f}→{rep['load_after'][0]:.1f}" for rep in reps
     )
-    command = data.get("command", "python bench/peers.py")
+    params = data["parameters"]
     return "\n\n".join(
         [
-            f"Command: `{command}`; load average during the runs: {loads}.",
-            "todos (jobs) per second, median of the repetitions:\n\n" + rates,
-            "Ratios:\n\n" + ratios,
+            f"{params['workers']} workers, {params['seconds']:g} s per path, median "
+            f"of {len(reps)} rep(s) (load average per rep: {loads}); a single path's "
+            "todo is a claim+complete pair.",
+            table(["path", "todos/s", "vs peer", "server CPU ms/todo"], rows),
         ]
     )
 
 
-def store_throughput(data):
-    return table(
+def store_vs_sql(data):
+    results = data["results"]
+    moves = table(
         [
             "workers",
-            "plain psycopg todos/s",
+            "plain SQL todos/s",
             "store todos/s",
+            "store batch 10 todos/s",
             "store/plain",
-            "claim p50 ms plain / store",
-            "claim p99 ms plain / store",
-            "client CPU ms/todo plain / store",
+            "claim p50 / p99 ms plain",
+            "claim p50 / p99 ms store",
         ],
         [
             [
                 run["workers"],
                 run["plain"]["rate"],
                 run["store"]["rate"],
-                f"**{run['ratio']:.2f}**",
-                f"{run['plain']['latency_ms']['claim']['p50']:.2f} / "
-                f"{run['store']['latency_ms']['claim']['p50']:.2f}",
-                f"{run['plain']['latency_ms']['claim']['p99']:.2f} / "
-                f"{run['store']['latency_ms']['claim']['p99']:.2f}",
-                f"{cpu(run['plain'], 'client_cpu_ms_per_todo')} / "
-                f"{cpu(run['store'], 'client_cpu_ms_per_todo')}",
+                run["store10"]["rate"],
+                ratio(run["store_over_plain"]),
+                p50_p99(run["plain"]["latency_ms"]["claim"]),
+                p50_p99(run["store"]["latency_ms"]["claim"]),
             ]
-            for run in data["runs"]
+            for run in results["claim_complete"]
         ],
     )
-
-
-def http_throughput(data):
-    return table(
+    made = table(
         [
-            "clients",
-            "store todos/s",
-            "HTTP todos/s",
-            "HTTP/store",
-            "HTTP claim p50 / p99 ms",
-            "HTTP complete p50 ms",
-            "app CPU ms/todo: store / gunicorn",
-        ],
-        [
-            [
-                run["workers"],
-                run["store"]["rate"],
-                run["http"]["rate"],
-                f"**{run['ratio']:.2f}**",
-                f"{run['http']['latency_ms']['claim']['p50']:.2f} / "
-                f"{run['http']['latency_ms']['claim']['p99']:.2f}",
-                run["http"]["latency_ms"]["complete"]["p50"],
-                f"{cpu(run['store'], 'app_cpu_ms_per_todo')} / "
-                f"{cpu(run['http'], 'app_cpu_ms_per_todo')}",
-            ]
-            for run in data["runs"]
-        ],
-    )
-
-
-def claim_latency(data):
-    rows = []
-    for name, figures in data["tables"].items():
-        for mode in ("plain", "store"):
-            rows.append(
-                [
-                    f"{name} ({figures['backlog']:,} terminal rows)",
-                    mode,
-                    figures[mode]["p50"],
-                    figures[mode]["p99"],
-                    figures[mode]["mean"],
-                    figures["plan"]["buffers"],
-                ]
-            )
-    ratio_rows = [
-        [mode, f"**{r['p50']:.2f}**", f"**{r['p99']:.2f}**"]
-        for mode, r in data["backlog_over_empty"].items()
-    ]
-    plans = "\n".join(
-        f"- {name}: " + ", ".join(figures["plan"]["scans"])
-        for name, figures in data["tables"].items()
-    )
-    return "\n\n".join(
-        [
-            table(
-                ["table", "path", "p50 ms", "p99 ms", "mean ms", "plan buffers"], rows
-            ),
-            table(["path", "backlog/empty p50", "backlog/empty p99"], ratio_rows),
-            "Claim scan plan (EXPLAIN ANALYZE after the timed claims):\n\n" + plans,
-        ]
-    )
-
-
-def enqueue_throughput(data):
-    return table(
-        [
-            "workload",
+            "create",
             "workers",
-            "plain creates/s",
+            "plain SQL creates/s",
             "store creates/s",
             "store/plain",
-            "new rows per create",
-            "create p50 ms plain / store",
+            "create p50 / p99 ms store",
         ],
         [
             [
@@ -203,72 +142,294 @@ def enqueue_throughput(data):
                 run["workers"],
                 run["plain"]["rate"],
                 run["store"]["rate"],
-                f"**{run['ratio']:.2f}**",
-                f"{run['store']['new_rows_per_create']:.2f}",
-                f"{run['plain']['latency_ms']['create']['p50']:.2f} / "
-                f"{run['store']['latency_ms']['create']['p50']:.2f}",
+                ratio(run["store_over_plain"]),
+                p50_p99(run["store"]["latency_ms"]["create"]),
             ]
-            for run in data["runs"]
+            for run in results["create"]
         ],
+    )
+    return "Claim+complete:\n\n" + moves + "\n\nCreate:\n\n" + made
+
+
+def claim_latency(data):
+    parts = []
+    for name, case in data["results"]["cases"].items():
+        if name == "other_queue":
+            parts.append(
+                f"Beside {case['pending_in_other_queue']:,} pending todos in another "
+                "queue (ms):\n\n"
+                + table(
+                    ["claim", "p50 / p99 alone", "p50 / p99 beside", "p50 ratio"],
+                    [
+                        [
+                            label,
+                            p50_p99(f["empty"]),
+                            p50_p99(f["beside"]),
+                            ratio(f["beside_over_empty"].get("p50")),
+                        ]
+                        for label, f in case["claims"].items()
+                    ],
+                )
+            )
+            continue
+        beside = ", ".join(
+            f"{case[key]:,} {label}"
+            for key, label in (
+                ("terminal_rows", "terminal rows"),
+                ("held", "held"),
+                ("canceled", "cancelled"),
+            )
+            if case[key]
+        )
+        parts.append(
+            f"Beside {beside} (ms):\n\n"
+            + table(
+                ["path", "p50 / p99 alone", "p50 / p99 beside", "p50 ratio", "buffers"],
+                [
+                    [
+                        mode,
+                        p50_p99(case["empty"][mode]),
+                        p50_p99(case["beside"][mode]),
+                        ratio(case["beside_over_empty"][mode]["p50"]),
+                        f"{case['empty']['plan']['buffers']} / "
+                        f"{case['beside']['plan']['buffers']}",
+                    ]
+                    for mode in ("plain", "store")
+                ],
+            )
+        )
+    return "\n\n".join(parts)
+
+
+def waiting_agents(data):
+    results, params = data["results"], data["parameters"]
+    rows = []
+    for kind in ("create", "overview", "healthz", "wake"):
+        if kind in results["idle"]:
+            rows.append(
+                [
+                    f"{kind} p50 / p99 ms (failed)",
+                    *(
+                        f"{results[w][kind]['p50_ms']} / {results[w][kind]['p99_ms']}"
+                        f" ({results[w][kind]['failed']})"
+                        for w in ("idle", "loaded")
+                    ),
+                ]
+            )
+    rows.append(
+        ["PostgreSQL connections (max)"]
+        + [results[w]["pg_connections_max"] for w in ("idle", "loaded")]
+    )
+    rows.append(
+        [
+            "server worker threads",
+            results.get("worker_threads_idle"),
+            results.get("worker_threads_loaded"),
+        ]
+    )
+    opened = results["waiters_open"]
+    waiters = (
+        f"{opened.get('polls_waiting', 0):,}/{params['long_polls']:,} long polls, "
+        f"{opened.get('sse_open', 0):,}/{params['sse']:,} event streams, "
+        f"{opened.get('mcp_open', 0):,}/{params['mcp']:,} MCP GET streams, "
+        f"{opened.get('mcp_claims_waiting', 0):,}/{params['mcp_claims']:,} waiting "
+        f"MCP claim_next, {opened.get('mcp_listen', 0):,}/{params['mcp_listen']:,} "
+        "MCP listen streams"
+    )
+    return (
+        f"Waiters open: {waiters}; {params['seconds']:g} s per measurement.\n\n"
+        + table(["figure", "no waiters", "waiters"], rows)
     )
 
 
 def doorbell_latency(data):
+    results = data["results"]
     rows = [
-        [
-            "store's create SQL → bare LISTEN connection notified (baseline)",
-            data["listen"],
-        ],
-        ["POST /api/v1/todos → waiting POST /api/v1/todos/claim returns", data["http"]],
+        ["the store's create SQL → a bare LISTEN connection (baseline)", "listen"],
+        ["POST /api/v1/todos → the waiting POST /api/v1/todos/claim returns", "http"],
+        ["(the POST /api/v1/todos request alone)", "create"],
     ]
-    if "create" in data:
-        rows.append(["(the POST /api/v1/todos request alone)", data["create"]])
     return table(
         ["path", "p50 ms", "p99 ms", "mean ms"],
-        [[name, s["p50"], s["p99"], s["mean"]] for name, s in rows],
+        [
+            [label, results[key]["p50"], results[key]["p99"], results[key]["mean"]]
+            for label, key in rows
+        ],
     )
 
 
-def profile_api(data):
-    cpu = data["cpu_ms_per_todo"]
-    rows = [["store alone (baseline)", cpu["store"], ""]]
-    if "api_before" in cpu:
-        rows.append(["WSGI app before the #13 cuts", cpu["api_before"], ""])
-    rows += [
-        ["WSGI app: claim + complete requests", cpu["api"], "100 %"],
-    ] + [
-        [label, cpu["api"] * share, f"{share:.0%}"]
-        for label, share in data["shares"].items()
-    ]
-    return table(["path", "CPU ms/todo", "share of the API's CPU"], rows)
+def failover_cost(data):
+    return table(
+        [
+            "workers",
+            "single todos/s",
+            "pair todos/s",
+            "pair, local commit todos/s",
+            "pair/single",
+            "complete p50 / p99 ms single",
+            "complete p50 / p99 ms pair",
+        ],
+        [
+            [
+                run["workers"],
+                run["single"]["rate"],
+                run["pair"]["rate"],
+                run["pair-local"]["rate"],
+                ratio(run["pair_over_single"]),
+                p50_p99(run["single"]["latency_ms"]["complete"]),
+                p50_p99(run["pair"]["latency_ms"]["complete"]),
+            ]
+            for run in data["results"]["runs"]
+        ],
+    )
 
 
-def machine(data):
-    info = data["machine"]
+def board(data):
+    results, params = data["results"], data["parameters"]
+    pages = table(
+        ["page", "median ms", "p95 ms"],
+        [[p["page"], p["median_ms"], p["p95_ms"]] for p in results["pages"]],
+    )
+    baselines = table(
+        ["naive query (baseline)", "median ms", "p95 ms"],
+        [[b["query"], b["median_ms"], b["p95_ms"]] for b in results["baselines"]],
+    )
     return (
-        f"{info['cpus']} CPUs, load average {info['loadavg_at_start'][0]:.1f} at the"
-        f" start and {info.get('loadavg_at_end', [float('nan')])[0]:.1f} at the end,"
-        f" PostgreSQL {info['postgresql']} (fsync {info['fsync']},"
-        f" synchronous_commit {info['synchronous_commit']}), Python {info['python']}"
+        f"Over {params['todos']:,} todos and {params['history']:,} history rows, "
+        f"{params['rounds']} renders per page:\n\n{pages}\n\n{baselines}"
     )
 
 
-def latest(name):
-    found = sorted(RESULTS.glob(f"{name}-*.json"))
-    return found[-1] if found else None
+RENDERERS = {
+    "store_vs_sql": store_vs_sql,
+    "claim_latency": claim_latency,
+    "peers": peers,
+    "waiting_agents": waiting_agents,
+    "doorbell_latency": doorbell_latency,
+    "failover_cost": failover_cost,
+    "board": board,
+}
+
+
+def machine(info):
+    return (
+        f"{info['cores']} cores, {info['memory_gib']} GiB, Linux {info['kernel']}, "
+        f"PostgreSQL {info['postgresql']} (fsync {info['fsync']}), "
+        f"Python {info['python']}"
+    )
+
+
+def render(data):
+    """The Markdown of one result file: command, date, machine, then results."""
+    load = data["load_average"]
+    quick = (
+        "**(quick)** a smoke run at tiny sizes, not a measurement.\n\n"
+        if data.get("quick")
+        else ""
+    )
+    head = (
+        f"{quick}Command: `{data['command']}`; {data['date']}; "
+        f"{machine(data['machine'])}; load average {load['before'][0]:.2f} before, "
+        f"{load['after'][0]:.2f} after."
+    )
+    return head + "\n\n" + RENDERERS[data["name"]](data)
+
+
+# --- Files ----------------------------------------------------------------------
+
+
+def committed_results():
+    """The result files git tracks."""
+    listed = subprocess.run(
+        ["git", "ls-files", "bench/results/latest"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {Path(path).stem for path in listed}
+
+
+def load(name, committed=None):
+    """The result file of ``name``, or None when it is missing (or, with
+    ``committed``, not tracked by git)."""
+    path = LATEST / f"{name}.json"
+    if not path.exists() or (committed is not None and name not in committed):
+        return None
+    return json.loads(path.read_text())
+
+
+def doc_pages():
+    return [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+
+
+def sync_docs(write, committed_only):
+    """Compare (and with ``write`` rewrite) every marked table; return problems."""
+    committed = committed_results() if committed_only else None
+    problems = []
+    for page in doc_pages():
+        text = page.read_text()
+        where = page.relative_to(ROOT)
+        for name in OPENING.findall(text):
+            if name not in RENDERERS:
+                problems.append(f"{where}: marker bench:{name} names no benchmark")
+        closed = {match["name"] for match in MARKER.finditer(text)}
+        for name in set(OPENING.findall(text)) - closed:
+            problems.append(f"{where}: bench:{name} has no closing marker")
+
+        def replace(match, where=where):
+            name = match["name"]
+            if name not in RENDERERS:
+                return match[0]
+            data = load(name, committed)
+            if data is None:
+                if not committed_only:
+                    problems.append(f"{where}: no result file for bench:{name}")
+                return match[0]
+            body = render(data) + "\n"
+            if match["body"].strip() != body.strip():
+                if not write:
+                    problems.append(f"{where}: bench:{name} differs from its file")
+                return match[1] + "\n" + body + "\n" + match[4]
+            return match[0]
+
+        updated = MARKER.sub(replace, text)
+        if write and updated != text:
+            page.write_text(updated)
+            print(f"rewrote {where}")
+    return problems
 
 
 def main():
-    paths = [Path(arg) for arg in sys.argv[1:]] or [
-        path for path in map(latest, NAMES) if path is not None
-    ]
-    for path in paths:
-        data = json.loads(path.read_text())
-        render = globals()[data["benchmark"]]
-        print(f"### {data['benchmark']} ({path.name})\n")
-        print(f"Machine: {machine(data)}.\n")
+    parse = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parse.add_argument("names", nargs="*", help=f"of: {', '.join(NAMES)}")
+    parse.add_argument("--docs", action="store_true", help="rewrite marked tables")
+    parse.add_argument("--check", action="store_true", help="fail on a stale table")
+    parse.add_argument(
+        "--committed",
+        action="store_true",
+        help="only result files git tracks count; skip markers of the others",
+    )
+    args = parse.parse_args()
+    unknown = [name for name in args.names if name not in RENDERERS]
+    if unknown:
+        parse.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(NAMES)}")
+    if args.docs or args.check:
+        problems = sync_docs(write=args.docs, committed_only=args.committed)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    for name in args.names or NAMES:
+        data = load(name)
+        if data is None:
+            print(f"### {name}\n\n(no result file: run `python bench/{name}.py`)\n")
+            continue
+        print(f"### {name}{' (quick)' if data.get('quick') else ''}\n")
         print(render(data) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,11 @@
-"""Server time of the Board's pages and /metrics over 1 000 000 todos and
-5 000 000 history rows.
+"""Board page times at scale: is the Board fast over a million todos?
+
+Question: how long does the server take to render each Board page and
+/metrics over 1 000 000 todos and 5 000 000 history rows, next to the naive
+queries the rollup and the indexes replace?
+
+    python bench/board.py
+    python bench/board.py --todos 1000000 --history 5000000 --rounds 30
 
 Loads the todos with one generate_series INSERT into the Board benchmark's own
 database (``switchboard_board_bench`` unless --database-url says otherwise),
@@ -12,23 +18,19 @@ full stack (middleware, session, views, templates) in this process and reports
 the median and p95 server time. Beside the charts, groups and metrics it times
 the naive queries they replace (counting the history, grouping every dead
 letter's raw error text, counting every todo by state): the baselines.
-
-    .venv/bin/python bench/bench_board.py [--todos 1000000] [--history 5000000]
-                                          [--rounds 30]
-
 A rerun skips the loads when the tables already hold the requested counts.
+
+It prints each page's median and p95 (ms) and status, the baselines, and the
+dead-letter groups' plan. Result: bench/results/latest/board.json
+(`python bench/report.py`).
 """
 
 import statistics
-import sys
 import time
-from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
 
+import benchlib
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402
 
 ENDPOINTS = 3
 QUEUES = ("github", "reviews", "deploys", "imports")
@@ -132,8 +134,7 @@ BASELINES = [
 
 def board_url():
     """Return the Board benchmark's database: switchboard_board_bench by default."""
-    parts = urlsplit(benchlib.default_url())
-    return urlunsplit(parts._replace(path="/switchboard_board_bench"))
+    return benchlib.sibling_url(benchlib.default_url(), name="switchboard_board_bench")
 
 
 def load(url, count):
@@ -270,12 +271,14 @@ def row(label, median, p95, status=""):
 
 
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
+    parse = benchlib.parser(__doc__)
     parse.set_defaults(database_url=board_url())
-    parse.add_argument("--todos", type=int, default=1_000_000)
-    parse.add_argument("--history", type=int, default=5_000_000)
-    parse.add_argument("--rounds", type=int, default=30)
+    parse.add_argument("--todos", type=int, default=1_000_000, help="(1000000)")
+    parse.add_argument("--history", type=int, default=5_000_000, help="(5000000)")
+    parse.add_argument("--rounds", type=int, default=30, help="renders per page (30)")
     args = parse.parse_args()
+    benchlib.apply_quick(args, parse, todos=20_000, history=100_000, rounds=3)
+    result = benchlib.Result("board", args)
 
     benchlib.prepare_database(args.database_url)
     benchlib.setup_django(args.database_url)
@@ -364,19 +367,41 @@ def main():
         f" {args.rounds} rounds each"
     )
     print(f"{'page':<44} {'median ms':>10} {'p95 ms':>8}  status")
+    timed_pages = []
     for label, the_client, path, headers in pages:
         median, p95, status = measure(the_client, path, args.rounds, headers)
         row(label, median, p95, status)
+        timed_pages.append(
+            {"page": label, "median_ms": median, "p95_ms": p95, "status": status}
+        )
 
     print("\nBaselines: the naive queries the rollup and the indexes replace")
+    baselines = []
     for label, query in BASELINES:
         median, p95 = timed_sql(query, max(3, args.rounds // 6))
         row(label, median, p95)
+        baselines.append({"query": label, "median_ms": median, "p95_ms": p95})
 
     print("\nPlan of the dead-letter groups:")
     sql = stats.DEAD_LETTER_GROUPS_SQL.format(scope="TRUE")
-    for line in explain(sql, {"limit": stats.GROUP_LIMIT}):
+    plan = explain(sql, {"limit": stats.GROUP_LIMIT})
+    for line in plan:
         print("  " + line)
+    result.write(
+        {"todos": args.todos, "history": args.history, "rounds": args.rounds},
+        benchlib.rounded(
+            {
+                "rollup": {
+                    "passes": len(passes),
+                    "seconds": sum(passes),
+                    "steady_pass_ms": passes[-1] * 1000,
+                },
+                "pages": timed_pages,
+                "baselines": baselines,
+                "dead_letter_groups_plan": plan,
+            }
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
-"""Waiting agents against one `make run`-style server: the new serving and the old.
+"""Waiting agents: do thousands of waiting agents slow down everyone else?
 
-    python bench/waiters.py [--long-polls 2000] [--sse 1000] [--mcp 500]
-                            [--mcp-claims 500] [--mcp-listen 0]
-                            [--seconds 20] [--before REF]
-                            [--servings new,before]
+Question: with thousands of agents waiting for work at once (long polls, event
+streams, MCP streams and waiting MCP claims), do creates, the Board and the
+health check stay fast, does a create still wake its waiter at once, and how
+many PostgreSQL connections and threads does the server hold?
 
-For each serving — "new" (this checkout: gunicorn + uvicorn workers, the
-doorbell hub, pooled connections) and "before" (a `git worktree` of
-REF, by default the commit before the ASGI serving landed: the old serving and
-its code, on a database of its own, ``<bench db>_before``) —
-the benchmark starts what `make run` starts (gunicorn with gunicorn.conf.py,
+    python bench/waiting_agents.py
+    python bench/waiting_agents.py --long-polls 2000 --sse 1000 --mcp 500 \
+        --mcp-claims 500 --mcp-listen 500 --seconds 20
+
+It starts what `make run` starts (gunicorn with gunicorn.conf.py,
 GUNICORN_WORKERS=2, and `manage.py sweep --loop`) on the benchmark database,
-then measures, once with no waiters and once with the waiters open:
+then measures for ``--seconds``, once with no waiters and once with the
+waiters open:
 
 - create: ``POST /api/v1/todos`` latency (and timeouts, at 10 s);
 - overview: the Board's ``GET /board/`` (a logged-in operator);
@@ -19,21 +20,19 @@ then measures, once with no waiters and once with the waiters open:
 - wake: a create, to the moment a long poll waiting on that queue returns it;
 - PostgreSQL connections of the server's processes (the most seen);
 - the machine's CPUs over the measurement (``/proc/stat``): busy, idle and
-  stolen by the hypervisor, the noise under every figure on a shared machine.
+  stolen by the hypervisor, the noise under every figure on a shared machine;
+- the server workers' threads.
 
 The waiters come from a separate process (asyncio, raw sockets): long polls
 (``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
 GET streams (each after its ``initialize``), MCP ``claim_next`` calls
 (``wait_seconds`` 20, called again at once) and MCP 2026-07-28
-``subscriptions/listen`` streams (of the queue ``idle``), over 50 endpoints (a
-tenth of the streams on the probes' endpoint, so each create rings them). It also runs
-bench/http_throughput.py's claim+complete loop against both servings (no
-waiters), and prints everything side by side, with `uptime` before and after.
-With ``--gc-probe`` the server's processes also time their garbage
-collections (bench/gcprobe/sitecustomize.py): each measurement then reports the
-workers' full collections and the slowest pauses (docs/scaling.md, "Garbage
-collection"; set SWITCHBOARD_GC_THRESHOLDS=python to compare with Python's).
-Results: bench/results/waiters-*.json; the figures in docs/scaling.md.
+``subscriptions/listen`` streams, over 50 endpoints (a tenth of the streams on
+the probes' endpoint, so each create rings them). Each probe runs in a process
+of its own, as independent clients do.
+
+It prints each figure with no waiters and with them, side by side. Result:
+bench/results/latest/waiting_agents.json (`python bench/report.py`).
 """
 
 import argparse
@@ -51,15 +50,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import benchlib
-import http_throughput
 import psycopg
 
 ROOT = benchlib.ROOT
 APP_NAME = "sb-bench-waiters"
-GC_PROBE = Path(__file__).resolve().parent / "gcprobe"
 LOAD_ENDPOINTS = 50
 TIMEOUT = 10.0
 
@@ -78,17 +74,9 @@ def server_url(url):
 # --- Seeding (in a child process, with Django) ---------------------------------
 
 
-def seed(url, tree):
-    """Create the endpoints and an operator session; print them as JSON.
-
-    Runs the code of ``tree`` (this checkout's, or the old serving's worktree).
-    """
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "board.settings"
-    sys.path.insert(0, str(tree))
-    import django
-
-    django.setup()
+def seed(url):
+    """Create the endpoints and an operator session; print them as JSON."""
+    benchlib.setup_django(url)
     from django.contrib.auth import (
         BACKEND_SESSION_KEY,
         HASH_SESSION_KEY,
@@ -140,116 +128,16 @@ def seed(url, tree):
     )
 
 
-def seeded(url, tree):
-    env = benchlib.django_env(url)
-    env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
-    env["PYTHONPATH"] = str(tree)
+def seeded(url):
     done = subprocess.run(
-        [sys.executable, __file__, "--seed", url, str(tree)],
-        cwd=tree,
-        env=env,
+        [sys.executable, __file__, "--seed", url],
+        cwd=ROOT,
+        env=benchlib.django_env(url),
         check=True,
         capture_output=True,
         text=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-# --- The servers -----------------------------------------------------------------
-
-
-class Serving:
-    """A `make run`-style server (gunicorn + the sweep loop) from a source tree."""
-
-    def __init__(self, name, tree, url, extra_env=None, gc_probe=False):
-        self.name, self.tree, self.url = name, Path(tree), url
-        self.extra_env = extra_env or {}
-        self.gc_probe = gc_probe
-        self.port = benchlib.free_port()
-        self.procs = []
-
-    def env(self):
-        env = benchlib.django_env(
-            server_url(self.url),
-            GUNICORN_LOG_LEVEL="warning",
-            LOG_LEVEL="WARNING",
-            GUNICORN_WORKERS="2",
-        )
-        env["PYTHONPATH"] = str(self.tree)
-        if self.gc_probe:
-            # bench/gcprobe/sitecustomize.py times every process's collections.
-            env["PYTHONPATH"] = os.pathsep.join([str(GC_PROBE), str(self.tree)])
-            env["SWITCHBOARD_BENCH_GC_PROBE"] = "1"
-        env.update(self.extra_env)
-        # Production settings refuse to start without a key; any will do here.
-        env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
-        return env
-
-    def __enter__(self):
-        benchlib.RESULTS.mkdir(parents=True, exist_ok=True)
-        label = self.name.split()[0]
-        self.log_path = benchlib.RESULTS / f"waiters-{label}-{self.port}.log"
-        log = self.log_path.open("ab")
-        self.log = log
-        gunicorn = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "-c",
-                "gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--backlog",
-                "4096",
-            ],
-            cwd=self.tree,
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        sweep = subprocess.Popen(
-            [sys.executable, "manage.py", "sweep", "--loop"],
-            cwd=self.tree,
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs = [gunicorn, sweep]
-        benchlib.wait_healthy(self.port, gunicorn)
-        self.server = benchlib.Server(self.port, gunicorn.pid)
-        return self
-
-    def __exit__(self, *exc):
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.log.close()
-
-
-def default_before():
-    """The commit before the ASGI serving (board/serving/workers.py) was added."""
-    added = subprocess.run(
-        [
-            "git",
-            "log",
-            "--diff-filter=A",
-            "--format=%H",
-            "--reverse",
-            "--",
-            "board/serving/workers.py",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    return f"{added[0]}^" if added else "HEAD"
 
 
 # --- Probes (plain blocking HTTP, a process per kind) ---------------------------
@@ -697,143 +585,55 @@ class LoadProcess:
 # --- The run ---------------------------------------------------------------------
 
 
-def uptime():
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-def throughput_worker(index, port, token):
-    """bench/http_throughput.py's HTTP step (claim, complete), on its own."""
-    step = http_throughput.http_step(port, token, f"tp{index}")
-    return lambda stop_at: benchlib.alternate(stop_at, 0.5, {"http": step})
-
-
-def throughput(url, serving, endpoint, clients, seconds):
-    benchlib.reset_todos(url)
-    benchlib.fill_pending(url, endpoint["id"], int(max(20_000, 2_000 * seconds)))
-    before = serving.server.cpu_seconds()
-    outcomes = benchlib.run_processes(
-        throughput_worker, clients, seconds, (serving.port, endpoint["token"])
+def measure_serving(url, args):
+    """Serve, seed, probe with no waiters, open the waiters, probe again."""
+    seeds = seeded(url)
+    result = {}
+    serving = benchlib.serve(
+        server_url(url), workers=2, sweep=True, LOG_LEVEL="WARNING"
     )
-    cpu = serving.server.cpu_seconds() - before
-    figures = benchlib.merge_modes(outcomes)["http"]
-    return {
-        "clients": clients,
-        "http_per_s": round(figures["rate"], 1),
-        "claim_p50_ms": round(figures["latency_ms"]["claim"]["p50"], 2),
-        "server_cpu_ms_per_todo": round(cpu / figures["done"] * 1000, 2)
-        if figures["done"]
-        else None,
-    }
-
-
-def prepare_tree_database(url, tree):
-    """Create ``url``'s database when missing; migrate it with ``tree``'s code."""
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    name = parts.path.lstrip("/")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
-        ).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    env = benchlib.django_env(url, SWITCHBOARD_STATEMENT_TIMEOUT_MS="0")
-    env.setdefault("SECRET_KEY", "bench-waiters-not-a-secret-0123456789abcdefghij")
-    env["PYTHONPATH"] = str(tree)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
-        cwd=tree,
-        env=env,
-        check=True,
-    )
-
-
-def run_serving(name, tree, url, args, extra_env=None):
-    print(f"\n== {name}: {tree} on {url}", flush=True)
-    prepare_tree_database(url, tree)
-    seeds = seeded(url, tree)
-    result = {"name": name, "tree": str(tree)}
-    windows = {}
-    with Serving(name, tree, url, extra_env, args.gc_probe) as serving:
-        result["http_throughput"] = throughput(
-            url,
-            serving,
-            seeds["throughput"],
-            args.throughput_workers,
-            args.throughput_seconds,
-        )
-        print(f"  claim+complete: {result['http_throughput']}", flush=True)
+    with serving as server:
+        server.url = url
 
         def probe(window):
-            """Run the probes as the arguments say; note when they ran."""
-            started, times = time.time(), benchlib.cpu_times()
+            """Run the probes as the arguments say, with the machine's share."""
+            times = benchlib.cpu_times()
             result[window] = measure(
-                serving,
+                server,
                 seeds,
                 args.seconds,
                 args.probes,
                 args.overview_every,
                 args.keep_alive,
             )
-            windows[window] = (started, time.time())
             result[window]["machine"] = benchlib.machine_share(
                 times, benchlib.cpu_times()
             )
 
         benchlib.reset_todos(url)
         probe("idle")
-        print(f"  no waiters: {result['idle']}", flush=True)
-        result["worker_threads_idle"] = worker_threads(serving)
-        load = LoadProcess(serving.port, seeds, args)
+        benchlib.progress(f"  no waiters: {result['idle']}")
+        result["worker_threads_idle"] = server.threads()
+        load = LoadProcess(server.port, seeds, args)
         try:
             opened = load.wait_open(args)
             result["waiters_open"] = opened
-            result["worker_threads_loaded"] = worker_threads(serving)
-            print(f"  waiters: {opened}", flush=True)
+            result["worker_threads_loaded"] = server.threads()
+            benchlib.progress(f"  waiters: {opened}")
             probe("loaded")
             result["waiters_after"] = dict(load.stats)
-            print(f"  with waiters: {result['loaded']}", flush=True)
+            benchlib.progress(f"  with waiters: {result['loaded']}")
         finally:
             load.stop()
-    if args.gc_probe:
-        # The gunicorn workers' collections: not the master's, not the sweep's.
-        others = {str(proc.pid) for proc in serving.procs}
-        result["gc"] = gc_pauses(serving.log_path, windows, others)
-        print(f"  garbage collections: {result['gc']}", flush=True)
     return result
 
 
-def worker_threads(serving):
-    """The threads of the gunicorn workers (the master's children), together."""
-    master = serving.procs[0].pid
-    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    return sum(len(list(Path(f"/proc/{pid}/task").iterdir())) for pid in children)
+WAITER_KINDS = ("polls_waiting", "sse_open", "mcp_open", "mcp_claims_waiting")
+WAITER_KINDS += ("mcp_listen",)
 
 
-def gc_pauses(log_path, windows, others):
-    """Per measurement window: the workers' full collections (all processes'
-    but ``others``), the slowest of them and the slowest younger one, from
-    the probe's lines in the server's log."""
-    lines = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        if line.startswith("gc-probe "):
-            _, stamp, *pairs = line.split()
-            field = dict(pair.split("=", 1) for pair in pairs)
-            generation, ms = int(field["generation"]), float(field["ms"])
-            lines.append((float(stamp), field["pid"], generation, ms))
-    found = {}
-    for phase, (start, end) in windows.items():
-        seen = [x for x in lines if start <= x[0] <= end and x[1] not in others]
-        full = [ms for _, _, generation, ms in seen if generation == 2]
-        young = [ms for _, _, generation, ms in seen if generation < 2]
-        found[phase] = {
-            "full_collections": len(full),
-            "slowest_full_ms": max(full, default=0),
-            "slowest_young_ms": max(young, default=0),
-        }
-    return found
-
-
-def print_side_by_side(results, args):
+def side_by_side(result, probes):
+    """The figures, each with no waiters and with them: the table's rows."""
     rows = []
     for kind, unit in (
         ("create", "p99_ms"),
@@ -843,81 +643,56 @@ def print_side_by_side(results, args):
         ("wake", "p99_ms"),
         ("wake", "failed"),
     ):
-        if kind not in args.probes:
-            continue
-        row = [f"{kind} {unit}"]
-        for result in results:
-            row += [result["idle"][kind][unit], result["loaded"][kind][unit]]
-        rows.append(row)
-    row = ["PostgreSQL connections (max)"]
-    for result in results:
-        row += [
+        if kind in probes and kind in result["idle"]:
+            idle, loaded = result["idle"][kind][unit], result["loaded"][kind][unit]
+            rows.append([f"{kind} {unit}", idle, loaded])
+    rows.append(
+        [
+            "PostgreSQL connections (max)",
             result["idle"]["pg_connections_max"],
             result["loaded"]["pg_connections_max"],
         ]
-    rows.append(row)
-    for key in ("busy_pct", "steal_pct"):
-        row = [f"machine CPU {key.removesuffix('_pct')} %"]
-        for result in results:
-            row += [result[w].get("machine", {}).get(key) for w in ("idle", "loaded")]
-        rows.append(row)
-    row = ["server worker threads"]
-    for result in results:
-        row += [result.get("worker_threads_idle"), result.get("worker_threads_loaded")]
-    rows.append(row)
-    for key in (
-        "polls_waiting",
-        "sse_open",
-        "mcp_open",
-        "mcp_claims_waiting",
-        "mcp_listen",
-    ):
-        row = [f"waiters open: {key}"]
-        for result in results:
-            row += ["", result["waiters_open"].get(key)]
-        rows.append(row)
-    row = ["claim+complete http/s (no waiters)"]
-    for result in results:
-        row += [result["http_throughput"]["http_per_s"], ""]
-    rows.append(row)
-    headers = ["figure"]
-    for result in results:
-        headers += [f"{result['name']}: no waiters", f"{result['name']}: waiters"]
-    benchlib.print_table(
-        f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams"
-        f" + {args.mcp_claims} MCP claim_next + {args.mcp_listen} MCP listen streams,"
-        f" {args.seconds:g} s per measurement",
-        headers,
-        rows,
     )
+    for key in ("busy_pct", "steal_pct"):
+        rows.append(
+            [f"machine CPU {key.removesuffix('_pct')} %"]
+            + [result[w].get("machine", {}).get(key) for w in ("idle", "loaded")]
+        )
+    rows.append(
+        [
+            "server worker threads",
+            result.get("worker_threads_idle"),
+            result.get("worker_threads_loaded"),
+        ]
+    )
+    for key in WAITER_KINDS:
+        rows.append([f"waiters open: {key}", "", result["waiters_open"].get(key)])
+    return rows
 
 
 def main():
-    parse = benchlib.parser(__doc__.splitlines()[0])
-    parse.add_argument("--long-polls", type=int, default=2000)
-    parse.add_argument("--sse", type=int, default=1000)
-    parse.add_argument("--mcp", type=int, default=500)
-    parse.add_argument("--mcp-claims", type=int, default=500)
+    parse = benchlib.parser(__doc__)
+    parse.add_argument("--long-polls", type=int, default=2000, help="(2000)")
+    parse.add_argument("--sse", type=int, default=1000, help="event streams (1000)")
+    parse.add_argument("--mcp", type=int, default=500, help="MCP GET streams (500)")
+    parse.add_argument(
+        "--mcp-claims", type=int, default=500, help="waiting MCP claim_next (500)"
+    )
     parse.add_argument(
         "--mcp-listen",
         type=int,
-        default=0,
-        help="MCP 2026-07-28 subscriptions/listen streams (the old serving has none)",
+        default=500,
+        help="MCP 2026-07-28 subscriptions/listen streams (500)",
     )
-    parse.add_argument("--seconds", type=float, default=20)
+    parse.add_argument(
+        "--seconds", type=float, default=20, help="seconds per measurement (20)"
+    )
     parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
     parse.add_argument(
         "--spread",
         type=float,
         default=20,
         help="seconds over which the waiters start, polls and streams (0: at once)",
-    )
-    parse.add_argument("--before", default=None, help="the old serving's git ref")
-    parse.add_argument(
-        "--servings",
-        default="new,before",
-        help="new (this code), before (the --before tree: the old serving and its "
-        "code)",
     )
     parse.add_argument(
         "--probes",
@@ -941,56 +716,55 @@ def main():
         "as an HTTP session does (default: a new connection per call; the wake "
         "probe always opens one per call)",
     )
-    parse.add_argument(
-        "--gc-probe",
-        action="store_true",
-        help="time the server's garbage collections (bench/gcprobe) per measurement",
-    )
-    parse.add_argument("--throughput-workers", type=int, default=4)
-    parse.add_argument("--throughput-seconds", type=float, default=8)
-    parse.add_argument("--seed", nargs=2, help=argparse.SUPPRESS)
+    parse.add_argument("--seed", nargs=1, help=argparse.SUPPRESS)
     parse.add_argument("--load", nargs=2, help=argparse.SUPPRESS)
     args = parse.parse_args()
     if args.seed:
         return seed(*args.seed)
     if args.load:
         return load_main(int(args.load[0]), args.load[1])
+    benchlib.apply_quick(
+        args,
+        parse,
+        long_polls=40,
+        sse=20,
+        mcp=10,
+        mcp_claims=10,
+        mcp_listen=10,
+        seconds=2.0,
+        ramp=15.0,
+        spread=1.0,
+    )
 
+    result = benchlib.Result("waiting_agents", args)
     limit = raise_fd_limit()
     url = args.database_url
-    # The old serving runs its own code on its own schema: a database of its own.
-    before_url = url.rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1] + "_before"
-    before = args.before or default_before()
-    benchlib.create_database(url)
-    info = benchlib.machine(url)
-    info["uptime_before"] = uptime()
-    info["fd_limit"] = limit
-    print(f"uptime: {info['uptime_before']}", flush=True)
-    results = []
-    servings = args.servings.split(",")
-    if "new" in servings:
-        results.append(run_serving("new", ROOT, url, args))
-    if "before" in servings:
-        with benchlib.before_tree(before) as tree:
-            results.append(run_serving(f"before ({before})", tree, before_url, args))
-    info["uptime_after"] = uptime()
-    print(f"uptime: {info['uptime_after']}", flush=True)
-    print_side_by_side(results, args)
-    benchlib.write_results(
-        "waiters",
+    benchlib.prepare_database(url)
+    benchlib.progress(
+        f"waiting agents: {args.long_polls} long polls, {args.sse} SSE, {args.mcp} "
+        f"MCP GET, {args.mcp_claims} MCP claim_next, {args.mcp_listen} MCP listen"
+    )
+    figures = measure_serving(url, args)
+    benchlib.print_table(
+        f"{args.long_polls} long polls + {args.sse} SSE + {args.mcp} MCP GET streams"
+        f" + {args.mcp_claims} MCP claim_next + {args.mcp_listen} MCP listen streams,"
+        f" {args.seconds:g} s per measurement",
+        ["figure", "no waiters", "waiters"],
+        side_by_side(figures, args.probes),
+    )
+    result.write(
         {
-            "benchmark": "waiters",
-            "machine": info,
-            "command": " ".join(sys.argv),
-            "load": {
-                "long_polls": args.long_polls,
-                "sse": args.sse,
-                "mcp": args.mcp,
-                "mcp_claims": args.mcp_claims,
-                "mcp_listen": args.mcp_listen,
-            },
-            "results": results,
+            "long_polls": args.long_polls,
+            "sse": args.sse,
+            "mcp": args.mcp,
+            "mcp_claims": args.mcp_claims,
+            "mcp_listen": args.mcp_listen,
+            "seconds": args.seconds,
+            "probes": list(args.probes),
+            "server_workers": 2,
+            "fd_limit": limit,
         },
+        benchlib.rounded(figures),
     )
 
 

@@ -1,0 +1,151 @@
+"""The benchmarks as tools: each answers --help, the cheap ones run at quick
+sizes, and the docs' marked tables match the committed result files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+SCRIPTS = (
+    "store_vs_sql",
+    "claim_latency",
+    "peers",
+    "waiting_agents",
+    "doorbell_latency",
+    "failover_cost",
+    "board",
+)
+sys.path.insert(0, str(BENCH))
+import report  # noqa: E402
+
+
+def run(*command, timeout=120):
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_bench_holds_the_seven_scripts_and_their_two_helpers():
+    found = {path.stem for path in BENCH.glob("*.py")}
+    assert found == {*SCRIPTS, "benchlib", "report"}
+    assert set(report.RENDERERS) == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", [*SCRIPTS, "report"])
+def test_each_bench_script_explains_itself_with_help(name):
+    done = run(f"bench/{name}.py", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Question:" in done.stdout or name == "report"
+    assert f"bench/{name}.py" in done.stdout
+
+
+def test_the_docs_marked_tables_match_the_committed_result_files():
+    done = run("bench/report.py", "--check", "--committed")
+    assert done.returncode == 0, done.stderr
+
+
+def marked_page(tmp_path, monkeypatch, text):
+    page = tmp_path / "page.md"
+    page.write_text(text)
+    monkeypatch.setattr(report, "doc_pages", lambda: [page])
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    return page
+
+
+def test_check_fails_on_a_marker_that_names_no_benchmark(tmp_path, monkeypatch):
+    marked_page(
+        tmp_path, monkeypatch, "<!-- bench:nothing -->\n<!-- /bench:nothing -->\n"
+    )
+    problems = report.sync_docs(write=False, committed_only=True)
+    assert problems == ["page.md: marker bench:nothing names no benchmark"]
+
+
+def test_check_fails_on_a_marker_whose_result_file_is_missing(tmp_path, monkeypatch):
+    marked_page(tmp_path, monkeypatch, "<!-- bench:board -->\n<!-- /bench:board -->\n")
+    monkeypatch.setattr(report, "LATEST", tmp_path / "none")
+    problems = report.sync_docs(write=False, committed_only=False)
+    assert problems == ["page.md: no result file for bench:board"]
+
+
+def quick_result(tmp_path, name, database_url, *extra, timeout=120):
+    done = run(
+        f"bench/{name}.py",
+        "--quick",
+        "--database-url",
+        database_url,
+        "--results-dir",
+        str(tmp_path),
+        *extra,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def bench_database_url(django_db_setup, django_db_blocker):
+    """A database of the quick runs' own, on the test database's server."""
+    from django.db import connection
+
+    given = connection.settings_dict
+    host, port = given["HOST"] or "127.0.0.1", given["PORT"] or 5432
+    user = given["USER"] or "postgres"
+    return f"postgres://{user}@{host}:{port}/switchboard_bench_smoke"
+
+
+def test_docs_check_then_rewrite_a_quick_result_labelled_quick(
+    tmp_path, monkeypatch, bench_database_url
+):
+    """A quick doorbell run writes its file; --docs puts its table between the
+    markers, labelled (quick); --check then passes."""
+    data = quick_result(tmp_path, "doorbell_latency", bench_database_url)
+    assert data["quick"] is True
+    assert data["command"].startswith("python bench/doorbell_latency.py --quick")
+    assert {"cores", "memory_gib", "kernel", "postgresql", "python"} <= set(
+        data["machine"]
+    )
+    assert set(data["load_average"]) == {"before", "after"}
+    assert data["results"]["http"]["count"] == 5
+    page = marked_page(
+        tmp_path,
+        monkeypatch,
+        "Before.\n<!-- bench:doorbell_latency -->\nold\n"
+        "<!-- /bench:doorbell_latency -->\n",
+    )
+    monkeypatch.setattr(report, "LATEST", tmp_path)
+    assert report.sync_docs(write=False, committed_only=False) == [
+        "page.md: bench:doorbell_latency differs from its file"
+    ]
+    report.sync_docs(write=True, committed_only=False)
+    text = page.read_text()
+    assert "**(quick)**" in text and "old" not in text
+    assert text.startswith("Before.\n<!-- bench:doorbell_latency -->\n")
+    assert report.sync_docs(write=False, committed_only=False) == []
+
+
+def test_store_vs_sql_runs_at_quick_sizes(tmp_path, bench_database_url):
+    data = quick_result(tmp_path, "store_vs_sql", bench_database_url)
+    moves = data["results"]["claim_complete"][0]
+    assert moves["plain"]["done"] > 0 and moves["store"]["done"] > 0
+    assert [run["workload"] for run in data["results"]["create"]] == [
+        "no-key",
+        "unique-keys",
+        "duplicates",
+    ]
+    assert "Claim+complete:" in report.render(data)
+
+
+def test_board_runs_at_quick_sizes(tmp_path, bench_database_url):
+    data = quick_result(
+        tmp_path, "board", bench_database_url, "--todos", "3000", "--history", "15000"
+    )
+    assert {page["status"] for page in data["results"]["pages"]} == {200}
+    assert "median ms" in report.render(data)
