@@ -140,10 +140,21 @@ def prepare_database(url):
     )
 
 
+def secret_key():
+    """The environment's SECRET_KEY, else `make`'s local one, else the bench's:
+    a run by hand and a run by `make bench` then read each other's secrets."""
+    local = ROOT / ".switchboard-secret-key"
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    if local.exists() and local.read_text().strip():
+        return local.read_text().strip()
+    return BENCH_SECRET_KEY
+
+
 def django_env(url, **extra):
     """Return an environment that points Switchboard at the benchmark database."""
     env = dict(os.environ)
-    env.setdefault("SECRET_KEY", BENCH_SECRET_KEY)
+    env["SECRET_KEY"] = secret_key()
     env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="board.settings", **extra)
     return env
 
@@ -152,7 +163,7 @@ def setup_django(url):
     """Configure Django in this process against the benchmark database."""
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "board.settings"
-    os.environ.setdefault("SECRET_KEY", BENCH_SECRET_KEY)
+    os.environ["SECRET_KEY"] = secret_key()
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import django
