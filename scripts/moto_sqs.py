@@ -37,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import benchlib  # noqa: E402 (bench/ is put on the path above)
-import peers  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -123,7 +122,7 @@ def moto_python(version):
 
 def fresh_database(base_url):
     """``<database>_moto``, dropped and migrated anew: no queue of a past run."""
-    url = peers.sibling_url(base_url, "_moto")
+    url = benchlib.sibling_url(base_url, "_moto")
     parts = urlsplit(url)
     name = parts.path.lstrip("/")
     with psycopg.connect(
@@ -170,7 +169,7 @@ def main():
         env=benchlib.django_env(url),
         check=True,
     )
-    with benchlib.gunicorn(url) as server:
+    with benchlib.serve(url) as server:
         endpoint = f"http://127.0.0.1:{server.port}"
         step(
             f"Switchboard serves {endpoint}; running moto's tests/test_sqs/test_sqs.py"
