@@ -25,6 +25,7 @@ dead-letter groups' plan. Result: bench/results/latest/board.json
 (`python bench/report.py`).
 """
 
+import logging
 import statistics
 import time
 from urllib.parse import urlencode
@@ -282,6 +283,9 @@ def main():
 
     benchlib.prepare_database(args.database_url)
     benchlib.setup_django(args.database_url)
+    # The renders' request log lines would bury the table (made, not written).
+    logging.getLogger("switchboard.request").propagate = False
+    logging.getLogger("switchboard.request").handlers = [logging.NullHandler()]
     from django.conf import settings
     from django.test import Client
 
