@@ -2,18 +2,11 @@
 
 import re
 
-import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from todos import auth, store
 from todos.sqs import credentials, messages
-
-
-@pytest.fixture
-def board(client, db):
-    client.force_login(get_user_model().objects.create_user("ops", is_staff=True))
-    return client
 
 
 def shown_secret(response):
