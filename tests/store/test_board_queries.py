@@ -1,11 +1,6 @@
 """The store's Board section: overview counts, the bulk-retry preview and pass."""
 
-import re
-
-from django.db import connection
-
 from todos import store
-from todos.store import operator, rows
 
 
 def failed(scope, *, dead, title="t", key=None, queue="q"):
@@ -79,25 +74,6 @@ def test_overview_stops_counting_terminal_rows_at_the_cap(scope):
     assert overview.capped["dead_letter"] is True
     assert overview.totals["dead_letter"] == 2
     assert overview.rows[0].dead_letter == 3  # cap + 1 rows read, then stop
-
-
-def test_overview_live_counts_use_the_live_overview_index(db):
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
-        cursor.execute("EXPLAIN " + operator.LIVE_OVERVIEW_SQL.format(scope="TRUE"))
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("RESET enable_seqscan")
-    assert "todos_live_overview_idx" in plan
-
-
-def test_the_overview_is_one_statement_whose_parts_keep_their_indexes(db):
-    """Its four counts came in four round trips, each a wait for the page;
-    joined, each part must still be planned on its own index."""
-    lines = plan(operator.overview_sql("TRUE"), {"cap": 10})
-
-    assert "todos_live_overview_idx" in lines
-    assert lines.count("->  GroupAggregate") + lines.count("->  HashAggregate") == 4
-    assert "Seq Scan" not in lines
 
 
 def test_retryable_count_previews_failed_todos_matching_the_filter(scope):
@@ -183,42 +159,6 @@ def test_retry_many_sorts_results_into_retried_conflicts_and_missing(scope):
     assert [t.id for t in retried] == [dead.id]
     assert [c.todo_id for c in conflicts] == [pending.id]
     assert len(missing) == 2
-
-
-def plan(sql, params):
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
-        cursor.execute("EXPLAIN " + sql, params)
-        lines = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("RESET enable_seqscan")
-    return lines
-
-
-def test_overview_dead_letter_count_reads_only_the_dead_letter_index(db):
-    sql = operator.TERMINAL_OVERVIEW_SQL.format(
-        name="dead_letter", state=store.STATE_FILTERS["dead_letter"], scope="TRUE"
-    )
-
-    lines = plan(sql, {"cap": 10})
-
-    # Index-only or bitmap, by the statistics left behind by earlier tests:
-    # either way only the dead-letter index is read, never the table's backlog.
-    # (Or the dead-letter group index, which also holds dead letters alone.)
-    assert "Seq Scan" not in lines
-    used = set(re.findall(r"todos_\w+_idx", lines))
-    assert used and used <= {"todos_dead_letter_idx", "todos_dead_letter_group_idx"}
-
-
-def test_newest_first_list_walks_the_created_index_instead_of_sorting(db):
-    sql = (
-        f"SELECT {rows.TODO_COLUMNS} FROM todos WHERE TRUE"
-        " ORDER BY created_at DESC, id DESC LIMIT 51"
-    )
-
-    lines = plan(sql, {})
-
-    assert "todos_created_idx" in lines
-    assert "Sort" not in lines
 
 
 def test_retry_matching_reports_a_dead_letter_held_back_by_its_twin_once(scope):
