@@ -98,8 +98,8 @@ ha: system-deps ## Start a failover pair (Patroni + etcd: primary and synchronou
 ha-stop: ## Stop the failover pair (its data stays in .hadata or its temp folder).
 	@scripts/ha.sh stop
 
-lint: venv ## Check style with ruff.
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+lint: venv ## Check style with ruff; type-check the core strictly with mypy.
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 fmt: venv ## Format with ruff.
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .

@@ -43,18 +43,18 @@ class Endpoint(models.Model):
         return self.name
 
     @property
-    def is_active(self):
+    def is_active(self) -> bool:
         return self.revoked_at is None
 
     @property
-    def grants_every_queue(self):
+    def grants_every_queue(self) -> bool:
         return "*" in self.queues
 
-    def grants(self, queue):
+    def grants(self, queue: str) -> bool:
         """Say whether this endpoint may use the named queue."""
         return self.grants_every_queue or queue in self.queues
 
-    def granted_queues(self):
+    def granted_queues(self) -> tuple[str, ...] | None:
         """Return the granted queue names, or None when every queue is granted."""
         return None if self.grants_every_queue else tuple(self.queues)
 

@@ -16,15 +16,19 @@ release, or its lease lapsing, then ends it canceled (lifecycle and sweeps).
 A terminal todo cannot be canceled (Conflict).
 """
 
+from collections.abc import Iterable
+from typing import Any
+
 from django.db import transaction
 
-from .lifecycle import T_COLUMNS, _lookup_many, _text, create_todo
+from .lifecycle import T_COLUMNS, Created, _lookup_many, _settled, _text, create_todo
 from .rows import (
     MAX_ACK_BATCH,
     MAX_REASON_CHARS,
     TODO_COLUMNS,
     Conflict,
     NotFound,
+    Scope,
     Todo,
 )
 from .sql import ISO_NOW, LIVE_ROW, _run, _scope, _todo_id, _uuid
@@ -92,7 +96,9 @@ SELECT {TODO_COLUMNS}, ord,
 NOT_CANCELABLE = "todo is {state}; a terminal todo cannot be canceled"
 
 
-def cancel_todo(scope, todo_id, *, reason="", by=""):
+def cancel_todo(
+    scope: Scope, todo_id: str, *, reason: str | None = "", by: str = ""
+) -> Todo:
     """Cancel one todo of this scope; return it.
 
     A todo not being worked on ends done and canceled at once; a claimed one
@@ -101,35 +107,48 @@ def cancel_todo(scope, todo_id, *, reason="", by=""):
     return _one(cancel_many(scope, [(todo_id, reason)], by=by))
 
 
-def cancel_todo_any_endpoint(todo_id, *, reason="", by="operator"):
+def cancel_todo_any_endpoint(
+    todo_id: str, *, reason: str | None = "", by: str = "operator"
+) -> Todo:
     """Cancel one todo of any endpoint (operator Board)."""
     return _one(_cancel(None, [(todo_id, reason)], by))
 
 
-def cancel_many(scope, cancels, *, by=""):
+# One cancel of a batch: the todo id and the reason (None or "": none given).
+Cancel = tuple[str, str | None]
+
+
+def cancel_many(
+    scope: Scope, cancels: Iterable[Cancel], *, by: str = ""
+) -> list[Todo | Exception]:
     """Cancel 1–100 todos of this scope: ``cancels`` is (todo_id, reason) pairs.
 
     Return one Todo or exception (NotFound, Conflict, ValueError) per pair, in
     order; each cancel is atomic on its own.
     """
-    cancels = list(cancels)
-    if not 1 <= len(cancels) <= MAX_ACK_BATCH:
+    batch = list(cancels)
+    if not 1 <= len(batch) <= MAX_ACK_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
-    return _cancel(scope, cancels, by)
+    return _cancel(scope, batch, by)
 
 
-def cancel_many_any_endpoint(todo_ids, *, reason="", by="operator"):
+def cancel_many_any_endpoint(
+    todo_ids: Iterable[str], *, reason: str | None = "", by: str = "operator"
+) -> list[Todo | Exception]:
     """Cancel each of the given todos of any endpoint (the Board's ticked rows)."""
-    results = []
-    todo_ids = list(todo_ids)
-    for start in range(0, len(todo_ids), MAX_ACK_BATCH):
-        chunk = todo_ids[start : start + MAX_ACK_BATCH]
+    results: list[Todo | Exception] = []
+    ids = list(todo_ids)
+    for start in range(0, len(ids), MAX_ACK_BATCH):
+        chunk = ids[start : start + MAX_ACK_BATCH]
         results.extend(_cancel(None, [(todo_id, reason) for todo_id in chunk], by))
     return results
 
 
-def _cancel(scope, cancels, by):
-    results, bound = [None] * len(cancels), []
+def _cancel(
+    scope: Scope | None, cancels: list[Cancel], by: str
+) -> list[Todo | Exception]:
+    results: list[Todo | Exception | None] = [None] * len(cancels)
+    bound: list[tuple[int, str, str | None]] = []
     for index, (todo_id, reason) in enumerate(cancels):
         try:
             bound.append(
@@ -138,14 +157,14 @@ def _cancel(scope, cancels, by):
         except (ValueError, NotFound) as exc:
             results[index] = exc
     if not bound:
-        return results
+        return _settled(results)
     params = {
         **_scope(scope),
         "ids": [todo_id for _, todo_id, _ in bound],
         "reasons": [reason or "" for _, _, reason in bound],
         "by": by or "",
     }
-    moved = {}
+    moved: dict[int, Todo] = {}
     for row in _run("cancel", CANCEL_SQL, params):
         moved[row[-2] - 1] = Todo.from_row(row)
     missed = [
@@ -164,10 +183,10 @@ def _cancel(scope, cancels, by):
             )
         else:
             results[index] = NotFound(todo_id=todo_id)
-    return results
+    return _settled(results)
 
 
-def _one(results):
+def _one(results: list[Todo | Exception]) -> Todo:
     (result,) = results
     if isinstance(result, Exception):
         raise result
@@ -187,7 +206,14 @@ class ReplaceBlocked(Conflict):
     """Create with replace found a claimed duplicate: it got a cancel request."""
 
 
-def create_replacing(scope, *, queue, idempotency_key, actor="", **fields):
+def create_replacing(
+    scope: Scope,
+    *,
+    queue: str,
+    idempotency_key: str | None,
+    actor: str = "",
+    **fields: Any,
+) -> Created:
     """Create a todo, canceling the pending live duplicate of its key first.
 
     One transaction: the duplicate ends canceled and the new todo takes the
@@ -199,7 +225,7 @@ def create_replacing(scope, *, queue, idempotency_key, actor="", **fields):
     endpoint_id = _uuid(scope.endpoint_id)
     if endpoint_id is None:
         raise NotFound()
-    blocked = None
+    blocked: Todo | None = None
     with transaction.atomic():
         rows = _run(
             "create_replacing",
@@ -238,17 +264,20 @@ UPDATE todos SET dismissed_at = now(), updated_at = updated_at
 """
 
 
-def dismiss_dead_letters_any_endpoint(todo_ids, *, endpoint_ids=None):
+def dismiss_dead_letters_any_endpoint(
+    todo_ids: Iterable[object], *, endpoint_ids: Iterable[object] | None = None
+) -> int:
     """Dismiss dead letters from their groups; return how many were dismissed.
 
     ``endpoint_ids`` is the Board's owner scope (None = every endpoint).
     """
     ids = [parsed for parsed in map(_uuid, todo_ids) if parsed is not None]
+    scope_ids = None
     if endpoint_ids is not None:
-        endpoint_ids = [p for p in map(_uuid, endpoint_ids) if p is not None]
-        if not endpoint_ids:
+        scope_ids = [p for p in map(_uuid, endpoint_ids) if p is not None]
+        if not scope_ids:
             return 0
     if not ids:
         return 0
-    params = {"ids": ids, "endpoint_ids": endpoint_ids}
+    params = {"ids": ids, "endpoint_ids": scope_ids}
     return _run("dismiss", DISMISS_SQL, params, fetch="count")

@@ -13,7 +13,9 @@ The channel every statement rings is ``switchboard_todo_ready``
 import hmac
 import json
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 
@@ -27,11 +29,13 @@ from .rows import (
     MAX_PROGRESS_MESSAGE_CHARS,
     TODO_COLUMNS,
     Conflict,
+    JSONObject,
     KeyHeld,
     LeaseSuperseded,
     NotFound,
     QueueNotGranted,
     Scope,
+    StoreError,
     Todo,
     TooLarge,
 )
@@ -117,18 +121,41 @@ KEY_HELD_OUTSIDE_GRANT = (
 )
 
 
+class CreateItem(TypedDict):
+    """One validated create, bound for CREATE_SQL (payload as JSON text)."""
+
+    queue: str
+    title: str
+    payload: str
+    assignee: str | None
+    max_attempts: int | None
+    delay_seconds: int | None
+    idempotency_key: str | None
+
+
+class BatchItem(CreateItem):
+    """A create of a batch, with the id its row gets."""
+
+    id: uuid.UUID
+
+
+# A create's outcome: the todo and whether this call created it (False: a live
+# duplicate of its idempotency key).
+Created = tuple[Todo, bool]
+
+
 def create_todo(
-    scope,
+    scope: Scope,
     *,
-    queue,
-    title="",
-    payload=None,
-    idempotency_key=None,
-    assignee=None,
-    max_attempts=None,
-    delay_seconds=None,
-    actor="",
-):
+    queue: str,
+    title: str = "",
+    payload: object = None,
+    idempotency_key: str | None = None,
+    assignee: str | None = None,
+    max_attempts: int | None = None,
+    delay_seconds: int | None = None,
+    actor: str = "",
+) -> Created:
     """Enqueue a todo; return (todo, created).
 
     A live duplicate (same endpoint and idempotency key) returns created=False;
@@ -144,17 +171,17 @@ def create_todo(
 
 
 def create_todo_any_endpoint(
-    endpoint_id,
+    endpoint_id: str,
     *,
-    queue,
-    title="",
-    payload=None,
-    idempotency_key=None,
-    assignee=None,
-    max_attempts=None,
-    delay_seconds=None,
-    actor="",
-):
+    queue: str,
+    title: str = "",
+    payload: object = None,
+    idempotency_key: str | None = None,
+    assignee: str | None = None,
+    max_attempts: int | None = None,
+    delay_seconds: int | None = None,
+    actor: str = "",
+) -> Created:
     """Enqueue a todo for any endpoint (the Board); no grant check."""
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
@@ -166,8 +193,14 @@ def create_todo_any_endpoint(
 
 
 def _create_item(
-    queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
-):
+    queue: object,
+    title: str | None,
+    payload: object,
+    idempotency_key: str | None,
+    assignee: str | None,
+    max_attempts: int | None,
+    delay_seconds: int | None,
+) -> CreateItem:
     """Validate one create and bind it (ValueError names the bad field)."""
     if not isinstance(queue, str) or not queue:
         raise ValueError("queue must be a non-empty string")
@@ -190,7 +223,7 @@ def _create_item(
     }
 
 
-def _duplicate(scope, todo):
+def _duplicate(scope: Scope | None, todo: Todo) -> Created:
     """The live duplicate a create collapsed onto, if the caller may see it."""
     if scope is not None and not scope.covers(todo.queue):
         # After a grant narrowed: never hand out another queue's todo.
@@ -198,7 +231,9 @@ def _duplicate(scope, todo):
     return todo, False
 
 
-def bind_create(endpoint_id, *, actor="", **fields):
+def bind_create(
+    endpoint_id: object, *, actor: str = "", **fields: Any
+) -> dict[str, object]:
     """Return CREATE_SQL's parameters (the benchmarks run the same statement)."""
     item = _create_item(**_item_args(fields))
     return {
@@ -210,8 +245,15 @@ def bind_create(endpoint_id, *, actor="", **fields):
     }
 
 
-def _create(endpoint_id, scope, item, actor):
-    params = {**item, **_defaults(), "endpoint_id": endpoint_id, "actor": actor}
+def _create(
+    endpoint_id: str, scope: Scope | None, item: CreateItem, actor: str
+) -> Created:
+    params: dict[str, object] = {
+        **item,
+        **_defaults(),
+        "endpoint_id": endpoint_id,
+        "actor": actor,
+    }
     # A duplicate can turn terminal between the insert that lost and the read
     # of the winner; then the slot is free again and the next insert wins.
     for _ in range(3):
@@ -295,7 +337,9 @@ CREATE_FIELDS = {
 }
 
 
-def create_many(scope, items, *, actor=""):
+def create_many(
+    scope: Scope, items: Iterable[Mapping[str, Any]], *, actor: str = ""
+) -> list[Created | Exception]:
     """Enqueue 1–100 todos in one statement; return one result per item, in order.
 
     Each result is ``(todo, created)`` or the exception the single create would
@@ -303,12 +347,13 @@ def create_many(scope, items, *, actor=""):
     create_todo's keyword arguments; a key equal to an earlier item's (in this
     batch or before) collapses onto that live todo with created=False.
     """
-    items = list(items)
-    if not 1 <= len(items) <= MAX_CREATE_BATCH:
+    batch_items = list(items)
+    if not 1 <= len(batch_items) <= MAX_CREATE_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_CREATE_BATCH} todos")
     endpoint_id = _scope_params(scope)["endpoint_id"]
-    results, bound = [None] * len(items), {}
-    for index, fields in enumerate(items):
+    results: list[Created | Exception | None] = [None] * len(batch_items)
+    bound: dict[int, BatchItem] = {}
+    for index, fields in enumerate(batch_items):
         try:
             unknown = set(fields) - CREATE_FIELDS
             if unknown:
@@ -316,11 +361,11 @@ def create_many(scope, items, *, actor=""):
             item = _create_item(**_item_args(fields))
             if not scope.covers(item["queue"]):
                 raise QueueNotGranted(item["queue"])
-            bound[index] = {**item, "id": uuid.uuid4()}
+            bound[index] = BatchItem(**item, id=uuid.uuid4())
         except (ValueError, TypeError, QueueNotGranted) as exc:
             results[index] = exc if not isinstance(exc, TypeError) else ValueError(exc)
     if not bound:
-        return results
+        return _settled(results)
     batch = list(bound.values())
     params = {
         **_defaults(),
@@ -342,7 +387,7 @@ def create_many(scope, items, *, actor=""):
         for item in batch
         if str(item["id"]) not in created and item["idempotency_key"] is not None
     ]
-    live = {}
+    live: dict[str | None, Todo] = {}
     if keys:
         rows = _run(
             "create_many",
@@ -365,10 +410,16 @@ def create_many(scope, items, *, actor=""):
                 results[index] = _create(endpoint_id, scope, item, actor)
         except (Conflict, NotFound) as exc:
             results[index] = exc
-    return results
+    return _settled(results)
 
 
-def _item_args(fields):
+def _settled[T](results: list[T | None]) -> list[T]:
+    """The results of a batch once every item has one."""
+    assert all(result is not None for result in results)
+    return [result for result in results if result is not None]
+
+
+def _item_args(fields: Mapping[str, Any]) -> dict[str, Any]:
     args = dict(fields)
     args.setdefault("title", "")
     return {
@@ -523,8 +574,14 @@ SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
 
 
 def claim_many(
-    scope, worker, *, limit, queue=None, lease_seconds=None, visible_at_once=False
-):
+    scope: Scope,
+    worker: str,
+    *,
+    limit: int,
+    queue: str | None = None,
+    lease_seconds: int | None = None,
+    visible_at_once: bool = False,
+) -> list[Todo]:
     """Claim up to ``limit`` (1–10) todos of this scope in one statement; [] if none.
 
     Due redeliveries first, then the oldest due pending todos of queues that
@@ -545,8 +602,14 @@ def claim_many(
 
 
 def bind_claim(
-    scope, worker, *, limit=1, queue=None, lease_seconds=None, visible_at_once=False
-):
+    scope: Scope,
+    worker: str,
+    *,
+    limit: int = 1,
+    queue: str | None = None,
+    lease_seconds: int | None = None,
+    visible_at_once: bool = False,
+) -> dict[str, object]:
     """Return CLAIM_SQL's parameters (the benchmarks run the same statement)."""
     limit = int(limit)
     if not 1 <= limit <= MAX_CLAIM_BATCH:
@@ -564,7 +627,13 @@ def bind_claim(
     }
 
 
-def claim_next(scope, worker, *, queue=None, lease_seconds=None):
+def claim_next(
+    scope: Scope,
+    worker: str,
+    *,
+    queue: str | None = None,
+    lease_seconds: int | None = None,
+) -> Todo:
     """Claim the next claimable todo of this scope (optionally of one queue)."""
     claimed = claim_many(
         scope, worker, limit=1, queue=queue, lease_seconds=lease_seconds
@@ -626,18 +695,24 @@ CLAIMABLE = (
 )
 
 
-def claim_todo(scope, todo_id, worker, *, lease_seconds=None):
+def claim_todo(
+    scope: Scope, todo_id: str, worker: str, *, lease_seconds: int | None = None
+) -> Todo:
     """Claim one specific todo of this scope."""
     return _claim_one(scope, todo_id, worker, lease_seconds)
 
 
-def claim_todo_any_endpoint(todo_id, worker, *, lease_seconds=None):
+def claim_todo_any_endpoint(
+    todo_id: str, worker: str, *, lease_seconds: int | None = None
+) -> Todo:
     """Claim one specific todo of any endpoint (operator Board)."""
     return _claim_one(None, todo_id, worker, lease_seconds)
 
 
-def _claim_one(scope, todo_id, worker, lease_seconds):
-    todo_id = _todo_id(todo_id)
+def _claim_one(
+    scope: Scope | None, given_id: str, worker: str, lease_seconds: int | None
+) -> Todo:
+    todo_id = _todo_id(given_id)
     params = {
         **_scope(scope),
         **_defaults(),
@@ -662,7 +737,7 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def _lookup(scope, todo_id):
+def _lookup(scope: Scope | None, todo_id: str) -> Todo:
     """After a zero-row transition: the todo as it is now, or NotFound."""
     found = _lookup_many(scope, [todo_id])
     if todo_id not in found:
@@ -670,7 +745,7 @@ def _lookup(scope, todo_id):
     return found[todo_id]
 
 
-def _lookup_many(scope, todo_ids):
+def _lookup_many(scope: Scope | None, todo_ids: Iterable[str]) -> dict[str, Todo]:
     params = {**_scope(scope), "ids": list(todo_ids)}
     return {
         str(row[0]): Todo.from_row(row) for row in _run("classify", LOOKUP_SQL, params)
@@ -699,8 +774,9 @@ class Ack:
     result: object = None
     error: str | None = None
     lease_seconds: int | None = None
-    progress: dict | None = None
+    progress: JSONObject | None = None
     checkpoint: object = None
+    # A worker name, None (the pool), or KEEP_ASSIGNEE.
     assignee: object = KEEP_ASSIGNEE
     note: str | None = None
 
@@ -824,7 +900,25 @@ SELECT {TODO_COLUMNS}, ord,
 OWNED = "only the current lease owner may do this to a claimed todo"
 
 
-def _bind_ack(action):
+# One validated action as ACK_SQL's arrays take it: id, op, worker, token,
+# result, error, lease, progress, checkpoint, handoff, assignee, note.
+BoundAck = tuple[
+    str,
+    str,
+    str | None,
+    str | None,
+    str | None,
+    str,
+    int | None,
+    str | None,
+    str | None,
+    bool,
+    str | None,
+    str | None,
+]
+
+
+def _bind_ack(action: Ack) -> BoundAck:
     """Validate one action; return its array values (ValueError/NotFound if bad)."""
     if action.op not in OPS:
         raise ValueError(f"op must be one of {', '.join(OPS)}")
@@ -862,7 +956,7 @@ def _bind_ack(action):
     )
 
 
-def _progress(progress):
+def _progress(progress: object) -> str | None:
     """Validate a heartbeat's progress ({"message", "fraction"}); return its JSON."""
     if progress is None:
         return None
@@ -880,27 +974,27 @@ def _progress(progress):
     return json.dumps({"message": message or "", "fraction": fraction})
 
 
-def _checkpoint(checkpoint):
+def _checkpoint(checkpoint: object) -> str | None:
     """Return a checkpoint's JSON (None keeps the last one); TooLarge over 64 KiB."""
     if checkpoint is None:
         return None
     return _bounded_json("checkpoint", checkpoint, MAX_CHECKPOINT_BYTES)
 
 
-def _bounded_json(field, value, limit):
+def _bounded_json(field: str, value: object, limit: int) -> str:
     encoded = json.dumps(value)
     if len(encoded.encode()) > limit:
         raise TooLarge(field, limit)
     return encoded
 
 
-def _assignee(assignee):
+def _assignee(assignee: object) -> str | None:
     if assignee is not None and (not isinstance(assignee, str) or not assignee):
         raise ValueError("assignee must be a worker name or null")
     return assignee
 
 
-def _text(field, value, limit):
+def _text(field: str, value: object, limit: int) -> str | None:
     """Validate an optional bounded string; return it (None stays None)."""
     if value is None:
         return None
@@ -911,7 +1005,7 @@ def _text(field, value, limit):
     return value
 
 
-def _ack_params(scope, bound):
+def _ack_params(scope: Scope | None, bound: list[BoundAck]) -> dict[str, object]:
     columns = list(zip(*bound, strict=True))
     return {
         **_scope(scope),
@@ -931,12 +1025,12 @@ def _ack_params(scope, bound):
     }
 
 
-def bind_acks(scope, actions):
+def bind_acks(scope: Scope, actions: Iterable[Ack]) -> dict[str, object]:
     """Return ACK_SQL's parameters for valid actions (the benchmarks run it too)."""
     return _ack_params(scope, [_bind_ack(action) for action in actions])
 
 
-def acknowledge_many(scope, actions):
+def acknowledge_many(scope: Scope, actions: Iterable[Ack]) -> list[Todo | Exception]:
     """Apply 1–100 owner actions; return one Todo or exception per action, in order.
 
     One statement moves every action that holds its lease; one lookup then
@@ -945,23 +1039,24 @@ def acknowledge_many(scope, actions):
     claimed, or not the owner), ValueError (a bad op or value). A complete
     repeated with the token that completed the todo returns the done todo.
     """
-    actions = list(actions)
-    if not 1 <= len(actions) <= MAX_ACK_BATCH:
+    batch = list(actions)
+    if not 1 <= len(batch) <= MAX_ACK_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
-    return _acknowledge(scope, actions)
+    return _acknowledge(scope, batch)
 
 
-def _acknowledge(scope, actions):
-    results, bound = [None] * len(actions), []
+def _acknowledge(scope: Scope, actions: list[Ack]) -> list[Todo | Exception]:
+    results: list[Todo | Exception | None] = [None] * len(actions)
+    bound: list[tuple[int, BoundAck]] = []
     for index, action in enumerate(actions):
         try:
             bound.append((index, _bind_ack(action)))
         except (ValueError, TypeError, NotFound) as exc:
             results[index] = exc if not isinstance(exc, TypeError) else ValueError(exc)
     if not bound:
-        return results
+        return _settled(results)
     params = _ack_params(scope, [values for _, values in bound])
-    moved = {}
+    moved: dict[int, Todo] = {}
     for row in _run("acknowledge", ACK_SQL, params):
         moved[row[len(row) - 2] - 1] = Todo.from_row(row)
     missed = [(i, values) for i, (_, values) in enumerate(bound) if i not in moved]
@@ -972,10 +1067,10 @@ def _acknowledge(scope, actions):
     for position, values in missed:
         index = bound[position][0]
         results[index] = _ack_miss(actions[index], values[0], found.get(values[0]))
-    return results
+    return _settled(results)
 
 
-def _ack_miss(action, todo_id, todo):
+def _ack_miss(action: Ack, todo_id: str, todo: Todo | None) -> Todo | StoreError:
     """Classify an action that moved nothing (returned, never raised)."""
     if todo is None:
         return NotFound(todo_id=todo_id)
@@ -996,7 +1091,7 @@ def _ack_miss(action, todo_id, todo):
     return Conflict(f"todo is {todo.state}; {OWNED}", todo_id=todo_id, state=todo.state)
 
 
-def _one_ack(scope, action):
+def _one_ack(scope: Scope, action: Ack) -> Todo:
     (result,) = _acknowledge(scope, [action])
     if isinstance(result, Exception):
         raise result
@@ -1004,15 +1099,15 @@ def _one_ack(scope, action):
 
 
 def heartbeat(
-    scope,
-    todo_id,
-    worker,
+    scope: Scope,
+    todo_id: str,
+    worker: str | None,
     *,
-    lease_seconds=None,
-    lease_token=None,
-    progress=None,
-    checkpoint=None,
-):
+    lease_seconds: int | None = None,
+    lease_token: str | None = None,
+    progress: JSONObject | None = None,
+    checkpoint: object = None,
+) -> Todo:
     """Extend the lease to now + lease_seconds (default: the queue's, the server's).
 
     ``progress`` ({"message", "fraction"}) and ``checkpoint`` (JSON, at most
@@ -1033,12 +1128,26 @@ def heartbeat(
     )
 
 
-def complete_todo(scope, todo_id, worker, *, result=None, lease_token=None):
+def complete_todo(
+    scope: Scope,
+    todo_id: str,
+    worker: str | None,
+    *,
+    result: object = None,
+    lease_token: str | None = None,
+) -> Todo:
     """Mark the lease holder's claimed todo done, storing its result."""
     return _one_ack(scope, Ack("complete", todo_id, worker, lease_token, result=result))
 
 
-def fail_todo(scope, todo_id, worker, *, error="", lease_token=None):
+def fail_todo(
+    scope: Scope,
+    todo_id: str,
+    worker: str | None,
+    *,
+    error: str = "",
+    lease_token: str | None = None,
+) -> Todo:
     """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap.
 
     Under a cancel request the todo ends canceled instead.
@@ -1047,15 +1156,15 @@ def fail_todo(scope, todo_id, worker, *, error="", lease_token=None):
 
 
 def release_todo(
-    scope,
-    todo_id,
-    worker,
+    scope: Scope,
+    todo_id: str,
+    worker: str | None,
     *,
-    lease_token=None,
-    assignee=KEEP_ASSIGNEE,
-    note=None,
-    checkpoint=None,
-):
+    lease_token: str | None = None,
+    assignee: object = KEEP_ASSIGNEE,
+    note: str | None = None,
+    checkpoint: object = None,
+) -> Todo:
     """Give the lease back now: pending below the cap, else dead-letter.
 
     A handoff in the same transition: ``assignee`` names the worker that may
@@ -1103,9 +1212,9 @@ SELECT {TODO_COLUMNS},
 """
 
 
-def release_todo_any_endpoint(todo_id, *, actor="operator"):
+def release_todo_any_endpoint(given_id: str, *, actor: str = "operator") -> Todo:
     """Release a stuck claim whoever holds it (operator Board)."""
-    todo_id = _todo_id(todo_id)
+    todo_id = _todo_id(given_id)
     row = _run(
         "release_todo", RELEASE_ANY_SQL, {"id": todo_id, "actor": actor}, fetch="one"
     )
@@ -1152,25 +1261,26 @@ DUPLICATE_ON_RETRY = (
 DEDUPE_INDEX = "todos_dedupe_idx"
 
 
-def retry_todo(scope, todo_id, *, actor="agent"):
+def retry_todo(scope: Scope, todo_id: str, *, actor: str = "agent") -> Todo:
     """Requeue a failed todo of this scope now (dead letter or open window)."""
     return _retry(scope, todo_id, actor)
 
 
-def retry_todo_any_endpoint(todo_id, *, actor="operator"):
+def retry_todo_any_endpoint(todo_id: str, *, actor: str = "operator") -> Todo:
     """Requeue a failed todo of any endpoint now (operator Board)."""
     return _retry(None, todo_id, actor)
 
 
-def is_dedupe_violation(exc):
+def is_dedupe_violation(exc: BaseException) -> bool:
     """Say whether an IntegrityError is a collision in todos_dedupe_idx."""
     cause = getattr(exc, "__cause__", None)
     diag = getattr(cause, "diag", None)
-    return getattr(diag, "constraint_name", None) == DEDUPE_INDEX
+    constraint: object = getattr(diag, "constraint_name", None)
+    return constraint == DEDUPE_INDEX
 
 
-def _retry(scope, todo_id, actor):
-    todo_id = _todo_id(todo_id)
+def _retry(scope: Scope | None, given_id: str, actor: str) -> Todo:
+    todo_id = _todo_id(given_id)
     params = {**_scope(scope), "id": todo_id, "actor": actor}
     try:
         # A savepoint, so a dedupe collision does not poison a caller's transaction.

@@ -1,14 +1,16 @@
 """The operator Board's queries: counts per queue and bulk retries."""
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Unpack
 
 from django.db import IntegrityError, transaction
 
 from .lifecycle import _retry, is_dedupe_violation
-from .reads import STATE_FILTERS, _filter_conditions
-from .rows import Conflict, NotFound
+from .reads import STATE_FILTERS, Filters, _filter_conditions
+from .rows import Conflict, NotFound, Todo
 from .sql import DOORBELL, EVENT_INSERT, _run, _uuid
 
 # Terminal rows (done, dead letters) can number millions; the Board never
@@ -38,9 +40,9 @@ class QueueCounts:
 class Overview:
     """Counts per (endpoint, queue); terminal counts are capped (see ``capped``)."""
 
-    rows: list
-    totals: dict
-    capped: dict
+    rows: list[QueueCounts]
+    totals: dict[str, int]
+    capped: dict[str, bool]
     cap: int
 
 
@@ -79,7 +81,7 @@ SELECT '{name}', endpoint_id, queue, count(*), NULL, NULL, NULL FROM (
  GROUP BY endpoint_id, queue"""
 
 
-def overview_sql(scope):
+def overview_sql(scope: str) -> str:
     """The overview's statement: its four parts, as one."""
     return "\nUNION ALL".join(
         [
@@ -100,7 +102,9 @@ BOARD_SCOPE = "endpoint_id = ANY(%(scope_endpoints)s::uuid[])"
 ANY_ENDPOINT = "TRUE"
 
 
-def _board_scope(endpoint_ids):
+def _board_scope(
+    endpoint_ids: Iterable[object] | None,
+) -> tuple[str, dict[str, list[str]]]:
     """Return (predicate, params) of the Board's owner scope."""
     if endpoint_ids is None:
         return ANY_ENDPOINT, {}
@@ -108,15 +112,17 @@ def _board_scope(endpoint_ids):
     return BOARD_SCOPE, {"scope_endpoints": ids}
 
 
-def board_overview(*, cap=TERMINAL_COUNT_CAP, endpoint_ids=None):
+def board_overview(
+    *, cap: int = TERMINAL_COUNT_CAP, endpoint_ids: Iterable[object] | None = None
+) -> Overview:
     """Return counts per endpoint and queue; terminal counts stop at ``cap``.
 
     ``endpoint_ids`` limits it to those endpoints (the Board's owner scope).
     """
-    counts = {}
+    counts: dict[tuple[str, str], dict[str, Any]] = {}
     scope, scope_params = _board_scope(endpoint_ids)
 
-    def line(endpoint_id, queue):
+    def line(endpoint_id: object, queue: str) -> dict[str, Any]:
         key = (str(endpoint_id), queue)
         return counts.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 
@@ -174,7 +180,7 @@ SELECT count(*) FROM (
 """
 
 
-def _count_failed(held, cap, filters):
+def _count_failed(held: str, cap: int, filters: Filters) -> int:
     found = _filter_conditions(**filters)
     if found is None:
         return 0
@@ -182,15 +188,22 @@ def _count_failed(held, cap, filters):
     sql = RETRYABLE_COUNT_SQL.format(
         where=" AND ".join(conditions) or "TRUE", held=held
     )
-    return _run("count_retryable", sql, {**params, "cap": int(cap)}, fetch="one")[0]
+    row = _run("count_retryable", sql, {**params, "cap": int(cap)}, fetch="one")
+    assert row is not None  # a count returns one row
+    count: int = row[0]
+    return count
 
 
-def count_retryable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+def count_retryable_any_endpoint(
+    *, cap: int = BULK_RETRY_LIMIT, **filters: Unpack[Filters]
+) -> int:
     """Count the failed todos a bulk retry of this filter would move, up to cap + 1."""
     return _count_failed(f"NOT {KEY_HELD_ELSEWHERE}", cap, filters)
 
 
-def count_key_held_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+def count_key_held_any_endpoint(
+    *, cap: int = BULK_RETRY_LIMIT, **filters: Unpack[Filters]
+) -> int:
     """Count the matching dead letters a bulk retry must leave, up to cap + 1:
     another live todo holds their idempotency key."""
     return _count_failed(KEY_HELD_ELSEWHERE, cap, filters)
@@ -202,7 +215,7 @@ class BulkRetry:
     more matching todos are left for another pass."""
 
     retried: int
-    conflicts: list
+    conflicts: list[Conflict]
     more: bool
     # Matching dead letters left failed because a live todo holds their key.
     key_held: int = 0
@@ -248,8 +261,12 @@ KEYSET_START = (
 
 
 def retry_matching_any_endpoint(
-    *, actor="operator", limit=BULK_RETRY_LIMIT, batch=BULK_RETRY_BATCH, **filters
-):
+    *,
+    actor: str = "operator",
+    limit: int = BULK_RETRY_LIMIT,
+    batch: int = BULK_RETRY_BATCH,
+    **filters: Unpack[Filters],
+) -> BulkRetry:
     """Requeue every failed todo a filter matches, batch by batch (operator Board).
 
     Each batch commits on its own, so a large retry never holds thousands of
@@ -265,7 +282,7 @@ def retry_matching_any_endpoint(
     ids_sql = RETRY_BATCH_IDS_SQL.format(where=where)
     params = {**params, "actor": actor, "event_error": ""}
     after = KEYSET_START
-    retried, conflicts = 0, []
+    retried, conflicts = 0, list[Conflict]()
     while retried < limit:
         size = min(int(batch), limit - retried)
         bound = {
@@ -303,9 +320,13 @@ def retry_matching_any_endpoint(
     return BulkRetry(retried, conflicts, more, max(held, 0))
 
 
-def retry_many_any_endpoint(todo_ids, *, actor="operator"):
+def retry_many_any_endpoint(
+    todo_ids: Iterable[str], *, actor: str = "operator"
+) -> tuple[list[Todo], list[Conflict], list[NotFound]]:
     """Requeue each of the given failed todos; return (retried, conflicts, missing)."""
-    retried, conflicts, missing = [], [], []
+    retried: list[Todo] = []
+    conflicts: list[Conflict] = []
+    missing: list[NotFound] = []
     for todo_id in todo_ids:
         try:
             retried.append(_retry(None, todo_id, actor))

@@ -7,11 +7,13 @@ keyset batches, and move them through the transitions ``cancel`` owns
 (``CANCEL_SQL``, ``DISMISS_SQL``): the state rules stay in one place.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Unpack
 
 from .cancel import cancel_many_any_endpoint, dismiss_dead_letters_any_endpoint
 from .operator import BULK_RETRY_LIMIT, KEYSET_START
-from .reads import STATE_FILTERS, _filter_conditions
+from .reads import STATE_FILTERS, Filters, RowFilters, _filter_conditions
 from .rows import MAX_ACK_BATCH, TODO_COLUMNS, Conflict, Todo
 from .sql import _run, _uuid
 
@@ -29,16 +31,19 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def answered_questions_any_endpoint(*, endpoint_ids=None, limit=10):
+def answered_questions_any_endpoint(
+    *, endpoint_ids: Iterable[object] | None = None, limit: int = 10
+) -> list[Todo]:
     """Return the latest answered questions of these endpoints (None = all)."""
+    scope_ids = None
     if endpoint_ids is not None:
-        endpoint_ids = [p for p in map(_uuid, endpoint_ids) if p is not None]
-        if not endpoint_ids:
+        scope_ids = [p for p in map(_uuid, endpoint_ids) if p is not None]
+        if not scope_ids:
             return []
     limit = int(limit)
     if not 1 <= limit <= 200:
         raise ValueError("limit must be between 1 and 200")
-    params = {"endpoint_ids": endpoint_ids, "limit": limit}
+    params = {"endpoint_ids": scope_ids, "limit": limit}
     return [
         Todo.from_row(row) for row in _run("answered_questions", ANSWERED_SQL, params)
     ]
@@ -77,7 +82,7 @@ class Cancelable:
     requested: int
 
     @property
-    def total(self):
+    def total(self) -> int:
         return self.now + self.requested
 
 
@@ -87,11 +92,11 @@ class BulkCancel:
 
     canceled: int
     requested: int
-    conflicts: list
+    conflicts: list[Conflict]
     more: bool
 
 
-def _where(filters):
+def _where(filters: Filters) -> tuple[str, dict[str, Any]] | None:
     found = _filter_conditions(**filters)
     if found is None:
         return None
@@ -99,22 +104,28 @@ def _where(filters):
     return " AND ".join(conditions) or "TRUE", params
 
 
-def count_cancelable_any_endpoint(*, cap=BULK_RETRY_LIMIT, **filters):
+def count_cancelable_any_endpoint(
+    *, cap: int = BULK_RETRY_LIMIT, **filters: Unpack[Filters]
+) -> Cancelable:
     """Count what a cancel of this filter would move (each count up to cap + 1)."""
     found = _where(filters)
     if found is None:
         return Cancelable(0, 0)
     where, params = found
     sql = CANCELABLE_COUNT_SQL.format(where=where)
-    now, requested = _run(
-        "count_cancelable", sql, {**params, "cap": int(cap)}, fetch="one"
-    )
+    row = _run("count_cancelable", sql, {**params, "cap": int(cap)}, fetch="one")
+    assert row is not None  # a count returns one row
+    now, requested = row
     return Cancelable(now, requested)
 
 
 def cancel_matching_any_endpoint(
-    *, reason="", by="operator", limit=BULK_RETRY_LIMIT, **filters
-):
+    *,
+    reason: str | None = "",
+    by: str = "operator",
+    limit: int = BULK_RETRY_LIMIT,
+    **filters: Unpack[Filters],
+) -> BulkCancel:
     """Cancel every live todo a filter matches, a batch of 100 at a time.
 
     Each batch is one cancel statement (atomic on its own). A claimed todo
@@ -126,7 +137,8 @@ def cancel_matching_any_endpoint(
         return BulkCancel(0, 0, [], False)
     where, params = found
     sql = CANCEL_BATCH_IDS_SQL.format(where=where)
-    after, moved, canceled, requested, conflicts = KEYSET_START, 0, 0, 0, []
+    after, moved, canceled, requested = KEYSET_START, 0, 0, 0
+    conflicts: list[Conflict] = []
     while moved < limit:
         size = min(MAX_ACK_BATCH, limit - moved)
         bound = {
@@ -167,13 +179,15 @@ SELECT id FROM todos
 """
 
 
-def dismiss_matching_any_endpoint(*, endpoint_ids=None, **filters):
+def dismiss_matching_any_endpoint(
+    *, endpoint_ids: Iterable[object] | None = None, **filters: Unpack[RowFilters]
+) -> int:
     """Dismiss the dead letters a filter matches (a group); return how many.
 
     ``endpoint_ids`` is the Board's owner scope; dismissed ones leave the
     selection, so each batch reads the next ones.
     """
-    found = _where({**filters, "endpoint_ids": endpoint_ids})
+    found = _where(Filters(**filters, endpoint_ids=endpoint_ids))
     if found is None:
         return 0
     where, params = found

@@ -19,6 +19,7 @@ the same statement, so each question's links answer at most once.
 
 import json
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 
 import jsonschema
@@ -38,12 +39,15 @@ from .rows import (
     TODO_COLUMNS,
     Conflict,
     InvalidAnswer,
+    JSONObject,
+    JSONValue,
     LeaseSuperseded,
     NotFound,
+    Scope,
     Todo,
     TooLarge,
 )
-from .sql import ISO_NOW, _run, _scope, _todo_id, _uuid
+from .sql import ISO_NOW, _run, _scope, _scope_params, _todo_id, _uuid
 
 RETURN_TO = ("me", "pool")
 
@@ -93,18 +97,18 @@ SELECT {TODO_COLUMNS},
 
 
 def ask(
-    scope,
-    todo_id,
-    worker,
+    scope: Scope,
+    given_id: str,
+    worker: str | None,
     *,
-    question,
-    choices=None,
-    answer_schema=None,
-    checkpoint=None,
-    deadline_seconds=None,
-    return_to="me",
-    lease_token=None,
-):
+    question: object,
+    choices: object = None,
+    answer_schema: object = None,
+    checkpoint: object = None,
+    deadline_seconds: object = None,
+    return_to: str = "me",
+    lease_token: str | None = None,
+) -> Todo:
     """Ask a question as the lease holder: the lease ends and the todo is held.
 
     The todo stays pending but no claim takes it until it is answered or its
@@ -112,7 +116,7 @@ def ask(
     short strings) and ``answer_schema`` (a JSON Schema) bound the answer;
     ``checkpoint`` is kept for whoever claims the todo next.
     """
-    todo_id = _todo_id(todo_id)
+    todo_id = _todo_id(given_id)
     if lease_token is None and not worker:
         raise ValueError("worker or lease_token is required")
     params = {
@@ -132,7 +136,9 @@ def ask(
     return Todo.from_row(row)
 
 
-def _question(text, choices, answer_schema, return_to):
+def _question(
+    text: object, choices: object, answer_schema: object, return_to: str
+) -> JSONObject:
     """Validate a question; return its stored parts (ValueError names the field)."""
     if not isinstance(text, str) or not text:
         raise ValueError("question must be a non-empty string")
@@ -170,7 +176,7 @@ def _question(text, choices, answer_schema, return_to):
     }
 
 
-def _deadline(deadline_seconds):
+def _deadline(deadline_seconds: object) -> int | None:
     if deadline_seconds is None:
         return None
     if isinstance(deadline_seconds, bool) or not isinstance(deadline_seconds, int):
@@ -183,7 +189,7 @@ def _deadline(deadline_seconds):
     return deadline_seconds
 
 
-def _owner_miss(todo, lease_token):
+def _owner_miss(todo: Todo, lease_token: str | None) -> Conflict:
     """Classify an owner call that moved nothing: superseded, or not the owner's."""
     if lease_token is not None and todo.lease_token != lease_token:
         return LeaseSuperseded(todo_id=todo.id, state=todo.state)
@@ -233,18 +239,25 @@ SELECT {TODO_COLUMNS},
 NOT_ASKING = "todo is not waiting for an answer"
 
 
-def answer_todo(scope, todo_id, answer, *, by):
+def answer_todo(scope: Scope, todo_id: str, answer: JSONValue, *, by: str) -> Todo:
     """Answer this scope's held todo (any agent of the endpoint); the hold ends."""
     return _answer(scope, todo_id, answer, by=by)
 
 
-def answer_todo_any_endpoint(todo_id, answer, *, by):
+def answer_todo_any_endpoint(todo_id: str, answer: JSONValue, *, by: str) -> Todo:
     """Answer any endpoint's held todo (the Board: its owner, never a viewer)."""
     return _answer(None, todo_id, answer, by=by)
 
 
-def _answer(scope, todo_id, answer, *, by, nonce=None):
-    todo_id = _todo_id(todo_id)
+def _answer(
+    scope: Scope | None,
+    given_id: str,
+    answer: JSONValue,
+    *,
+    by: str,
+    nonce: str | None = None,
+) -> Todo:
+    todo_id = _todo_id(given_id)
     todo = _lookup(scope, todo_id)
     if not todo.is_held:
         raise _not_asking(todo)
@@ -263,7 +276,7 @@ def _answer(scope, todo_id, answer, *, by, nonce=None):
     return Todo.from_row(row)
 
 
-def _not_asking(todo):
+def _not_asking(todo: Todo) -> Conflict:
     if todo.is_held:
         detail = "the question's deadline passed"
     elif todo.question_status == "answered" and todo.state == "pending":
@@ -273,7 +286,7 @@ def _not_asking(todo):
     return Conflict(detail, todo_id=todo.id, state=todo.state)
 
 
-def validate_answer(todo, answer):
+def validate_answer(todo: Todo, answer: JSONValue) -> None:
     """Check an answer against the todo's question; InvalidAnswer names the path."""
     if len(json.dumps(answer).encode()) > MAX_ANSWER_BYTES:
         raise TooLarge("answer", MAX_ANSWER_BYTES)
@@ -309,7 +322,7 @@ class StaleLink(Conflict):
     """An answer link that expired, was used, or names a question no longer open."""
 
 
-def answer_link_token(todo):
+def answer_link_token(todo: Todo) -> str:
     """Return a signed answer-link token for the todo's open question.
 
     It expires with the question (its deadline, else 7 days after it was
@@ -317,14 +330,15 @@ def answer_link_token(todo):
     """
     if not todo.is_held or not todo.answer_nonce:
         raise Conflict(NOT_ASKING, todo_id=todo.id, state=todo.state)
-    expires = todo.answer_deadline or todo.asked_at + timedelta(
-        seconds=ANSWER_LINK_SECONDS
-    )
+    expires = todo.answer_deadline
+    if expires is None:
+        assert todo.asked_at is not None  # a held todo was asked
+        expires = todo.asked_at + timedelta(seconds=ANSWER_LINK_SECONDS)
     claims = {"t": todo.id, "n": todo.answer_nonce, "e": int(expires.timestamp())}
     return signing.dumps(claims, salt=LINK_SALT, compress=True)
 
 
-def _link_claims(token):
+def _link_claims(token: object) -> tuple[str, str]:
     """Return (todo_id, nonce) of a link token; NotFound or StaleLink when refused."""
     try:
         claims = signing.loads(str(token), salt=LINK_SALT)
@@ -334,10 +348,10 @@ def _link_claims(token):
         raise NotFound("no such answer link")
     if not isinstance(claims.get("e"), int) or claims["e"] <= time.time():
         raise StaleLink("this answer link has expired", todo_id=claims["t"])
-    return _uuid(claims["t"]), str(claims.get("n"))
+    return _todo_id(claims["t"]), str(claims.get("n"))
 
 
-def todo_for_answer_link(token):
+def todo_for_answer_link(token: object) -> Todo:
     """Return the held todo an answer link opens (the page shows its question)."""
     todo_id, nonce = _link_claims(token)
     todo = _lookup(None, todo_id)
@@ -346,7 +360,9 @@ def todo_for_answer_link(token):
     return todo
 
 
-def answer_by_link(token, answer, *, by="answer link"):
+def answer_by_link(
+    token: object, answer: JSONValue, *, by: str = "answer link"
+) -> Todo:
     """Answer through a link: once, before it expires, while the question is open."""
     todo = todo_for_answer_link(token)
     try:
@@ -384,24 +400,33 @@ SELECT count(*), EXTRACT(EPOCH FROM now() - min(asked_at))::float8
 """
 
 
-def _endpoint_ids(endpoint_ids):
+def _endpoint_ids(endpoint_ids: Iterable[object] | None) -> list[str] | None:
     if endpoint_ids is None:
         return None
     return [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
 
 
-def open_questions(scope, *, order="oldest", limit=50):
+def open_questions(
+    scope: Scope, *, order: str = "oldest", limit: int = 50
+) -> list[Todo]:
     """Return this scope's held todos (an orchestrator's inbox)."""
-    params = _scope(scope)
+    params = _scope_params(scope)
     return _open_questions([params["endpoint_id"]], params["queues"], order, limit)
 
 
-def open_questions_any_endpoint(*, endpoint_ids=None, order="oldest", limit=50):
+def open_questions_any_endpoint(
+    *,
+    endpoint_ids: Iterable[object] | None = None,
+    order: str = "oldest",
+    limit: int = 50,
+) -> list[Todo]:
     """Return the held todos of these endpoints (None = all): the Board's inbox."""
     return _open_questions(_endpoint_ids(endpoint_ids), None, order, limit)
 
 
-def _open_questions(endpoint_ids, queues, order, limit):
+def _open_questions(
+    endpoint_ids: list[str] | None, queues: list[str] | None, order: str, limit: int
+) -> list[Todo]:
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}")
     limit = int(limit)
@@ -414,20 +439,26 @@ def _open_questions(endpoint_ids, queues, order, limit):
     return [Todo.from_row(row) for row in _run("open_questions", sql, params)]
 
 
-def open_question_figures_any_endpoint(*, endpoint_ids=None):
+def open_question_figures_any_endpoint(
+    *, endpoint_ids: Iterable[object] | None = None
+) -> tuple[int, float | None]:
     """Return (open questions, the oldest one's age in seconds or None)."""
-    endpoint_ids = _endpoint_ids(endpoint_ids)
-    if endpoint_ids == []:
+    scope_ids = _endpoint_ids(endpoint_ids)
+    if scope_ids == []:
         return 0, None
     row = _run(
         "open_question_figures",
         OPEN_QUESTION_FIGURES_SQL,
-        {"endpoint_ids": endpoint_ids},
+        {"endpoint_ids": scope_ids},
         fetch="one",
     )
-    return int(row[0]), row[1]
+    assert row is not None  # an aggregate returns one row
+    oldest: float | None = row[1]
+    return int(row[0]), oldest
 
 
-def count_open_questions_any_endpoint(*, endpoint_ids=None):
+def count_open_questions_any_endpoint(
+    *, endpoint_ids: Iterable[object] | None = None
+) -> int:
     """Count the open questions of these endpoints (the Board's navigation)."""
     return open_question_figures_any_endpoint(endpoint_ids=endpoint_ids)[0]

@@ -8,8 +8,10 @@ deletes its live todos (SQS's PurgeQueue); deleting it removes the row and
 every todo of it (SQS's DeleteQueue).
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any, Literal, Self, TypedDict, Unpack
 
 from django.conf import settings
 
@@ -17,8 +19,11 @@ from .rows import (
     MAX_DELAY_SECONDS,
     MAX_LEASE_SECONDS,
     TERMINAL_FIGURE_CAP,
+    JSONObject,
     NotFound,
     QueueNotGranted,
+    Row,
+    Scope,
     _iso,
 )
 from .sql import _run, _scope, _scope_params, _uuid
@@ -58,7 +63,7 @@ class QueueInfo:
     held: int = 0
 
     @classmethod
-    def from_row(cls, row):
+    def from_row(cls, row: Row) -> Self:
         (
             endpoint_id,
             name,
@@ -101,8 +106,8 @@ class QueueInfo:
             held=held,
         )
 
-    def to_dict(self):
-        out = {}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {}
         for field in fields(self):
             value = getattr(self, field.name)
             out[field.name] = _iso(value) if isinstance(value, datetime) else value
@@ -154,7 +159,12 @@ SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
 """
 
 
-def _queues(scope, *, name=None, endpoint_ids=None):
+def _queues(
+    scope: Scope | None,
+    *,
+    name: str | None = None,
+    endpoint_ids: list[str] | None = None,
+) -> list[QueueInfo]:
     params = {
         **_scope(scope),
         "cap": TERMINAL_FIGURE_CAP,
@@ -164,26 +174,26 @@ def _queues(scope, *, name=None, endpoint_ids=None):
     return [QueueInfo.from_row(row) for row in _run("queues", QUEUES_SQL, params)]
 
 
-def _one(scope, name):
+def _one(scope: Scope, name: str) -> QueueInfo:
     found = _queues(scope, name=name)
     if not found:
         raise NotFound("no such queue")
     return found[0]
 
 
-def _granted(scope, name):
+def _granted(scope: Scope, name: object) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError("queue name must be a non-empty string")
     if not scope.covers(name):
         raise QueueNotGranted(name)
 
 
-def list_queues(scope):
+def list_queues(scope: Scope) -> list[QueueInfo]:
     """Return this endpoint's queues (in its grant), by name, with live figures."""
     return _queues(scope)
 
 
-def get_queue(scope, name):
+def get_queue(scope: Scope, name: str) -> QueueInfo:
     """Return one queue of this endpoint; NotFound when it never was used."""
     _granted(scope, name)
     return _one(scope, name)
@@ -192,14 +202,28 @@ def get_queue(scope, name):
 KEEP = object()
 
 
-def _settings(lease_seconds, max_attempts, delay_seconds):
+class QueueSettings(TypedDict, total=False):
+    """The settings a queue update names (None puts back the server's default)."""
+
+    lease_seconds: int | None
+    max_attempts: int | None
+    delay_seconds: int | None
+
+
+# What an update does to the pause: pause, resume, or leave it (None).
+Pause = Literal["pause", "resume"] | None
+
+
+def _settings(
+    lease_seconds: object, max_attempts: object, delay_seconds: object
+) -> dict[str, object]:
     """Validate the settings given (KEEP = not given, None = the server's)."""
     checks = {
         "lease_seconds": (lease_seconds, 1, MAX_LEASE_SECONDS),
         "max_attempts": (max_attempts, 1, MAX_ATTEMPTS_CAP),
         "delay_seconds": (delay_seconds, 0, MAX_DELAY_SECONDS),
     }
-    out = {}
+    out: dict[str, object] = {}
     for field, (value, low, high) in checks.items():
         if value is KEEP:
             out[f"set_{field}"], out[field] = False, None
@@ -226,8 +250,13 @@ RETURNING id
 
 
 def ensure_queue(
-    scope, name, *, lease_seconds=None, max_attempts=None, delay_seconds=None
-):
+    scope: Scope,
+    name: str,
+    *,
+    lease_seconds: int | None = None,
+    max_attempts: int | None = None,
+    delay_seconds: int | None = None,
+) -> tuple[QueueInfo, bool]:
     """Make the queue if missing (with these settings); return (QueueInfo, created)."""
     _granted(scope, name)
     bound = _settings(lease_seconds, max_attempts, delay_seconds)
@@ -266,7 +295,13 @@ SELECT pg_notify('switchboard_todo_ready',
 """
 
 
-def _update(scope, endpoint_id, name, pause=None, **given):
+def _update(
+    scope: Scope | None,
+    endpoint_id: str | None,
+    name: str,
+    pause: Pause = None,
+    **given: Unpack[QueueSettings],
+) -> QueueInfo:
     bound = _settings(
         given.get("lease_seconds", KEEP),
         given.get("max_attempts", KEEP),
@@ -295,7 +330,9 @@ def _update(scope, endpoint_id, name, pause=None, **given):
     return _one(scope, name)
 
 
-def update_queue(scope, name, **settings_):
+def update_queue(
+    scope: Scope, name: str, **settings_: Unpack[QueueSettings]
+) -> QueueInfo:
     """Change a queue's settings (lease_seconds, max_attempts, delay_seconds).
 
     Only the settings given change; None puts back the server's default.
@@ -305,25 +342,25 @@ def update_queue(scope, name, **settings_):
     return _update(scope, None, name, **settings_)
 
 
-def pause_queue(scope, name):
+def pause_queue(scope: Scope, name: str) -> QueueInfo:
     """Pause a queue: it still accepts creates; claims pass over it."""
     _granted(scope, name)
     return _update(scope, None, name, pause="pause")
 
 
-def resume_queue(scope, name):
+def resume_queue(scope: Scope, name: str) -> QueueInfo:
     """Resume a paused queue and ring its doorbell."""
     _granted(scope, name)
     return _update(scope, None, name, pause="resume")
 
 
-def _check_names(given):
+def _check_names(given: Iterable[str]) -> None:
     unknown = set(given) - {"lease_seconds", "max_attempts", "delay_seconds"}
     if unknown:
         raise ValueError(f"unknown queue setting {sorted(unknown)[0]!r}")
 
 
-def _endpoint(endpoint_id):
+def _endpoint(endpoint_id: object) -> str:
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
         raise NotFound("no such queue")
@@ -333,15 +370,18 @@ def _endpoint(endpoint_id):
 # --- Operator twins (the Board) -----------------------------------------------
 
 
-def list_queues_any_endpoint(endpoint_ids=None):
+def list_queues_any_endpoint(
+    endpoint_ids: Iterable[object] | None = None,
+) -> list[QueueInfo]:
     """Return the queues of the given endpoints (None = every endpoint)."""
+    scope_ids = None
     if endpoint_ids is not None:
-        endpoint_ids = [_uuid(value) for value in endpoint_ids]
-        endpoint_ids = [value for value in endpoint_ids if value is not None]
-    return _queues(None, endpoint_ids=endpoint_ids)
+        parsed = [_uuid(value) for value in endpoint_ids]
+        scope_ids = [value for value in parsed if value is not None]
+    return _queues(None, endpoint_ids=scope_ids)
 
 
-def get_queue_any_endpoint(endpoint_id, name):
+def get_queue_any_endpoint(endpoint_id: str, name: str) -> QueueInfo:
     """Return one queue of any endpoint; NotFound when missing."""
     found = _queues(None, name=name, endpoint_ids=[_endpoint(endpoint_id)])
     if not found:
@@ -349,18 +389,20 @@ def get_queue_any_endpoint(endpoint_id, name):
     return found[0]
 
 
-def update_queue_any_endpoint(endpoint_id, name, **settings_):
+def update_queue_any_endpoint(
+    endpoint_id: str, name: str, **settings_: Unpack[QueueSettings]
+) -> QueueInfo:
     """Change a queue's settings for any endpoint (operator Board)."""
     _check_names(settings_)
     return _update(None, _endpoint(endpoint_id), name, **settings_)
 
 
-def pause_queue_any_endpoint(endpoint_id, name):
+def pause_queue_any_endpoint(endpoint_id: str, name: str) -> QueueInfo:
     """Pause any endpoint's queue (operator Board)."""
     return _update(None, _endpoint(endpoint_id), name, pause="pause")
 
 
-def resume_queue_any_endpoint(endpoint_id, name):
+def resume_queue_any_endpoint(endpoint_id: str, name: str) -> QueueInfo:
     """Resume any endpoint's queue and ring its doorbell (operator Board)."""
     return _update(None, _endpoint(endpoint_id), name, pause="resume")
 
@@ -374,7 +416,7 @@ SELECT 1 FROM queues
 """
 
 
-def queue_exists(scope, name):
+def queue_exists(scope: Scope, name: str) -> bool:
     """Say whether this endpoint has the queue (one index probe, no figures)."""
     _granted(scope, name)
     params = {**_scope_params(scope), "name": name}
@@ -425,11 +467,13 @@ SELECT count(*) FILTER (WHERE ready),
 """
 
 
-def claimable(scope, name, worker):
+def claimable(scope: Scope, name: str, worker: str | None) -> Claimable:
     """Count the live todos: ready for ``worker``'s claim, in flight, waiting."""
     _granted(scope, name)
     params = {**_scope_params(scope), "name": name, "worker": worker}
-    ready, in_flight, live = _run("claimable", CLAIMABLE_SQL, params, fetch="one")
+    row = _run("claimable", CLAIMABLE_SQL, params, fetch="one")
+    assert row is not None  # an aggregate returns one row
+    ready, in_flight, live = row
     return Claimable(ready, in_flight, live - ready - in_flight)
 
 
@@ -467,17 +511,23 @@ DELETE FROM todos
 """
 
 
-def purge_queue(scope, name):
+def purge_queue(scope: Scope, name: str) -> int:
     """Delete the queue's live todos; return how many. NotFound: no such queue."""
     _granted(scope, name)
-    params = {**_scope_params(scope), "name": name, "batch": DELETE_BATCH}
-    params["before"], exists = _run("purge_queue", PURGE_START_SQL, params, fetch="one")
+    params: dict[str, Any] = {
+        **_scope_params(scope),
+        "name": name,
+        "batch": DELETE_BATCH,
+    }
+    start = _run("purge_queue", PURGE_START_SQL, params, fetch="one")
+    assert start is not None  # a SELECT without FROM returns one row
+    params["before"], exists = start
     if not exists:
         raise NotFound("no such queue")
     return _delete_in_batches("purge_queue", PURGE_BATCH_SQL, params)
 
 
-def _delete_in_batches(operation, sql, params):
+def _delete_in_batches(operation: str, sql: str, params: dict[str, Any]) -> int:
     total = 0
     while True:
         deleted = _run(operation, sql, params, fetch="rowcount")
@@ -509,12 +559,18 @@ SELECT (SELECT count(*) FROM gone_queue), (SELECT count(*) FROM gone_todos)
 """
 
 
-def delete_queue(scope, name):
+def delete_queue(scope: Scope, name: str) -> int:
     """Delete the queue and all its todos; return how many todos went."""
     _granted(scope, name)
     if not queue_exists(scope, name):
         raise NotFound("no such queue")
-    params = {**_scope_params(scope), "name": name, "batch": DELETE_BATCH}
+    params: dict[str, Any] = {
+        **_scope_params(scope),
+        "name": name,
+        "batch": DELETE_BATCH,
+    }
     batched = _delete_in_batches("delete_queue", DELETE_QUEUE_BATCH_SQL, params)
-    _, rest = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
+    row = _run("delete_queue", DELETE_QUEUE_SQL, params, fetch="one")
+    assert row is not None  # the statement returns one row of counts
+    rest: int = row[1]
     return batched + rest

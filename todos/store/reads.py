@@ -1,9 +1,11 @@
 """Reads of one endpoint's todos: one todo, a page, a history, the doorbell backlog."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypedDict
 
-from .rows import TODO_COLUMNS, Event, NotFound, QueueNotGranted, Todo
+from .rows import TODO_COLUMNS, Event, NotFound, QueueNotGranted, Scope, Todo
 from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
 
 # --- Read -----------------------------------------------------------------------
@@ -17,22 +19,22 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def get_todo(scope, todo_id):
+def get_todo(scope: Scope, todo_id: str) -> Todo:
     """Return one todo of this scope."""
     return _get(scope, todo_id)
 
 
-def get_todo_any_endpoint(todo_id):
+def get_todo_any_endpoint(todo_id: str) -> Todo:
     """Return one todo of any endpoint (operator Board)."""
     return _get(None, todo_id)
 
 
-def _get(scope, todo_id):
-    todo_id = _todo_id(todo_id)
-    params = {**_scope(scope), "id": todo_id}
+def _get(scope: Scope | None, todo_id: str) -> Todo:
+    canonical_id = _todo_id(todo_id)
+    params = {**_scope(scope), "id": canonical_id}
     row = _run("get_todo", GET_SQL, params, fetch="one")
     if row is None:
-        raise NotFound(todo_id=todo_id)
+        raise NotFound(todo_id=canonical_id)
     return Todo.from_row(row)
 
 
@@ -49,11 +51,11 @@ STATE_FILTERS = {
 
 @dataclass(frozen=True)
 class Page:
-    todos: list
+    todos: list[Todo]
     next_cursor: str | None
 
 
-def encode_cursor(todo):
+def encode_cursor(todo: Todo) -> str:
     """Return the opaque keyset cursor that resumes after this todo."""
     import base64
 
@@ -61,7 +63,7 @@ def encode_cursor(todo):
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor):
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
     """Return (created_at, id) from a cursor; ValueError when it is not ours."""
     import base64
 
@@ -71,9 +73,10 @@ def decode_cursor(cursor):
         created_at = datetime.fromisoformat(created)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError("cursor is not one this API issued") from exc
-    if created_at.tzinfo is None or _uuid(todo_id) is None:
+    canonical_id = _uuid(todo_id)
+    if created_at.tzinfo is None or canonical_id is None:
         raise ValueError("cursor is not one this API issued")
-    return created_at, _uuid(todo_id)
+    return created_at, canonical_id
 
 
 # The fingerprint filter's name for the todos that failed without an error
@@ -81,17 +84,35 @@ def decode_cursor(cursor):
 NO_ERROR_GROUP = "(no error recorded)"
 
 
+class RowFilters(TypedDict, total=False):
+    """The Board's list filters of a row, as ``_filter_conditions`` takes them."""
+
+    endpoint_id: str | None
+    queue: str | None
+    state: str | None
+    assignee: str | None
+    owner: str | None
+    text: str | None
+    fingerprint: str | None
+
+
+class Filters(RowFilters, total=False):
+    """The row filters and the Board's owner scope (None = every endpoint)."""
+
+    endpoint_ids: Iterable[object] | None
+
+
 def _filter_conditions(
     *,
-    endpoint_id=None,
-    queue=None,
-    state=None,
-    assignee=None,
-    owner=None,
-    text=None,
-    endpoint_ids=None,
-    fingerprint=None,
-):
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    state: str | None = None,
+    assignee: str | None = None,
+    owner: str | None = None,
+    text: str | None = None,
+    endpoint_ids: Iterable[object] | None = None,
+    fingerprint: str | None = None,
+) -> tuple[list[str], dict[str, Any]] | None:
     """Return (conditions, params) of the list filters; None when none can match.
 
     ``endpoint_ids`` is the Board's owner scope (None = every endpoint);
@@ -99,7 +120,8 @@ def _filter_conditions(
     """
     if state and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
-    conditions, params = [], {}
+    conditions: list[str] = []
+    params: dict[str, Any] = {}
     if endpoint_ids is not None:
         params["scope_endpoints"] = [
             parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None
@@ -134,26 +156,27 @@ def _filter_conditions(
 
 
 def _list(
-    scope,
+    scope: Scope | None,
     *,
-    endpoint_id=None,
-    queue=None,
-    state=None,
-    assignee=None,
-    owner=None,
-    text=None,
-    limit=50,
-    cursor=None,
-    newest_first=False,
-    endpoint_ids=None,
-    fingerprint=None,
-):
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    state: str | None = None,
+    assignee: str | None = None,
+    owner: str | None = None,
+    text: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    newest_first: bool = False,
+    endpoint_ids: Iterable[object] | None = None,
+    fingerprint: str | None = None,
+) -> Page:
     if state is not None and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
     limit = int(limit)
     if not 1 <= limit <= 200:
         raise ValueError("limit must be between 1 and 200")
-    conditions, params = [], {"limit": limit + 1}
+    conditions: list[str] = []
+    params: dict[str, Any] = {"limit": limit + 1}
     if scope is not None:
         try:
             params.update(_scope_params(scope))
@@ -193,7 +216,14 @@ def _list(
     return Page(todos, next_cursor)
 
 
-def list_todos(scope, *, queue=None, state=None, limit=50, cursor=None):
+def list_todos(
+    scope: Scope,
+    *,
+    queue: str | None = None,
+    state: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page:
     """Return a page of this scope's todos, oldest first, with a keyset cursor.
 
     A queue outside the grant raises QueueNotGranted, never an empty page.
@@ -205,18 +235,18 @@ def list_todos(scope, *, queue=None, state=None, limit=50, cursor=None):
 
 def list_todos_any_endpoint(
     *,
-    endpoint_id=None,
-    queue=None,
-    state=None,
-    assignee=None,
-    owner=None,
-    text=None,
-    limit=50,
-    cursor=None,
-    newest_first=True,
-    endpoint_ids=None,
-    fingerprint=None,
-):
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    state: str | None = None,
+    assignee: str | None = None,
+    owner: str | None = None,
+    text: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    newest_first: bool = True,
+    endpoint_ids: Iterable[object] | None = None,
+    fingerprint: str | None = None,
+) -> Page:
     """Return a page of any endpoint's todos with the Board's filters
     (``endpoint_ids``: only these endpoints, the Board's owner scope)."""
     return _list(
@@ -241,12 +271,12 @@ SELECT id, todo_id, endpoint_id, from_state, to_state, attempt, actor, error, at
 """
 
 
-def todo_events_any_endpoint(todo_id):
+def todo_events_any_endpoint(todo_id: str) -> list[Event]:
     """Return a todo's history, oldest first (operator Board)."""
-    todo_id = _uuid(todo_id)
-    if todo_id is None:
+    canonical_id = _uuid(todo_id)
+    if canonical_id is None:
         return []
-    rows = _run("todo_events", EVENTS_SQL, {"id": todo_id})
+    rows = _run("todo_events", EVENTS_SQL, {"id": canonical_id})
     return [Event(r[0], str(r[1]), str(r[2]), *r[3:]) for r in rows]
 
 
@@ -262,7 +292,7 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def pending_doorbell_todos(scope, *, limit=100):
+def pending_doorbell_todos(scope: Scope, *, limit: int = 100) -> list[Todo]:
     """Return this scope's claimable todos, oldest first (the doorbell's backlog)."""
     try:
         params = {**_scope_params(scope), "limit": int(limit)}

@@ -3,6 +3,23 @@
 import json
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+if TYPE_CHECKING:
+    from todos.models import Endpoint
+
+# A row as the database driver returns it: its columns are typed by the query,
+# not by the driver, so each reader converts them into a typed value.
+Row = tuple[Any, ...]
+# A todo's state in the table; "failed" splits in two for an operator (see
+# ``Todo.display_state``).
+State = Literal["pending", "claimed", "done", "failed"]
+QuestionStatus = Literal["open", "answered", "expired"]
+# A JSON value as json.loads returns it (an answer, a payload).
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+# A JSON object (a todo's JSON, a question, an answer): its values are
+# whatever JSON holds.
+JSONObject = dict[str, Any]
 
 DOORBELL_CHANNEL = "switchboard_todo_ready"
 # What a creator may wait for: a todo ended (done, dead letter, canceled),
@@ -63,7 +80,9 @@ class StoreError(Exception):
 class NotFound(StoreError):
     """No such todo in this scope: absent, foreign, malformed id, or no work."""
 
-    def __init__(self, detail="no such todo", todo_id=None):
+    def __init__(
+        self, detail: str = "no such todo", todo_id: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.todo_id = todo_id
@@ -72,7 +91,9 @@ class NotFound(StoreError):
 class Conflict(StoreError):
     """The todo exists in this scope but is not in the state the call needs."""
 
-    def __init__(self, detail, todo_id=None, state=None):
+    def __init__(
+        self, detail: str, todo_id: str | None = None, state: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.todo_id = todo_id
@@ -85,7 +106,7 @@ class LeaseSuperseded(Conflict):
     Nothing changed. ``todo_id`` is the caller's own todo (it is in scope).
     """
 
-    def __init__(self, todo_id=None, state=None):
+    def __init__(self, todo_id: str | None = None, state: str | None = None) -> None:
         super().__init__(
             "lease superseded: the lease token is not the current lease's",
             todo_id=todo_id,
@@ -101,7 +122,13 @@ class KeyHeld(Conflict):
     dead letter whose key a newer live todo took.
     """
 
-    def __init__(self, detail, todo_id=None, state=None, key=None):
+    def __init__(
+        self,
+        detail: str,
+        todo_id: str | None = None,
+        state: str | None = None,
+        key: str | None = None,
+    ) -> None:
         super().__init__(detail, todo_id=todo_id, state=state)
         self.key = key
 
@@ -109,7 +136,7 @@ class KeyHeld(Conflict):
 class TooLarge(ValueError):
     """A field is over its size limit (the API answers 413)."""
 
-    def __init__(self, field, limit):
+    def __init__(self, field: str, limit: int) -> None:
         super().__init__(f"{field} is over its limit of {limit} bytes")
         self.field = field
         self.limit = limit
@@ -121,7 +148,7 @@ class InvalidAnswer(ValueError):
     ``path`` names where in the answer it failed ("answer", "answer.amount").
     """
 
-    def __init__(self, detail, path="answer"):
+    def __init__(self, detail: str, path: str = "answer") -> None:
         super().__init__(detail)
         self.path = path
 
@@ -129,7 +156,7 @@ class InvalidAnswer(ValueError):
 class QueueNotGranted(StoreError):
     """The endpoint's grant does not cover the named queue."""
 
-    def __init__(self, queue):
+    def __init__(self, queue: str) -> None:
         super().__init__(f"queue {queue!r} is outside this endpoint's grant")
         self.detail = str(self)
         self.queue = queue
@@ -138,7 +165,7 @@ class QueueNotGranted(StoreError):
 class Unavailable(StoreError):
     """The database could not be reached or did not answer in time."""
 
-    def __init__(self, operation, cause):
+    def __init__(self, operation: str, cause: BaseException) -> None:
         super().__init__(
             f"{operation}: database unavailable ({cause.__class__.__name__})"
         )
@@ -157,10 +184,10 @@ class Scope:
     queues: tuple[str, ...] | None = None
 
     @classmethod
-    def for_endpoint(cls, endpoint):
+    def for_endpoint(cls, endpoint: "Endpoint") -> Self:
         return cls(str(endpoint.id), endpoint.granted_queues())
 
-    def covers(self, queue):
+    def covers(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
 
 
@@ -177,13 +204,13 @@ _JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29)
 TODO_COLUMN_COUNT = len(TODO_COLUMNS.split(","))
 
 
-def _iso(value):
+def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.isoformat().replace("+00:00", "Z")
 
 
-def _json(value):
+def _json(value: object) -> Any:
     # Django's psycopg backend hands jsonb to raw cursors as text.
     return json.loads(value) if isinstance(value, str) else value
 
@@ -197,7 +224,7 @@ class Todo:
     queue: str
     title: str
     payload: object
-    state: str
+    state: State
     assignee: str | None
     owner: str | None
     attempt: int
@@ -212,21 +239,21 @@ class Todo:
     updated_at: datetime
     lease_token: str | None
     available_at: datetime
-    question: dict | None = None
-    question_status: str | None = None
+    question: JSONObject | None = None
+    question_status: QuestionStatus | None = None
     asked_at: datetime | None = None
     answer_deadline: datetime | None = None
-    answer: dict | None = None
+    answer: JSONObject | None = None
     answer_nonce: str | None = None
-    cancel_request: dict | None = None
+    cancel_request: JSONObject | None = None
     canceled_at: datetime | None = None
-    progress: dict | None = None
+    progress: JSONObject | None = None
     checkpoint: object = None
     note: str | None = None
     dismissed_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row):
+    def from_row(cls, row: Row) -> Self:
         values = list(row[:TODO_COLUMN_COUNT])
         values[0], values[1] = str(values[0]), str(values[1])
         for position in _JSON_POSITIONS:
@@ -234,20 +261,20 @@ class Todo:
         return cls(*values)
 
     @property
-    def is_held(self):
+    def is_held(self) -> bool:
         """Pending, waiting for an answer: no claim takes it."""
         return self.state == "pending" and self.question_status == "open"
 
     @property
-    def is_canceled(self):
+    def is_canceled(self) -> bool:
         return self.canceled_at is not None
 
     @property
-    def cancel_requested(self):
+    def cancel_requested(self) -> bool:
         return self.cancel_request is not None
 
     @property
-    def outcome(self):
+    def outcome(self) -> str:
         """Where the todo stands, as CONTRACT §14 names it."""
         if self.is_held:
             return "held"
@@ -256,15 +283,15 @@ class Todo:
         return self.display_state
 
     @property
-    def is_dead_letter(self):
+    def is_dead_letter(self) -> bool:
         return self.state == "failed" and self.next_retry_at is None
 
     @property
-    def is_retry_scheduled(self):
+    def is_retry_scheduled(self) -> bool:
         return self.state == "failed" and self.next_retry_at is not None
 
     @property
-    def display_state(self):
+    def display_state(self) -> str:
         """The state as an operator reads it: failed splits in two."""
         if self.is_dead_letter:
             return "dead_letter"
@@ -272,7 +299,7 @@ class Todo:
             return "retry_scheduled"
         return self.state
 
-    def question_dict(self):
+    def question_dict(self) -> JSONObject | None:
         """The question as the API renders it, or None when none was asked."""
         if self.question is None:
             return None
@@ -283,8 +310,8 @@ class Todo:
             "expired": self.question_status == "expired",
         }
 
-    def to_dict(self):
-        out = {}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {}
         for field in fields(self):
             if field.name in _RENDERED_APART:
                 continue
@@ -327,7 +354,7 @@ class Moved:
     id: str
     endpoint_id: str
     queue: str
-    state: str
+    state: State
 
 
 @dataclass(frozen=True)
@@ -337,14 +364,14 @@ class Event:
     id: int
     todo_id: str
     endpoint_id: str
-    from_state: str | None
-    to_state: str
+    from_state: State | None
+    to_state: State
     attempt: int
     actor: str
     error: str
     at: datetime
 
-    def to_dict(self):
+    def to_dict(self) -> JSONObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["at"] = _iso(self.at)
         return out

@@ -3,6 +3,8 @@ the scope, the live-row predicate and the server's defaults."""
 
 import logging
 import uuid
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, overload
 
 import psycopg
 from django.conf import settings
@@ -13,6 +15,8 @@ from .rows import (
     MAX_LEASE_SECONDS,
     TODO_EVENT_CHANNEL,
     NotFound,
+    Row,
+    Scope,
     Unavailable,
 )
 
@@ -21,7 +25,7 @@ logger = logging.getLogger("switchboard.store")
 # --- Plumbing -------------------------------------------------------------------
 
 
-def _uuid(value):
+def _uuid(value: object) -> str | None:
     """Return the canonical string of a UUID, or None when it is malformed."""
     if isinstance(value, uuid.UUID):
         return str(value)
@@ -31,7 +35,14 @@ def _uuid(value):
         return None
 
 
-def _scope_params(scope):
+class ScopeParams(TypedDict):
+    """A scope bound: its endpoint's canonical id and its grant."""
+
+    endpoint_id: str
+    queues: list[str] | None
+
+
+def _scope_params(scope: Scope) -> ScopeParams:
     """Bind a scope, or raise NotFound when its endpoint id is malformed."""
     endpoint_id = _uuid(scope.endpoint_id)
     if endpoint_id is None:
@@ -40,7 +51,7 @@ def _scope_params(scope):
     return {"endpoint_id": endpoint_id, "queues": queues}
 
 
-def _todo_id(value):
+def _todo_id(value: object) -> str:
     todo_id = _uuid(value)
     if todo_id is None:
         raise NotFound(todo_id=str(value))
@@ -58,21 +69,49 @@ OUTAGES = (
 )
 
 
-def is_outage(exc):
+def is_outage(exc: BaseException) -> bool:
     """Say whether an exception means the database is unavailable (503)."""
     return isinstance(exc, (Unavailable, *OUTAGES))
 
 
-def _run(operation, sql, params, fetch="all"):
+# What a statement binds: its named parameters, of any type psycopg adapts
+# (as psycopg.abc.Params types them).
+Params = Mapping[str, Any]
+
+
+@overload
+def _run(
+    operation: str, sql: str, params: Params, fetch: Literal["all"] = "all"
+) -> list[Row]: ...
+@overload
+def _run(
+    operation: str, sql: str, params: Params, fetch: Literal["one"]
+) -> Row | None: ...
+@overload
+def _run(
+    operation: str,
+    sql: str,
+    params: Params,
+    fetch: Literal["count", "rowcount"] | None,
+) -> int: ...
+def _run(
+    operation: str,
+    sql: str,
+    params: Params,
+    fetch: Literal["all", "one", "count", "rowcount"] | None = "all",
+) -> list[Row] | Row | None | int:
     """Execute one statement; turn connection trouble into ``Unavailable``."""
     try:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             if fetch == "one":
-                return cursor.fetchone()
+                row: Row | None = cursor.fetchone()
+                return row
             if fetch == "all":
-                return cursor.fetchall()
-            return cursor.rowcount
+                rows: list[Row] = cursor.fetchall()
+                return rows
+            count: int = cursor.rowcount
+            return count
     except OUTAGES as exc:
         logger.warning(
             "store call failed: database unavailable",
@@ -81,7 +120,7 @@ def _run(operation, sql, params, fetch="all"):
         raise Unavailable(operation, exc) from exc
 
 
-def ping():
+def ping() -> bool:
     """Say whether the database answers."""
     try:
         _run("ping", "SELECT 1", {}, fetch="one")
@@ -113,7 +152,7 @@ SCOPED = (
 )
 
 
-def _scope(scope):
+def _scope(scope: Scope | None) -> dict[str, object]:
     """Bind a scope for a statement that takes ``%(operator)s``.
 
     ``scope=None`` is the operator Board (authenticated by a staff session):
@@ -125,7 +164,7 @@ def _scope(scope):
     return {"operator": False, **_scope_params(scope)}
 
 
-def _lease(lease_seconds):
+def _lease(lease_seconds: int | str | None) -> int | None:
     """Validate a lease in seconds; None stays None (the queue's or the server's)."""
     if lease_seconds is None:
         return None
@@ -135,7 +174,7 @@ def _lease(lease_seconds):
     return lease
 
 
-def _defaults():
+def _defaults() -> dict[str, int]:
     """The server's defaults the statements fall back on after the queue's."""
     return {
         "default_lease": settings.SWITCHBOARD_LEASE_SECONDS,

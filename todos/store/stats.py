@@ -15,8 +15,10 @@ queue's depth. Minutes older than two minutes are closed: folded once into
 counted again. A day of charts is then at most 1 440 rows per queue.
 """
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Literal, overload
 
 from django.db import transaction
 
@@ -98,7 +100,9 @@ SELECT g.endpoint_id, g.queue, g.error_fingerprint, g.members, g.first_seen,
 """
 
 
-def dead_letter_groups(*, endpoint_ids=None, limit=GROUP_LIMIT):
+def dead_letter_groups(
+    *, endpoint_ids: Iterable[object] | None = None, limit: int = GROUP_LIMIT
+) -> list[DeadLetterGroup]:
     """Return the dead letters grouped by (endpoint, queue, error fingerprint),
     largest group first."""
     scope, params = _board_scope(endpoint_ids)
@@ -131,11 +135,14 @@ def dead_letter_groups(*, endpoint_ids=None, limit=GROUP_LIMIT):
 FINGERPRINT_SQL = "SELECT switchboard_error_fingerprint(%(error)s)"
 
 
-def error_fingerprint(error):
+def error_fingerprint(error: str | None) -> str:
     """Return the fingerprint PostgreSQL stores for this error message."""
     if not error:
         return ""
-    return _run("error_fingerprint", FINGERPRINT_SQL, {"error": error}, "one")[0] or ""
+    row = _run("error_fingerprint", FINGERPRINT_SQL, {"error": error}, "one")
+    assert row is not None  # a SELECT without FROM returns one row
+    fingerprint: str | None = row[0]
+    return fingerprint or ""
 
 
 # --- The per-minute rollup (run by the sweep loop) ------------------------------
@@ -252,7 +259,7 @@ DELETE FROM todo_minutes WHERE minute < %(keep_from)s AND minute < %(closed)s
 """
 
 
-def roll_up_minutes():
+def roll_up_minutes() -> Rollup:
     """Re-count the open minutes, fold the closed ones into the totals, sample
     each queue's depth, and drop minute rows past two days. One transaction;
     a pass another sweeper is running is skipped (``ran`` False)."""
@@ -291,7 +298,7 @@ ON CONFLICT (id) DO UPDATE SET folded_through = EXCLUDED.folded_through
 """
 
 
-def restart_rollup(*, seconds_back):
+def restart_rollup(*, seconds_back: int) -> None:
     """Make the next rollup passes count the history again from this long ago
     (a backfill, the benchmark, tests); the minutes already counted stay."""
     _run("restart_rollup", RESTART_SQL, {"back": int(seconds_back)}, fetch=None)
@@ -314,13 +321,13 @@ class Series:
     start: datetime
     bucket_seconds: int
     buckets: int
-    counts: dict
-    depth: list
+    counts: dict[str, list[int]]
+    depth: list[int | None]
 
-    def total(self, name):
+    def total(self, name: str) -> int:
         return sum(self.counts[name])
 
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         """The series as a hashable value: series with equal keys chart alike."""
         return (
             self.start,
@@ -365,9 +372,32 @@ SELECT clock.start, b.endpoint_id, b.bucket, b.created, b.claimed, b.completed,
 """
 
 
+@overload
 def chart_series(
-    *, range_name="hour", endpoint_ids=None, endpoint_id=None, queue=None, by=None
-):
+    *,
+    range_name: str = "hour",
+    endpoint_ids: Iterable[object] | None = None,
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    by: None = None,
+) -> Series: ...
+@overload
+def chart_series(
+    *,
+    range_name: str = "hour",
+    endpoint_ids: Iterable[object] | None = None,
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    by: Literal["endpoint"],
+) -> "SeriesByKey": ...
+def chart_series(
+    *,
+    range_name: str = "hour",
+    endpoint_ids: Iterable[object] | None = None,
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    by: Literal["endpoint"] | None = None,
+) -> "Series | SeriesByKey":
     """Return the chart of a range ("hour": per minute, "day": per 10 minutes).
 
     ``endpoint_id`` and ``queue`` narrow it to one endpoint or queue; ``by``
@@ -376,7 +406,8 @@ def chart_series(
     """
     span, step = RANGES[range_name]
     buckets = int(span.total_seconds() // step)
-    scope, params = _board_scope(endpoint_ids)
+    scope, scope_params = _board_scope(endpoint_ids)
+    params: dict[str, object] = {**scope_params}
     narrow = ""
     if endpoint_id is not None:
         narrow += " AND endpoint_id = %(endpoint_id)s"
@@ -395,9 +426,9 @@ def chart_series(
         endpoint=endpoint, grouping=grouping, scope=scope, narrow=narrow
     )
     rows = _run("chart_series", sql, {**params, "step": step, "span": span})
-    start = rows[0][0]
+    start: datetime = rows[0][0]
 
-    def empty():
+    def empty() -> Series:
         return Series(
             start,
             step,
@@ -418,14 +449,14 @@ def chart_series(
     return charts if by == "endpoint" else charts[None]
 
 
-class SeriesByKey(dict):
+class SeriesByKey(dict[str | None, Series]):
     """Series per endpoint; an endpoint with no rows gets an empty series."""
 
-    def __init__(self, empty):
+    def __init__(self, empty: Callable[[], Series]) -> None:
         super().__init__()
         self._empty = empty
 
-    def __missing__(self, key):
+    def __missing__(self, key: str | None) -> Series:
         self[key] = self._empty()
         return self[key]
 
@@ -449,7 +480,7 @@ class QueueFigures:
     oldest_pending_age_seconds: float | None = None
     # The oldest open question's age (None when none is open).
     oldest_question_age_seconds: float | None = None
-    transitions: dict | None = None
+    transitions: dict[str, int] | None = None
 
 
 # Pending todos (due and delayed, by the statement's clock like the claim)
@@ -514,11 +545,11 @@ SELECT endpoint_id, queue, sum(created), sum(claimed), sum(completed), sum(faile
 """
 
 
-def metrics_figures():
+def metrics_figures() -> list[QueueFigures]:
     """Return every (endpoint, queue)'s gauges and counters (the /metrics view)."""
-    figures = {}
+    figures: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def line(endpoint_id, queue):
+    def line(endpoint_id: object, queue: str) -> dict[str, Any]:
         key = (str(endpoint_id), queue)
         return figures.setdefault(key, {"endpoint_id": key[0], "queue": queue})
 

@@ -1,5 +1,7 @@
 """The background sweeps (system-wide: no endpoint predicate, by design)."""
 
+from datetime import datetime
+
 from .rows import Moved
 from .sql import DOORBELL, ENDED_RING, EVENT_INSERT, _run
 
@@ -48,7 +50,7 @@ SELECT id, endpoint_id, queue, state, {DOORBELL}, {ENDED_RING} FROM moved
 """
 
 
-def reap_expired(*, limit=SWEEP_BATCH):
+def reap_expired(*, limit: int = SWEEP_BATCH) -> list[Moved]:
     """Requeue (or dead-letter at the cap) one batch of expired leases."""
     params = {
         "limit": int(limit),
@@ -79,7 +81,7 @@ SELECT id, endpoint_id, queue, state, {DOORBELL} FROM moved
 """
 
 
-def requeue_due_retries(*, limit=SWEEP_BATCH):
+def requeue_due_retries(*, limit: int = SWEEP_BATCH) -> list[Moved]:
     """Return one batch of failed todos whose backoff elapsed to pending."""
     params = {"limit": int(limit), "actor": "system:retry-scheduler", "event_error": ""}
     rows = _run("requeue_due_retries", REQUEUE_DUE_SQL, params)
@@ -111,7 +113,7 @@ SELECT id, endpoint_id, queue, state,
 """
 
 
-def expire_questions(*, limit=SWEEP_BATCH):
+def expire_questions(*, limit: int = SWEEP_BATCH) -> list[Moved]:
     """End the hold of one batch of open questions whose deadline passed."""
     rows = _run("expire_questions", EXPIRE_QUESTIONS_SQL, {"limit": int(limit)})
     return [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
@@ -133,7 +135,7 @@ DELETE FROM todos t USING doomed d WHERE t.id = d.id
 """
 
 
-def purge_terminal(older_than_days, *, limit=5000):
+def purge_terminal(older_than_days: int, *, limit: int = 5000) -> int:
     """Delete one batch of terminal todos older than the given days; return how many."""
     days = int(older_than_days)
     if days < 0:
@@ -170,7 +172,9 @@ SELECT t.id, t.endpoint_id, t.queue, t.state, clock.at, t.available_at,
 LOOK_BACK_SQL = "SELECT now() - interval '1 minute'"
 
 
-def ring_due_delayed(since=None, *, limit=SWEEP_BATCH):
+def ring_due_delayed(
+    since: datetime | None = None, *, limit: int = SWEEP_BATCH
+) -> tuple[list[Moved], datetime]:
     """Ring the doorbell of each delayed todo that came due after ``since``.
 
     Return (rung, until): the todos rung and the database time to pass as the
@@ -179,12 +183,14 @@ def ring_due_delayed(since=None, *, limit=SWEEP_BATCH):
     continues after it.
     """
     if since is None:
-        since = _run("ring_due_delayed", LOOK_BACK_SQL, {}, fetch="one")[0]
+        look_back = _run("ring_due_delayed", LOOK_BACK_SQL, {}, fetch="one")
+        assert look_back is not None  # a SELECT without FROM returns one row
+        since = look_back[0]
     rows = _run(
         "ring_due_delayed",
         RING_DUE_DELAYED_SQL,
         {"since": since, "limit": int(limit)},
     )
     rung = [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows if r[0] is not None]
-    until = rows[-1][5] if len(rung) >= int(limit) else rows[0][4]
+    until: datetime = rows[-1][5] if len(rung) >= int(limit) else rows[0][4]
     return rung, until
