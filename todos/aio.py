@@ -11,16 +11,17 @@ to the pool when the call returns.
 import asyncio
 import contextlib
 import functools
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import connections
 from django.http import StreamingHttpResponse
 
-_executor = None
+_executor: ThreadPoolExecutor | None = None
 
 
-def executor():
+def executor() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
         _executor = ThreadPoolExecutor(
@@ -30,7 +31,7 @@ def executor():
     return _executor
 
 
-def closing(fn, *args):
+def closing[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
     """Call ``fn``, then hand this thread's connections back."""
     try:
         return fn(*args)
@@ -39,12 +40,12 @@ def closing(fn, *args):
         connections.close_all()
 
 
-async def run_pooled(fn, *args):
+async def run_pooled[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
     """Run ``fn`` in the bounded pool; its connection goes back after the call."""
     return await run_in_thread(closing, fn, *args)
 
 
-async def run_in_thread(fn, *args):
+async def run_in_thread[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
     """Run ``fn`` in the bounded pool as it is (it gives its connections back)."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(executor(), functools.partial(fn, *args))
@@ -60,17 +61,21 @@ class EventStreamResponse(StreamingHttpResponse):
     waiter leaves the hub) as soon as the server stops iterating.
     """
 
-    async def __aiter__(self):
-        async with contextlib.aclosing(self._iterator) as chunks:
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        # The stream event_stream was given (the response keeps it as _iterator).
+        stream: AsyncGenerator[str | bytes] = self._iterator  # type: ignore[attr-defined]  # set by StreamingHttpResponse, not in its stubs
+        async with contextlib.aclosing(stream) as chunks:
             async for chunk in chunks:
                 yield chunk.encode() if isinstance(chunk, str) else chunk
 
 
-def event_stream(agen, close):
+def event_stream(
+    agen: AsyncGenerator[str | bytes], close: Callable[[], object]
+) -> EventStreamResponse:
     """An uncached, unbuffered event-stream response of ``agen``'s chunks;
     ``close`` runs when the response is done, even if it was never sent."""
     response = EventStreamResponse(agen, content_type="text/event-stream")
-    response._resource_closers.append(close)
+    response._resource_closers.append(close)  # type: ignore[attr-defined]  # HttpResponseBase sets it; not in its stubs
     # No caching, and no buffering by a proxy (nginx honours X-Accel-Buffering).
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
