@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 
 import django
 from django.conf import settings
@@ -55,6 +56,16 @@ WAITING = {
     # The SQS surface: every call, since any ReceiveMessage may wait.
     "/": {"POST"},
 }
+# One todo's JSON (``GET /api/v1/todos/<id>``): with ``wait_seconds`` it waits
+# for the todo's result, so it is served in the loop as the waits above are.
+WAITING_RESULT = re.compile(r"/api/v1/todos/[^/]+")
+
+
+def waits(path, method):
+    """Whether the request's view may wait: served in the event loop."""
+    if method in WAITING.get(path, ()):
+        return True
+    return method == "GET" and WAITING_RESULT.fullmatch(path) is not None
 
 
 class SyncChain(BaseHandler):
@@ -102,7 +113,7 @@ class Handler(ASGIHandler):
 
     async def dispatch(self, scope, receive, send):
         path, method = scope["path"], scope["method"]
-        if method in WAITING.get(path, ()):
+        if waits(path, method):
             await self.serve(scope, receive, send, self.serve_waiting)
         else:
             await self.serve(scope, receive, send, self.serve_in_thread)

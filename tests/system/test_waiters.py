@@ -442,6 +442,56 @@ def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
     assert sum(wait.status is not None for wait in waits) == 1
 
 
+
+class ResultWait(threading.Thread):
+    """A JSON API ``GET /api/v1/todos/<id>?wait_seconds=N`` on its own thread."""
+
+    def __init__(self, server, token, todo_id, wait_seconds):
+        super().__init__(daemon=True)
+        self.server, self.token = server, token
+        self.path = f"/api/v1/todos/{todo_id}?wait_seconds={wait_seconds}"
+        self.status = self.answer = None
+        self.start()
+
+    def run(self):
+        self.status, _, raw = request(self.server, "GET", self.path, self.token)
+        self.answer = json.loads(raw)
+
+
+def test_waiting_api_result_waits_hold_no_thread_and_no_connection(
+    server, make_endpoint
+):
+    """Forty JSON API result waits (``GET /api/v1/todos/<id>?wait_seconds``) on
+    pending todos: the worker's thread count stays put and PostgreSQL sees at
+    most the pool and one LISTEN, none busy; a completed todo answers its wait
+    at once. Defect: the path was served in the bounded thread pool, so each
+    wait held a thread and forty of them starved every other request."""
+    endpoints = [make_endpoint(f"api-results-{i}") for i in range(4)]
+    scopes = [store.Scope.for_endpoint(e) for e in endpoints]
+    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
+    for poll in warm:
+        poll.join(timeout=15)
+    todos = [store.create_todo(scopes[i % 4], queue="q")[0] for i in range(40)]
+    before = worker_threads(server)
+    waits = [
+        ResultWait(server, endpoints[i % 4].token, todo.id, 15)
+        for i, todo in enumerate(todos)
+    ]
+    settle(1.5)
+    assert all(wait.status is None for wait in waits)
+    assert worker_threads(server) <= before + 2
+    total, busy = server_connections()
+    assert total <= POOL_MAX + 1, total
+    assert busy == 0
+    status, _, _ = request(server, "GET", "/healthz", endpoints[0].token, timeout=5)
+    assert status == 200
+    store.claim_todo(scopes[0], todos[0].id, "w")
+    store.complete_todo(scopes[0], todos[0].id, "w")
+    wait_until(lambda: waits[0].status == 200, seconds=3)
+    assert waits[0].answer["todo"]["outcome"] == "done"
+    assert sum(wait.status is not None for wait in waits) == 1
+
+
 # --- Wakeups ---------------------------------------------------------------------
 
 
