@@ -635,7 +635,19 @@ def sweep_probe(cluster, port, probe_token, report, sweep):
     report.sweep_alive_after_restart = sweep.poll() is None
     report.check(report.sweep_alive_after_restart, "the sweep loop died in the outage")
     api = Api(port, probe_token, Report(), threading.Lock())
-    _, data = api.call("POST", "/api/v1/todos", {"queue": "probe", "title": "sweep"})
+    # The server may still be reconnecting after the restart: an agent asks
+    # again after a 503, and so does the probe (for up to 15 s).
+    deadline = time.monotonic() + 15
+    while True:
+        status, data = api.call(
+            "POST", "/api/v1/todos", {"queue": "probe", "title": "sweep"}
+        )
+        if status == 201 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    report.check(status == 201, f"the sweep probe's create answered {status}")
+    if status != 201:
+        return
     todo_id = data["todo"]["id"]
     api.call("POST", "/api/v1/todos/claim", {"worker": "gone", "lease_seconds": 1})
     started = time.monotonic()
