@@ -442,7 +442,6 @@ def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
     assert sum(wait.status is not None for wait in waits) == 1
 
 
-
 class ResultWait(threading.Thread):
     """A JSON API ``GET /api/v1/todos/<id>?wait_seconds=N`` on its own thread."""
 
