@@ -20,11 +20,13 @@
 
 import json
 import math
+from collections.abc import Mapping
+from typing import NoReturn, Protocol
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 
 # Every surface answers a status with this code (the CONTRACT's error codes).
 ERROR_CODES = {
@@ -53,22 +55,33 @@ _READ_SIZE = 64 * 1024
 MAX_JSON_DEPTH = 100
 
 
-def code_for(status):
+def code_for(status: int) -> str:
     """The error code of an HTTP status."""
     return ERROR_CODES.get(status, "internal_error" if status >= 500 else "bad_request")
 
 
-def error_body(code, detail):
+def error_body(code: str, detail: object) -> dict[str, object]:
     """The CONTRACT's JSON error body."""
     return {"error": code, "detail": detail}
 
 
-def error_response(status, code=None, detail=None, headers=None):
+class ErrorResponse(JsonResponse):
+    """A JSON error response; ``error_code`` is its code, for the request log."""
+
+    error_code: str
+
+
+def error_response(
+    status: int,
+    code: str | None = None,
+    detail: object = None,
+    headers: Mapping[str, str] | None = None,
+) -> ErrorResponse:
     """Return the JSON error response; its code is kept for the request log."""
     code = code or code_for(status)
     if detail is None:
         detail = code.replace("_", " ")
-    response = JsonResponse(error_body(code, detail), status=status, headers=headers)
+    response = ErrorResponse(error_body(code, detail), status=status, headers=headers)
     response.error_code = code
     return response
 
@@ -82,7 +95,7 @@ class BodyTooLarge(Exception):
     status = 413
     code = "payload_too_large"
 
-    def __init__(self, limit):
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self.detail = f"the body exceeds {limit} bytes"
         super().__init__(self.detail)
@@ -94,23 +107,29 @@ class BadBody(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, detail):
+    def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(detail)
 
 
-def body_limit():
+def body_limit() -> int:
     return settings.SWITCHBOARD_MAX_BODY_BYTES
 
 
-def _content_length(request):
+class _Stream(Protocol):
+    """A WSGI request's input (``wsgi.input``)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _content_length(request: HttpRequest) -> int:
     try:
         return max(int(request.META.get("CONTENT_LENGTH") or 0), 0)
     except ValueError as exc:
         raise BadBody("the Content-Length header is not a number") from exc
 
 
-def _drain(stream, length):
+def _drain(stream: _Stream | None, length: int) -> None:
     """Read and discard an oversized body, up to DRAIN_LIMIT_BYTES."""
     remaining = min(length, DRAIN_LIMIT_BYTES)
     while stream is not None and remaining > 0:
@@ -120,7 +139,7 @@ def _drain(stream, length):
         remaining -= len(chunk)
 
 
-def read_body(request, limit=None):
+def read_body(request: HttpRequest, limit: int | None = None) -> bytes:
     """Return the request body's bytes; raise BodyTooLarge (drained) or BadBody."""
     limit = body_limit() if limit is None else limit
     if isinstance(request, ASGIRequest):
@@ -135,12 +154,12 @@ def read_body(request, limit=None):
         if len(raw) > limit:
             raise BodyTooLarge(limit)
         return raw
-    stream = request.META.get("wsgi.input")
+    stream: _Stream | None = request.META.get("wsgi.input")
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         # Django reads only Content-Length bodies. A server that de-chunks and
         # ends wsgi.input (gunicorn) lets the body be read here, bounded;
         # elsewhere a read past the body would block on a keep-alive socket.
-        if not request.META.get("wsgi.input_terminated"):
+        if stream is None or not request.META.get("wsgi.input_terminated"):
             raise BadBody("body: send it with a Content-Length header")
         raw = stream.read(limit + 1)
         if len(raw) > limit:
@@ -160,17 +179,17 @@ def read_body(request, limit=None):
 # --- Strict JSON ----------------------------------------------------------------
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(text):
+def loads(text: str | bytes) -> object:
     """Decode strict JSON: NaN and Infinity are errors. Raises ValueError or
     RecursionError (nesting too deep)."""
     return json.loads(text, parse_constant=_reject_constant)
 
 
-def text_problem(value):
+def text_problem(value: str) -> str | None:
     """Say why PostgreSQL cannot store a string, or None when it can."""
     if "\x00" in value:
         return "must not contain NUL characters"
@@ -181,7 +200,7 @@ def text_problem(value):
     return None
 
 
-def unstorable(value):
+def unstorable(value: object) -> str | None:
     """Say why a decoded value cannot be stored and served, or None when it can.
 
     jsonb refuses non-finite numbers, NUL characters and lone surrogates; a
@@ -189,7 +208,7 @@ def unstorable(value):
     it back (an answer, a tool result, a Board page) would exhaust the stack
     after it was stored.
     """
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):

@@ -34,6 +34,7 @@ import logging
 import random
 import threading
 from collections import deque
+from typing import NotRequired, TypedDict
 
 import psycopg
 from django.conf import settings
@@ -61,6 +62,21 @@ RECONNECT_CAP_SECONDS = 2.0
 # While the hub is not listening, claim waiters re-validate and try this often.
 UNHEARD_POLL_SECONDS = 1.0
 TICK_SECONDS = 0.5
+
+
+class Ring(TypedDict):
+    """A ring (a todo turned claimable) or a todo's event, as a waiter hears it.
+
+    ``parse`` checked that its fields are strings; the event channel's
+    notices name their event too (``todo.done``, ...; a ring is ``todo.ready``).
+    """
+
+    endpoint_id: str
+    queue: str
+    id: str
+    event: NotRequired[str]
+
+
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -115,7 +131,7 @@ class Waiter:
         self.session_id = str(session_id) if session_id is not None else None
         # A "todo" waiter (todos.waits) hears the events of this one todo.
         self.todo_id = str(todo_id) if todo_id is not None else None
-        self.rings: deque = deque()
+        self.rings: deque[Ring] = deque()
         self.notices: set[str] = set()
         self.ended = False
         self._woken: asyncio.Future | None = None
@@ -154,7 +170,7 @@ class Waiter:
         self.notices.clear()
         return rings, notices
 
-    async def wait(self, timeout: float) -> tuple[list, set]:
+    async def wait(self, timeout: float) -> tuple[list[Ring], set[str]]:
         """Return ``(rings, notices)`` once there are some, or empty at the timeout."""
         loop = asyncio.get_running_loop()
         with self.hub.lock:
@@ -172,7 +188,7 @@ class Waiter:
         with self.hub.lock:
             return self._take()
 
-    def close(self):
+    def close(self) -> None:
         """Leave the hub; rings not taken yet go to another claim waiter."""
         self.hub.unsubscribe(self)
 
@@ -203,7 +219,7 @@ class Hub:
 
     # --- Waiters ----------------------------------------------------------------
 
-    def start(self):
+    def start(self) -> None:
         """Listen in the running event loop (the worker's), once."""
         loop = asyncio.get_running_loop()
         # Bound already: to this loop, or to the worker's while a request runs
@@ -217,7 +233,11 @@ class Hub:
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
 
     def subscribe(
-        self, scope: Scope, kind: str = "claim", session_id=None, todo_id=None
+        self,
+        scope: Scope,
+        kind: str = "claim",
+        session_id: object = None,
+        todo_id: object = None,
     ) -> Waiter:
         """Register a waiter (from any thread); it hears rings from now on.
 
@@ -231,7 +251,7 @@ class Hub:
                 waiter._deliver(notice=SHUTDOWN)
         return waiter
 
-    def rescope(self, waiter: Waiter, scope: Scope):
+    def rescope(self, waiter: Waiter, scope: Scope) -> None:
         """Let ``waiter`` hear its caller's new grant (same endpoint)."""
         with self.lock:
             waiter.scope = scope
@@ -250,7 +270,7 @@ class Hub:
                 for ring in waiter.rings:
                     self._dispatch_ring(ring, claims_only=True)
 
-    def pass_on(self, waiter: Waiter, rings: list, recheck: bool = False):
+    def pass_on(self, waiter: Waiter, rings: list[Ring], recheck: bool = False) -> None:
         """Hand a claim waiter's rings (or its re-check) to the next waiter."""
         with self.lock:
             for ring in rings:

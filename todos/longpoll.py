@@ -25,11 +25,15 @@ The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 import asyncio
 import contextlib
 import functools
+from collections.abc import Callable
 
 from todos import aio, store
-from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, hub
+from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, Waiter, hub
 
 NO_WORK = "no claimable todo"
+
+# What a claim answers: one todo, or a batch (a ``max_todos`` claim, SQS).
+type Claimed = store.Todo | list[store.Todo]
 
 
 class LongPoll:
@@ -46,13 +50,14 @@ class LongPoll:
         """The caller's scope now; raise when it may no longer claim."""
         raise NotImplementedError
 
-    def attempt(self, scope: store.Scope):
+    def attempt(self, scope: store.Scope) -> Claimed:
         """Claim: the todo(s), or raise ``store.NotFound`` / return ``[]``."""
         raise NotImplementedError
 
 
-async def claim(poll: LongPoll):
-    """Claim for ``poll``, waiting up to ``poll.wait`` seconds (see above)."""
+async def claim(poll: LongPoll) -> Claimed | None:
+    """Claim for ``poll``, waiting up to ``poll.wait`` seconds (see above); None
+    when ``start`` said there is no claim to make."""
     hub.start()
     loop = asyncio.get_running_loop()
     state = _State(poll)
@@ -86,20 +91,22 @@ async def claim(poll: LongPoll):
 class _State:
     """One poll's scope, waiter and last empty answer."""
 
-    def __init__(self, poll):
+    def __init__(self, poll: LongPoll) -> None:
         self.poll = poll
-        self.scope = self.waiter = self.empty = None
+        self.scope: store.Scope | None = None
+        self.waiter: Waiter | None = None
+        self.empty: store.NotFound | list[store.Todo] | None = None
         self.gone = False
 
-    def first(self):
+    def first(self) -> Claimed | None:
         self.scope = self.poll.start()
         if self.scope is None:
             return None
         if self.poll.wait > 0 and not self.gone:
-            self.waiter = hub.subscribe(self._bell_scope(), "claim")
+            self.waiter = hub.subscribe(self._bell_scope(self.scope), "claim")
         return self._try()
 
-    def again(self, check):
+    def again(self, check: bool) -> Claimed | None:
         if not check:
             return self._try()
         self._revalidate()
@@ -119,27 +126,36 @@ class _State:
             return None
         return result
 
-    def _revalidate(self):
+    def _revalidate(self) -> None:
         scope = self.poll.revalidate()
         if scope != self.scope:
             self.scope = scope
-            hub.rescope(self.waiter, self._bell_scope())
+            # Only a waiting poll re-validates: it has its waiter.
+            if self.waiter is not None:
+                hub.rescope(self.waiter, self._bell_scope(scope))
 
-    def give_back(self, result):
+    def _started(self) -> store.Scope:
+        """The caller's scope; ``first`` set it before any try."""
+        if self.scope is None:
+            raise RuntimeError("the long poll tried before it started")
+        return self.scope
+
+    def give_back(self, result: Claimed) -> None:
         """Release what was claimed for a caller that left or was refused."""
+        scope = self._started()
         for todo in result if isinstance(result, list) else [result]:
             with contextlib.suppress(store.NotFound, store.Conflict):
                 store.release_todo(
-                    self.scope, todo.id, todo.owner, lease_token=todo.lease_token
+                    scope, todo.id, todo.owner, lease_token=todo.lease_token
                 )
 
-    def _bell_scope(self):
+    def _bell_scope(self, scope: store.Scope) -> store.Scope:
         queue = self.poll.queue
-        return store.Scope(self.scope.endpoint_id, (queue,)) if queue else self.scope
+        return store.Scope(scope.endpoint_id, (queue,)) if queue else scope
 
-    def _try(self):
+    def _try(self) -> Claimed | None:
         try:
-            result = self.poll.attempt(self.scope)
+            result = self.poll.attempt(self._started())
         except store.NotFound as exc:
             # Without its traceback, which would hold this frame (and so the
             # request) in a reference cycle.
@@ -150,7 +166,7 @@ class _State:
             return None
         return result
 
-    def nothing(self):
+    def nothing(self) -> list[store.Todo]:
         empty, self.empty = self.empty, None
         if isinstance(empty, list):
             return empty
@@ -159,13 +175,15 @@ class _State:
         finally:
             del empty
 
-    def close(self):
+    def close(self) -> None:
         self.gone = True
         if self.waiter is not None:
             self.waiter.close()
 
 
-async def _pooled(state, fn, *args):
+async def _pooled[*Ts](
+    state: _State, fn: Callable[[*Ts], Claimed | None], *args: *Ts
+) -> Claimed | None:
     """``fn`` in a pooled call. When the client leaves meanwhile, the call
     finishes in its thread; then the waiter it may have made is closed, and
     what it may have claimed is given back."""
@@ -177,7 +195,10 @@ async def _pooled(state, fn, *args):
         raise
 
 
-def _left(state, call):
+def _left(state: _State, call: "asyncio.Future[Claimed | None]") -> None:
     state.close()
-    if not call.cancelled() and call.exception() is None and call.result():
-        aio.executor().submit(aio.closing, state.give_back, call.result())
+    if call.cancelled() or call.exception() is not None:
+        return
+    result = call.result()
+    if result:
+        aio.executor().submit(aio.closing, state.give_back, result)

@@ -15,11 +15,22 @@ asks for a ``refresh`` on every control notice and after every reconnect.
 """
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from todos import aio, store
-from todos.hub import LOST, REVALIDATE, SESSION, SHUTDOWN, TRY, hub, keepalive_wait
+from todos.hub import (
+    LOST,
+    REVALIDATE,
+    SESSION,
+    SHUTDOWN,
+    TRY,
+    Ring,
+    Waiter,
+    hub,
+    keepalive_wait,
+)
 
 BACKLOG_LIMIT = 100
 
@@ -31,7 +42,7 @@ class Ended:
     reason: str
 
 
-def backlog(scope: store.Scope) -> list[dict]:
+def backlog(scope: store.Scope) -> list[Ring]:
     """The rings of the scope's todos that are claimable now, oldest first."""
     return [
         {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
@@ -39,14 +50,16 @@ def backlog(scope: store.Scope) -> list[dict]:
     ]
 
 
-async def open_stream(authorize: Callable, *args):
+async def open_stream[*Ts](
+    authorize: Callable[[*Ts], tuple[store.Scope, object]], *args: *Ts
+) -> tuple[Waiter, list[Ring]]:
     """Open a stream in one pooled call: ``authorize(*args)`` authenticates the
     caller and returns ``(scope, session_id)``; then subscribe, read the
     backlog. Return ``(waiter, backlog)``."""
     hub.start()
-    opened = []
+    opened: list[Waiter] = []
 
-    def opening():
+    def opening() -> tuple[Waiter, list[Ring]]:
         scope, session_id = authorize(*args)
         opened.append(hub.subscribe(scope, "stream", session_id=session_id))
         return opened[0], backlog(scope)
@@ -56,16 +69,16 @@ async def open_stream(authorize: Callable, *args):
         return await asyncio.shield(call)
     except BaseException:
         # Cancelled (the client left) or failed: the waiter goes when the call ends.
-        call.add_done_callback(lambda _: [waiter.close() for waiter in opened])
+        call.add_done_callback(functools.partial(_close_all, opened))
         raise
 
 
 async def watch(
-    waiter,
-    first: list[dict],
+    waiter: Waiter,
+    first: list[Ring],
     refresh: Callable[[set[str]], bool],
     keepalive_seconds: float,
-) -> AsyncIterator[list[dict] | Ended]:
+) -> AsyncIterator[list[Ring] | Ended]:
     """Yield each moment's rings until the stream ends, then its ``Ended``.
 
     ``refresh(notices)`` (run in a pooled call) says whether the caller still
@@ -91,4 +104,9 @@ async def watch(
                 # Rings may have been missed while the hub was away.
                 rings = rings + await aio.run_pooled(backlog, waiter.scope)
     finally:
+        waiter.close()
+
+
+def _close_all(waiters: list[Waiter], _call: object) -> None:
+    for waiter in waiters:
         waiter.close()

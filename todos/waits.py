@@ -15,10 +15,13 @@ revoked token ends the wait with the surface's refusal.
 """
 
 import asyncio
+import functools
 import uuid
 
+from django.http import HttpRequest
+
 from todos import aio, store
-from todos.hub import REVALIDATE, SHUTDOWN, UNHEARD_POLL_SECONDS, hub
+from todos.hub import REVALIDATE, SHUTDOWN, UNHEARD_POLL_SECONDS, Waiter, hub
 
 SETTLED = ("done", "canceled", "dead_letter", "held")
 
@@ -33,7 +36,7 @@ class ResultWait:
 
     wait: float = 0  # seconds it may wait (set by ``start``)
 
-    def __init__(self, request, todo_id):
+    def __init__(self, request: HttpRequest | None, todo_id: str) -> None:
         self.request, self.todo_id = request, todo_id
 
     def start(self) -> store.Scope:
@@ -45,7 +48,7 @@ class ResultWait:
         raise NotImplementedError
 
 
-def _canonical(todo_id):
+def _canonical(todo_id: str) -> str | None:
     # Rings name a todo by its canonical id; a malformed one is not found (the
     # read right after says so).
     try:
@@ -58,9 +61,9 @@ async def wait(result_wait: ResultWait) -> store.Todo:
     """Return the todo once it is settled, or after ``result_wait.wait`` s."""
     hub.start()
     loop = asyncio.get_running_loop()
-    opened = []
+    opened: list[Waiter] = []
 
-    def first():
+    def first() -> tuple[store.Scope, store.Todo]:
         scope = result_wait.start()
         if result_wait.wait > 0:
             opened.append(
@@ -73,14 +76,14 @@ async def wait(result_wait: ResultWait) -> store.Todo:
         scope, todo = await asyncio.shield(call)
     except BaseException:
         # Cancelled (the client left) or failed: the waiter goes with the call.
-        call.add_done_callback(lambda _: [waiter.close() for waiter in opened])
+        call.add_done_callback(functools.partial(_close_all, opened))
         raise
     if not opened:
         return todo
     waiter = opened[0]
     deadline = loop.time() + result_wait.wait
 
-    def again(check):
+    def again(check: bool) -> store.Todo:
         nonlocal scope
         if check:
             scope = result_wait.revalidate()
@@ -102,3 +105,8 @@ async def wait(result_wait: ResultWait) -> store.Todo:
     finally:
         waiter.close()
     return todo
+
+
+def _close_all(waiters: list[Waiter], _call: object) -> None:
+    for waiter in waiters:
+        waiter.close()
