@@ -34,11 +34,13 @@ import logging
 import random
 import threading
 from collections import deque
-from typing import NotRequired, TypedDict
+from collections.abc import Callable
+from typing import NotRequired, TypedDict, TypeGuard
 
 import psycopg
 from django.conf import settings
 from django.db import connections
+from psycopg.rows import TupleRow
 
 from todos.store import DOORBELL_CHANNEL, TODO_EVENT_CHANNEL, Scope
 
@@ -77,7 +79,23 @@ class Ring(TypedDict):
     event: NotRequired[str]
 
 
-KEEPALIVES = {
+class Control(TypedDict):
+    """A control notice: an endpoint changed (``kind`` "endpoint"), or an MCP
+    session did (``kind`` "session", with its ``session_id``)."""
+
+    endpoint_id: str
+    kind: str
+    session_id: NotRequired[object]
+
+
+class _Keepalives(TypedDict):
+    keepalives: int
+    keepalives_idle: int
+    keepalives_interval: int
+    keepalives_count: int
+
+
+KEEPALIVES: _Keepalives = {
     "keepalives": 1,
     "keepalives_idle": 10,
     "keepalives_interval": 5,
@@ -85,7 +103,7 @@ KEEPALIVES = {
 }
 
 
-async def _connect() -> psycopg.AsyncConnection:
+async def _connect() -> psycopg.AsyncConnection[TupleRow]:
     url = settings.SWITCHBOARD_LISTEN_DATABASE_URL
     if url:
         return await psycopg.AsyncConnection.connect(
@@ -101,7 +119,9 @@ async def _connect() -> psycopg.AsyncConnection:
     )
 
 
-def parse(payload: str, fields=("endpoint_id",)) -> dict | None:
+def parse(
+    payload: str, fields: tuple[str, ...] = ("endpoint_id",)
+) -> dict[str, object] | None:
     """Decode a notice's JSON payload, or None when it is not one of ours."""
     try:
         message = json.loads(payload)
@@ -112,6 +132,18 @@ def parse(payload: str, fields=("endpoint_id",)) -> dict | None:
     if not all(isinstance(message.get(field), str) for field in fields):
         return None
     return message
+
+
+def is_ring(message: dict[str, object]) -> TypeGuard[Ring]:
+    """Say whether a parsed notice is a ring or a todo's event (its
+    ``RING_FIELDS`` are text)."""
+    return all(isinstance(message.get(field), str) for field in RING_FIELDS)
+
+
+def is_control(message: dict[str, object]) -> TypeGuard[Control]:
+    """Say whether a parsed notice is a control notice (its ``CONTROL_FIELDS``
+    are text)."""
+    return all(isinstance(message.get(field), str) for field in CONTROL_FIELDS)
 
 
 def keepalive_wait(seconds: float) -> float:
@@ -125,8 +157,13 @@ class Waiter:
     """One waiting request's mailbox: the rings and notices the hub left."""
 
     def __init__(
-        self, hub: "Hub", scope: Scope, kind: str, session_id=None, todo_id=None
-    ):
+        self,
+        hub: "Hub",
+        scope: Scope,
+        kind: str,
+        session_id: object = None,
+        todo_id: object = None,
+    ) -> None:
         self.hub, self.scope, self.kind = hub, scope, kind
         self.session_id = str(session_id) if session_id is not None else None
         # A "todo" waiter (todos.waits) hears the events of this one todo.
@@ -134,10 +171,10 @@ class Waiter:
         self.rings: deque[Ring] = deque()
         self.notices: set[str] = set()
         self.ended = False
-        self._woken: asyncio.Future | None = None
+        self._woken: asyncio.Future[None] | None = None
         self._in_batch = False
 
-    def matches(self, ring: dict) -> bool:
+    def matches(self, ring: Ring) -> bool:
         if ring.get("endpoint_id") != str(self.scope.endpoint_id):
             return False
         return self.scope.covers(ring.get("queue"))
@@ -146,7 +183,7 @@ class Waiter:
     def busy(self) -> bool:
         return bool(self.rings or self.notices)
 
-    def _deliver(self, ring=None, notice=None):
+    def _deliver(self, ring: Ring | None = None, notice: str | None = None) -> None:
         # Called with the hub's lock held.
         if ring is not None:
             self.rings.append(ring)
@@ -164,7 +201,7 @@ class Waiter:
         self.hub._wake(self._woken)
         self._woken = None
 
-    def _take(self):
+    def _take(self) -> tuple[list[Ring], set[str]]:
         rings, notices = list(self.rings), set(self.notices)
         self.rings.clear()
         self.notices.clear()
@@ -193,7 +230,7 @@ class Waiter:
         self.hub.unsubscribe(self)
 
 
-def _wake(woken: asyncio.Future):
+def _wake(woken: "asyncio.Future[None]") -> None:
     if not woken.done():
         woken.set_result(None)
 
@@ -205,16 +242,16 @@ class Hub:
     in the pooled call of its first try), so the mailboxes share one lock.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.by_endpoint: dict[str, list[Waiter]] = {}
         self.connected = False
         self.shutting_down = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.TimerHandle | None = None
         self._ticks = 0
-        self._batch: list[asyncio.Future] = []
+        self._batch: list[asyncio.Future[None]] = []
         self._loop_thread: int | None = None
 
     # --- Waiters ----------------------------------------------------------------
@@ -225,7 +262,7 @@ class Hub:
         # Bound already: to this loop, or to the worker's while a request runs
         # in a loop of its own (a sync view's async_to_sync).
         running = self._task is not None and not self._task.done()
-        if running and not self.loop.is_closed():
+        if running and self.loop is not None and not self.loop.is_closed():
             return
         self.loop, self.connected = loop, False
         self._loop_thread = threading.get_ident()
@@ -256,7 +293,7 @@ class Hub:
         with self.lock:
             waiter.scope = scope
 
-    def unsubscribe(self, waiter: Waiter):
+    def unsubscribe(self, waiter: Waiter) -> None:
         with self.lock:
             if waiter.ended:
                 return
@@ -283,13 +320,13 @@ class Hub:
                     other._deliver(notice=TRY)
                     return
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Tell every waiter to end now (the server is stopping)."""
         with self.lock:
             self.shutting_down = True
             self._tell_all(SHUTDOWN)
 
-    def _tell_all(self, *notices):
+    def _tell_all(self, *notices: str) -> None:
         for group in self.by_endpoint.values():
             for waiter in group:
                 for notice in notices:
@@ -297,7 +334,7 @@ class Hub:
 
     # --- Fan-out (lock held) -------------------------------------------------------
 
-    def _wake(self, woken: asyncio.Future):
+    def _wake(self, woken: "asyncio.Future[None]") -> None:
         loop = woken.get_loop()
         if loop is self.loop and threading.get_ident() == self._loop_thread:
             _wake(woken)
@@ -305,7 +342,7 @@ class Hub:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(_wake, woken)
 
-    def _wake_in_batch(self, woken: asyncio.Future):
+    def _wake_in_batch(self, woken: "asyncio.Future[None]") -> None:
         """Wake a stream with the others rung in the same moment.
 
         Each woken stream costs the loop a write: woken together
@@ -315,20 +352,23 @@ class Hub:
         only from the hub's own task, in the loop's thread.)
         """
         delay = settings.SWITCHBOARD_STREAM_BATCH_MS / 1000
-        if delay <= 0 or woken.get_loop() is not self.loop:
+        loop = self.loop
+        if delay <= 0 or loop is None or woken.get_loop() is not loop:
             self._wake(woken)
             return
         if not self._batch:
-            self.loop.call_later(delay, self._wake_batch)
+            loop.call_later(delay, self._wake_batch)
         self._batch.append(woken)
 
-    def _wake_batch(self):
+    def _wake_batch(self) -> None:
         with self.lock:
             batch, self._batch = self._batch, []
         for woken in batch:
             _wake(woken)
 
-    def _dispatch_ring(self, ring: dict, exclude=None, claims_only=False):
+    def _dispatch_ring(
+        self, ring: Ring, exclude: Waiter | None = None, claims_only: bool = False
+    ) -> None:
         chosen = None
         for waiter in self.by_endpoint.get(ring["endpoint_id"], ()):
             if waiter is exclude or not waiter.matches(ring):
@@ -342,7 +382,7 @@ class Hub:
         if chosen is not None:
             chosen._deliver(ring=ring)
 
-    def _dispatch_event(self, event: dict):
+    def _dispatch_event(self, event: Ring) -> None:
         # A todo's event (it ended, asked, or got a cancel request): to the
         # streams of its scope and the waiters of that todo; a claim has
         # nothing to take from it.
@@ -354,7 +394,7 @@ class Hub:
             ):
                 waiter._deliver(ring=event)
 
-    def _dispatch_control(self, notice: dict):
+    def _dispatch_control(self, notice: Control) -> None:
         kind = notice.get("kind")
         for waiter in self.by_endpoint.get(notice["endpoint_id"], ()):
             if kind == "endpoint":
@@ -362,10 +402,10 @@ class Hub:
             elif kind == SESSION and waiter.session_id == str(notice.get("session_id")):
                 waiter._deliver(notice=SESSION)
 
-    def _recheck_claims(self, part: int = 0, parts: int = 1):
+    def _recheck_claims(self, part: int = 0, parts: int = 1) -> None:
         """Ask the first idle claim waiter of each scope in ``part`` (of
         ``parts``) to look again: a period's tries spread over it."""
-        seen = set()
+        seen: set[Scope] = set()
         for group in self.by_endpoint.values():
             for waiter in group:
                 if waiter.kind != "claim" or waiter.scope in seen:
@@ -376,7 +416,9 @@ class Hub:
 
     # --- Listening, in the event loop --------------------------------------------
 
-    def _tick(self):
+    def _tick(self) -> None:
+        if self.loop is None:  # start() set it before the first tick
+            return
         self._ticker = self.loop.call_later(TICK_SECONDS, self._tick)
         if not self.connected:
             return
@@ -386,7 +428,7 @@ class Hub:
             self._recheck_claims(self._ticks % parts, parts)
         self._ticks += 1
 
-    async def _run(self):
+    async def _run(self) -> None:
         delay = RECONNECT_FIRST_SECONDS
         while True:
             conn = None
@@ -424,24 +466,30 @@ class Hub:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_CAP_SECONDS)
 
-    def _heard(self, notify):
-        control = notify.channel == CONTROL_CHANNEL
-        message = parse(notify.payload, CONTROL_FIELDS if control else RING_FIELDS)
+    def _heard(self, notify: psycopg.Notify) -> None:
+        message = parse(notify.payload)
         if message is None:
-            logger.warning("doorbell: ignoring a malformed payload")
+            pass
+        elif notify.channel == CONTROL_CHANNEL:
+            if is_control(message):
+                self._dispatch_locked(self._dispatch_control, message)
+                return
+        elif is_ring(message):
+            if notify.channel == TODO_EVENT_CHANNEL:
+                self._dispatch_locked(self._dispatch_event, message)
+            else:
+                self._dispatch_locked(self._dispatch_ring, message)
             return
+        logger.warning("doorbell: ignoring a malformed payload")
+
+    def _dispatch_locked[M](self, dispatch: Callable[[M], None], message: M) -> None:
         try:
             with self.lock:
-                if control:
-                    self._dispatch_control(message)
-                elif notify.channel == TODO_EVENT_CHANNEL:
-                    self._dispatch_event(message)
-                else:
-                    self._dispatch_ring(message)
+                dispatch(message)
         except Exception:
             logger.exception("doorbell: a notice could not be delivered")
 
-    async def stop(self):
+    async def stop(self) -> None:
         """Stop listening (tests; a server process just exits)."""
         if self._ticker is not None:
             self._ticker.cancel()
