@@ -8,8 +8,12 @@ so never a token. Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -32,12 +36,17 @@ DETAILS = {
 JSON_PREFIXES = (API_PREFIX, "/hooks/")
 MCP_PATH = "/mcp"
 
+# What a middleware's ``get_response`` answers: a response, or (when the
+# handler is async) an awaitable of one, as django-stubs types it.
+type MaybeAwaitable = HttpResponseBase | Awaitable[HttpResponseBase]
+type GetResponse = Callable[[HttpRequest], MaybeAwaitable]
 
-def _answers_json(request):
+
+def _answers_json(request: HttpRequest) -> bool:
     return request.path == MCP_PATH or request.path.startswith(JSON_PREFIXES)
 
 
-def _json_error(request, status):
+def _json_error(request: HttpRequest, status: int) -> HttpResponseBase:
     detail = DETAILS.get(status)
     if request.path == MCP_PATH:
         # Imported here: the transport imports the API, which imports this app.
@@ -47,7 +56,7 @@ def _json_error(request, status):
     return http.error_response(status, detail=detail)
 
 
-def _todo_id(request, response):
+def _todo_id(request: HttpRequest, response: HttpResponseBase) -> str | None:
     todo_id = getattr(response, "todo_id", None)
     match = getattr(request, "resolver_match", None)
     if todo_id is None and match is not None:
@@ -71,23 +80,29 @@ class RequestLogMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> MaybeAwaitable:
         if self.is_async:
             return self._acall(request)
         started = time.monotonic()
-        return self._finish(request, self.get_response(request), started)
+        response = self.get_response(request)
+        # Not is_async: Django gave a sync get_response, which answers a response.
+        return self._finish(request, response, started)  # type: ignore[arg-type]
 
-    async def _acall(self, request):
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         started = time.monotonic()
-        return self._finish(request, await self.get_response(request), started)
+        # is_async: Django gave an async get_response, which answers an awaitable.
+        response = await self.get_response(request)  # type: ignore[misc]
+        return self._finish(request, response, started)
 
-    def _finish(self, request, response, started):
+    def _finish(
+        self, request: HttpRequest, response: HttpResponseBase, started: float
+    ) -> HttpResponseBase:
         if (
             _answers_json(request)
             and response.status_code >= 400
@@ -100,7 +115,9 @@ class RequestLogMiddleware:
         self._log(request, response, time.monotonic() - started)
         return response
 
-    def process_exception(self, request, exception):
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None:
         if not _answers_json(request):
             return None
         logger.exception(
@@ -109,14 +126,16 @@ class RequestLogMiddleware:
         )
         return _json_error(request, 500)
 
-    def _log(self, request, response, seconds):
+    def _log(
+        self, request: HttpRequest, response: HttpResponseBase, seconds: float
+    ) -> None:
         endpoint = getattr(request, "endpoint", None)
         match = getattr(request, "resolver_match", None)
         status = response.status_code
         outcome = getattr(response, "error_code", None) or (
             "ok" if status < 400 else f"http_{status}"
         )
-        fields = {
+        fields: dict[str, object] = {
             "method": request.method,
             "route": match.route if match is not None else None,
             "status": status,
@@ -131,7 +150,7 @@ class RequestLogMiddleware:
         logger.log(level, "request", extra={"fields": fields})
 
 
-class StaticFilesMiddleware(WhiteNoiseMiddleware):
+class StaticFilesMiddleware(WhiteNoiseMiddleware):  # type: ignore[misc]  # whitenoise ships no types
     """whitenoise, made async capable: a static file is served from a thread,
     every other request passes straight on (whitenoise itself is sync only).
     """
@@ -139,40 +158,69 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response=None):
+    def __init__(self, get_response: GetResponse | None = None) -> None:
         super().__init__(get_response)
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> MaybeAwaitable:
         if self.is_async:
             return self._acall(request)
-        return super().__call__(request)
+        response: HttpResponseBase = super().__call__(request)
+        return response
 
-    def _static_file(self, request):
+    def _static_file(self, request: HttpRequest) -> object:
+        """whitenoise's StaticFile for the path, or None."""
         if self.autorefresh:
             return self.find_file(request.path_info)
         return self.files.get(request.path_info)
 
-    async def _acall(self, request):
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         if self.autorefresh:
             static_file = await sync_to_async(self._static_file)(request)
         else:
             static_file = self._static_file(request)
+        response: HttpResponseBase
         if static_file is not None:
-            return await sync_to_async(self.serve)(static_file, request)
-        return await self.get_response(request)
+            response = await sync_to_async(self.serve)(static_file, request)
+        else:
+            response = await self.get_response(request)
+        return response
 
 
-def _is_api(request):
+def _is_api(request: HttpRequest) -> bool:
     # POST / is the SQS surface (todos/sqs): signed per request, like the API.
     return request.path_info.startswith(API_PREFIX) or (
         request.method == "POST" and request.path_info == "/"
     )
 
 
-def board_only(dotted_path):
+class _Middleware(Protocol):
+    """A middleware class board_only subclasses: its hooks, where it has them."""
+
+    get_response: GetResponse
+
+    def __call__(self, request: HttpRequest) -> MaybeAwaitable: ...
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> HttpResponseBase | None: ...
+
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None: ...
+
+    def process_template_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase: ...
+
+
+def board_only(dotted_path: str | type[_Middleware]) -> type:
     """Return a subclass of ``dotted_path``'s (or a class's) middleware that acts
     only off /api/.
 
@@ -184,17 +232,25 @@ def board_only(dotted_path):
     paths, so the Board keeps them all; being a subclass, Django's system
     checks still find the middleware they require.
     """
-    parent = import_string(dotted_path) if isinstance(dotted_path, str) else dotted_path
+    parent: type[_Middleware] = (
+        import_string(dotted_path) if isinstance(dotted_path, str) else dotted_path
+    )
 
-    def __call__(self, request):
+    def __call__(self: _Middleware, request: HttpRequest) -> MaybeAwaitable:
         if _is_api(request):
             return self.get_response(request)
         return parent.__call__(self, request)
 
-    attributes = {"__call__": __call__, "__module__": __name__}
+    attributes: dict[str, object] = {"__call__": __call__, "__module__": __name__}
     if hasattr(parent, "process_view"):
 
-        def process_view(self, request, view, args, kwargs):
+        def process_view(
+            self: _Middleware,
+            request: HttpRequest,
+            view: Callable[..., object],
+            args: tuple[object, ...],
+            kwargs: dict[str, object],
+        ) -> HttpResponseBase | None:
             if _is_api(request):
                 return None
             return parent.process_view(self, request, view, args, kwargs)
@@ -202,7 +258,9 @@ def board_only(dotted_path):
         attributes["process_view"] = process_view
     if hasattr(parent, "process_exception"):
 
-        def process_exception(self, request, exception):
+        def process_exception(
+            self: _Middleware, request: HttpRequest, exception: Exception
+        ) -> HttpResponseBase | None:
             if _is_api(request):
                 return None
             return parent.process_exception(self, request, exception)
@@ -210,7 +268,9 @@ def board_only(dotted_path):
         attributes["process_exception"] = process_exception
     if hasattr(parent, "process_template_response"):
 
-        def process_template_response(self, request, response):
+        def process_template_response(
+            self: _Middleware, request: HttpRequest, response: HttpResponseBase
+        ) -> HttpResponseBase:
             if _is_api(request):
                 return response
             return parent.process_template_response(self, request, response)

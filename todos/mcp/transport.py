@@ -120,7 +120,7 @@ class TransportError(Exception):
         return response
 
 
-def error_response(status, detail=None):
+def error_response(status: int, detail: str | None = None) -> JsonResponse:
     """A transport error of an HTTP status, for the request middleware."""
     code = http.code_for(status)
     return TransportError(
