@@ -503,3 +503,26 @@ def test_a_modern_notification_is_accepted(post):
 
 def test_supported_versions_are_newest_first():
     assert stateless.supported_versions()[0] == VERSION
+
+
+def test_the_server_version_is_read_once_per_process(monkeypatch):
+    # Every result names the server's version; reading it from the package
+    # metadata on each call cost a third of a tools/call's CPU.
+    import importlib.metadata
+
+    from todos.mcp import transport
+
+    reads = []
+
+    def version(name):
+        reads.append(name)
+        return "9.9.9"
+
+    transport._server_version.cache_clear()
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    try:
+        versions = [stateless.server_meta()[stateless.META_SERVER] for _ in range(3)]
+        assert [named["version"] for named in versions] == ["9.9.9"] * 3
+        assert reads == ["switchboard"]
+    finally:
+        transport._server_version.cache_clear()

@@ -211,7 +211,10 @@ def _session(request, endpoint, message_id=None):
     return session
 
 
+@functools.cache
 def _server_version():
+    # Read once: the installed version does not change while the process runs,
+    # and reading the package metadata cost a third of an MCP call's CPU.
     try:
         return importlib.metadata.version("switchboard")
     except importlib.metadata.PackageNotFoundError:
