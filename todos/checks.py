@@ -110,7 +110,7 @@ def _unreadable(tally):
     return f"{len(tally.unreadable)} {tally.label} ({shown})"
 
 
-def report_at_start():
+def report_at_start() -> None:
     """Log the keys' checks as a serving process starts; exit on a malformed key.
 
     gunicorn runs no ``manage.py`` command, so a server started on its own

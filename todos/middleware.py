@@ -92,12 +92,12 @@ class RequestLogMiddleware:
         started = time.monotonic()
         response = self.get_response(request)
         # Not is_async: Django gave a sync get_response, which answers a response.
-        return self._finish(request, response, started)  # type: ignore[arg-type]
+        return self._finish(request, response, started)  # type: ignore[arg-type]  # sync: a response
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         started = time.monotonic()
         # is_async: Django gave an async get_response, which answers an awaitable.
-        response = await self.get_response(request)  # type: ignore[misc]
+        response: HttpResponseBase = await self.get_response(request)  # type: ignore[misc]  # is_async: an awaitable
         return self._finish(request, response, started)
 
     def _finish(

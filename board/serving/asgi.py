@@ -31,20 +31,28 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import IO, Any
 
 import django
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.handlers.base import BaseHandler
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.urls import set_script_prefix, set_urlconf
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "board.settings")
 django.setup(set_prefix=False)
 
 from board.serving import frontdoor  # noqa: E402 (needs the settings)
+from board.serving.frontdoor import Receive, Scope, Send  # noqa: E402
 from todos import aio  # noqa: E402
+
+# How ``Handler.serve`` answers a request it made: in the loop, or in a thread.
+type How = Callable[[ASGIRequest, Receive, Send], Awaitable[None]]
 
 request_logger = logging.getLogger("switchboard.request")
 
@@ -61,7 +69,7 @@ WAITING = {
 WAITING_RESULT = re.compile(r"/api/v1/todos/[^/]+")
 
 
-def waits(path, method):
+def waits(path: str, method: str) -> bool:
     """Whether the request's view may wait: served in the event loop."""
     if method in WAITING.get(path, ()):
         return True
@@ -71,11 +79,11 @@ def waits(path, method):
 class SyncChain(BaseHandler):
     """Django's sync request handling, as WSGIHandler runs it, for a thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.load_middleware()
 
-    def serve(self, request, script_prefix):
+    def serve(self, request: ASGIRequest, script_prefix: str) -> HttpResponseBase:
         set_script_prefix(script_prefix)
         signals.request_started.send(sender=self.__class__, scope=request.scope)
         response = self.get_response(request)
@@ -87,11 +95,11 @@ class SyncChain(BaseHandler):
 
 
 class Handler(ASGIHandler):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.sync_chain = SyncChain()
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             if scope["type"] != "http":
                 await super().__call__(scope, receive, send)
@@ -111,14 +119,23 @@ class Handler(ASGIHandler):
         finally:
             release(scope.pop(REQUEST, None))
 
-    async def dispatch(self, scope, receive, send):
-        path, method = scope["path"], scope["method"]
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
         if waits(path, method):
             await self.serve(scope, receive, send, self.serve_waiting)
         else:
             await self.serve(scope, receive, send, self.serve_in_thread)
 
-    async def refuse(self, surface, scope, receive, send, declared=None, **how):
+    async def refuse(
+        self,
+        surface: frontdoor.Surface,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        declared: int | None = None,
+        **how: bool,
+    ) -> None:
         """Answer 413 for ``surface``, logged as a request (board.serving.frontdoor)."""
         response = await frontdoor.refuse(
             surface, scope, receive, send, declared, **how
@@ -136,17 +153,20 @@ class Handler(ASGIHandler):
             },
         )
 
-    async def read_body(self, receive):
+    async def read_body(self, receive: Receive) -> IO[bytes]:
         """Read the body, bounded by the front door (in memory, never spooled)."""
         return await frontdoor.read_body(receive)
 
-    def create_request(self, scope, body_file):
-        request, response = super().create_request(scope, body_file)
-        if request is not None:
-            scope[REQUEST] = request
-        return request, response
+    def create_request(
+        self, scope: Mapping[str, Any], body_file: IO[bytes]
+    ) -> tuple[ASGIRequest, None] | tuple[None, HttpResponseBase]:
+        made = super().create_request(scope, body_file)
+        if made[0] is not None:
+            # Django's handler passes the scope dict it was called with.
+            scope[REQUEST] = made[0]  # type: ignore[index]  # the dict __call__ was given
+        return made
 
-    async def serve(self, scope, receive, send, how):
+    async def serve(self, scope: Scope, receive: Receive, send: Send, how: How) -> None:
         """Django's ``handle``: read the body, make the request, answer."""
         try:
             body_file = await self.read_body(receive)
@@ -155,15 +175,17 @@ class Handler(ASGIHandler):
         set_script_prefix(get_script_prefix(scope))
         try:
             request, response = self.create_request(scope, body_file)
-            if request is None:
+            if request is not None:
+                await how(request, receive, send)
+            elif response is not None:
                 await self.send_response(response, send)
                 close_resources(response)
-            else:
-                await how(request, receive, send)
         finally:
             body_file.close()
 
-    async def serve_in_thread(self, request, receive, send):
+    async def serve_in_thread(
+        self, request: ASGIRequest, receive: Receive, send: Send
+    ) -> None:
         response = await aio.run_in_thread(
             self.sync_chain.serve, request, get_script_prefix(request.scope)
         )
@@ -172,23 +194,25 @@ class Handler(ASGIHandler):
         if response.streaming:
             await aio.run_in_thread(response.close)
 
-    async def serve_waiting(self, request, receive, send):
+    async def serve_waiting(
+        self, request: ASGIRequest, receive: Receive, send: Send
+    ) -> None:
         # A waiting view ends when its client goes (as in Django's handle),
         # less the request signals, thread hops and 4xx log line (see above).
         response = await self.until_disconnect(self.respond(request, send), receive)
         if response is not None:
             close_resources(response)
 
-    async def respond(self, request, send):
+    async def respond(self, request: ASGIRequest, send: Send) -> HttpResponseBase:
         set_urlconf(settings.ROOT_URLCONF)
-        response = await self._middleware_chain(request)
-        response._resource_closers.append(request.close)
+        response: HttpResponseBase = await self._middleware_chain(request)  # type: ignore[attr-defined]  # load_middleware sets it; not in its stubs
+        response._resource_closers.append(request.close)  # type: ignore[attr-defined]  # HttpResponseBase sets it; not in its stubs
         with contextlib.suppress(asyncio.CancelledError):
             # The client went while the answer was being sent.
             await self.send_response(response, send)
         return response
 
-    async def listen_for_disconnect(self, receive):
+    async def listen_for_disconnect(self, receive: Receive) -> None:
         """Return when the client disconnects.
 
         Django's raises RequestAborted, and the task keeps it; its traceback
@@ -200,7 +224,11 @@ class Handler(ASGIHandler):
         if message["type"] != "http.disconnect":
             raise AssertionError(f"unexpected ASGI message {message['type']!r}")
 
-    async def until_disconnect(self, responding, receive):
+    async def until_disconnect(
+        self,
+        responding: Coroutine[object, object, HttpResponseBase],
+        receive: Receive,
+    ) -> HttpResponseBase | None:
         """Run ``responding`` until it ends or the client disconnects.
 
         Return its response, or None when the client left first (the view is
@@ -225,7 +253,7 @@ class Handler(ASGIHandler):
 REQUEST = "switchboard.request"
 
 
-def release(request):
+def release(request: HttpRequest | None) -> None:
     """Let go of what an answered ``request`` holds.
 
     A Django request is the hub of reference cycles: the session's lazy user,
@@ -241,12 +269,13 @@ def release(request):
         request.__dict__.clear()
 
 
-def close_resources(response):
+def close_resources(response: HttpResponseBase) -> None:
     """``response.close()`` without its request_finished signal (see above)."""
-    for closer in response._resource_closers:
+    closers: list[Callable[[], object]] = response._resource_closers  # type: ignore[attr-defined]  # HttpResponseBase sets it; not in its stubs
+    for closer in closers:
         with contextlib.suppress(Exception):
             closer()
-    response._resource_closers.clear()
+    closers.clear()
     response.closed = True
 
 

@@ -65,13 +65,24 @@ import io
 import json
 import logging
 import resource
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from todos import http
+
+# An ASGI scope and its messages, as django-stubs types them for ASGIHandler
+# (board/serving/asgi.py overrides its methods): JSON-like dicts by the spec.
+type Scope = dict[str, Any]
+type Message = Mapping[str, Any]
+type Receive = Callable[[], Awaitable[Message]]
+type Send = Callable[[Message], Awaitable[None]]
 
 logger = logging.getLogger("switchboard.serving.frontdoor")
 
@@ -97,18 +108,18 @@ class Surface:
     name: str
     limit: int
 
-    def refusal(self):
+    def refusal(self) -> HttpResponse:
         """The 413 this surface answers (a Django response)."""
         detail = f"the body exceeds {self.limit} bytes"
         if self.name == "sqs":
-            from todos.sqs.protocol import error_response
+            from todos.sqs import protocol
 
-            return error_response("RequestEntityTooLarge", detail)
+            return protocol.error_response("RequestEntityTooLarge", detail)
         if self.name == "mcp":
             # Imported here: the transport imports the API, which needs the apps.
-            from todos.mcp.transport import error_response
+            from todos.mcp import transport
 
-            return error_response(413, detail)
+            return transport.error_response(413, detail)
         if self.name == "json":
             return http.error_response(413, detail=detail)
         return HttpResponse(
@@ -118,16 +129,17 @@ class Surface:
         )
 
 
-def _header(scope, name):
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value
+            found: bytes = value
+            return found
     return None
 
 
-def surface_of(scope):
+def surface_of(scope: Scope) -> Surface:
     """The surface an HTTP scope's request is for."""
-    path = scope["path"]
+    path: str = scope["path"]
     if path.startswith(JSON_PREFIXES):
         return Surface("json", settings.SWITCHBOARD_MAX_BODY_BYTES)
     if path == MCP_PATH:
@@ -139,7 +151,7 @@ def surface_of(scope):
     return Surface("board", settings.SWITCHBOARD_BOARD_MAX_BODY_BYTES)
 
 
-def declared_length(scope):
+def declared_length(scope: Scope) -> int:
     """The request's Content-Length, or 0 when it declares none.
 
     The HTTP parser has already refused a malformed or conflicting one (400).
@@ -158,7 +170,7 @@ class BodyOverLimit(Exception):
     nothing left to drain.
     """
 
-    def __init__(self, complete):
+    def __init__(self, complete: bool) -> None:
         super().__init__()
         self.complete = complete
 
@@ -171,12 +183,12 @@ class BoundedReceive:
     the limit and one piece is ever held.
     """
 
-    def __init__(self, receive, limit):
+    def __init__(self, receive: Receive, limit: int) -> None:
         self.receive = receive
         self.limit = limit
         self.received = 0
 
-    async def __call__(self):
+    async def __call__(self) -> Message:
         message = await self.receive()
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
@@ -185,7 +197,14 @@ class BoundedReceive:
         return message
 
 
-async def refuse(surface, scope, receive, send, declared=None, complete=False):
+async def refuse(
+    surface: Surface,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    declared: int | None = None,
+    complete: bool = False,
+) -> HttpResponse:
     """Answer 413 for ``surface`` at once; then drop what follows of the body.
 
     The whole answer is sent before anything more is read. Then, unless the
@@ -223,7 +242,7 @@ async def refuse(surface, scope, receive, send, declared=None, complete=False):
     return response
 
 
-async def drop_body(receive, limit):
+async def drop_body(receive: Receive, limit: int) -> None:
     """Read and drop the rest of a body, at most ``limit`` bytes."""
     dropped = 0
     while dropped <= limit:
@@ -235,7 +254,7 @@ async def drop_body(receive, limit):
             return
 
 
-async def read_body(receive):
+async def read_body(receive: Receive) -> io.BytesIO:
     """Read a request body into memory; raise RequestAborted or BodyOverLimit.
 
     Django's own spools a body past FILE_UPLOAD_MAX_MEMORY_SIZE to a
@@ -259,7 +278,12 @@ async def read_body(receive):
 # --- Heads and connections ----------------------------------------------------
 
 
-def _raw_response(status, detail, default_headers, extra=()):
+def _raw_response(
+    status: int,
+    detail: str,
+    default_headers: Iterable[tuple[bytes, bytes]],
+    extra: Iterable[bytes] = (),
+) -> bytes:
     """A complete HTTP/1.1 response (JSON error body) that closes the connection."""
     body = json.dumps(http.error_body(http.code_for(status), detail)).encode()
     phrase = http_status.HTTPStatus(status).phrase
@@ -280,11 +304,11 @@ class RefusedConnections:
 
     LOG_EVERY = 10.0
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.count = 0
-        self.logged_at = None
+        self.logged_at: float | None = None
 
-    def note(self, now, cap):
+    def note(self, now: float, cap: int) -> None:
         self.count += 1
         if self.logged_at is None or now - self.logged_at >= self.LOG_EVERY:
             logger.warning(
@@ -298,7 +322,7 @@ class RefusedConnections:
 refused_connections = RefusedConnections()
 
 
-def head_size(url, headers):
+def head_size(url: bytes, headers: Iterable[tuple[bytes, bytes]]) -> int:
     """The bytes of a parsed request head (its line breaks and separators too)."""
     return len(url) + 16 + sum(len(name) + len(value) + 4 for name, value in headers)
 
@@ -307,19 +331,25 @@ class FrontDoorProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, with the head size and time bounded and
     the worker's connections capped (see the module docstring)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.max_head_bytes = settings.SWITCHBOARD_MAX_HEAD_BYTES
-        self.head_timeout = settings.SWITCHBOARD_HEAD_TIMEOUT_SECONDS
-        self.max_connections = settings.SWITCHBOARD_MAX_CONNECTIONS
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.max_head_bytes: int = settings.SWITCHBOARD_MAX_HEAD_BYTES
+        self.head_timeout: float = settings.SWITCHBOARD_HEAD_TIMEOUT_SECONDS
+        self.max_connections: int = settings.SWITCHBOARD_MAX_CONNECTIONS
         # Between a message's end (or the connection's start) and the next
         # head's end, whatever arrives is a head.
         self.reading_head = True
         self.head_bytes = 0
         self.heads_completed = 0
-        self.head_timer = None
+        self.head_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             refused_connections.note(self.loop.time(), self.max_connections)
@@ -331,11 +361,11 @@ class FrontDoorProtocol(HttpToolsProtocol):
             return
         self.start_head_timer()
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         self.stop_head_timer()
         super().connection_lost(exc)
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         counting = self.reading_head
         if counting and self.head_timer is None:
             # The first byte of a kept-alive connection's next request.
@@ -357,7 +387,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
             if self.head_bytes > self.max_head_bytes:
                 self.refuse_head()
 
-    def on_headers_complete(self):
+    def on_headers_complete(self) -> None:
         self.reading_head = False
         self.head_bytes = 0
         self.heads_completed += 1
@@ -370,32 +400,32 @@ class FrontDoorProtocol(HttpToolsProtocol):
             return
         super().on_headers_complete()
 
-    def on_body(self, body):
+    def on_body(self, body: bytes) -> None:
         if not self.transport.is_closing():
             super().on_body(body)
 
-    def on_message_complete(self):
+    def on_message_complete(self) -> None:
         if not self.transport.is_closing():
             super().on_message_complete()
         self.reading_head = True
 
-    def refuse_head(self):
+    def refuse_head(self) -> None:
         self.refuse(431, f"the request head exceeds {self.max_head_bytes} bytes")
 
-    def start_head_timer(self):
+    def start_head_timer(self) -> None:
         self.head_timer = self.loop.call_later(self.head_timeout, self.head_timed_out)
 
-    def stop_head_timer(self):
+    def stop_head_timer(self) -> None:
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
 
-    def head_timed_out(self):
+    def head_timed_out(self) -> None:
         self.head_timer = None
         if not self.transport.is_closing():
             self.transport.close()
 
-    def refuse(self, status, detail, extra=()):
+    def refuse(self, status: int, detail: str, extra: Iterable[bytes] = ()) -> None:
         """Answer before any request was read, and close the connection."""
         self.stop_head_timer()
         self.transport.write(
@@ -404,7 +434,7 @@ class FrontDoorProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def raise_open_files_limit():
+def raise_open_files_limit() -> int:
     """Let the process open the connections its cap allows.
 
     The soft limit on open files is often 1 024, under the default cap: the

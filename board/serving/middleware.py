@@ -1,6 +1,12 @@
 """The middleware bypass of the waiting views (see board.serving)."""
 
+from collections.abc import Awaitable
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+
+from todos.middleware import GetResponse, MaybeAwaitable
 
 
 class WaitingViewsMiddleware:
@@ -19,7 +25,7 @@ class WaitingViewsMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: GetResponse) -> None:
         from django.middleware.clickjacking import XFrameOptionsMiddleware
         from django.middleware.security import SecurityMiddleware
 
@@ -32,28 +38,37 @@ class WaitingViewsMiddleware:
             XFrameOptionsMiddleware(get_response),
         )
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> MaybeAwaitable:
         if self.is_async:
             return self._acall(request)
         return self.get_response(request)
 
-    async def _acall(self, request):
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         from django.urls import Resolver404, resolve
 
         try:
             match = resolve(request.path_info)
         except Resolver404:
             match = None
+        response: HttpResponseBase
         if match is None:
-            return await self.get_response(request)
+            response = await self.get_response(request)  # type: ignore[misc]  # is_async: an awaitable
+            return response
         if getattr(match.func, "waits", False):
             request.resolver_match = match
-            response = await match.func(request, *match.args, **match.kwargs)
+            # A waiting view is an async function view (``waits``, api_view).
+            waiting: Awaitable[HttpResponseBase] = match.func(
+                request, *match.args, **match.kwargs
+            )
+            response = await waiting
         else:
-            return await self.get_response(request)
+            response = await self.get_response(request)  # type: ignore[misc]  # is_async: an awaitable
+            return response
         for middleware in self.headers:
-            response = middleware.process_response(request, response)
-        if not response.streaming and not response.has_header("Content-Length"):
+            response = middleware.process_response(request, response)  # type: ignore[arg-type]  # stubs say HttpResponse; Django passes streams too
+        if isinstance(response, HttpResponse) and not response.has_header(
+            "Content-Length"
+        ):
             # As CommonMiddleware would: keep-alive clients need the length.
             response.headers["Content-Length"] = str(len(response.content))
         return response

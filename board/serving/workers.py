@@ -13,12 +13,13 @@ about a second. uvicorn's own graceful timeout is set just below gunicorn's.
 import asyncio
 import gc
 import sys
+from types import FrameType
 
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
 
-class Worker(UvicornWorker):
+class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no types
     # httptools parses HTTP/1.1 faster than h11 (served with the front door's
     # bounds on heads and connections, board/serving/frontdoor.py); uvloop is a
     # faster event loop.
@@ -28,18 +29,18 @@ class Worker(UvicornWorker):
         "lifespan": "off",
     }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.config.timeout_graceful_shutdown = max(self.cfg.graceful_timeout - 1, 1)
 
-    def load_wsgi(self):
+    def load_wsgi(self) -> None:
         """Load the app, then report the keys' checks (gunicorn runs no manage.py)."""
         super().load_wsgi()
         from todos.checks import report_at_start
 
         report_at_start()
 
-    async def _serve(self):
+    async def _serve(self) -> None:
         from board.serving.frontdoor import raise_open_files_limit
         from todos.hub import hub
 
@@ -53,12 +54,12 @@ class Worker(UvicornWorker):
         collector = ClockedCollector.from_settings(loop)
         stop = server.handle_exit
 
-        def handle_exit(sig, frame):
+        def handle_exit(sig: int, frame: FrameType | None) -> None:
             stop(sig, frame)
             # A signal handler must not take locks: the hub is told from the loop.
             loop.call_soon_threadsafe(hub.shutdown)
 
-        server.handle_exit = handle_exit
+        server.handle_exit = handle_exit  # type: ignore[method-assign]  # the handler uvicorn installs, wrapped
         self._install_sigquit_handler()
         try:
             await server.serve(sockets=self.sockets)
@@ -71,7 +72,7 @@ class Worker(UvicornWorker):
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
 
-def tune_gc():
+def tune_gc() -> None:
     """Keep the garbage collector's pauses short in a process of waiters.
 
     A full collection walks every object of the process with the event loop
@@ -118,14 +119,16 @@ class ClockedCollector:
     MIDDLE_EVERY = 10
     FULL_SECONDS = 600.0
 
-    def __init__(self, loop, tick):
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick: float) -> None:
         self.loop, self.tick = loop, tick
         self.ticks = 0
         self.last_full = loop.time()
-        self.handle = None
+        self.handle: asyncio.TimerHandle | None = None
 
     @classmethod
-    def from_settings(cls, loop):
+    def from_settings(
+        cls, loop: asyncio.AbstractEventLoop
+    ) -> "ClockedCollector | None":
         """Start one for ``loop`` unless the settings turn it off."""
         from django.conf import settings
 
@@ -136,14 +139,14 @@ class ClockedCollector:
         collector.schedule()
         return collector
 
-    def schedule(self):
+    def schedule(self) -> None:
         self.handle = self.loop.call_later(self.tick, self.run)
 
-    def run(self):
+    def run(self) -> None:
         self.collect(self.loop.time())
         self.schedule()
 
-    def collect(self, now):
+    def collect(self, now: float) -> int:
         """One tick's collection; return the generation collected."""
         self.ticks += 1
         if now - self.last_full >= self.FULL_SECONDS:
@@ -156,7 +159,7 @@ class ClockedCollector:
         gc.collect(generation)
         return generation
 
-    def stop(self):
+    def stop(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None

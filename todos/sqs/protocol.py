@@ -77,7 +77,7 @@ def invalid(message):
     return SqsError("InvalidParameterValue", message)
 
 
-def error_response(shape, message):
+def error_response(shape: str, message: str) -> HttpResponse:
     status, query_code = ERRORS[shape]
     response = HttpResponse(
         json.dumps({"__type": f"com.amazonaws.sqs#{shape}", "message": message}),

@@ -35,12 +35,21 @@ import datetime
 import functools
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
 
+import psycopg
 from django.db import OperationalError
 from django.db.backends.postgresql import base
 from psycopg import adapt, adapters
+from psycopg.abc import AdaptContext, Loader
+from psycopg.errors import Diagnostic
 from psycopg.pq import Format
+from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
+
+# A connection as Django's PostgreSQL backend makes it.
+type Connection = psycopg.Connection[TupleRow]
 
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
 
@@ -65,15 +74,17 @@ class UtcTimestampLoader:
     timezone = datetime.UTC
     format = Format.TEXT
 
-    def __new__(cls, oid, context=None):
+    def __new__(cls, oid: int, context: AdaptContext | None = None) -> Loader:  # type: ignore[misc]  # it makes the compiled loader, not one of its own
+        if COMPILED_TIMESTAMPTZ is None:  # fast_adapters registers it only with one
+            raise RuntimeError("psycopg's compiled timestamptz loader is missing")
         return COMPILED_TIMESTAMPTZ(oid, context)
 
 
 @functools.lru_cache
-def fast_adapters(template):
+def fast_adapters(template: adapt.AdaptersMap) -> adapt.AdaptersMap:
     """Django's adapters map with the compiled timestamptz loader."""
     context = adapt.AdaptersMap(template)
-    context.register_loader(TIMESTAMPTZ_OID, UtcTimestampLoader)
+    context.register_loader(TIMESTAMPTZ_OID, UtcTimestampLoader)  # type: ignore[arg-type]  # its __new__ makes a Loader
     return context
 
 
@@ -86,7 +97,15 @@ class UnreplicatedCommit(OperationalError):
     """A commit the synchronous standby did not confirm: kept on the primary only."""
 
 
-def watch_replication(conn):
+class Watched(Protocol):
+    """A connection ``watch_replication`` flags (psycopg's, with our flag)."""
+
+    _switchboard_unreplicated: bool
+
+    def add_notice_handler(self, callback: Callable[[Diagnostic], None]) -> None: ...
+
+
+def watch_replication(conn: Watched) -> None:
     """Flag the connection when a commit's wait for the standby is cancelled."""
     if hasattr(conn, "_switchboard_unreplicated"):
         return
@@ -94,7 +113,7 @@ def watch_replication(conn):
     # A weak reference: the handler lives on the connection it flags.
     ref = weakref.ref(conn)
 
-    def on_notice(diagnostic):
+    def on_notice(diagnostic: Diagnostic) -> None:
         flagged = ref()
         if flagged is not None and (diagnostic.message_primary or "").startswith(
             SYNC_REP_CANCELLED
@@ -104,7 +123,7 @@ def watch_replication(conn):
     conn.add_notice_handler(on_notice)
 
 
-def raise_if_unreplicated(conn):
+def raise_if_unreplicated(conn: Watched | None) -> None:
     if conn is not None and getattr(conn, "_switchboard_unreplicated", False):
         conn._switchboard_unreplicated = False
         raise UnreplicatedCommit(
@@ -112,7 +131,13 @@ def raise_if_unreplicated(conn):
         )
 
 
-def confirm_replicated(execute, sql, params, many, context):
+def confirm_replicated(
+    execute: Callable[[str, object, bool, dict[str, Any]], object],
+    sql: str,
+    params: object,
+    many: bool,
+    context: dict[str, Any],  # Django's execute wrappers' context, as it types it
+) -> object:
     """Django execute wrapper: an autocommitted statement commits as it runs."""
     result = execute(sql, params, many, context)
     raise_if_unreplicated(context["connection"].connection)
@@ -120,21 +145,21 @@ def confirm_replicated(execute, sql, params, many, context):
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.last_request_ended = None
+    def __init__(self, settings_dict: dict[str, Any], alias: str = "default") -> None:
+        super().__init__(settings_dict, alias)
+        self.last_request_ended: float | None = None
         self.execute_wrappers.append(confirm_replicated)
 
-    def get_new_connection(self, conn_params):
-        conn = super().get_new_connection(conn_params)
-        watch_replication(conn)
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Connection:
+        conn: Connection = super().get_new_connection(conn_params)
+        watch_replication(conn)  # type: ignore[arg-type]  # it adds the flag
         return conn
 
-    def _commit(self):
-        super()._commit()
+    def _commit(self) -> None:
+        super()._commit()  # type: ignore[misc]  # Django's, not in its stubs
         raise_if_unreplicated(self.connection)
 
-    def get_connection_params(self):
+    def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
         # Django's timezone is None without USE_TZ, UTC with no per-database
         # TIME_ZONE.
@@ -142,7 +167,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             params["context"] = fast_adapters(params["context"])
         return params
 
-    def close_if_health_check_failed(self):
+    def close_if_health_check_failed(self) -> None:
         ended = self.last_request_ended
         if (
             self.connection is not None
@@ -153,20 +178,20 @@ class DatabaseWrapper(base.DatabaseWrapper):
             return
         super().close_if_health_check_failed()
 
-    def close_if_unusable_or_obsolete(self):
+    def close_if_unusable_or_obsolete(self) -> None:
         # Django calls this when a request starts and when it ends; only at the
         # end of a request that used the connection is the check flag set.
         if self.connection is not None and self.health_check_done:
             self.last_request_ended = time.monotonic()
         super().close_if_unusable_or_obsolete()
 
-    def close(self):
+    def close(self) -> None:
         super().close()
         self.last_request_ended = None
 
     @property
-    def pool(self):
-        pool = super().pool
+    def pool(self) -> ConnectionPool[Connection] | None:
+        pool: ConnectionPool[Connection] | None = super().pool
         # Django hands the pool psycopg_pool's own check, a round trip on
         # every borrow; the pool serves each database call of an async view,
         # so that was one round trip more per call. Checked after idleness
@@ -176,7 +201,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return pool
 
 
-def check_after_idle(conn):
+def check_after_idle(conn: Connection) -> None:
     """psycopg_pool's check, skipped for a connection borrowed a moment ago.
 
     A connection borrowed less than ``HEALTH_CHECK_AFTER_IDLE_SECONDS`` ago
@@ -185,6 +210,6 @@ def check_after_idle(conn):
     """
     now = time.monotonic()
     borrowed = getattr(conn, "_switchboard_borrowed_at", None)
-    conn._switchboard_borrowed_at = now
+    conn._switchboard_borrowed_at = now  # type: ignore[attr-defined]  # ours, on the connection
     if borrowed is None or now - borrowed >= HEALTH_CHECK_AFTER_IDLE_SECONDS:
         ConnectionPool.check_connection(conn)
