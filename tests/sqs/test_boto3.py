@@ -877,16 +877,21 @@ def test_unsupported_actions_are_unsupported_operation(client, queue_url):
     )
 
 
-def test_a_base64_binary_attribute_round_trips_byte_for_byte(client, queue_url):
+def test_a_base64_binary_attribute_round_trips_byte_for_byte(client, queue_url, sqs):
     data = bytes(range(256))
-    client.send_message(
+    sent = client.send_message(
         QueueUrl=queue_url,
         MessageBody="b",
         MessageAttributes={"raw": {"DataType": "Binary", "BinaryValue": data}},
     )
     message = client.receive_message(QueueUrl=queue_url, MessageAttributeNames=["raw"])
     assert message["Messages"][0]["MessageAttributes"]["raw"]["BinaryValue"] == data
-    assert base64.b64encode(data)
+    # Stored as its base64 text in the todo's JSON payload.
+    todo = store.get_todo(scope_of(sqs[0]), sent["MessageId"])
+    assert todo.payload["sqs_message"]["message_attributes"]["raw"] == {
+        "DataType": "Binary",
+        "BinaryValue": base64.b64encode(data).decode("ascii"),
+    }
 
 
 def test_message_actions_on_a_missing_queue_are_queue_does_not_exist(client, queue_url):
