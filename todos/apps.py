@@ -6,5 +6,7 @@ class TodosConfig(AppConfig):
     verbose_name = "Todos"
 
     def ready(self):
-        # Registers the key checks (python manage.py check).
-        from todos import checks  # noqa: F401
+        # Registers the key checks (python manage.py check), and connects the
+        # credential cache's receivers (todos.auth: an endpoint or SQS key saved
+        # or deleted in this process is forgotten by its cache at once).
+        from todos import auth, checks  # noqa: F401

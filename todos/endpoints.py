@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from todos import auth
 from todos.models import Endpoint
 
 EVERY_QUEUE = "*"
@@ -101,6 +102,8 @@ def revoke(endpoint):
     revoked = Endpoint.objects.filter(id=endpoint.id, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
+    # An update() sends no post_save: this process's cache is told here.
+    auth.forget(endpoint.id)
     endpoint.refresh_from_db(fields=["revoked_at"])
     return bool(revoked)
 

@@ -4,8 +4,9 @@ The store rings the doorbell with ``pg_notify`` inside each transition that
 makes a todo claimable, so a ring is sent exactly when the transition commits;
 its payload is the todo's ``endpoint_id``, ``queue`` and ``id``. Triggers
 (migrations 0012, 0016) send control notices on a second channel: an endpoint
-revoked, its token rotated, its grant changed or its SQS key rotated; an MCP
-session ended or its log level changed.
+revoked, its token rotated, its grant changed or its SQS key rotated (which
+also drops its cached credentials, todos.auth, as every (re)connect and
+disconnect drops them all); an MCP session ended or its log level changed.
 
 The hub listens on its own connection (never a request's: LISTEN state is per
 connection and must bypass a transaction-mode pooler, see
@@ -42,6 +43,7 @@ from django.conf import settings
 from django.db import connections
 from psycopg.rows import TupleRow
 
+from todos import auth
 from todos.store import DOORBELL_CHANNEL, TODO_EVENT_CHANNEL, Scope
 
 logger = logging.getLogger("switchboard.doorbell")
@@ -265,6 +267,7 @@ class Hub:
         if running and self.loop is not None and not self.loop.is_closed():
             return
         self.loop, self.connected = loop, False
+        auth.cache.listening(self, False)
         self._loop_thread = threading.get_ident()
         self._task = loop.create_task(self._run(), name="switchboard-doorbell")
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
@@ -396,6 +399,9 @@ class Hub:
 
     def _dispatch_control(self, notice: Control) -> None:
         kind = notice.get("kind")
+        if kind == "endpoint":
+            # Before the waiters re-validate, so that they read the row anew.
+            auth.cache.forget(notice["endpoint_id"])
         for waiter in self.by_endpoint.get(notice["endpoint_id"], ()):
             if kind == "endpoint":
                 waiter._deliver(notice=REVALIDATE)
@@ -438,6 +444,7 @@ class Hub:
                 delay = RECONNECT_FIRST_SECONDS
                 with self.lock:
                     self.connected = True
+                    auth.cache.listening(self, True)
                     # What was sent while nobody listened is lost: rings and
                     # control notices alike. Everyone re-validates and looks.
                     for group in self.by_endpoint.values():
@@ -460,6 +467,7 @@ class Hub:
                     if self.connected:
                         self._tell_all(LOST)
                     self.connected = False
+                    auth.cache.listening(self, False)
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
@@ -499,6 +507,7 @@ class Hub:
                 await self._task
         self._task = self._ticker = None
         self.connected = False
+        auth.cache.listening(self, False)
 
 
 hub = Hub()

@@ -12,21 +12,21 @@ import secrets
 TOKEN_PREFIX = "sb_"
 
 
-def generate_token():
+def generate_token() -> str:
     """Return a fresh endpoint token."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def hash_token(token):
+def hash_token(token: str) -> str:
     """Return the hex SHA-256 digest stored in place of the token."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def token_matches(token, stored_hash):
+def token_matches(token: str, stored_hash: str) -> bool:
     """Compare a presented token with a stored hash in constant time."""
     return hmac.compare_digest(hash_token(token), stored_hash)
 
 
-def display_prefix(token):
+def display_prefix(token: str) -> str:
     """Return the part of a token safe to show to tell tokens apart."""
     return token[: len(TOKEN_PREFIX) + 6]
