@@ -1,14 +1,16 @@
 """The OpenAPI 3.1 document of the agent API, served at /api/v1/openapi.json.
 
-It is written by hand from what the views do (limits from the same constants),
-and tests/api/test_schemathesis.py checks the running API against it.
+Its request bodies and parameters are built from the tables the views read
+(``todos.api.fields``); its responses are written here. tests/api/
+test_schemathesis.py checks the running API against it.
 """
 
-from django.conf import settings
+from dataclasses import replace
+
 from django.http import JsonResponse
 
-from todos import store
-from todos.api import operations as api
+from todos.api import fields
+from todos.api.fields import NO_NUL, object_schema
 from todos.api.plumbing import api_view
 
 TODO_ID = {
@@ -18,14 +20,6 @@ TODO_ID = {
     "schema": {"type": "string", "format": "uuid"},
 }
 
-# PostgreSQL text and jsonb cannot hold NUL: such strings are refused with 400.
-NO_NUL = "^[^\\u0000]*$"
-NAME = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": store.MAX_NAME_CHARS,
-    "pattern": NO_NUL,
-}
 NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 
 TODO_SCHEMA = {
@@ -255,11 +249,21 @@ def _todo_ok(description):
     return {"200": {"description": description, **_json(_ref("TodoEnvelope"))}}
 
 
-def _body(properties, required=(), **extra):
-    schema = {"type": "object", "properties": properties, **extra}
-    if required:
-        schema["required"] = list(required)
+def _body(operation, **extra):
+    schema = {**object_schema(operation, JSON_VALUE), **extra}
     return {"required": True, **_json(schema)}
+
+
+def _query(operation):
+    """An operation's query parameters (a query string has no null)."""
+    return [
+        {
+            "name": field.name,
+            "in": "query",
+            "schema": replace(field, required=True).schema(JSON_VALUE),
+        }
+        for field in operation
+    ]
 
 
 def _present(name):
@@ -270,29 +274,6 @@ def _present(name):
 # An owner transition names its worker or passes its lease token (or both).
 WORKER_OR_TOKEN = [_present("worker"), _present("lease_token")]
 
-
-# An optional field may also be null, which means the same as leaving it out.
-OPTIONAL_NAME = {**NAME, "type": ["string", "null"]}
-LEASE = {
-    "type": ["integer", "null"],
-    "minimum": 1,
-    "maximum": store.MAX_LEASE_SECONDS,
-    "description": "Lease (visibility timeout); default SWITCHBOARD_LEASE_SECONDS.",
-}
-WORKER = {**NAME, "description": "The claimant's name, stored as the todo's owner."}
-OWNER_WORKER = {
-    **WORKER,
-    "type": ["string", "null"],
-    "description": "The claimant's name; required unless lease_token is given.",
-}
-LEASE_TOKEN = {
-    "type": ["string", "null"],
-    "minLength": 1,
-    "maxLength": store.MAX_LEASE_TOKEN_CHARS,
-    "pattern": NO_NUL,
-    "description": "The claim's lease_token: the call succeeds only while that "
-    "claim is current (else 409, nothing changed); worker may then be left out.",
-}
 
 JSON_VALUE = {"$ref": "#/components/schemas/JsonValue"}
 # Any JSON value PostgreSQL's jsonb can store: no NUL in a string or a key.
@@ -312,47 +293,15 @@ JSON_VALUE_SCHEMA = {
 
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
-PROGRESS = {
-    "type": ["object", "null"],
-    "additionalProperties": False,
-    "properties": {
-        "message": {
-            "type": ["string", "null"],
-            "maxLength": store.MAX_PROGRESS_MESSAGE_CHARS,
-            "pattern": NO_NUL,
-        },
-        "fraction": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-    },
-}
-CHECKPOINT = {
-    **JSON_VALUE,
-    "description": "Where to resume (any JSON, at most 64 KiB: else 413).",
-}
-NOTE = {
-    "type": ["string", "null"],
-    "maxLength": store.MAX_NOTE_CHARS,
-    "pattern": NO_NUL,
-}
-REASON = {
-    "type": ["string", "null"],
-    "maxLength": store.MAX_REASON_CHARS,
-    "pattern": NO_NUL,
-}
-HANDOFF = {
-    **OPTIONAL_NAME,
-    "description": "The worker that may claim it next; null hands it to the pool; "
-    "left out, the assignment stays.",
-}
 
-
-def _transition(summary, operation_id, properties, required=(), owner=True):
+def _transition(summary, operation_id, operation, owner=True):
     extra = {"anyOf": WORKER_OR_TOKEN} if owner else {}
     return {
         "post": {
             "summary": summary,
             "operationId": operation_id,
             "parameters": [TODO_ID],
-            "requestBody": _body(properties, required, **extra),
+            "requestBody": _body(operation, **extra),
             "responses": {
                 **_todo_ok("The todo after the transition."),
                 **_errors(*WRITE_ERRORS),
@@ -363,123 +312,17 @@ def _transition(summary, operation_id, properties, required=(), owner=True):
 
 def build_document():
     """Return the OpenAPI document as a dict."""
-    create_properties = {
-        "queue": NAME,
-        "title": {
-            "type": ["string", "null"],
-            "maxLength": store.MAX_TITLE_CHARS,
-            "pattern": NO_NUL,
-        },
-        "payload": JSON_VALUE,
-        "idempotency_key": {
-            "type": ["string", "null"],
-            "minLength": 1,
-            "maxLength": store.MAX_KEY_CHARS,
-            "pattern": NO_NUL,
-        },
-        "assignee": OPTIONAL_NAME,
-        "max_attempts": {
-            "type": ["integer", "null"],
-            "minimum": 1,
-            "maximum": store.MAX_ATTEMPTS_CAP,
-            "default": 5,
-        },
-    }
-    create_properties["delay_seconds"] = {
-        "type": ["integer", "null"],
-        "minimum": 0,
-        "maximum": store.MAX_DELAY_SECONDS,
-        "description": "Keep the todo unclaimable this long (default: the "
-        "queue's delay_seconds, else 0).",
-    }
     create_one = {
-        "type": "object",
-        "properties": create_properties,
-        "required": ["queue"],
+        **object_schema(fields.CREATE_TODO, JSON_VALUE),
         "not": {"required": ["todos"]},
     }
-    create_many = {
-        "type": "object",
-        "properties": {
-            "todos": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": store.MAX_CREATE_BATCH,
-                "items": {
-                    "type": "object",
-                    "properties": create_properties,
-                    "required": ["queue"],
-                },
-            }
-        },
-        "required": ["todos"],
-    }
-    ack_action = {
-        "type": "object",
-        "required": ["op", "id"],
-        "properties": {
-            "op": {"type": "string", "enum": list(api.ACK_OPS)},
-            "id": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": store.MAX_NAME_CHARS,
-                "pattern": NO_NUL,
-            },
-            "lease_token": LEASE_TOKEN,
-            "worker": OWNER_WORKER,
-            "result": JSON_VALUE,
-            "error": {
-                "type": ["string", "null"],
-                "maxLength": store.MAX_ERROR_CHARS,
-                "pattern": NO_NUL,
-            },
-            "lease_seconds": LEASE,
-            "progress": PROGRESS,
-            "checkpoint": CHECKPOINT,
-            "assignee": HANDOFF,
-            "note": NOTE,
-            "reason": REASON,
-        },
-    }
-    owner = {"worker": OWNER_WORKER, "lease_token": LEASE_TOKEN}
-    create_properties["replace"] = {
-        "type": "boolean",
-        "default": False,
-        "description": "Cancel the idempotency_key's pending live duplicate and "
-        "create this one (409 naming a claimed duplicate, which is asked to "
-        "cancel). Without idempotency_key it is a plain create.",
-    }
+    create_many = object_schema(fields.CREATE_MANY, JSON_VALUE)
     paths = {
         "/api/v1/todos": {
             "get": {
                 "summary": "List this endpoint's todos, oldest first.",
                 "operationId": "list_todos",
-                "parameters": [
-                    {"name": "queue", "in": "query", "schema": NAME},
-                    {
-                        "name": "state",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": list(store.STATE_FILTERS)},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 200,
-                            "default": 50,
-                        },
-                    },
-                    {
-                        "name": "cursor",
-                        "in": "query",
-                        "schema": {
-                            "type": "string",
-                            "description": "next_cursor of the page before.",
-                        },
-                    },
-                ],
+                "parameters": _query(fields.LIST_TODOS),
                 "responses": {
                     "200": {
                         "description": "A page of todos.",
@@ -521,27 +364,7 @@ def build_document():
             "post": {
                 "summary": "Claim the next claimable todo, waiting up to wait_seconds.",
                 "operationId": "claim_next",
-                "requestBody": _body(
-                    {
-                        "worker": WORKER,
-                        "queue": OPTIONAL_NAME,
-                        "lease_seconds": LEASE,
-                        "wait_seconds": {
-                            "type": ["integer", "null"],
-                            "minimum": 0,
-                            "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-                            "default": 0,
-                        },
-                        "max_todos": {
-                            "type": ["integer", "null"],
-                            "minimum": 1,
-                            "maximum": store.MAX_CLAIM_BATCH,
-                            "description": "Claim up to this many in one statement; "
-                            "the answer is then always 200 {todos: [...]}.",
-                        },
-                    },
-                    ["worker"],
-                ),
+                "requestBody": _body(fields.CLAIM_NEXT),
                 "responses": {
                     "200": {
                         "description": "The claimed todo; with max_todos, the "
@@ -558,20 +381,7 @@ def build_document():
                 "actions, each on its own.",
                 "operationId": "batch",
                 "requestBody": _body(
-                    {
-                        "worker": {
-                            **OWNER_WORKER,
-                            "description": "The worker of every action that "
-                            "names none.",
-                        },
-                        "actions": {
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": store.MAX_ACK_BATCH,
-                            "items": ack_action,
-                        },
-                    },
-                    ["actions"],
+                    fields.BATCH,
                     # Every action has a worker (its own or the default) or a token.
                     anyOf=[
                         _present("worker"),
@@ -621,22 +431,7 @@ def build_document():
                 "summary": "Return one todo of this endpoint, waiting up to "
                 "wait_seconds for it to end or ask.",
                 "operationId": "get_todo",
-                "parameters": [
-                    TODO_ID,
-                    {
-                        "name": "wait_seconds",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-                            "default": 0,
-                        },
-                        "description": "Answer once the todo is done, canceled, "
-                        "dead-lettered or held for an answer, else after this many "
-                        "seconds, with the todo as it is then.",
-                    },
-                ],
+                "parameters": [TODO_ID, *_query(fields.GET_TODO)],
                 "responses": {
                     **_todo_ok("The todo."),
                     **_errors("400", "401", "404", "503"),
@@ -646,103 +441,44 @@ def build_document():
         "/api/v1/todos/{todo_id}/claim": _transition(
             "Claim one specific todo.",
             "claim_todo",
-            {"worker": WORKER, "lease_seconds": LEASE},
-            ("worker",),
+            fields.CLAIM_TODO,
             owner=False,
         ),
         "/api/v1/todos/{todo_id}/heartbeat": _transition(
             "Extend the caller's lease (the lease_token stays), with progress and "
             "a checkpoint; the answer's cancel_requested says whether to stop.",
             "heartbeat",
-            {
-                **owner,
-                "lease_seconds": LEASE,
-                "progress": PROGRESS,
-                "checkpoint": CHECKPOINT,
-            },
+            fields.HEARTBEAT,
         ),
         "/api/v1/todos/{todo_id}/complete": _transition(
             "Mark the caller's claimed todo done (repeatable with the same "
             "lease_token).",
             "complete_todo",
-            {**owner, "result": JSON_VALUE},
+            fields.COMPLETE_TODO,
         ),
         "/api/v1/todos/{todo_id}/fail": _transition(
             "Fail the caller's claimed todo (retry window, or dead letter at the cap).",
             "fail_todo",
-            {
-                **owner,
-                "error": {
-                    "type": ["string", "null"],
-                    "maxLength": store.MAX_ERROR_CHARS,
-                    "pattern": NO_NUL,
-                },
-            },
+            fields.FAIL_TODO,
         ),
         "/api/v1/todos/{todo_id}/release": _transition(
             "Give the caller's lease back now: a handoff with assignee, note and "
             "checkpoint; under a cancel request it ends canceled.",
             "release_todo",
-            {**owner, "assignee": HANDOFF, "note": NOTE, "checkpoint": CHECKPOINT},
+            fields.RELEASE_TODO,
         ),
         "/api/v1/todos/{todo_id}/ask": _transition(
             "Ask a question as the lease holder: the lease ends and the todo is "
             "held (pending, claimed by no one) until it is answered or its "
             "deadline passes.",
             "ask",
-            {
-                **owner,
-                "question": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": store.MAX_QUESTION_CHARS,
-                    "pattern": NO_NUL,
-                },
-                "choices": {
-                    "type": ["array", "null"],
-                    "minItems": 1,
-                    "maxItems": store.MAX_CHOICES,
-                    "uniqueItems": True,
-                    "items": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": store.MAX_CHOICE_CHARS,
-                        "pattern": NO_NUL,
-                    },
-                },
-                "answer_schema": {
-                    "type": ["object", "null"],
-                    "description": "A JSON Schema the answer must satisfy "
-                    "(at most 16 KiB).",
-                },
-                "checkpoint": CHECKPOINT,
-                "deadline_seconds": {
-                    "type": ["integer", "null"],
-                    "minimum": store.MIN_DEADLINE_SECONDS,
-                    "maximum": store.MAX_DEADLINE_SECONDS,
-                },
-                "return_to": {
-                    "type": ["string", "null"],
-                    "enum": ["me", "pool", None],
-                    "default": "me",
-                    "description": "me: only the asking worker claims the answer; "
-                    "pool: any worker may.",
-                },
-            },
-            ("question",),
+            fields.ASK,
         ),
         "/api/v1/todos/{todo_id}/answer": _transition(
             "Answer a held todo of this endpoint: the hold ends and the doorbell "
             "rings (400 naming the path when the answer fails its schema).",
             "answer",
-            {
-                "answer": {**JSON_VALUE, "description": "The answer: any JSON value."},
-                "worker": {
-                    **OPTIONAL_NAME,
-                    "description": "Who answers (default: the endpoint).",
-                },
-            },
-            ("answer",),
+            fields.ANSWER,
             owner=False,
         ),
         "/api/v1/todos/{todo_id}/cancel": {
@@ -752,15 +488,7 @@ def build_document():
                 "and its owner was asked to stop.",
                 "operationId": "cancel_todo",
                 "parameters": [TODO_ID],
-                "requestBody": _body(
-                    {
-                        "reason": REASON,
-                        "worker": {
-                            **OPTIONAL_NAME,
-                            "description": "Who cancels (default: the endpoint).",
-                        },
-                    }
-                ),
+                "requestBody": _body(fields.CANCEL_TODO),
                 "responses": {
                     **_todo_ok("The canceled todo."),
                     "202": {

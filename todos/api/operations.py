@@ -7,15 +7,9 @@ acknowledge a batch.
 """
 
 from todos import longpoll, store
-from todos.api.plumbing import (
-    ApiError,
-    Fields,
-    api_error_for,
-    authenticate,
-    bad_request,
-)
-
-ACK_OPS = ("complete", "fail", "heartbeat", "release", "cancel")
+from todos.api import fields as table
+from todos.api.fields import ACK_OPS, Fields
+from todos.api.plumbing import ApiError, api_error_for, authenticate, bad_request
 
 
 def list_page(scope, fields):
@@ -24,16 +18,9 @@ def list_page(scope, fields):
     Shared by the JSON view and the MCP tool, so both accept the same input.
     Returns the response body: ``{"todos": [...], "next_cursor": ...}``.
     """
-    queue = fields.text("queue")
-    state = fields.text("state")
-    if state is not None and state not in store.STATE_FILTERS:
-        raise bad_request(f"state: must be one of {', '.join(store.STATE_FILTERS)}")
-    limit = fields.integer("limit", minimum=1, maximum=200, default=50)
-    cursor = fields.text("cursor", max_length=500, empty=True) or None
+    query = fields.read(table.LIST_TODOS)
     try:
-        page = store.list_todos(
-            scope, queue=queue, state=state, limit=limit, cursor=cursor
-        )
+        page = store.list_todos(scope, **{**query, "cursor": query["cursor"] or None})
     except ValueError as exc:
         raise bad_request(f"cursor: {exc}") from exc
     return {
@@ -43,51 +30,24 @@ def list_page(scope, fields):
 
 
 def create_arguments(fields):
-    """Return store.create_todo's keyword arguments (but the actor) from fields."""
-    return {
-        "queue": fields.text("queue", required=True),
-        "title": fields.text("title", max_length=store.MAX_TITLE_CHARS, empty=True)
-        or "",
-        "payload": fields.json("payload"),
-        "idempotency_key": fields.text(
-            "idempotency_key", max_length=store.MAX_KEY_CHARS
-        ),
-        "assignee": fields.text("assignee"),
-        # None: the queue's setting, else SWITCHBOARD_MAX_ATTEMPTS.
-        "max_attempts": fields.integer(
-            "max_attempts", minimum=1, maximum=store.MAX_ATTEMPTS_CAP
-        ),
-        "delay_seconds": fields.integer(
-            "delay_seconds", minimum=0, maximum=store.MAX_DELAY_SECONDS
-        ),
-    }
+    """Return store.create_todo's keyword arguments (but the actor) from fields,
+    and whether to replace the key's duplicate (``replace``; without an
+    ``idempotency_key`` there is no duplicate to replace)."""
+    arguments = fields.read(table.CREATE_TODO)
+    replace = arguments.pop("replace")
+    return arguments, replace and arguments["idempotency_key"] is not None
 
 
-def ask_arguments(fields):
-    """Return store.ask's keyword arguments (the question and its options)."""
-    return {
-        "question": fields.text(
-            "question", required=True, max_length=store.MAX_QUESTION_CHARS
-        ),
-        "deadline_seconds": fields.integer(
-            "deadline_seconds",
-            minimum=store.MIN_DEADLINE_SECONDS,
-            maximum=store.MAX_DEADLINE_SECONDS,
-        ),
-        "choices": fields.choices(),
-        "answer_schema": fields.json("answer_schema"),
-        "checkpoint": fields.checkpoint(),
-        "return_to": fields.text("return_to") or "me",
-    }
-
-
-def replace_requested(fields):
-    """Read ``replace`` (a boolean). Without an ``idempotency_key`` there is no
-    duplicate to replace: the create is a plain one."""
-    replace = fields.data.get("replace", False)
-    if not isinstance(replace, bool):
-        raise bad_request(f"{fields.prefix}replace: must be a boolean")
-    return replace and bool(fields.data.get("idempotency_key"))
+def transition(move, operation, scope, todo_id, fields):
+    """Apply an owner transition (heartbeat, complete, fail, release, ask) with
+    the operation's validated fields; shared by the JSON views and MCP tools."""
+    arguments = fields.read(operation)
+    fields.owner(arguments)
+    try:
+        return move(scope, todo_id, **arguments)
+    except ValueError as exc:
+        # The store names the field it refused (choices, answer_schema, …).
+        raise api_error_for(exc) or bad_request(str(exc)) from exc
 
 
 def create_todo(scope, fields, *, actor):
@@ -97,8 +57,8 @@ def create_todo(scope, fields, *, actor):
     claimed one gets a cancel request, and the create answers 409 naming it).
     Shared by the JSON view and the MCP tool, so both accept the same input.
     """
-    arguments = create_arguments(fields)
-    if replace_requested(fields):
+    arguments, replace = create_arguments(fields)
+    if replace:
         return store.create_replacing(scope, **arguments, actor=actor)
     return store.create_todo(scope, **arguments, actor=actor)
 
@@ -113,11 +73,10 @@ class ClaimNext(longpoll.LongPoll):
         self.limit = None
 
     def read(self, fields):
-        self.worker, self.queue = fields.worker(), fields.text("queue")
-        self.lease, self.wait = fields.lease_seconds(), fields.wait_seconds()
-        self.limit = fields.integer(
-            "max_todos", minimum=1, maximum=store.MAX_CLAIM_BATCH
-        )
+        claim = fields.read(table.CLAIM_NEXT)
+        self.worker, self.queue = claim["worker"], claim["queue"]
+        self.lease, self.wait = claim["lease_seconds"], claim["wait_seconds"]
+        self.limit = claim["max_todos"]
         return self
 
     def revalidate(self):
@@ -166,10 +125,10 @@ def create_batch(scope, fields, *, actor):
     item's result.
     """
     items, replacing = [], set()
-    for index, item in enumerate(fields.items("todos", store.MAX_CREATE_BATCH)):
-        item_fields = Fields(item, prefix=f"todos[{index}].")
-        items.append(create_arguments(item_fields))
-        if replace_requested(item_fields):
+    for index, item in enumerate(fields.read(table.CREATE_MANY)["todos"]):
+        arguments, replace = create_arguments(Fields(item, prefix=f"todos[{index}]."))
+        items.append(arguments)
+        if replace:
             replacing.add(index)
     plain = [item for i, item in enumerate(items) if i not in replacing]
     ordered = iter(store.create_many(scope, plain, actor=actor) if plain else ())
@@ -196,44 +155,26 @@ def create_batch(scope, fields, *, actor):
     return {"results": results}
 
 
-def _action_fields(fields):
-    """Check every field a batch action may carry, whatever its op (a bad one is
-    refused even where the op would not use it); return them by name."""
-    return {
-        "id": fields.text("id", required=True, max_length=store.MAX_NAME_CHARS),
-        "worker": fields.text("worker"),
-        "result": fields.json("result"),
-        "error": fields.text("error", max_length=store.MAX_ERROR_CHARS, empty=True)
-        or "",
-        "lease_seconds": fields.lease_seconds(),
-        "progress": fields.progress(),
-        "checkpoint": fields.checkpoint(),
-        "assignee": fields.handoff(),
-        "note": fields.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
-        "reason": fields.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
-        or "",
-    }
+# What each owner op of a batch passes on besides the owner.
+ACK_USES = {
+    "complete": ("result",),
+    "fail": ("error",),
+    "heartbeat": ("lease_seconds", "progress", "checkpoint"),
+    "release": ("assignee", "note", "checkpoint"),
+}
 
 
-def _ack(op, fields, default_worker):
+def _ack(action, fields):
     """Return the store.Ack of one owner action from its validated fields."""
-    checked = _action_fields(fields)
-    worker, token = fields.owner(default_worker)
-    uses = {
-        "complete": ("result",),
-        "fail": ("error",),
-        "heartbeat": ("lease_seconds", "progress", "checkpoint"),
-        "release": ("assignee", "note", "checkpoint"),
-    }[op]
-    extra = {name: checked[name] for name in uses}
-    return store.Ack(op, checked["id"], worker=worker, lease_token=token, **extra)
-
-
-def _cancel_action(fields):
-    """Return (id, reason) of a batch ``"op": "cancel"`` (no owner needed)."""
-    checked = _action_fields(fields)
-    fields.lease_token()
-    return checked["id"], checked["reason"]
+    fields.owner(action)
+    extra = {name: action[name] for name in ACK_USES[action["op"]]}
+    return store.Ack(
+        action["op"],
+        action["id"],
+        worker=action["worker"],
+        lease_token=action["lease_token"],
+        **extra,
+    )
 
 
 def cancel_status(todo):
@@ -241,29 +182,35 @@ def cancel_status(todo):
     return 202 if todo.state == "claimed" else 200
 
 
-def acknowledge_batch(scope, fields, *, default_worker=None):
+def acknowledge_batch(scope, fields):
     """Apply 1..100 owner transitions (``POST /api/v1/todos/batch``).
 
     Every action is validated before any is applied: an unknown ``op``, a bad
     field, or an action with neither worker nor lease_token answers 400 for the
-    whole batch (naming ``actions[i].field``) and applies nothing. Each action
-    is then applied on its own and answers the status the single call would
-    have had (200, 404, 409; 400 for what the store refuses).
+    whole batch (naming ``actions[i].field``) and applies nothing; an action
+    without a worker is the batch's ``worker``'s. Each action is then applied
+    on its own and answers the status the single call would have had (200,
+    404, 409; 400 for what the store refuses).
     """
-    default_worker = fields.text("worker") or default_worker
-    actions = fields.items("actions", store.MAX_ACK_BATCH)
+    batch = fields.read(table.BATCH)
+    default_worker, actions = batch["worker"], batch["actions"]
     acks, cancels = {}, {}
     for index, action in enumerate(actions):
-        op = action.get("op")
-        if op not in ACK_OPS:
+        if action.get("op") not in ACK_OPS:
             raise bad_request(
                 f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
             )
-        action_fields = Fields(action, prefix=f"actions[{index}].")
-        if op == "cancel":
-            cancels[index] = _cancel_action(action_fields)
+        # Every field an action may carry is checked, whatever its op (a bad
+        # one is refused even where the op would not use it).
+        action_fields = Fields(
+            action, prefix=f"actions[{index}].", default_worker=default_worker
+        )
+        checked = action_fields.read(table.ACTION)
+        if checked["op"] == "cancel":
+            # A cancel needs no owner.
+            cancels[index] = checked["id"], checked["reason"]
         else:
-            acks[index] = _ack(op, action_fields, default_worker)
+            acks[index] = _ack(checked, action_fields)
     outcomes = {}
     if acks:
         moved = store.acknowledge_many(scope, list(acks.values()))

@@ -8,23 +8,18 @@ auth, the body parsing and the error mapping.
 from django.http import JsonResponse
 
 from todos import longpoll, store, waits
+from todos.api import fields as table
+from todos.api.fields import Fields
 from todos.api.operations import (
     ClaimNext,
     acknowledge_batch,
-    ask_arguments,
     cancel_status,
     create_batch,
     create_todo,
     list_page,
+    transition,
 )
-from todos.api.plumbing import (
-    Fields,
-    api_view,
-    authenticate,
-    bad_request,
-    prepare,
-    todo_response,
-)
+from todos.api.plumbing import api_view, authenticate, prepare, todo_response
 
 
 @api_view("GET", "POST")
@@ -53,7 +48,8 @@ def create(request):
 class ApiResultWait(waits.ResultWait):
     def start(self):
         prepare(self.request)
-        self.wait = Fields(self.request.GET, from_query=True).wait_seconds()
+        query = Fields(self.request.GET, from_query=True)
+        self.wait = query.read(table.GET_TODO)["wait_seconds"]
         return self.request.scope
 
     def revalidate(self):
@@ -95,107 +91,63 @@ async def claim_next(request):
 @api_view("POST")
 def claim(request, todo_id):
     """Claim one specific todo."""
-    body = request.body_fields
-    worker, lease = body.worker(), body.lease_seconds()
-    return todo_response(
-        store.claim_todo(request.scope, todo_id, worker, lease_seconds=lease)
-    )
+    claim = request.body_fields.read(table.CLAIM_TODO)
+    return todo_response(store.claim_todo(request.scope, todo_id, **claim))
+
+
+def _transition(request, todo_id, move, operation):
+    fields = request.body_fields
+    todo = transition(move, operation, request.scope, todo_id, fields)
+    return todo_response(todo)
 
 
 @api_view("POST")
 def heartbeat(request, todo_id):
     """Extend the caller's lease on a claimed todo, with its progress and
     checkpoint; the answer says whether a cancel was requested."""
-    body = request.body_fields
-    (worker, token), lease = body.owner(), body.lease_seconds()
-    return todo_response(
-        store.heartbeat(
-            request.scope,
-            todo_id,
-            worker,
-            lease_seconds=lease,
-            lease_token=token,
-            progress=body.progress(),
-            checkpoint=body.checkpoint(),
-        )
-    )
+    return _transition(request, todo_id, store.heartbeat, table.HEARTBEAT)
 
 
 @api_view("POST")
 def complete(request, todo_id):
     """Mark the caller's claimed todo done with its result."""
-    body = request.body_fields
-    (worker, token), result = body.owner(), body.json("result")
-    return todo_response(
-        store.complete_todo(
-            request.scope, todo_id, worker, result=result, lease_token=token
-        )
-    )
+    return _transition(request, todo_id, store.complete_todo, table.COMPLETE_TODO)
 
 
 @api_view("POST")
 def fail(request, todo_id):
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
-    body = request.body_fields
-    worker, token = body.owner()
-    error = body.text("error", max_length=store.MAX_ERROR_CHARS, empty=True) or ""
-    return todo_response(
-        store.fail_todo(request.scope, todo_id, worker, error=error, lease_token=token)
-    )
+    return _transition(request, todo_id, store.fail_todo, table.FAIL_TODO)
 
 
 @api_view("POST")
 def release(request, todo_id):
     """Give the caller's lease back now; a handoff with assignee, note, checkpoint."""
-    body = request.body_fields
-    worker, token = body.owner()
-    return todo_response(
-        store.release_todo(
-            request.scope,
-            todo_id,
-            worker,
-            lease_token=token,
-            assignee=body.handoff(),
-            note=body.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
-            checkpoint=body.checkpoint(),
-        )
-    )
+    return _transition(request, todo_id, store.release_todo, table.RELEASE_TODO)
 
 
 @api_view("POST")
 def ask(request, todo_id):
     """Ask a question as the lease holder: the lease ends, the todo is held."""
-    body = request.body_fields
-    worker, token = body.owner()
-    arguments = ask_arguments(body)
-    try:
-        todo = store.ask(request.scope, todo_id, worker, lease_token=token, **arguments)
-    except ValueError as exc:
-        if isinstance(exc, store.TooLarge):
-            raise
-        raise bad_request(str(exc)) from exc
-    return todo_response(todo)
+    return _transition(request, todo_id, store.ask, table.ASK)
 
 
 @api_view("POST")
 def answer(request, todo_id):
     """Answer a held todo of this endpoint; the hold ends and the doorbell rings."""
-    body = request.body_fields
-    if "answer" not in body.data:
-        raise bad_request("answer: is required")
-    by = body.text("worker") or f"agent:{request.endpoint.name}"
+    answer = request.body_fields.read(table.ANSWER)
+    by = answer["worker"] or f"agent:{request.endpoint.name}"
     return todo_response(
-        store.answer_todo(request.scope, todo_id, body.json("answer"), by=by)
+        store.answer_todo(request.scope, todo_id, answer["answer"], by=by)
     )
 
 
 @api_view("POST")
 def cancel(request, todo_id):
     """Cancel a todo: 200 when it ended canceled, 202 when its owner was asked."""
-    body = request.body_fields
-    reason = body.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
-    by = body.text("worker") or f"agent:{request.endpoint.name}"
-    todo = store.cancel_todo(request.scope, todo_id, reason=reason or "", by=by)
+    cancel = request.body_fields.read(table.CANCEL_TODO)
+    by = cancel["worker"] or f"agent:{request.endpoint.name}"
+    todo = store.cancel_todo(request.scope, todo_id, reason=cancel["reason"], by=by)
     return todo_response(todo, status=cancel_status(todo))
 
 

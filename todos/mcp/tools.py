@@ -1,28 +1,25 @@
 """The MCP tools: the agent API's operations, described for a model.
 
-Each tool validates its arguments with the agent API's ``Fields`` and calls
-the same endpoint-scoped store function as the matching JSON view, so a tool
-and its view accept the same input and fail the same way. A failure the
-caller can act on (``NotFound``, ``Conflict``, a queue outside the grant, a
-bad argument) comes back as a tool result with ``isError`` set, whose text
-says what happened and what to do next; only an outage or a bug leaves the
-tool as a transport error.
+Each tool's arguments are its JSON view's table in ``todos.api.fields`` (with
+the todo's id, which the JSON API has in its path): its input schema is built
+from it, its arguments are validated by it, and it calls the same
+endpoint-scoped store function as the view, so a tool and its view accept the
+same input and fail the same way. A failure the caller can act on
+(``NotFound``, ``Conflict``, a queue outside the grant, a bad argument) comes
+back as a tool result with ``isError`` set, whose text says what happened and
+what to do next; only an outage or a bug leaves the tool as a transport error.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 
 from todos import http, store, waits
+from todos.api import fields
 from todos.api import operations as api
-from todos.api.plumbing import (
-    Fields,
-    api_error_for,
-    authenticate,
-    bad_request,
-)
-from todos.store.questions import RETURN_TO
+from todos.api.fields import TODO_ID, Fields, Operation, object_schema
+from todos.api.plumbing import api_error_for, authenticate, bad_request
 
 
 @dataclass(frozen=True)
@@ -36,23 +33,6 @@ class Caller:
     @property
     def actor(self):
         return f"agent:{self.endpoint.name}"
-
-
-class ToolArguments(Fields):
-    """The agent API's field validation, plus the defaults of an MCP session."""
-
-    def __init__(self, data, caller):
-        super().__init__(data)
-        self.caller = caller
-
-    def worker(self):
-        return self.text("worker") or self.caller.session_id
-
-    def owner(self, default_worker=None):
-        return super().owner(default_worker or self.caller.session_id)
-
-    def todo_id(self):
-        return self.text("todo_id", required=True)
 
 
 # What a model may do next after each kind of failure.
@@ -115,7 +95,7 @@ def list_todos(args, caller):
 
 
 def get_todo(args, caller):
-    return _todo(store.get_todo(caller.scope, args.todo_id()))
+    return _todo(store.get_todo(caller.scope, args.value(TODO_ID)))
 
 
 def create_todo(args, caller):
@@ -129,82 +109,31 @@ def claim_next(args, caller):
 
 
 def claim_todo(args, caller):
-    todo_id, worker, lease = args.todo_id(), args.worker(), args.lease_seconds()
-    return _todo(store.claim_todo(caller.scope, todo_id, worker, lease_seconds=lease))
+    todo_id, claim = args.value(TODO_ID), args.read(fields.CLAIM_TODO)
+    return _todo(store.claim_todo(caller.scope, todo_id, **claim))
 
 
-def heartbeat(args, caller):
-    todo_id, (worker, token) = args.todo_id(), args.owner()
-    return _todo(
-        store.heartbeat(
-            caller.scope,
-            todo_id,
-            worker,
-            lease_seconds=args.lease_seconds(),
-            lease_token=token,
-            progress=args.progress(),
-            checkpoint=args.checkpoint(),
-        )
-    )
+def _transition(move, operation):
+    """The handler of an owner transition: ``operations.transition``."""
 
+    def handler(args, caller):
+        todo_id = args.value(TODO_ID)
+        return _todo(api.transition(move, operation, caller.scope, todo_id, args))
 
-def complete_todo(args, caller):
-    todo_id, (worker, token) = args.todo_id(), args.owner()
-    result = args.json("result")
-    return _todo(
-        store.complete_todo(
-            caller.scope, todo_id, worker, result=result, lease_token=token
-        )
-    )
-
-
-def fail_todo(args, caller):
-    todo_id, (worker, token) = args.todo_id(), args.owner()
-    error = args.text("error", max_length=store.MAX_ERROR_CHARS, empty=True) or ""
-    return _todo(
-        store.fail_todo(caller.scope, todo_id, worker, error=error, lease_token=token)
-    )
-
-
-def release_todo(args, caller):
-    todo_id, (worker, token) = args.todo_id(), args.owner()
-    return _todo(
-        store.release_todo(
-            caller.scope,
-            todo_id,
-            worker,
-            lease_token=token,
-            assignee=args.handoff(),
-            note=args.text("note", max_length=store.MAX_NOTE_CHARS, empty=True),
-            checkpoint=args.checkpoint(),
-        )
-    )
-
-
-def ask(args, caller):
-    todo_id, (worker, token) = args.todo_id(), args.owner()
-    arguments = api.ask_arguments(args)
-    try:
-        todo = store.ask(caller.scope, todo_id, worker, lease_token=token, **arguments)
-    except ValueError as exc:
-        # The store names the field it refused (choices, answer_schema, …).
-        raise api_error_for(exc) or bad_request(str(exc)) from exc
-    return _todo(todo)
+    return handler
 
 
 def answer(args, caller):
-    todo_id = args.todo_id()
-    if "answer" not in args.data:
-        raise bad_request("answer: is required")
-    by = args.text("worker") or caller.actor
-    return _todo(store.answer_todo(caller.scope, todo_id, args.json("answer"), by=by))
+    todo_id, answer = args.value(TODO_ID), args.read(fields.ANSWER)
+    by = answer["worker"] or caller.actor
+    return _todo(store.answer_todo(caller.scope, todo_id, answer["answer"], by=by))
 
 
 def cancel_todo(args, caller):
-    todo_id = args.todo_id()
-    reason = args.text("reason", max_length=store.MAX_REASON_CHARS, empty=True)
-    by = args.text("worker") or caller.actor
-    return _todo(store.cancel_todo(caller.scope, todo_id, reason=reason or "", by=by))
+    todo_id, cancel = args.value(TODO_ID), args.read(fields.CANCEL_TODO)
+    by = cancel["worker"] or caller.actor
+    todo = store.cancel_todo(caller.scope, todo_id, reason=cancel["reason"], by=by)
+    return _todo(todo)
 
 
 class TodoWait(waits.ResultWait):
@@ -224,15 +153,17 @@ class TodoWait(waits.ResultWait):
         return store.Scope.for_endpoint(authenticate(self.request))
 
 
+WAIT_FOR_TODO = replace(
+    fields.WAIT_SECONDS,
+    description="Wait at most this long for the todo to end or ask.",
+    default=lambda: settings.SWITCHBOARD_MAX_WAIT_SECONDS,
+)
+
+
 def wait_for_todo(args, caller):
     """Read the wait; the transport waits, holding no thread or connection."""
-    wait = args.integer(
-        "wait_seconds",
-        minimum=0,
-        maximum=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-        default=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-    )
-    return TodoWait(caller.scope, args.todo_id(), wait)
+    todo_id, wait = args.value(TODO_ID), args.value(WAIT_FOR_TODO)
+    return TodoWait(caller.scope, todo_id, wait)
 
 
 def finished(work, outcome):
@@ -244,9 +175,7 @@ def finished(work, outcome):
 
 
 def batch(args, caller):
-    return _ok(
-        api.acknowledge_batch(caller.scope, args, default_worker=caller.session_id)
-    )
+    return _ok(api.acknowledge_batch(caller.scope, args))
 
 
 def list_queues(args, caller):
@@ -256,117 +185,34 @@ def list_queues(args, caller):
 
 
 def retry_todo(args, caller):
-    return _todo(store.retry_todo(caller.scope, args.todo_id(), actor=caller.actor))
+    todo_id = args.value(TODO_ID)
+    return _todo(store.retry_todo(caller.scope, todo_id, actor=caller.actor))
 
 
 # --- Schemas and descriptions ---------------------------------------------------
 
-TODO_ID = {
-    "type": "string",
-    "description": "The todo's id, as list_todos, create_todo or claim_next give it.",
-}
-WORKER = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": store.MAX_NAME_CHARS,
-    "description": (
-        "Your worker name, stored as the todo's owner. Defaults to this MCP "
-        "session's id or, without a session, a name derived from your token and "
-        "client name. Use the same name for every call on a todo you claimed."
-    ),
-}
-QUEUE = {"type": "string", "minLength": 1, "maxLength": store.MAX_NAME_CHARS}
-LEASE_TOKEN = {
-    "type": "string",
-    "maxLength": store.MAX_LEASE_TOKEN_CHARS,
-    "description": (
-        "The lease_token your claim returned. With it the call succeeds only "
-        "while that claim is the todo's current one (else a conflict: the lease "
-        "was superseded, nothing changed), and worker may be left out."
-    ),
-}
-RESULT = {
-    "type": "object",
-    "description": 'What was done, e.g. {"summary": "…", "url": "…"}.',
-}
-ERROR_TEXT = {
-    "type": "string",
-    "maxLength": store.MAX_ERROR_CHARS,
-    "description": "What went wrong, for whoever looks next.",
-}
+# The session names the worker a call leaves out (``Fields.default_worker``).
+SESSION_WORKER = (
+    " Defaults to this MCP session's id or, without a session, a name derived "
+    "from your token and client name."
+)
 
 
-CHECKPOINT = {
-    "description": (
-        "Where to resume: any JSON, at most "
-        f"{store.MAX_CHECKPOINT_BYTES // 1024} KiB encoded. It replaces the last "
-        "one and is handed to whoever claims the todo next (after a lapsed lease, "
-        "a retry, a release or an answer)."
-    ),
-}
-PROGRESS = {
-    "type": "object",
-    "properties": {
-        "message": {"type": "string", "maxLength": store.MAX_PROGRESS_MESSAGE_CHARS},
-        "fraction": {"type": "number", "minimum": 0, "maximum": 1},
-    },
-    "additionalProperties": False,
-    "description": (
-        'How far the work got, shown on the Board, e.g. {"message": "3 of 10 '
-        'files", "fraction": 0.3}.'
-    ),
-}
-ASSIGNEE = {
-    "type": ["string", "null"],
-    "minLength": 1,
-    "maxLength": store.MAX_NAME_CHARS,
-    "description": (
-        "Hand the todo to this worker: only it may claim it next. null gives it "
-        "to any worker of the queue; left out, the assignment stays as it was."
-    ),
-}
-NOTE = {
-    "type": "string",
-    "maxLength": store.MAX_NOTE_CHARS,
-    "description": "Why it is handed back, for whoever claims it next.",
-}
-REASON = {
-    "type": "string",
-    "maxLength": store.MAX_REASON_CHARS,
-    "description": "Why it is canceled, kept in the todo's result.",
-}
+def _for_session(field):
+    if field.kind != "worker":
+        return field
+    description = field.description + SESSION_WORKER
+    return replace(field, required=False, description=description)
 
 
-def _wait(description, default):
-    return {
-        "type": "integer",
-        "minimum": 0,
-        "maximum": settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-        "default": default,
-        "description": description,
-    }
-
-
-def _lease():
-    return {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": store.MAX_LEASE_SECONDS,
-        "description": (
-            "Seconds the claim stays yours without a heartbeat "
-            f"(default {settings.SWITCHBOARD_LEASE_SECONDS}). When it lapses the "
-            "todo goes back to the queue for another worker."
-        ),
-    }
-
-
-def _object(properties, required=()):
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
+def input_schema(operation):
+    """A tool's inputSchema: its fields' table, any JSON left open, and null
+    only where it means something (a model leaves an optional field out)."""
+    operation = tuple(_for_session(field) for field in operation)
+    schema = object_schema(operation, any_json={}, null=False)
+    schema["required"] = [field.name for field in operation if field.required]
+    schema["additionalProperties"] = False
+    return schema
 
 
 @dataclass(frozen=True)
@@ -375,12 +221,15 @@ class Tool:
     title: str
     description: str
     handler: object
+    # The tool's arguments; each call reads them, so a bound that is a setting
+    # is the one in force.
+    fields: Operation = ()
     read_only: bool = False
     idempotent: bool = False
     destructive: bool = False
 
     def schema(self):
-        return SCHEMAS[self.name]()
+        return input_schema(self.fields)
 
     def to_dict(self):
         return {
@@ -397,263 +246,6 @@ class Tool:
         }
 
 
-# Built per call, not at import: the lease default comes from settings.
-SCHEMAS = {
-    "list_todos": lambda: _object(
-        {
-            "queue": {**QUEUE, "description": "Only todos of this queue."},
-            "state": {
-                "type": "string",
-                "enum": list(store.STATE_FILTERS),
-                "description": (
-                    "Only todos in this state. failed splits into retry_scheduled "
-                    "(will be retried) and dead_letter (gave up)."
-                ),
-            },
-            "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
-            "cursor": {
-                "type": "string",
-                "description": "next_cursor of the previous page: read the next one.",
-            },
-        }
-    ),
-    "get_todo": lambda: _object({"todo_id": TODO_ID}, ["todo_id"]),
-    "create_todo": lambda: _object(
-        {
-            "queue": {**QUEUE, "description": "The queue to put the todo in."},
-            "title": {
-                "type": "string",
-                "maxLength": store.MAX_TITLE_CHARS,
-                "description": "A one-line summary of the work.",
-            },
-            "payload": {
-                "type": "object",
-                "description": "What the worker needs to do the work.",
-            },
-            "idempotency_key": {
-                "type": "string",
-                "maxLength": store.MAX_KEY_CHARS,
-                "description": (
-                    "A key that makes the call safe to repeat: while a todo with this "
-                    "key is live, creating again returns it with created=false."
-                ),
-            },
-            "assignee": {
-                **QUEUE,
-                "description": "Only this worker may claim the todo.",
-            },
-            "max_attempts": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": store.MAX_ATTEMPTS_CAP,
-                "description": (
-                    "Claims allowed before it dead-letters (default: the queue's "
-                    "setting, else 5)."
-                ),
-            },
-            "replace": {
-                "type": "boolean",
-                "default": False,
-                "description": (
-                    "With an idempotency_key: cancel the key's pending live todo "
-                    "and create this one instead (a conflict when that todo is "
-                    "claimed: it gets a cancel request)."
-                ),
-            },
-            "delay_seconds": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": store.MAX_DELAY_SECONDS,
-                "description": (
-                    "Keep the todo invisible to claims for this long (default: the "
-                    "queue's setting, else 0). Its available_at says when it is due."
-                ),
-            },
-        },
-        ["queue"],
-    ),
-    "claim_next": lambda: _object(
-        {
-            "queue": {**QUEUE, "description": "Claim only from this queue."},
-            "worker": WORKER,
-            "lease_seconds": _lease(),
-            "wait_seconds": _wait(
-                "If nothing is claimable, wait this long for work.", default=0
-            ),
-            "max_todos": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": store.MAX_CLAIM_BATCH,
-                "description": (
-                    "Claim up to this many at once. The result is then {todos: "
-                    "[...]}, an empty list (not an error) when nothing came."
-                ),
-            },
-        }
-    ),
-    "claim_todo": lambda: _object(
-        {"todo_id": TODO_ID, "worker": WORKER, "lease_seconds": _lease()}, ["todo_id"]
-    ),
-    "heartbeat": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "worker": WORKER,
-            "lease_token": LEASE_TOKEN,
-            "lease_seconds": _lease(),
-            "progress": PROGRESS,
-            "checkpoint": CHECKPOINT,
-        },
-        ["todo_id"],
-    ),
-    "complete_todo": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "worker": WORKER,
-            "lease_token": LEASE_TOKEN,
-            "result": RESULT,
-        },
-        ["todo_id"],
-    ),
-    "fail_todo": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "worker": WORKER,
-            "lease_token": LEASE_TOKEN,
-            "error": ERROR_TEXT,
-        },
-        ["todo_id"],
-    ),
-    "release_todo": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "worker": WORKER,
-            "lease_token": LEASE_TOKEN,
-            "assignee": ASSIGNEE,
-            "note": NOTE,
-            "checkpoint": CHECKPOINT,
-        },
-        ["todo_id"],
-    ),
-    "ask": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "worker": WORKER,
-            "lease_token": LEASE_TOKEN,
-            "question": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": store.MAX_QUESTION_CHARS,
-                "description": "The question, in words a person can answer.",
-            },
-            "choices": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": store.MAX_CHOICES,
-                "uniqueItems": True,
-                "items": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": store.MAX_CHOICE_CHARS,
-                },
-                "description": "The answers allowed, shown as buttons.",
-            },
-            "answer_schema": {
-                "type": "object",
-                "description": (
-                    "A JSON Schema the answer must be valid against, at most "
-                    f"{store.MAX_ANSWER_SCHEMA_BYTES // 1024} KiB."
-                ),
-            },
-            "checkpoint": CHECKPOINT,
-            "deadline_seconds": {
-                "type": "integer",
-                "minimum": store.MIN_DEADLINE_SECONDS,
-                "maximum": store.MAX_DEADLINE_SECONDS,
-                "description": (
-                    "Stop waiting for an answer after this long: the todo is "
-                    "claimable again with answer null and question.expired true."
-                ),
-            },
-            "return_to": {
-                "type": "string",
-                "enum": list(RETURN_TO),
-                "default": "me",
-                "description": (
-                    "Who gets the answered todo: me (the asking worker only) or "
-                    "pool (any worker of the queue)."
-                ),
-            },
-        },
-        ["todo_id", "question"],
-    ),
-    "answer": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "answer": {
-                "description": (
-                    "The answer: any JSON; one of the question's choices when it "
-                    "has them, valid against its answer_schema when it has one."
-                ),
-            },
-            "worker": {
-                **WORKER,
-                "description": "Who answers, stored with the answer.",
-            },
-        },
-        ["todo_id", "answer"],
-    ),
-    "cancel_todo": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "reason": REASON,
-            "worker": {**WORKER, "description": "Who cancels, stored with it."},
-        },
-        ["todo_id"],
-    ),
-    "wait_for_todo": lambda: _object(
-        {
-            "todo_id": TODO_ID,
-            "wait_seconds": _wait(
-                "Wait at most this long for the todo to end or ask.",
-                default=settings.SWITCHBOARD_MAX_WAIT_SECONDS,
-            ),
-        },
-        ["todo_id"],
-    ),
-    "batch": lambda: _object(
-        {
-            "worker": WORKER,
-            "actions": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": store.MAX_ACK_BATCH,
-                "description": "The transitions to apply, each on its own.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "op": {"type": "string", "enum": list(api.ACK_OPS)},
-                        "id": TODO_ID,
-                        "lease_token": LEASE_TOKEN,
-                        "worker": WORKER,
-                        "result": RESULT,
-                        "error": ERROR_TEXT,
-                        "lease_seconds": _lease(),
-                        "progress": PROGRESS,
-                        "checkpoint": CHECKPOINT,
-                        "assignee": ASSIGNEE,
-                        "note": NOTE,
-                        "reason": REASON,
-                    },
-                    "required": ["op", "id"],
-                },
-            },
-        },
-        ["actions"],
-    ),
-    "list_queues": lambda: _object({}),
-    "retry_todo": lambda: _object({"todo_id": TODO_ID}, ["todo_id"]),
-}
-
 TOOLS = {
     tool.name: tool
     for tool in (
@@ -665,6 +257,7 @@ TOOLS = {
             "for the next page. Use it to look around, not to take work: claim_next "
             "does that safely.",
             list_todos,
+            fields=fields.LIST_TODOS,
             read_only=True,
             idempotent=True,
         ),
@@ -674,6 +267,7 @@ TOOLS = {
             "Return one todo of this endpoint by id, with its state, owner, lease, "
             "attempts, payload and result.",
             get_todo,
+            fields=(TODO_ID,),
             read_only=True,
             idempotent=True,
         ),
@@ -684,6 +278,7 @@ TOOLS = {
             "{todo, created}; with an idempotency_key, repeating the call while the "
             "first todo is live returns that todo with created=false.",
             create_todo,
+            fields=fields.CREATE_TODO,
         ),
         Tool(
             "claim_next",
@@ -696,12 +291,14 @@ TOOLS = {
             "not an error). Keep each todo's lease_token: pass it to heartbeat, "
             "complete_todo, fail_todo, release_todo or batch.",
             claim_next,
+            fields=fields.CLAIM_NEXT,
         ),
         Tool(
             "claim_todo",
             "Claim a todo",
             "Claim one specific pending todo by id and hold it under a lease.",
             claim_todo,
+            fields=(TODO_ID, *fields.CLAIM_TODO),
         ),
         Tool(
             "heartbeat",
@@ -711,21 +308,24 @@ TOOLS = {
             "for the Board and a checkpoint to resume from. When the answer's "
             "todo.cancel_requested is true, someone canceled the work: stop, and "
             "end the todo with complete_todo, fail_todo or release_todo.",
-            heartbeat,
+            _transition(store.heartbeat, fields.HEARTBEAT),
+            fields=(TODO_ID, *fields.HEARTBEAT),
             idempotent=True,
         ),
         Tool(
             "complete_todo",
             "Complete a todo",
             "Mark a todo you claimed done, with an optional JSON result.",
-            complete_todo,
+            _transition(store.complete_todo, fields.COMPLETE_TODO),
+            fields=(TODO_ID, *fields.COMPLETE_TODO),
         ),
         Tool(
             "fail_todo",
             "Fail a todo",
             "Report that a todo you claimed failed. Below its attempt cap it is "
             "retried after a backoff; at the cap it becomes a dead letter.",
-            fail_todo,
+            _transition(store.fail_todo, fields.FAIL_TODO),
+            fields=(TODO_ID, *fields.FAIL_TODO),
         ),
         Tool(
             "release_todo",
@@ -733,7 +333,8 @@ TOOLS = {
             "Give a todo you claimed back to the queue now, unfinished, so another "
             "worker can take it. Hand it to a named worker with assignee, and tell "
             "it where you got with note and checkpoint.",
-            release_todo,
+            _transition(store.release_todo, fields.RELEASE_TODO),
+            fields=(TODO_ID, *fields.RELEASE_TODO),
         ),
         Tool(
             "ask",
@@ -744,7 +345,8 @@ TOOLS = {
             "the deadline passes. Then claim_next returns it (to you, with "
             "return_to me, the default) with question, answer and your checkpoint. "
             "Asking does not count as a failed attempt.",
-            ask,
+            _transition(store.ask, fields.ASK),
+            fields=(TODO_ID, *fields.ASK),
         ),
         Tool(
             "answer",
@@ -754,6 +356,7 @@ TOOLS = {
             "its question). The todo goes back to its queue with the answer, for "
             "the worker that asked. Answering twice is a conflict.",
             answer,
+            fields=(TODO_ID, *fields.ANSWER),
         ),
         Tool(
             "cancel_todo",
@@ -764,6 +367,7 @@ TOOLS = {
             "(cancel_requested true) that its worker sees in its next heartbeat; "
             "it ends canceled when that worker ends it or its lease lapses.",
             cancel_todo,
+            fields=(TODO_ID, *fields.CANCEL_TODO),
             destructive=True,
         ),
         Tool(
@@ -774,6 +378,7 @@ TOOLS = {
             "says which: done, dead_letter, canceled, held (asking: see question; "
             "answer it with answer), or still pending/claimed after the wait.",
             wait_for_todo,
+            fields=(TODO_ID, WAIT_FOR_TODO),
             read_only=True,
             idempotent=True,
         ),
@@ -786,6 +391,7 @@ TOOLS = {
             "todo | error, detail} per action, in order, status being what the "
             "single tool call would have answered (200, 404, 409, 400).",
             batch,
+            fields=fields.BATCH,
         ),
         Tool(
             "list_queues",
@@ -794,6 +400,7 @@ TOOLS = {
             "max_attempts, delay_seconds, paused) and live counts (pending, "
             "delayed, claimed, retry_scheduled, dead_letter, oldest pending age).",
             list_queues,
+            fields=(),
             read_only=True,
             idempotent=True,
         ),
@@ -803,6 +410,7 @@ TOOLS = {
             "Put a failed todo (dead letter or waiting for its retry) back in the "
             "queue now.",
             retry_todo,
+            fields=(TODO_ID,),
         ),
     )
 }
@@ -818,11 +426,12 @@ def call(tool, arguments, caller):
 
     An unavailable database is raised, for the transport to answer 503.
     """
-    unknown = sorted(set(arguments) - set(tool.schema()["properties"]))
+    unknown = sorted(set(arguments) - {field.name for field in tool.fields})
     try:
         if unknown:
             raise bad_request(f"{', '.join(unknown)}: not an argument of {tool.name}")
-        return tool.handler(ToolArguments(arguments, caller), caller)
+        args = Fields(arguments, default_worker=caller.session_id)
+        return tool.handler(args, caller)
     except Exception as exc:
         return failure(tool, exc)
 

@@ -138,6 +138,7 @@ from .reads import (
 )
 from .rows import (
     ANSWER_LINK_SECONDS,
+    DEFAULT_PAGE_SIZE,
     DOORBELL_CHANNEL,
     HELD_UNTIL_ANSWERED,
     MAX_ACK_BATCH,
@@ -148,6 +149,7 @@ from .rows import (
     MAX_CHOICES,
     MAX_CLAIM_BATCH,
     MAX_CREATE_BATCH,
+    MAX_CURSOR_CHARS,
     MAX_DEADLINE_SECONDS,
     MAX_DELAY_SECONDS,
     MAX_ERROR_CHARS,
@@ -156,6 +158,7 @@ from .rows import (
     MAX_LEASE_TOKEN_CHARS,
     MAX_NAME_CHARS,
     MAX_NOTE_CHARS,
+    MAX_PAGE_SIZE,
     MAX_PROGRESS_MESSAGE_CHARS,
     MAX_QUESTION_CHARS,
     MAX_REASON_CHARS,
@@ -194,6 +197,7 @@ from .sweeps import (
 )
 
 __all__ = [
+    "DEFAULT_PAGE_SIZE",
     "ANSWER_LINK_SECONDS",
     "Ack",
     "BULK_RETRY_BATCH",
@@ -224,6 +228,7 @@ __all__ = [
     "MAX_CHOICE_CHARS",
     "MAX_CLAIM_BATCH",
     "MAX_CREATE_BATCH",
+    "MAX_CURSOR_CHARS",
     "MAX_DEADLINE_SECONDS",
     "MAX_DELAY_SECONDS",
     "MAX_NAME_CHARS",
@@ -233,6 +238,7 @@ __all__ = [
     "MAX_LEASE_TOKEN_CHARS",
     "MAX_LEASE_SECONDS",
     "MAX_NOTE_CHARS",
+    "MAX_PAGE_SIZE",
     "MAX_PROGRESS_MESSAGE_CHARS",
     "MAX_QUESTION_CHARS",
     "MAX_REASON_CHARS",

@@ -5,7 +5,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
-from .rows import TODO_COLUMNS, Event, NotFound, QueueNotGranted, Scope, Todo
+from .rows import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    TODO_COLUMNS,
+    Event,
+    NotFound,
+    QueueNotGranted,
+    Scope,
+    Todo,
+)
 from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
 
 # --- Read -----------------------------------------------------------------------
@@ -164,7 +173,7 @@ def _list(
     assignee: str | None = None,
     owner: str | None = None,
     text: str | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_PAGE_SIZE,
     cursor: str | None = None,
     newest_first: bool = False,
     endpoint_ids: Iterable[object] | None = None,
@@ -173,8 +182,8 @@ def _list(
     if state is not None and state not in STATE_FILTERS:
         raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}")
     limit = int(limit)
-    if not 1 <= limit <= 200:
-        raise ValueError("limit must be between 1 and 200")
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}")
     conditions: list[str] = []
     params: dict[str, Any] = {"limit": limit + 1}
     if scope is not None:
@@ -221,7 +230,7 @@ def list_todos(
     *,
     queue: str | None = None,
     state: str | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_PAGE_SIZE,
     cursor: str | None = None,
 ) -> Page:
     """Return a page of this scope's todos, oldest first, with a keyset cursor.
@@ -241,7 +250,7 @@ def list_todos_any_endpoint(
     assignee: str | None = None,
     owner: str | None = None,
     text: str | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_PAGE_SIZE,
     cursor: str | None = None,
     newest_first: bool = True,
     endpoint_ids: Iterable[object] | None = None,

@@ -47,6 +47,10 @@ MAX_DELAY_SECONDS = 43200
 MAX_CLAIM_BATCH = 10
 MAX_ACK_BATCH = 100
 MAX_CREATE_BATCH = 100
+# A page of a todo listing; a cursor is opaque, and the store's are far shorter.
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+MAX_CURSOR_CHARS = 500
 # Terminal figures (dead letters of a queue) are counted up to this cap.
 TERMINAL_FIGURE_CAP = 10_000
 

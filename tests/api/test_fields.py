@@ -1,0 +1,175 @@
+"""The field tables (todos/api/fields.py): the one declaration the validator,
+the OpenAPI document and the MCP tools' input schemas are all built from."""
+
+import pytest
+
+from tests.api.test_api import Agent, assert_error
+from todos import store
+from todos.api import fields, openapi
+from todos.mcp import tools
+
+# Each MCP tool's arguments: its JSON twin's table, after the todo's id where
+# the JSON API has it in the path; wait_for_todo waits as get_todo does, longer.
+ID = (fields.TODO_ID,)
+TWINS = {
+    "list_todos": fields.LIST_TODOS,
+    "get_todo": ID,
+    "create_todo": fields.CREATE_TODO,
+    "claim_next": fields.CLAIM_NEXT,
+    "claim_todo": (*ID, *fields.CLAIM_TODO),
+    "heartbeat": (*ID, *fields.HEARTBEAT),
+    "complete_todo": (*ID, *fields.COMPLETE_TODO),
+    "fail_todo": (*ID, *fields.FAIL_TODO),
+    "release_todo": (*ID, *fields.RELEASE_TODO),
+    "ask": (*ID, *fields.ASK),
+    "answer": (*ID, *fields.ANSWER),
+    "cancel_todo": (*ID, *fields.CANCEL_TODO),
+    "wait_for_todo": (*ID, tools.WAIT_FOR_TODO),
+    "batch": fields.BATCH,
+    "list_queues": (),
+    "retry_todo": ID,
+}
+TYPES = {
+    "text": "string",
+    "worker": "string",
+    "handoff": "string",
+    "enum": "string",
+    "integer": "integer",
+    "boolean": "boolean",
+    "object": "object",
+    "progress": "object",
+    "items": "array",
+    "choices": "array",
+}
+
+
+@pytest.fixture
+def agent(endpoint):
+    return Agent(endpoint)
+
+
+def caller(endpoint):
+    return tools.Caller(endpoint, store.Scope.for_endpoint(endpoint), "session-1")
+
+
+def body_schema(document, path):
+    post = document["paths"][path]["post"]
+    return post["requestBody"]["content"]["application/json"]["schema"]
+
+
+def field_of(operation, name):
+    return next(field for field in operation if field.name == name)
+
+
+def test_a_bound_moved_in_the_table_moves_the_validator_openapi_and_mcp(
+    agent, endpoint, monkeypatch
+):
+    monkeypatch.setattr(field_of(fields.CLAIM_NEXT, "max_todos"), "maximum", 3)
+
+    refused = agent.post("/api/v1/todos/claim", {"worker": "w", "max_todos": 4})
+    tool = tools.call(tools.TOOLS["claim_next"], {"max_todos": 4}, caller(endpoint))
+    document = openapi.build_document()
+
+    detail = assert_error(refused, 400, "bad_request")
+    assert detail == "max_todos: must be between 1 and 3"
+    assert tool["isError"] and tool["structuredContent"]["detail"] == detail
+    claim = body_schema(document, "/api/v1/todos/claim")
+    assert claim["properties"]["max_todos"]["maximum"] == 3
+    schema = tools.TOOLS["claim_next"].schema()
+    assert schema["properties"]["max_todos"]["maximum"] == 3
+
+
+def test_a_bound_that_is_a_setting_is_read_when_used(agent, endpoint, settings):
+    settings.SWITCHBOARD_MAX_WAIT_SECONDS = 7
+
+    refused = agent.post("/api/v1/todos/claim", {"worker": "w", "wait_seconds": 8})
+    document = openapi.build_document()
+    wait_for = tools.TOOLS["wait_for_todo"].schema()["properties"]["wait_seconds"]
+
+    detail = assert_error(refused, 400, "bad_request")
+    assert detail == "wait_seconds: must be between 0 and 7"
+    claim = body_schema(document, "/api/v1/todos/claim")
+    assert claim["properties"]["wait_seconds"]["maximum"] == 7
+    assert (wait_for["maximum"], wait_for["default"]) == (7, 7)
+
+
+@pytest.mark.parametrize("name", sorted(tools.TOOLS))
+def test_every_mcp_tool_schema_is_its_table(name):
+    """Each property's type, bounds and required are the table's, so the MCP
+    tools cannot drift from the JSON API."""
+    tool = tools.TOOLS[name]
+    assert tool.fields == TWINS[name]
+    schema = tool.schema()
+    assert list(schema["properties"]) == [field.name for field in tool.fields]
+    # The MCP session names the worker a call leaves out.
+    required = [f.name for f in tool.fields if f.required and f.kind != "worker"]
+    assert schema["required"] == required
+    for field in tool.fields:
+        assert_described(schema["properties"][field.name], field)
+
+
+def assert_described(prop, field):
+    kind = field.kind
+    if kind == "json":
+        # Any JSON, as the validator takes it.
+        assert "type" not in prop
+    else:
+        nullable = TYPES[kind] if kind != "handoff" else [TYPES[kind], "null"]
+        assert prop["type"] == nullable
+    if kind in {"text", "worker", "handoff"}:
+        assert prop["maxLength"] == field.maximum
+        assert prop.get("minLength") == (None if field.empty else 1)
+    if kind == "integer":
+        bounds = (prop["minimum"], prop["maximum"])
+        assert bounds == (fields._now(field.minimum), fields._now(field.maximum))
+    if kind in {"items", "choices"}:
+        assert (prop["minItems"], prop["maxItems"]) == (1, field.maximum)
+    if kind == "enum":
+        assert prop["enum"] == list(field.choices)
+    if field.default is not None:
+        assert prop["default"] == field.default_value()
+    if kind == "items":
+        for item in field.items:
+            assert_described(prop["items"]["properties"][item.name], item)
+
+
+def test_the_mcp_and_openapi_schemas_agree_with_the_validator():
+    """Differences the surfaces had: MCP let idempotency_key and lease_token be
+    empty and said payload and result were objects; OpenAPI had no cursor
+    limit and gave max_attempts a default of 5 (it is the queue's setting)."""
+    create = tools.TOOLS["create_todo"].schema()["properties"]
+    complete = tools.TOOLS["complete_todo"].schema()["properties"]
+    assert create["idempotency_key"]["minLength"] == 1
+    assert complete["lease_token"]["minLength"] == 1
+    assert "type" not in create["payload"] and "type" not in complete["result"]
+    document = openapi.build_document()
+    listing = document["paths"]["/api/v1/todos"]["get"]["parameters"]
+    cursor = next(p for p in listing if p["name"] == "cursor")
+    assert cursor["schema"]["maxLength"] == store.MAX_CURSOR_CHARS
+    one = body_schema(document, "/api/v1/todos")["oneOf"][0]
+    assert "default" not in one["properties"]["max_attempts"]
+
+
+def test_any_json_is_a_payload_and_a_result_on_mcp(endpoint):
+    created = tools.call(
+        tools.TOOLS["create_todo"], {"queue": "q", "payload": [1, 2]}, caller(endpoint)
+    )
+    assert not created["isError"]
+    assert created["structuredContent"]["todo"]["payload"] == [1, 2]
+
+
+def test_a_bad_return_to_names_its_field(agent):
+    todo = agent.claim(agent.create()["id"], "w1")
+    asked = agent.post(
+        f"/api/v1/todos/{todo['id']}/ask",
+        {"worker": "w1", "question": "Go?", "return_to": "elsewhere"},
+    )
+    assert assert_error(asked, 400, "bad_request") == (
+        "return_to: must be one of me, pool"
+    )
+
+
+def test_a_cursor_over_its_limit_is_400(agent):
+    long = "x" * (store.MAX_CURSOR_CHARS + 1)
+    detail = assert_error(agent.get("/api/v1/todos", cursor=long), 400, "bad_request")
+    assert detail == f"cursor: must be at most {store.MAX_CURSOR_CHARS} characters"
