@@ -73,8 +73,13 @@ def eventually(check, seconds=2.0):
 
 
 @pytest.fixture
-def listening():
-    """A doorbell hub listening in an event loop of its own, as a server's does."""
+def listening(monkeypatch):
+    """A doorbell hub listening in an event loop of its own, as a server's does.
+
+    The cache is a fresh one that only this hub feeds: a hub an earlier test
+    left listening in this process would otherwise keep rows cached after this
+    one stops."""
+    monkeypatch.setattr(auth, "cache", auth.CredentialCache())
     hub = Hub()
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
