@@ -270,7 +270,8 @@ def run_processes(target, count, seconds, args=(), on_start=None):
 
     Every process prepares first, then waits at a barrier; all start together
     and stop at the same deadline (``on_start()``, when given, is called in
-    this process as they start). Returns the list of what each loop returned.
+    this process as they start). Returns what each loop returned, in the
+    order of ``index`` (not the order they finished in).
     """
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(count + 1)
@@ -288,7 +289,8 @@ def run_processes(target, count, seconds, args=(), on_start=None):
     barrier.wait(timeout=120)
     if on_start is not None:
         on_start()
-    collected = [results.get(timeout=seconds + 120) for _ in procs]
+    answers = dict(results.get(timeout=seconds + 120) for _ in procs)
+    collected = [answers[index] for index in range(count)]
     for proc in procs:
         proc.join(timeout=30)
     failures = [item["error"] for item in collected if "error" in item]
@@ -304,9 +306,9 @@ def _worker_main(target, index, barrier, seconds, results, args):
         start = time.perf_counter()
         outcome = ready(start + seconds)
         outcome["elapsed"] = time.perf_counter() - start
-        results.put(outcome)
+        results.put((index, outcome))
     except BaseException as exc:  # reported to the parent, which raises it
-        results.put({"error": f"{type(exc).__name__}: {exc}"})
+        results.put((index, {"error": f"{type(exc).__name__}: {exc}"}))
 
 
 def merge(outcomes):
