@@ -11,38 +11,52 @@ error body, the body reader and strict JSON are ``todos.http``'s.
 import functools
 import inspect
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import auth, http, store
 from todos.api.fields import Fields
+from todos.models import Endpoint
 
 logger = logging.getLogger("switchboard.api")
+
+View = Callable[..., HttpResponseBase]
+AsyncView = Callable[..., Awaitable[HttpResponseBase]]
+
+
+class ApiRequest(HttpRequest):
+    """What ``prepare`` adds to a request: its endpoint, scope and body."""
+
+    endpoint: Endpoint
+    scope: store.Scope
+    body_fields: Fields
 
 
 class ApiError(Exception):
     """A failure the API answers with a JSON error of the CONTRACT's shape."""
 
-    def __init__(self, status, code, detail):
+    def __init__(self, status: int, code: str, detail: str) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
 
     @property
-    def headers(self):
+    def headers(self) -> dict[str, str]:
         """A 401 names the scheme to authenticate with (RFC 6750)."""
         return {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
 
 
-def bad_request(detail):
+def bad_request(detail: str) -> ApiError:
     return ApiError(400, "bad_request", detail)
 
 
-def api_error_for(exc):
+def api_error_for(exc: BaseException) -> ApiError | None:
     """Map a store or database failure to its ApiError, or None when unknown."""
     if isinstance(exc, ApiError):
         return exc
@@ -67,7 +81,7 @@ def api_error_for(exc):
     return None
 
 
-def authenticate(request):
+def authenticate(request: HttpRequest) -> Endpoint:
     """Return the active endpoint of the request's bearer token, or raise 401."""
     try:
         endpoint = auth.endpoint_for_request(request)
@@ -82,7 +96,7 @@ def authenticate(request):
     return endpoint
 
 
-def read_json_body(request):
+def read_json_body(request: HttpRequest) -> dict[str, Any]:
     """Return the request's JSON object body ({} when empty), or raise 400/413."""
     raw = http.read_body(request)
     if not raw.strip():
@@ -96,20 +110,23 @@ def read_json_body(request):
     return data
 
 
-def prepare(request):
+def prepare(request: HttpRequest) -> None:
     """Authenticate the bearer token (``request.endpoint``, ``request.scope``)
     and parse a JSON body into ``request.body_fields``."""
-    request.endpoint = authenticate(request)
-    request.scope = store.Scope.for_endpoint(request.endpoint)
+    prepared = cast(ApiRequest, request)
+    prepared.endpoint = authenticate(request)
+    prepared.scope = store.Scope.for_endpoint(prepared.endpoint)
     _read_fields(request)
 
 
-def _read_fields(request):
+def _read_fields(request: HttpRequest) -> None:
     if request.method in {"POST", "PUT", "PATCH"}:
-        request.body_fields = Fields(read_json_body(request))
+        cast(ApiRequest, request).body_fields = Fields(read_json_body(request))
 
 
-def api_view(*methods, authenticated=True):
+def api_view(
+    *methods: str, authenticated: bool = True
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Make a function view an agent API view.
 
     Answers 405 for other methods, authenticates the bearer token and parses
@@ -119,7 +136,7 @@ def api_view(*methods, authenticated=True):
     request by its token, never by a cookie.
     """
 
-    def refuse(request):
+    def refuse(request: HttpRequest) -> HttpResponseBase | None:
         if request.method in methods:
             return None
         return http.error_response(
@@ -129,26 +146,33 @@ def api_view(*methods, authenticated=True):
             {"Allow": ", ".join(methods)},
         )
 
-    def decorate(view):
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(view):
+            waiting = cast(AsyncView, view)
 
             @csrf_exempt
             @functools.wraps(view)
-            async def async_wrapper(request, *args, **kwargs):
+            async def async_wrapper(
+                request: HttpRequest, *args: Any, **kwargs: Any
+            ) -> HttpResponseBase:
                 refused = refuse(request)
                 if refused is not None:
                     return refused
                 try:
-                    return await view(request, *args, **kwargs)
+                    return await waiting(request, *args, **kwargs)
                 except Exception as exc:
                     return _api_error_response(exc)
 
-            async_wrapper.waits = True
+            async_wrapper.waits = True  # type: ignore[attr-defined]
             return async_wrapper
+
+        served = cast(View, view)
 
         @csrf_exempt
         @functools.wraps(view)
-        def wrapper(request, *args, **kwargs):
+        def wrapper(
+            request: HttpRequest, *args: Any, **kwargs: Any
+        ) -> HttpResponseBase:
             refused = refuse(request)
             if refused is not None:
                 return refused
@@ -157,7 +181,7 @@ def api_view(*methods, authenticated=True):
                     prepare(request)
                 else:
                     _read_fields(request)
-                return view(request, *args, **kwargs)
+                return served(request, *args, **kwargs)
             except Exception as exc:
                 return _api_error_response(exc)
 
@@ -166,7 +190,7 @@ def api_view(*methods, authenticated=True):
     return decorate
 
 
-def _api_error_response(exc):
+def _api_error_response(exc: Exception) -> HttpResponseBase:
     """Answer a known failure with its JSON error; re-raise an unknown one."""
     error = api_error_for(exc)
     if error is None:
@@ -174,8 +198,8 @@ def _api_error_response(exc):
     return http.error_response(error.status, error.code, error.detail, error.headers)
 
 
-def todo_response(todo, status=200, **extra):
+def todo_response(todo: store.Todo, status: int = 200, **extra: Any) -> JsonResponse:
     """Render one todo as ``{"todo": {...}, **extra}``."""
     response = JsonResponse({"todo": todo.to_dict(), **extra}, status=status)
-    response.todo_id = todo.id
+    response.todo_id = todo.id  # type: ignore[attr-defined]  # the request log's
     return response
