@@ -5,27 +5,12 @@ A todo nobody works on ends canceled at once; a claimed one gets a cancel
 request, which its worker sees, and shows "cancel requested" until it ends.
 """
 
-from django.shortcuts import redirect
 from django.template.defaultfilters import pluralize
-from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from todos import store
-from todos.ui.core import (
-    COUNTS_CHANGED,
-    ROWS_CHANGED,
-    SELECTION_CLEARED,
-    _flash,
-    _fragments,
-    _next_url,
-    _notice,
-    _notices_only,
-    _page,
-    action_page,
-    operator_view,
-)
-from todos.ui.forms import TodoFilterForm
-from todos.ui.views import _query, _todo_action
+from todos.ui.core import _notice, action_page, operator_view
+from todos.ui.views import _todo_action, bulk_matching, bulk_selected
 
 
 def _canceled_text(todo):
@@ -47,10 +32,8 @@ def todo_cancel(request, todo_id):
 @operator_view
 def todos_cancel_selected(request):
     """Cancel the todos ticked in the list."""
-    ids = request.POST.getlist("ids")[: store.BULK_RETRY_LIMIT]
-    if not ids:
-        notices = [_notice("warning", "Tick the todos to cancel first.")]
-    else:
+
+    def cancel(ids):
         results = request.board.cancel_many(ids, actor=request.board.actor)
         moved = [r for r in results if isinstance(r, store.Todo)]
         requested = sum(1 for todo in moved if todo.state == "claimed")
@@ -69,12 +52,9 @@ def todos_cancel_selected(request):
         missing = sum(1 for r in results if isinstance(r, store.NotFound))
         if missing:
             notices.append(_notice("warning", f"{missing} no longer exist."))
-    if not request.htmx:
-        _flash(request, notices)
-        return redirect(_next_url(request, reverse("board:todos")))
-    return _notices_only(
-        request, notices, events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED)
-    )
+        return notices
+
+    return bulk_selected(request, "cancel", cancel)
 
 
 @require_http_methods(["GET", "POST"])
@@ -82,54 +62,30 @@ def todos_cancel_selected(request):
 @action_page
 def todos_cancel_matching(request):
     """Preview, then cancel, every live todo the list's filter matches."""
-    form = TodoFilterForm(
-        request.GET if request.method == "GET" else request.POST,
-        in_scope=request.board.endpoints(),
-    )
-    if not form.is_valid():
-        return _page(
-            request,
-            "board/cancel_matching.html",
-            {"form": form, "count": None},
-            fragments=("bulk",),
-            status=400,
+
+    def preview(filters):
+        return {"count": request.board.count_cancelable(**filters)}
+
+    def cancel(filters):
+        outcome = request.board.cancel_matching(**filters, actor=request.board.actor)
+        text = (
+            f"Canceled {outcome.canceled} matching todo{pluralize(outcome.canceled)}."
         )
-    filters = form.store_filters()
-    list_url = f"{reverse('board:todos')}?{_query(form)}"
-    context = {
-        "form": form,
-        "list_url": list_url,
-        "query": _query(form),
-        "limit": store.BULK_RETRY_LIMIT,
-    }
-    if request.method == "GET":
-        context["count"] = request.board.count_cancelable(**filters)
-        return _page(
-            request, "board/cancel_matching.html", context, fragments=("bulk",)
-        )
-    outcome = request.board.cancel_matching(**filters, actor=request.board.actor)
-    text = f"Canceled {outcome.canceled} matching todo{pluralize(outcome.canceled)}."
-    if outcome.requested:
-        text += f" {outcome.requested} claimed: cancel requested."
-    notices = [_notice("success", text)]
-    if outcome.conflicts:
-        notices.append(
-            _notice(
-                "warning",
-                f"{len(outcome.conflicts)} had ended before the cancel reached them.",
+        if outcome.requested:
+            text += f" {outcome.requested} claimed: cancel requested."
+        notices = [_notice("success", text)]
+        if outcome.conflicts:
+            notices.append(
+                _notice(
+                    "warning",
+                    f"{len(outcome.conflicts)} had ended before the cancel "
+                    "reached them.",
+                )
             )
-        )
-    if outcome.more:
-        notices.append(
-            _notice("warning", "More live todos still match; run the cancel again.")
-        )
-    if not request.htmx:
-        _flash(request, notices)
-        return redirect(list_url)
-    context["outcome"] = outcome
-    return _fragments(
-        request,
-        [("board/cancel_matching.html#bulk-done", context)],
-        notices,
-        events=(ROWS_CHANGED, COUNTS_CHANGED),
-    )
+        if outcome.more:
+            notices.append(
+                _notice("warning", "More live todos still match; run the cancel again.")
+            )
+        return outcome, notices
+
+    return bulk_matching(request, "board/cancel_matching.html", preview, cancel)

@@ -356,14 +356,69 @@ def todo_release(request, todo_id):
     )
 
 
+def bulk_selected(request, verb, act):
+    """Run a bulk action on the todos ticked in the list: ``act(ids)`` answers
+    its notices. Answers the notices (htmx) or redirects back to the list."""
+    ids = request.POST.getlist("ids")[: store.BULK_RETRY_LIMIT]
+    if ids:
+        notices = act(ids)
+    else:
+        notices = [_notice("warning", f"Tick the todos to {verb} first.")]
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect(_next_url(request, reverse("board:todos")))
+    return _notices_only(
+        request, notices, events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED)
+    )
+
+
+def bulk_matching(request, template, preview, act, context=None):
+    """Preview (GET), then run (POST), a bulk action on every todo the list's
+    filter matches. ``preview(filters)`` answers the figures the page shows,
+    ``act(filters)`` the outcome and its notices."""
+    form = TodoFilterForm(
+        request.GET if request.method == "GET" else request.POST,
+        in_scope=request.board.endpoints(),
+    )
+    if not form.is_valid():
+        return _page(
+            request,
+            template,
+            {"form": form, "count": None},
+            fragments=("bulk",),
+            status=400,
+        )
+    filters = form.store_filters()
+    list_url = f"{reverse('board:todos')}?{_query(form)}"
+    context = {
+        "form": form,
+        "list_url": list_url,
+        "query": _query(form),
+        "limit": store.BULK_RETRY_LIMIT,
+        **(context or {}),
+    }
+    if request.method == "GET":
+        context.update(preview(filters))
+        return _page(request, template, context, fragments=("bulk",))
+    outcome, notices = act(filters)
+    if not request.htmx:
+        _flash(request, notices)
+        return redirect(list_url)
+    context["outcome"] = outcome
+    return _fragments(
+        request,
+        [(f"{template}#bulk-done", context)],
+        notices,
+        events=(ROWS_CHANGED, COUNTS_CHANGED),
+    )
+
+
 @require_POST
 @operator_view
 def todos_retry_selected(request):
     """Retry the todos ticked in the list."""
-    ids = request.POST.getlist("ids")[: store.BULK_RETRY_LIMIT]
-    if not ids:
-        notices = [_notice("warning", "Tick the todos to retry first.")]
-    else:
+
+    def retry(ids):
         retried, conflicts, missing = request.board.retry_many(
             ids, actor=request.board.actor
         )
@@ -378,12 +433,9 @@ def todos_retry_selected(request):
             )
         if missing:
             notices.append(_notice("warning", f"{len(missing)} no longer exist."))
-    if not request.htmx:
-        _flash(request, notices)
-        return redirect(_next_url(request, reverse("board:todos")))
-    return _notices_only(
-        request, notices, events=(ROWS_CHANGED, COUNTS_CHANGED, SELECTION_CLEARED)
-    )
+        return notices
+
+    return bulk_selected(request, "retry", retry)
 
 
 @require_http_methods(["GET", "POST"])
@@ -391,65 +443,46 @@ def todos_retry_selected(request):
 @action_page
 def todos_retry_matching(request):
     """Preview, then retry, every failed todo the list's filter matches."""
-    form = TodoFilterForm(
-        request.GET if request.method == "GET" else request.POST,
-        in_scope=request.board.endpoints(),
-    )
-    if not form.is_valid():
-        return _page(
-            request,
-            "board/retry_matching.html",
-            {"form": form, "count": 0},
-            fragments=("bulk",),
-            status=400,
-        )
-    filters = form.store_filters()
-    list_url = f"{reverse('board:todos')}?{_query(form)}"
-    context = {
-        "form": form,
-        "list_url": list_url,
-        "query": _query(form),
-        "limit": store.BULK_RETRY_LIMIT,
-        "batch": store.BULK_RETRY_BATCH,
-    }
-    if request.method == "GET":
-        context["count"] = request.board.count_retryable(**filters)
-        context["key_held"] = request.board.count_key_held(**filters)
-        return _page(request, "board/retry_matching.html", context, fragments=("bulk",))
-    outcome = request.board.retry_matching(**filters, actor=request.board.actor)
-    notices = [_notice("success", f"Retried {outcome.retried} matching todos.")]
-    if outcome.conflicts:
-        notices.append(
-            _notice(
-                "warning",
-                f"{len(outcome.conflicts)} were left failed: a live todo "
-                "holds their idempotency key.",
+
+    def preview(filters):
+        return {
+            "count": request.board.count_retryable(**filters),
+            "key_held": request.board.count_key_held(**filters),
+        }
+
+    def retry(filters):
+        outcome = request.board.retry_matching(**filters, actor=request.board.actor)
+        notices = [_notice("success", f"Retried {outcome.retried} matching todos.")]
+        if outcome.conflicts:
+            notices.append(
+                _notice(
+                    "warning",
+                    f"{len(outcome.conflicts)} were left failed: a live todo "
+                    "holds their idempotency key.",
+                )
             )
-        )
-    if outcome.key_held:
-        notices.append(
-            _notice(
-                "warning",
-                f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} left "
-                "failed: another live todo holds the same idempotency key.",
+        if outcome.key_held:
+            notices.append(
+                _notice(
+                    "warning",
+                    f"{outcome.key_held} dead letter{pluralize(outcome.key_held)} "
+                    "left failed: another live todo holds the same idempotency key.",
+                )
             )
-        )
-    if outcome.more:
-        notices.append(
-            _notice(
-                "warning",
-                "More failed todos still match; run the retry again.",
+        if outcome.more:
+            notices.append(
+                _notice(
+                    "warning", "More failed todos still match; run the retry again."
+                )
             )
-        )
-    if not request.htmx:
-        _flash(request, notices)
-        return redirect(list_url)
-    context["outcome"] = outcome
-    return _fragments(
+        return outcome, notices
+
+    return bulk_matching(
         request,
-        [("board/retry_matching.html#bulk-done", context)],
-        notices,
-        events=(ROWS_CHANGED, COUNTS_CHANGED),
+        "board/retry_matching.html",
+        preview,
+        retry,
+        {"batch": store.BULK_RETRY_BATCH},
     )
 
 
