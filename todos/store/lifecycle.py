@@ -58,6 +58,25 @@ T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in TODO_COLUMNS.split(","))
 
 # --- Create ---------------------------------------------------------------------
 
+# How a create ends: a live duplicate of the key inserts nothing; each row
+# inserted gets its history row and, when due now, rings the doorbell.
+CREATED = f"""
+    ON CONFLICT (endpoint_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND {LIVE_ROW}
+    DO NOTHING
+    RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, NULL, state, attempt, %(actor)s, '', now() FROM moved
+)
+SELECT {TODO_COLUMNS},
+       CASE WHEN available_at <= created_at THEN pg_notify('switchboard_todo_ready',
+           json_build_object('id', id, 'endpoint_id', endpoint_id,
+                             'queue', queue)::text) END
+  FROM moved
+"""
+
 # 1. queue_row: the first use of a queue name makes its row (NULL settings =
 #    the server's defaults); an existing row costs an index probe, no write.
 # 2. defaults: the call's max_attempts and delay, else the queue's, else the
@@ -92,21 +111,7 @@ WITH queue_row AS (
            clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds)
       FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
-    ON CONFLICT (endpoint_id, idempotency_key)
-        WHERE idempotency_key IS NOT NULL AND {LIVE_ROW}
-    DO NOTHING
-    RETURNING {TODO_COLUMNS}
-), history AS (
-    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
-                             actor, error, at)
-    SELECT id, endpoint_id, NULL, state, attempt, %(actor)s, '', now() FROM moved
-)
-SELECT {TODO_COLUMNS},
-       CASE WHEN available_at <= created_at THEN pg_notify('switchboard_todo_ready',
-           json_build_object('id', id, 'endpoint_id', endpoint_id,
-                             'queue', queue)::text) END
-  FROM moved
-"""
+{CREATED}"""
 
 LIVE_DUPLICATE_SQL = f"""
 SELECT {TODO_COLUMNS} FROM todos
@@ -304,21 +309,7 @@ WITH item AS (
      CROSS JOIN LATERAL (
          SELECT clock.at + (i.ord - 1) * interval '1 microsecond' AS created) at
      ORDER BY i.ord
-    ON CONFLICT (endpoint_id, idempotency_key)
-        WHERE idempotency_key IS NOT NULL AND {LIVE_ROW}
-    DO NOTHING
-    RETURNING {TODO_COLUMNS}
-), history AS (
-    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
-                             actor, error, at)
-    SELECT id, endpoint_id, NULL, state, attempt, %(actor)s, '', now() FROM moved
-)
-SELECT {TODO_COLUMNS},
-       CASE WHEN available_at <= created_at THEN pg_notify('switchboard_todo_ready',
-           json_build_object('id', id, 'endpoint_id', endpoint_id,
-                             'queue', queue)::text) END
-  FROM moved
-"""
+{CREATED}"""
 
 LIVE_DUPLICATES_SQL = f"""
 SELECT {TODO_COLUMNS} FROM todos
