@@ -1010,6 +1010,97 @@ def wait_drained(cluster, timeout):
             time.sleep(0.2)
 
 
+def new_endpoint(url, name):
+    """Mint an endpoint that may use every queue; return its JSON."""
+    return json.loads(
+        manage(
+            url,
+            "create_endpoint",
+            name,
+            "--owner",
+            "resilience",
+            "--queues",
+            "*",
+            "--json",
+        )
+    )
+
+
+def start_serving(url, logdir, ports, envs, children, sweep_env=None):
+    """Start a gunicorn per port (with its env) and the sweep loop, each added
+    to ``children`` as it starts; wait until every server is healthy. Return
+    the servers and the sweep."""
+    servers = [
+        spawn(
+            url,
+            logdir,
+            f"gunicorn-{number}",
+            "-m",
+            "gunicorn",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{server_port}",
+            env=env,
+        )
+        for number, (server_port, env) in enumerate(zip(ports, envs, strict=True))
+    ]
+    children.extend(servers)
+    sweep = spawn(
+        url,
+        logdir,
+        "sweep",
+        "manage.py",
+        "sweep",
+        "--loop",
+        "--interval",
+        "0.5",
+        env=sweep_env,
+    )
+    children.append(sweep)
+    for server_port, server_proc in zip(ports, servers, strict=True):
+        wait_healthy(server_port, server_proc)
+    return servers, sweep
+
+
+def start_agents(state, options):
+    """Start the producers and the workers; return their threads."""
+    threads = [
+        threading.Thread(target=state.produce, args=(f"p{n}",))
+        for n in range(options.producers)
+    ]
+    threads += [
+        threading.Thread(target=state.work, args=(f"w{n}",))
+        for n in range(options.workers)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def stop_agents(state, threads, cluster, options):
+    """Stop producing, let the workers drain the queue, then stop them."""
+    state.producing.clear()
+    for thread in threads[: options.producers]:
+        thread.join(timeout=60)
+    wait_drained(cluster, options.drain_timeout)
+    state.working.clear()
+    for thread in threads:
+        thread.join(timeout=60)
+
+
+def check_clean_end(report, sweep):
+    """Every answer was clean, and the sweep loop stops cleanly on SIGTERM."""
+    report.check(
+        not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
+    )
+    report.sweep_exit_status = stop_process(sweep)
+    report.check(
+        report.sweep_exit_status == 0,
+        f"sweep --loop exited {report.sweep_exit_status} on SIGTERM",
+    )
+
+
 def run_failover(options):
     """Kill the primary of a failover pair under load, twice; return the Report."""
     report = Report()
@@ -1019,21 +1110,10 @@ def run_failover(options):
     try:
         cluster.start()
         manage(cluster.url, "migrate", "--no-input", "-v", "0")
+        # The failover's timing writes go to an endpoint of their own:
+        # the sweep probe's claim must find nothing but its own todo.
         agents, probe, writer = (
-            json.loads(
-                manage(
-                    cluster.url,
-                    "create_endpoint",
-                    name,
-                    "--owner",
-                    "resilience",
-                    "--queues",
-                    "*",
-                    "--json",
-                )
-            )
-            # The failover's timing writes go to an endpoint of their own:
-            # the sweep probe's claim must find nothing but its own todo.
+            new_endpoint(cluster.url, name)
             for name in ("agents", "sweep-probe", "write-probe")
         )
         ports = [free_port(), free_port()]
@@ -1044,47 +1124,10 @@ def run_failover(options):
             {"GUNICORN_WORKERS": "1"},
             {"GUNICORN_WORKERS": "1", "SWITCHBOARD_LISTEN_DATABASE_URL": cluster.url},
         ]
-        servers = [
-            spawn(
-                cluster.url,
-                logdir,
-                f"gunicorn-{number}",
-                "-m",
-                "gunicorn",
-                "-c",
-                "gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{server_port}",
-                env=server_envs[number],
-            )
-            for number, server_port in enumerate(ports)
-        ]
-        children.extend(servers)
-        sweep = spawn(
-            cluster.url,
-            logdir,
-            "sweep",
-            "manage.py",
-            "sweep",
-            "--loop",
-            "--interval",
-            "0.5",
-        )
-        children.append(sweep)
-        for server_port, server_proc in zip(ports, servers, strict=True):
-            wait_healthy(server_port, server_proc)
+        _, sweep = start_serving(cluster.url, logdir, ports, server_envs, children)
 
         state = Run(ports, agents["token"], report, options)
-        threads = [
-            threading.Thread(target=state.produce, args=(f"p{n}",))
-            for n in range(options.producers)
-        ]
-        threads += [
-            threading.Thread(target=state.work, args=(f"w{n}",))
-            for n in range(options.workers)
-        ]
-        for thread in threads:
-            thread.start()
+        threads = start_agents(state, options)
         load = options.seconds / (options.kills + 1)
         for kill in range(options.kills):
             time.sleep(load)
@@ -1104,23 +1147,10 @@ def run_failover(options):
                 f"{outcome['killed']} did not rejoin as the synchronous standby",
             )
         time.sleep(load)
-        state.producing.clear()
-        for thread in threads[: options.producers]:
-            thread.join(timeout=60)
-        wait_drained(cluster, options.drain_timeout)
-        state.working.clear()
-        for thread in threads:
-            thread.join(timeout=60)
+        stop_agents(state, threads, cluster, options)
         account(cluster, state, report)
         unreplicated_commit(cluster, ports[0], writer["token"], report)
-        report.check(
-            not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
-        )
-        report.sweep_exit_status = stop_process(sweep)
-        report.check(
-            report.sweep_exit_status == 0,
-            f"sweep --loop exited {report.sweep_exit_status} on SIGTERM",
-        )
+        check_clean_end(report, sweep)
     except Exception as exc:
         report.failures.append(f"{type(exc).__name__}: {exc}")
         raise
@@ -1151,30 +1181,8 @@ def run(options):
     try:
         cluster.start()
         manage(cluster.url, "migrate", "--no-input", "-v", "0")
-        agents = json.loads(
-            manage(
-                cluster.url,
-                "create_endpoint",
-                "agents",
-                "--owner",
-                "resilience",
-                "--queues",
-                "*",
-                "--json",
-            )
-        )
-        probe = json.loads(
-            manage(
-                cluster.url,
-                "create_endpoint",
-                "sweep-probe",
-                "--owner",
-                "resilience",
-                "--queues",
-                "*",
-                "--json",
-            )
-        )
+        agents = new_endpoint(cluster.url, "agents")
+        probe = new_endpoint(cluster.url, "sweep-probe")
         app_url, server_env = cluster.url, {}
         if bouncer is not None:
             bouncer.start()
@@ -1187,63 +1195,20 @@ def run(options):
             report.through_pgbouncer = True
         ports = [free_port() for _ in range(2 if bouncer is not None else 1)]
         report.servers = len(ports)
-        servers = []
-        for number, server_port in enumerate(ports):
-            servers.append(
-                spawn(
-                    app_url,
-                    logdir,
-                    f"gunicorn-{number}",
-                    "-m",
-                    "gunicorn",
-                    "-c",
-                    "gunicorn.conf.py",
-                    "--bind",
-                    f"127.0.0.1:{server_port}",
-                    env=server_env,
-                )
-            )
-        children.extend(servers)
-        port = ports[0]
-        sweep = spawn(
-            app_url,
-            logdir,
-            "sweep",
-            "manage.py",
-            "sweep",
-            "--loop",
-            "--interval",
-            "0.5",
-            env=server_env,
+        _, sweep = start_serving(
+            app_url, logdir, ports, [server_env] * len(ports), children, server_env
         )
-        children.append(sweep)
-        for server_port, server_proc in zip(ports, servers, strict=True):
-            wait_healthy(server_port, server_proc)
+        port = ports[0]
 
         state = Run(ports, agents["token"], report, options)
-        threads = [
-            threading.Thread(target=state.produce, args=(f"p{n}",))
-            for n in range(options.producers)
-        ]
-        threads += [
-            threading.Thread(target=state.work, args=(f"w{n}",))
-            for n in range(options.workers)
-        ]
-        for thread in threads:
-            thread.start()
+        threads = start_agents(state, options)
         time.sleep(options.seconds / 3)
         outage(cluster, port, agents["token"], report, options)
         sweep_probe(cluster, port, probe["token"], report, sweep)
         wake_after_restart(ports, probe["token"], report)
         remaining = options.seconds * 2 / 3 - report.outage_seconds
         time.sleep(max(remaining, 1))
-        state.producing.clear()
-        for thread in threads[: options.producers]:
-            thread.join(timeout=60)
-        wait_drained(cluster, options.drain_timeout)
-        state.working.clear()
-        for thread in threads:
-            thread.join(timeout=60)
+        stop_agents(state, threads, cluster, options)
         account(cluster, state, report)
 
         report.statement_timeout = blocked_complete(
@@ -1252,14 +1217,7 @@ def run(options):
         report.killed_backend = blocked_complete(
             cluster, port, agents["token"], report, kill=True
         )
-        report.check(
-            not report.bad_responses, f"unclean answers: {report.bad_responses[:3]}"
-        )
-        report.sweep_exit_status = stop_process(sweep)
-        report.check(
-            report.sweep_exit_status == 0,
-            f"sweep --loop exited {report.sweep_exit_status} on SIGTERM",
-        )
+        check_clean_end(report, sweep)
     except Exception as exc:
         report.failures.append(f"{type(exc).__name__}: {exc}")
         raise
