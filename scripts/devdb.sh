@@ -42,31 +42,9 @@ if [ -z "$bindir" ]; then
     fi
 fi
 
-# As root, every server-side command runs as `postgres`, from / since the
-# caller's folder may be one postgres cannot enter (every path here is absolute).
-if [ "$(id -u)" -eq 0 ]; then
-    as_server() { (cd / && runuser -u postgres -- "$@"); }
-else
-    as_server() { "$@"; }
-fi
+. "$here/scripts/lib.sh"
 
-pick_datadir() {
-    if [ -n "${SB_PG_DATA:-}" ]; then
-        realpath -m "$SB_PG_DATA"
-        return
-    fi
-    # Root creates the folder and hands it to postgres, which then only needs to
-    # traverse the path to the checkout.
-    if [ "$(id -u)" -ne 0 ] || runuser -u postgres -- test -x "$here" 2>/dev/null; then
-        echo "$here/.pgdata"
-        return
-    fi
-    local tag
-    tag=$(printf '%s' "$here" | sha1sum | cut -c1-12)
-    echo "${TMPDIR:-/tmp}/switchboard-pg-$tag"
-}
-
-datadir=$(pick_datadir)
+datadir=$(pick_datadir "${SB_PG_DATA:-}" pgdata pg)
 
 running() { as_server "$bindir/pg_ctl" -D "$datadir" status >/dev/null 2>&1; }
 

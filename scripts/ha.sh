@@ -31,27 +31,9 @@ log() { printf 'ha: %s\n' "$*" >&2; }
 
 bindir=$("$here/scripts/devdb.sh" bindir)
 
-if [ "$(id -u)" -eq 0 ]; then
-    as_server() { (cd / && runuser -u postgres -- "$@"); }
-else
-    as_server() { "$@"; }
-fi
+. "$here/scripts/lib.sh"
 
-pick_datadir() {
-    if [ -n "${SB_HA_DATA:-}" ]; then
-        realpath -m "$SB_HA_DATA"
-        return
-    fi
-    if [ "$(id -u)" -ne 0 ] || runuser -u postgres -- test -x "$here" 2>/dev/null; then
-        echo "$here/.hadata"
-        return
-    fi
-    local tag
-    tag=$(printf '%s' "$here" | sha1sum | cut -c1-12)
-    echo "${TMPDIR:-/tmp}/switchboard-ha-$tag"
-}
-
-datadir=$(pick_datadir)
+datadir=$(pick_datadir "${SB_HA_DATA:-}" hadata ha)
 
 url() {
     printf 'postgres://postgres@127.0.0.1:%s,127.0.0.1:%s/%s?target_session_attrs=read-write\n' \
