@@ -4,11 +4,13 @@ import datetime
 
 import pytest
 from django.db import connection
+from psycopg import _queries
 from psycopg.pq import Format
 
 from board.serving.pgbackend import base
 from todos import store
 from todos.models import Todo
+from todos.store import lifecycle
 
 pytestmark = pytest.mark.django_db
 
@@ -45,3 +47,18 @@ def test_the_orm_and_the_store_read_aware_utc_datetimes(scope):
     for value in (row.created_at, made.created_at):
         assert value.utcoffset() == datetime.timedelta(0)
         assert value.isoformat().endswith("+00:00")
+
+
+def test_the_claim_and_the_acknowledgement_are_parsed_once(scope):
+    """psycopg keeps the parse of the store's longest statements (no re-parse)."""
+    for statement in (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL):
+        assert 4096 < len(statement.encode()) <= base.PARSED_STATEMENT_BYTES
+    for _ in range(3):
+        made, _ = store.create_todo(scope, queue="q", title="t")
+        claimed = store.claim_next(scope, "w")
+        assert claimed is not None
+        before = _queries._query2pg.cache_info()
+        store.complete_todo(scope, claimed.id, "w", lease_token=claimed.lease_token)
+        after = _queries._query2pg.cache_info()
+    assert after.hits == before.hits + 1
+    assert after.misses == before.misses

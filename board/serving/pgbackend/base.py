@@ -29,6 +29,15 @@ with no per-database TIME_ZONE, as here) and the compiled loader is there,
 this backend reads timestamps with it instead: the connection's own time zone
 is UTC too (Django sets it so), and the compiled loader returns the same
 instants in it.
+
+psycopg parses a statement (finds and splits out its placeholders) once and
+keeps the parse, but only for statements up to 4096 bytes: longer ones, which
+it takes for generated ORM queries of many VALUES, it parses again on every
+call. The store's claim and acknowledgement are fixed statements of about
+5,000 bytes, parsed in about 40 µs each, a claim and complete pair's
+85 µs of CPU out of 2.2 ms (served in-process); this
+backend raises psycopg's bound to ``PARSED_STATEMENT_BYTES``, and the store's
+few dozen statements fit psycopg's cache of 128 parses.
 """
 
 import datetime
@@ -41,7 +50,7 @@ from typing import Any, Protocol
 import psycopg
 from django.db import OperationalError
 from django.db.backends.postgresql import base
-from psycopg import adapt, adapters
+from psycopg import _queries, adapt, adapters
 from psycopg.abc import AdaptContext, Loader
 from psycopg.errors import Diagnostic
 from psycopg.pq import Format
@@ -52,6 +61,12 @@ from psycopg_pool import ConnectionPool
 type Connection = psycopg.Connection[TupleRow]
 
 HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
+
+# The longest statement whose parse psycopg keeps (its own bound is 4096).
+PARSED_STATEMENT_BYTES = 16384
+_queries.MAX_CACHED_STATEMENT_LENGTH = max(
+    _queries.MAX_CACHED_STATEMENT_LENGTH, PARSED_STATEMENT_BYTES
+)
 
 TIMESTAMPTZ_OID = adapters.types["timestamptz"].oid
 # psycopg's default loader: the compiled one when psycopg's C part is installed.
