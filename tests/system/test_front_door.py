@@ -5,6 +5,7 @@ are stored, in the surface's own error format), request heads by size and by
 time, and the worker's connections by a cap.
 """
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from board.serving import frontdoor
 from tests.support import database_url, start_gunicorn, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -384,3 +386,64 @@ def test_the_worker_holds_no_more_connections_than_its_cap(front_door):
     finally:
         for sock in held:
             sock.close()
+
+
+class RecordedTransport:
+    """A transport that records its writes and its close."""
+
+    def __init__(self):
+        self.writes = []
+        self.closed = False
+
+    def write(self, data):
+        self.writes.append(data)
+
+    def is_closing(self):
+        return self.closed
+
+    def close(self):
+        self.writes.append("closed")
+        self.closed = True
+
+
+def test_a_response_head_leaves_with_its_body_in_one_write():
+    async def answer():
+        transport = RecordedTransport()
+        cycle_transport = frontdoor.OneWrite(transport, asyncio.get_running_loop())
+        cycle_transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        assert transport.writes == []
+        cycle_transport.write(b"{}")
+        await asyncio.sleep(0)
+        return transport.writes
+
+    assert asyncio.run(answer()) == [b"HTTP/1.1 200 OK\r\n\r\n{}"]
+
+
+def test_a_stream_head_leaves_at_the_next_turn_of_the_loop():
+    async def stream():
+        transport = RecordedTransport()
+        cycle_transport = frontdoor.OneWrite(transport, asyncio.get_running_loop())
+        cycle_transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        await asyncio.sleep(0)
+        head_only = list(transport.writes)
+        cycle_transport.write(b"data: 1\n\n")
+        return head_only, transport.writes
+
+    head_only, writes = asyncio.run(stream())
+    assert head_only == [b"HTTP/1.1 200 OK\r\n\r\n"]
+    assert writes == [b"HTTP/1.1 200 OK\r\n\r\n", b"data: 1\n\n"]
+
+
+def test_a_waiting_head_is_written_before_the_connection_closes():
+    async def head_then_close():
+        transport = RecordedTransport()
+        cycle_transport = frontdoor.OneWrite(transport, asyncio.get_running_loop())
+        cycle_transport.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+        cycle_transport.close()
+        await asyncio.sleep(0)
+        return transport.writes
+
+    assert asyncio.run(head_then_close()) == [
+        b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n",
+        "closed",
+    ]
