@@ -39,7 +39,9 @@ CACHE_SIZE = 4096
 
 def bearer_token(request: HttpRequest) -> str | None:
     """Return the bearer token of a request, or None."""
-    header = request.headers.get("Authorization", "")
+    # From META, as request.headers reads it: building request.headers maps
+    # every header of the request, for this one.
+    header: str = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None

@@ -315,12 +315,11 @@ class Todo:
         }
 
     def to_dict(self) -> JSONObject:
+        columns = self.__dict__
         out: JSONObject = {}
-        for field in fields(self):
-            if field.name in _RENDERED_APART:
-                continue
-            value = getattr(self, field.name)
-            out[field.name] = _iso(value) if isinstance(value, datetime) else value
+        for name in _SHOWN_COLUMNS:
+            value = columns[name]
+            out[name] = _iso(value) if isinstance(value, datetime) else value
         out["question"] = self.question_dict()
         out["outcome"] = self.outcome
         out["cancel_requested"] = self.cancel_requested
@@ -341,6 +340,11 @@ _RENDERED_APART = frozenset(
         "canceled_at",
         "dismissed_at",
     }
+)
+# The columns a todo's JSON shows as they are (timestamps in ISO 8601), in
+# order, named once: to_dict runs for every todo an agent is sent.
+_SHOWN_COLUMNS = tuple(
+    field.name for field in fields(Todo) if field.name not in _RENDERED_APART
 )
 # The keys of a todo's JSON: its columns, less those rendered apart, plus the
 # composed ones.
