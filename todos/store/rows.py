@@ -346,13 +346,8 @@ _RENDERED_APART = frozenset(
 _SHOWN_COLUMNS = tuple(
     field.name for field in fields(Todo) if field.name not in _RENDERED_APART
 )
-# The keys of a todo's JSON: its columns, less those rendered apart, plus the
-# composed ones.
-TODO_JSON_FIELDS = tuple(
-    name.strip()
-    for name in TODO_COLUMNS.split(",")
-    if name.strip() not in _RENDERED_APART
-) + ("question", "outcome", "cancel_requested")
+# The keys of a todo's JSON: those columns, plus the composed ones.
+TODO_JSON_FIELDS = (*_SHOWN_COLUMNS, "question", "outcome", "cancel_requested")
 
 
 @dataclass(frozen=True)
