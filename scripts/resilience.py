@@ -1029,7 +1029,7 @@ def new_endpoint(url, name):
 def start_serving(url, logdir, ports, envs, children, sweep_env=None):
     """Start a gunicorn per port (with its env) and the sweep loop, each added
     to ``children`` as it starts; wait until every server is healthy. Return
-    the servers and the sweep."""
+    the sweep."""
     servers = [
         spawn(
             url,
@@ -1060,7 +1060,7 @@ def start_serving(url, logdir, ports, envs, children, sweep_env=None):
     children.append(sweep)
     for server_port, server_proc in zip(ports, servers, strict=True):
         wait_healthy(server_port, server_proc)
-    return servers, sweep
+    return sweep
 
 
 def start_agents(state, options):
@@ -1124,7 +1124,7 @@ def run_failover(options):
             {"GUNICORN_WORKERS": "1"},
             {"GUNICORN_WORKERS": "1", "SWITCHBOARD_LISTEN_DATABASE_URL": cluster.url},
         ]
-        _, sweep = start_serving(cluster.url, logdir, ports, server_envs, children)
+        sweep = start_serving(cluster.url, logdir, ports, server_envs, children)
 
         state = Run(ports, agents["token"], report, options)
         threads = start_agents(state, options)
@@ -1195,7 +1195,7 @@ def run(options):
             report.through_pgbouncer = True
         ports = [free_port() for _ in range(2 if bouncer is not None else 1)]
         report.servers = len(ports)
-        _, sweep = start_serving(
+        sweep = start_serving(
             app_url, logdir, ports, [server_env] * len(ports), children, server_env
         )
         port = ports[0]
