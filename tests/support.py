@@ -149,6 +149,7 @@ class InProcessServer:
         import uvicorn
 
         from board.serving.asgi import application
+        from todos import inloop
         from todos.hub import hub
 
         self.port = free_port()
@@ -171,6 +172,7 @@ class InProcessServer:
                 await self.server.serve()
             finally:
                 await hub.stop()
+                await inloop.close()
 
         self.thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
         self.thread.start()

@@ -73,10 +73,22 @@ def endpoint_for_token(token: str | None) -> Endpoint | None:
     The lookup is by the token's hash (an index probe, or the cache); the match
     is then confirmed with a constant-time comparison.
     """
+    return _token_endpoint(token, read=True)
+
+
+def cached_endpoint_for_request(request: HttpRequest) -> Endpoint | None:
+    """The request's active endpoint when this process's cache holds its
+    token; None when it is not cached (``endpoint_for_request`` reads it).
+    No statement: the event loop calls it (todos.api.plumbing)."""
+    return _token_endpoint(bearer_token(request), read=False)
+
+
+def _token_endpoint(token: str | None, *, read: bool) -> Endpoint | None:
     if not token or len(token) > 200:
         return None
     digest = tokens.hash_token(token)
-    row = _row(("token", digest), ENDPOINT_BY_TOKEN_HASH_SQL, digest)
+    key = ("token", digest)
+    row = _row(key, ENDPOINT_BY_TOKEN_HASH_SQL, digest) if read else cache.get(key)
     if row is None or not tokens.token_matches(token, row[4]):
         return None
     return _endpoint(row)

@@ -27,7 +27,7 @@ import contextlib
 import functools
 from collections.abc import Callable
 
-from todos import aio, store
+from todos import aio, inloop, store
 from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, Waiter, hub
 
 NO_WORK = "no claimable todo"
@@ -46,6 +46,11 @@ class LongPoll:
         """Authenticate, read the request: the caller's scope (None: no claim)."""
         raise NotImplementedError
 
+    def start_in_loop(self) -> store.Scope | None:
+        """``start`` with no statement (its credential cached): the caller's
+        scope, or None when ``start`` must run in a pooled call."""
+        return None
+
     def revalidate(self) -> store.Scope:
         """The caller's scope now; raise when it may no longer claim."""
         raise NotImplementedError
@@ -62,7 +67,12 @@ async def claim(poll: LongPoll) -> Claimed | None:
     loop = asyncio.get_running_loop()
     state = _State(poll)
     try:
-        result = await _pooled(state, state.first)
+        scope = poll.start_in_loop()
+        if scope is None:
+            result = await _pooled(state, state.first)
+        else:
+            # The first try's statement from the loop (todos.inloop).
+            result = await _pooled(state, state.first, scope, in_loop=True)
         if state.scope is None:
             return None
         deadline = loop.time() + poll.wait
@@ -98,8 +108,8 @@ class _State:
         self.empty: store.NotFound | list[store.Todo] | None = None
         self.gone = False
 
-    def first(self) -> Claimed | None:
-        self.scope = self.poll.start()
+    def first(self, started: store.Scope | None = None) -> Claimed | None:
+        self.scope = started if started is not None else self.poll.start()
         if self.scope is None:
             return None
         if self.poll.wait > 0 and not self.gone:
@@ -182,12 +192,17 @@ class _State:
 
 
 async def _pooled[*Ts](
-    state: _State, fn: Callable[[*Ts], Claimed | None], *args: *Ts
+    state: _State,
+    fn: Callable[[*Ts], Claimed | None],
+    *args: *Ts,
+    in_loop: bool = False,
 ) -> Claimed | None:
-    """``fn`` in a pooled call. When the client leaves meanwhile, the call
-    finishes in its thread; then the waiter it may have made is closed, and
-    what it may have claimed is given back."""
-    call = asyncio.ensure_future(aio.run_pooled(fn, *args))
+    """``fn`` in a pooled call (``in_loop``: a store call of the loop,
+    todos.inloop). When the client leaves meanwhile, the call finishes; then
+    the waiter it may have made is closed, and what it may have claimed is
+    given back."""
+    run = inloop.call if in_loop else aio.run_pooled
+    call = asyncio.ensure_future(run(fn, *args))
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:

@@ -2,11 +2,13 @@
 
 Every request is served one of two ways (``Handler``):
 
-- **waiting requests** — long-poll claims, ``/api/v1/events``, MCP (its GET
-  stream and its ``claim_next``), SQS calls — are async all through, in the
-  event loop (board.serving.middleware.WaitingViewsMiddleware takes them past the
+- **in the loop** — long-poll claims, ``/api/v1/events``, MCP (its GET
+  stream and its ``claim_next``), SQS calls, and the API's acknowledgements
+  (``IN_LOOP``, ``ACKNOWLEDGEMENT``) — are async all through, in the event
+  loop (board.serving.middleware.WaitingViewsMiddleware takes them past the
   sync middleware; their database calls run in the bounded pool of
-  todos.aio), so a waiting agent parks no thread and holds no connection;
+  todos.aio, or for claims and acknowledgements from the loop itself,
+  todos.inloop), so a waiting agent parks no thread and holds no connection;
 - **everything else** — the agent API's other calls, the Board, webhooks,
   ``/healthz``, ``/metrics``, static files — is sync Django served as a
   threaded WSGI server serves it: the whole request (its signals, the sync
@@ -20,7 +22,7 @@ passes the limit; the body is never spooled to disk.
 Django's own handler would give each of those a new thread (asgiref's
 ThreadSensitiveContext) and hop to it and back for every sync middleware and
 each request signal: a ``/healthz`` cost 4.8 ms of CPU that way, a create 2.2.
-The waiting requests skip the request signals, which only reset the query log
+The requests in the loop skip the request signals, which only reset the query log
 and close the thread's connections (their pooled calls hand connections back
 themselves), and Django's 4xx log line, a thread hop of its own
 (todos.middleware.RequestLogMiddleware logs every request once).
@@ -49,16 +51,18 @@ django.setup(set_prefix=False)
 
 from board.serving import frontdoor  # noqa: E402 (needs the settings)
 from board.serving.frontdoor import Receive, Scope, Send  # noqa: E402
-from todos import aio  # noqa: E402
+from todos import aio, inloop  # noqa: E402
 
 # How ``Handler.serve`` answers a request it made: in the loop, or in a thread.
 type How = Callable[[ASGIRequest, Receive, Send], Awaitable[None]]
 
 request_logger = logging.getLogger("switchboard.request")
 
-# Paths (and methods) whose views are async and wait.
-WAITING = {
+# Paths (and methods) whose views are async: those that may wait, and the
+# acknowledgements, whose one statement runs from the loop (todos.inloop).
+IN_LOOP = {
     "/api/v1/todos/claim": {"POST"},
+    "/api/v1/todos/batch": {"POST"},
     "/api/v1/events": {"GET"},
     "/mcp": {"GET", "POST", "DELETE"},
     # The SQS surface: every call, since any ReceiveMessage may wait.
@@ -67,13 +71,17 @@ WAITING = {
 # One todo's JSON (``GET /api/v1/todos/<id>``): with ``wait_seconds`` it waits
 # for the todo's result, so it is served in the loop as the waits above are.
 WAITING_RESULT = re.compile(r"/api/v1/todos/[^/]+")
+# An owner's acknowledgement of one todo.
+ACKNOWLEDGEMENT = re.compile(r"/api/v1/todos/[^/]+/(?:complete|fail|heartbeat|release)")
 
 
-def waits(path: str, method: str) -> bool:
-    """Whether the request's view may wait: served in the event loop."""
-    if method in WAITING.get(path, ()):
+def in_loop(path: str, method: str) -> bool:
+    """Whether the request's view is async: served in the event loop."""
+    if method in IN_LOOP.get(path, ()):
         return True
-    return method == "GET" and WAITING_RESULT.fullmatch(path) is not None
+    if method == "GET":
+        return WAITING_RESULT.fullmatch(path) is not None
+    return method == "POST" and ACKNOWLEDGEMENT.fullmatch(path) is not None
 
 
 class SyncChain(BaseHandler):
@@ -122,7 +130,9 @@ class Handler(ASGIHandler):
     async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
-        if waits(path, method):
+        if in_loop(path, method):
+            # Its store calls may run in the loop (todos.inloop).
+            inloop.serving.set(True)
             await self.serve(scope, receive, send, self.serve_waiting)
         else:
             await self.serve(scope, receive, send, self.serve_in_thread)

@@ -42,6 +42,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
 
     async def _serve(self) -> None:
         from board.serving.frontdoor import raise_open_files_limit
+        from todos import inloop
         from todos.hub import hub
 
         self.config.app = self.wsgi
@@ -66,6 +67,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         finally:
             if collector is not None:
                 collector.stop()
+            await inloop.close()
         if not server.started:
             from gunicorn.arbiter import Arbiter
 

@@ -38,6 +38,7 @@ GUARDED = {
     "todos.auth": "turns an agent's token or SQS key into its endpoint",
     "todos.health": "/healthz, answered to anyone",
     "todos.aio": "runs the surfaces' waiting calls in the bounded pool",
+    "todos.inloop": "runs the surfaces' claims and acknowledgements from the loop",
     "todos.hub": "the doorbell hub the waiting surfaces share",
     "todos.longpoll": "the waiting claim of the API, SQS and MCP",
     "todos.streams": "the event streams of the API and MCP",
@@ -60,6 +61,7 @@ OWN_CONNECTION = {
     "todos.auth": "looks an endpoint up by its token's hash, before any scope",
     "todos.hub": "LISTENs on a connection of its own; reads no todo",
     "todos.aio": "hands each call's connection back to the pool",
+    "todos.inloop": "runs the store's statements on async connections of its own",
 }
 # Store functions a guarded module may call without a scope: none reads a row.
 UNSCOPED = {

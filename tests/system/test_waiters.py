@@ -28,6 +28,10 @@ from todos.models import Endpoint, McpSession
 
 APP_NAME = "sb-waiters-test-server"
 POOL_MAX = 4
+# The in-loop pool of the served claims and acknowledgements (todos/inloop.py).
+IN_LOOP_MAX = 2
+# A process's connections: both pools and one LISTEN.
+BUDGET = POOL_MAX + IN_LOOP_MAX + 1
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,6 +65,7 @@ def start_server(**env):
             "LOG_LEVEL": "WARNING",
             "SWITCHBOARD_DB_POOL_MAX": str(POOL_MAX),
             "SWITCHBOARD_DB_POOL_MIN": "1",
+            "SWITCHBOARD_DB_IN_LOOP_MAX": str(IN_LOOP_MAX),
             "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
             # A ring, not the periodic re-check, must be what wakes the waiters.
             "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS": "600",
@@ -332,8 +337,8 @@ def settle(seconds=0.5):
 
 def test_waiters_hold_no_database_connection_while_waiting(server, make_endpoint):
     """50 long polls, 20 event streams, 10 MCP GET streams and 10 MCP
-    subscriptions/listen streams on one process with a pool of 4: PostgreSQL
-    sees at most the pool and one LISTEN, none of them busy."""
+    subscriptions/listen streams on one process with pools of 4 and 2: PostgreSQL
+    sees at most the pools and one LISTEN, none of them busy."""
     endpoints = [make_endpoint(f"agent-{i}") for i in range(5)]
     polls = [
         LongPoll(server, endpoints[i % 5].token, wait_seconds=15) for i in range(50)
@@ -344,7 +349,7 @@ def test_waiters_hold_no_database_connection_while_waiting(server, make_endpoint
     settle(1.5)
     try:
         total, busy = server_connections()
-        assert total <= POOL_MAX + 1, total
+        assert total <= BUDGET, total
         assert busy == 0
         assert all(poll.status is None for poll in polls)
         # And the waiters still wake: one todo per endpoint, five claims.
@@ -407,7 +412,7 @@ def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
     server, make_endpoint
 ):
     """Forty MCP wait_for_todo calls waiting on pending todos: the worker's
-    thread count stays put, PostgreSQL sees at most the pool and one LISTEN,
+    thread count stays put, PostgreSQL sees at most the pools and one LISTEN,
     none busy; and a completed todo wakes its wait at once."""
     endpoints = [make_endpoint(f"results-{i}") for i in range(4)]
     scopes = [store.Scope.for_endpoint(e) for e in endpoints]
@@ -432,7 +437,7 @@ def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
     assert all(wait.status is None for wait in waits)
     assert worker_threads(server) <= before + 2
     total, busy = server_connections()
-    assert total <= POOL_MAX + 1, total
+    assert total <= BUDGET, total
     assert busy == 0
     store.claim_todo(scopes[0], todos[0].id, "w")
     store.complete_todo(scopes[0], todos[0].id, "w")
@@ -462,7 +467,7 @@ def test_waiting_api_result_waits_hold_no_thread_and_no_connection(
 ):
     """Forty JSON API result waits (``GET /api/v1/todos/<id>?wait_seconds``) on
     pending todos: the worker's thread count stays put and PostgreSQL sees at
-    most the pool and one LISTEN, none busy; a completed todo answers its wait
+    most the pools and one LISTEN, none busy; a completed todo answers its wait
     at once. Defect: the path was served in the bounded thread pool, so each
     wait held a thread and forty of them starved every other request."""
     endpoints = [make_endpoint(f"api-results-{i}") for i in range(4)]
@@ -480,7 +485,7 @@ def test_waiting_api_result_waits_hold_no_thread_and_no_connection(
     assert all(wait.status is None for wait in waits)
     assert worker_threads(server) <= before + 2
     total, busy = server_connections()
-    assert total <= POOL_MAX + 1, total
+    assert total <= BUDGET, total
     assert busy == 0
     status, _, _ = request(server, "GET", "/healthz", endpoints[0].token, timeout=5)
     assert status == 200
@@ -758,4 +763,4 @@ def test_the_pool_gives_its_connections_back_between_requests(server, endpoint):
         status, _, _ = request(server, "GET", "/api/v1/todos", endpoint.token)
         assert status == 200
     total, busy = server_connections()
-    assert total <= POOL_MAX + 1 and busy == 0
+    assert total <= BUDGET and busy == 0

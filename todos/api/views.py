@@ -7,7 +7,7 @@ auth, the body parsing and the error mapping.
 
 from django.http import JsonResponse
 
-from todos import longpoll, store, waits
+from todos import aio, inloop, longpoll, store, waits
 from todos.api import fields as table
 from todos.api.fields import Fields
 from todos.api.operations import (
@@ -19,7 +19,14 @@ from todos.api.operations import (
     list_page,
     transition,
 )
-from todos.api.plumbing import api_view, authenticate, prepare, todo_response
+from todos.api.plumbing import (
+    api_view,
+    authenticate,
+    prepare,
+    prepare_cached,
+    prepare_in_loop,
+    todo_response,
+)
 
 
 @api_view("GET", "POST")
@@ -71,6 +78,12 @@ class ApiClaim(ClaimNext):
         self.read(self.request.body_fields)
         return self.request.scope
 
+    def start_in_loop(self):
+        if not prepare_cached(self.request):
+            return None
+        self.read(self.request.body_fields)
+        return self.request.scope
+
 
 @api_view("POST")
 async def claim_next(request):
@@ -101,29 +114,41 @@ def _transition(request, todo_id, move, operation):
     return todo_response(todo)
 
 
+async def _acknowledge(request, todo_id, move, operation):
+    """An owner transition served in the event loop (todos.inloop): one statement."""
+    await prepare_in_loop(request)
+    fields = request.body_fields
+    todo = await inloop.call(
+        transition, move, operation, request.scope, todo_id, fields
+    )
+    return todo_response(todo)
+
+
 @api_view("POST")
-def heartbeat(request, todo_id):
+async def heartbeat(request, todo_id):
     """Extend the caller's lease on a claimed todo, with its progress and
     checkpoint; the answer says whether a cancel was requested."""
-    return _transition(request, todo_id, store.heartbeat, table.HEARTBEAT)
+    return await _acknowledge(request, todo_id, store.heartbeat, table.HEARTBEAT)
 
 
 @api_view("POST")
-def complete(request, todo_id):
+async def complete(request, todo_id):
     """Mark the caller's claimed todo done with its result."""
-    return _transition(request, todo_id, store.complete_todo, table.COMPLETE_TODO)
+    return await _acknowledge(
+        request, todo_id, store.complete_todo, table.COMPLETE_TODO
+    )
 
 
 @api_view("POST")
-def fail(request, todo_id):
+async def fail(request, todo_id):
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
-    return _transition(request, todo_id, store.fail_todo, table.FAIL_TODO)
+    return await _acknowledge(request, todo_id, store.fail_todo, table.FAIL_TODO)
 
 
 @api_view("POST")
-def release(request, todo_id):
+async def release(request, todo_id):
     """Give the caller's lease back now; a handoff with assignee, note, checkpoint."""
-    return _transition(request, todo_id, store.release_todo, table.RELEASE_TODO)
+    return await _acknowledge(request, todo_id, store.release_todo, table.RELEASE_TODO)
 
 
 @api_view("POST")
@@ -159,10 +184,26 @@ def retry(request, todo_id):
     )
 
 
+# The batch ops that are acknowledgements: one statement, served in the loop.
+LOOP_OPS = frozenset({"complete", "fail", "heartbeat", "release"})
+
+
 @api_view("POST")
-def batch(request):
-    """Apply up to 100 owner transitions; one result per action, in order."""
-    return JsonResponse(acknowledge_batch(request.scope, request.body_fields))
+async def batch(request):
+    """Apply up to 100 owner transitions; one result per action, in order.
+
+    A batch of acknowledgements only is served in the event loop
+    (todos.inloop); one with a cancel, which may take a transaction, in a
+    pooled thread.
+    """
+    await prepare_in_loop(request)
+    fields = request.body_fields
+    actions = fields.data.get("actions")
+    in_loop = isinstance(actions, list) and all(
+        isinstance(action, dict) and action.get("op") in LOOP_OPS for action in actions
+    )
+    run = inloop.call if in_loop else aio.run_pooled
+    return JsonResponse(await run(acknowledge_batch, request.scope, fields))
 
 
 @api_view("GET")

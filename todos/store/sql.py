@@ -10,6 +10,8 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
+from todos import inloop
+
 from .rows import (
     DOORBELL_CHANNEL,
     MAX_LEASE_SECONDS,
@@ -100,8 +102,13 @@ def _run(
     params: Params,
     fetch: Literal["all", "one", "count", "rowcount"] | None = "all",
 ) -> list[Row] | Row | None | int:
-    """Execute one statement; turn connection trouble into ``Unavailable``."""
+    """Execute one statement; turn connection trouble into ``Unavailable``.
+
+    In a store call of the event loop (todos.inloop) the loop runs it.
+    """
     try:
+        if inloop.in_loop_call():
+            return inloop.execute(sql, params, fetch)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             if fetch == "one":

@@ -1,0 +1,183 @@
+"""Store calls served in the event loop: no thread, on an async connection.
+
+A served agent call that only claims or acknowledges (``claim_many``,
+``claim_next``, ``acknowledge_many`` and the single transitions) runs its
+store function here instead of in todos.aio's thread pool. The function is
+the same sync code: it runs in a greenlet of the loop's own thread, and each
+statement it makes (``todos.store.sql._run``) switches back to the loop,
+which awaits the statement on a connection of this process's
+``AsyncConnectionPool``, then resumes the function with the rows. A thread
+hop cost about 50 µs of CPU on each side of every call, and each served
+claim+complete pair made three (docs/benchmarks.md).
+
+The in-loop connections are made as Django makes its own (the same
+parameters, adapters, prepared statements and statement timeout, UTC,
+autocommit), are checked after idleness as Django's pool's are
+(board.serving.pgbackend), and turn a commit the synchronous standby did not
+confirm into an outage as Django's do. Errors leave as Django's database
+errors, so the store maps them exactly as it does in a thread.
+
+Only requests the serving marks (``serving``: board.serving.asgi does, for
+each HTTP request) use the loop; anywhere else (Django's test client, a
+command) ``call`` is ``aio.run_pooled``. A store function that may open a
+transaction must not be called here: ``_run`` refuses a statement inside an
+atomic block.
+"""
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import greenlet  # type: ignore[import-untyped]  # it ships no types
+import psycopg
+from django.conf import settings
+from django.db import connections
+from django.db.utils import DatabaseErrorWrapper
+from psycopg_pool import AsyncConnectionPool
+
+from board.serving.pgbackend.base import raise_if_unreplicated, watch_replication
+from todos import aio
+
+type Fetch = Literal["all", "one", "count", "rowcount"] | None
+type Rows = list[tuple[Any, ...]] | tuple[Any, ...] | None | int
+
+# Set by the serving for each request it serves (board.serving.asgi).
+serving: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "switchboard_inloop_serving", default=False
+)
+
+# A connection borrowed this long after its last borrow is checked first.
+CHECK_AFTER_IDLE_SECONDS = 1.0
+
+
+class _Call(greenlet.greenlet):  # type: ignore[misc]  # untyped base
+    """A store function running for the loop; its statements switch back to it."""
+
+
+def in_loop_call() -> bool:
+    """Whether the current code runs in a store call of the loop (``call``)."""
+    return isinstance(greenlet.getcurrent(), _Call)
+
+
+async def call[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
+    """Run the store function ``fn`` in the loop (see above), or pooled."""
+    if not serving.get() or not settings.SWITCHBOARD_DB_IN_LOOP:
+        return await aio.run_pooled(fn, *args)
+    run = _Call(fn)
+    # The statements run in the task's context (the request's, its logging).
+    run.gr_context = contextvars.copy_context()
+    pending: Any = run.switch(*args)
+    while not run.dead:
+        try:
+            value = await pending
+        except BaseException as exc:  # handed to the statement that awaited it
+            pending = run.throw(exc)
+        else:
+            pending = run.switch(value)
+    result: R = pending
+    return result
+
+
+def execute(sql: str, params: Mapping[str, Any], fetch: Fetch) -> Rows:
+    """Run one statement for ``_run`` from inside a loop call: the loop awaits it."""
+    parent = greenlet.getcurrent().parent
+    rows: Rows = parent.switch(_execute(sql, params, fetch))
+    return rows
+
+
+async def _execute(sql: str, params: Mapping[str, Any], fetch: Fetch) -> Rows:
+    pool = await _open_pool()
+    # As Django's cursor does: psycopg's errors leave as Django's.
+    with _django_errors:
+        async with pool.connection() as conn, conn.cursor() as cursor:
+            await cursor.execute(sql, params)
+            raise_if_unreplicated(conn)  # type: ignore[arg-type]  # watched in _configure
+            if fetch == "one":
+                return await cursor.fetchone()
+            if fetch == "all":
+                return await cursor.fetchall()
+            return cursor.rowcount
+
+
+# --- The pool ---------------------------------------------------------------------
+
+# Made once: ``connections["default"]`` in a store call's context would make a
+# new DatabaseWrapper each time (Django keeps them per context).
+_django_errors: DatabaseErrorWrapper
+_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+_pool_loop: asyncio.AbstractEventLoop | None = None
+_opening: asyncio.Task[None] | None = None
+
+
+def connection_params() -> dict[str, Any]:
+    """Django's parameters for its connections, for an async connection."""
+    params = connections["default"].get_connection_params()
+    server_binding = params.pop("cursor_factory", None) is not psycopg.ClientCursor
+    params["cursor_factory"] = (
+        psycopg.AsyncCursor if server_binding else psycopg.AsyncClientCursor
+    )
+    params["autocommit"] = True
+    return params
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    watch_replication(conn)  # type: ignore[arg-type]  # it adds the flag
+    # Django's time zone is UTC (its loaders' and the store's); set it as
+    # Django's ensure_timezone does, when the server's default differs.
+    if conn.info.parameter_status("TimeZone") not in {"UTC", "Etc/UTC"}:
+        await conn.execute("SELECT set_config('TimeZone', 'UTC', false)")
+
+
+async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
+    """psycopg_pool's check, only after ``CHECK_AFTER_IDLE_SECONDS`` of idleness."""
+    now = time.monotonic()
+    borrowed = getattr(conn, "_switchboard_borrowed_at", None)
+    conn._switchboard_borrowed_at = now  # type: ignore[attr-defined]  # ours, on the connection
+    if borrowed is None or now - borrowed >= CHECK_AFTER_IDLE_SECONDS:
+        await AsyncConnectionPool.check_connection(conn)
+
+
+async def _open_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    global _pool, _pool_loop, _opening
+    loop = asyncio.get_running_loop()
+    if _pool is not None and _pool_loop is loop:
+        return _pool
+    if _opening is None or _pool_loop is not loop:
+        _pool_loop = loop
+        _opening = loop.create_task(_make_pool())
+    await asyncio.shield(_opening)
+    if _pool is None:  # the task failed: its error was raised above
+        raise RuntimeError("the in-loop pool did not open")
+    return _pool
+
+
+async def _make_pool() -> None:
+    global _pool, _opening, _django_errors
+    _django_errors = DatabaseErrorWrapper(connections["default"])
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+        kwargs=connection_params(),
+        min_size=1,
+        max_size=settings.SWITCHBOARD_DB_IN_LOOP_MAX,
+        timeout=settings.DATABASES["default"]["OPTIONS"]["connect_timeout"],
+        max_idle=120,
+        name="switchboard-inloop",
+        configure=_configure,
+        check=_check,
+        open=False,
+    )
+    try:
+        await pool.open(wait=False)
+    except BaseException:
+        _opening = None
+        raise
+    _pool = pool
+
+
+async def close() -> None:
+    """Close this process's in-loop pool (a worker or a test server stopping)."""
+    global _pool, _pool_loop, _opening
+    pool, _pool, _pool_loop, _opening = _pool, None, None, None
+    if pool is not None:
+        await pool.close()
