@@ -2,33 +2,28 @@
 (todos/inloop.py): no thread hop, on the in-loop pool's own connections, with
 the same answers, the same revocation, and 503 when a connection is lost."""
 
-import http.client
-import json
-from urllib.parse import urlsplit
-
 import psycopg
 import pytest
 from django.db import connection
 
+from tests.api.test_longpoll import post
 from todos import aio, endpoints, inloop, store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def call(asgi_server, path, token, body):
-    url = urlsplit(asgi_server.url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-    try:
-        conn.request(
-            "POST",
-            path,
-            json.dumps(body),
-            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
+    """POST JSON to the in-process server: (status, decoded body)."""
+    status, answer, _ = post(asgi_server, path, token, body, timeout=10)
+    return status, answer
+
+
+def claim_one(asgi_server, token, worker="w1"):
+    status, body = call(
+        asgi_server, "/api/v1/todos/claim", token, {"worker": worker, "queue": "q"}
+    )
+    assert status == 200, body
+    return body["todo"]
 
 
 @pytest.fixture
@@ -53,11 +48,7 @@ def pool_backends():
 
 
 def claim_and_complete(asgi_server, token, worker="w1"):
-    status, body = call(
-        asgi_server, "/api/v1/todos/claim", token, {"worker": worker, "queue": "q"}
-    )
-    assert status == 200, body
-    todo = body["todo"]
+    todo = claim_one(asgi_server, token, worker)
     return call(
         asgi_server,
         f"/api/v1/todos/{todo['id']}/complete",
@@ -133,13 +124,7 @@ def test_a_token_revoked_between_two_completes_is_refused_in_the_loop(
         store.create_todo(scope, title=f"t{n}", queue="q")
     status, _ = claim_and_complete(asgi_server, endpoint.token)
     assert status == 200
-    status, body = call(
-        asgi_server,
-        "/api/v1/todos/claim",
-        endpoint.token,
-        {"worker": "w1", "queue": "q"},
-    )
-    todo = body["todo"]
+    todo = claim_one(asgi_server, endpoint.token)
     endpoints.revoke(endpoint)
     status, body = call(
         asgi_server,
@@ -157,13 +142,7 @@ def test_a_lost_in_loop_connection_answers_503_and_the_next_call_works(
     for n in range(3):
         store.create_todo(scope, title=f"t{n}", queue="q")
     assert claim_and_complete(asgi_server, endpoint.token)[0] == 200
-    status, body = call(
-        asgi_server,
-        "/api/v1/todos/claim",
-        endpoint.token,
-        {"worker": "w1", "queue": "q"},
-    )
-    todo = body["todo"]
+    todo = claim_one(asgi_server, endpoint.token)
     killed = pool_backends()
     with connection.cursor() as cursor:
         for pid in killed:
