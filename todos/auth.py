@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.db import connection, transaction
@@ -30,7 +30,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from todos import tokens
+from todos import inloop, tokens
 from todos.models import Endpoint, SqsCredential
 
 Row = tuple[Any, ...]
@@ -73,22 +73,10 @@ def endpoint_for_token(token: str | None) -> Endpoint | None:
     The lookup is by the token's hash (an index probe, or the cache); the match
     is then confirmed with a constant-time comparison.
     """
-    return _token_endpoint(token, read=True)
-
-
-def cached_endpoint_for_request(request: HttpRequest) -> Endpoint | None:
-    """The request's active endpoint when this process's cache holds its
-    token; None when it is not cached (``endpoint_for_request`` reads it).
-    No statement: the event loop calls it (todos.api.plumbing)."""
-    return _token_endpoint(bearer_token(request), read=False)
-
-
-def _token_endpoint(token: str | None, *, read: bool) -> Endpoint | None:
     if not token or len(token) > 200:
         return None
     digest = tokens.hash_token(token)
-    key = ("token", digest)
-    row = _row(key, ENDPOINT_BY_TOKEN_HASH_SQL, digest) if read else cache.get(key)
+    row = _row(("token", digest), ENDPOINT_BY_TOKEN_HASH_SQL, digest)
     if row is None or not tokens.token_matches(token, row[4]):
         return None
     return _endpoint(row)
@@ -218,11 +206,15 @@ def _row(key: Hashable, sql: str, param: str) -> Row | None:
     if cached is not None:
         return cached
     generation = cache.generation()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [param])
-        row: Row | None = cursor.fetchone()
+    row: Row | None
+    if inloop.in_loop_call():
+        row = cast(Row | None, inloop.execute(sql, [param], "one"))
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [param])
+            row = cursor.fetchone()
     # Read inside a transaction, a row may be one that never commits.
-    if row is not None and not connection.in_atomic_block:
+    if row is not None and not inloop.in_atomic_block():
         cache.put(key, row[0], row, generation)
     return row
 

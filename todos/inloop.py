@@ -17,23 +17,28 @@ autocommit), are checked after idleness as Django's pool's are
 confirm into an outage as Django's do. Errors leave as Django's database
 errors, so the store maps them exactly as it does in a thread.
 
+A function called here makes its statements through ``todos.store.sql._run``
+and ``todos.auth`` (which both ask ``in_loop_call``), never through the ORM:
+Django refuses a sync query from the loop's thread. A transaction is
+``atomic()``: in a loop call it holds one in-loop connection from BEGIN to
+COMMIT, elsewhere it is Django's ``transaction.atomic()``.
+
 Only requests the serving marks (``serving``: board.serving.asgi does, for
 each HTTP request) use the loop; anywhere else (Django's test client, a
-command) ``call`` is ``aio.run_pooled``. A store function that may open a
-transaction must not be called here: ``_run`` refuses a statement inside an
-atomic block.
+command) ``call`` is ``aio.run_pooled``.
 """
 
 import asyncio
+import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import greenlet  # type: ignore[import-untyped]  # it ships no types
 import psycopg
 from django.conf import settings
-from django.db import connections
+from django.db import connection, connections, transaction
 from django.db.utils import DatabaseErrorWrapper
 from psycopg_pool import AsyncConnectionPool
 
@@ -42,6 +47,8 @@ from todos import aio
 
 type Fetch = Literal["all", "one", "count", "rowcount"] | None
 type Rows = list[tuple[Any, ...]] | tuple[Any, ...] | None | int
+type Params = Mapping[str, Any] | Sequence[Any]
+type Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
 # Set by the serving for each request it serves (board.serving.asgi).
 serving: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -54,6 +61,9 @@ CHECK_AFTER_IDLE_SECONDS = 1.0
 
 class _Call(greenlet.greenlet):  # type: ignore[misc]  # untyped base
     """A store function running for the loop; its statements switch back to it."""
+
+    # The pool and connection of the transaction it holds open (``atomic``).
+    held: tuple[Pool, psycopg.AsyncConnection[Any]] | None = None
 
 
 def in_loop_call() -> bool:
@@ -80,25 +90,92 @@ async def call[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
     return result
 
 
-def execute(sql: str, params: Mapping[str, Any], fetch: Fetch) -> Rows:
-    """Run one statement for ``_run`` from inside a loop call: the loop awaits it."""
-    parent = greenlet.getcurrent().parent
-    rows: Rows = parent.switch(_execute(sql, params, fetch))
+def in_atomic_block() -> bool:
+    """Whether a statement made here now would be inside a transaction."""
+    current = greenlet.getcurrent()
+    if isinstance(current, _Call):
+        return current.held is not None
+    return connection.in_atomic_block
+
+
+def execute(sql: str, params: Params, fetch: Fetch) -> Rows:
+    """Run one statement from inside a loop call: the loop awaits it."""
+    current = greenlet.getcurrent()
+    held = current.held[1] if current.held is not None else None
+    rows: Rows = current.parent.switch(_execute(held, sql, params, fetch))
     return rows
 
 
-async def _execute(sql: str, params: Mapping[str, Any], fetch: Fetch) -> Rows:
+async def _execute(
+    held: psycopg.AsyncConnection[Any] | None, sql: str, params: Params, fetch: Fetch
+) -> Rows:
     pool = await _open_pool()
     # As Django's cursor does: psycopg's errors leave as Django's.
     with _django_errors:
-        async with pool.connection() as conn, conn.cursor() as cursor:
-            await cursor.execute(sql, params)
-            raise_if_unreplicated(conn)  # type: ignore[arg-type]  # watched in _configure
-            if fetch == "one":
-                return await cursor.fetchone()
-            if fetch == "all":
-                return await cursor.fetchall()
-            return cursor.rowcount
+        if held is not None:
+            return await _fetch(held, sql, params, fetch)
+        async with pool.connection() as conn:
+            return await _fetch(conn, sql, params, fetch)
+
+
+async def _fetch(
+    conn: psycopg.AsyncConnection[Any], sql: str, params: Params, fetch: Fetch
+) -> Rows:
+    async with conn.cursor() as cursor:
+        await cursor.execute(sql, params)
+        raise_if_unreplicated(conn)  # type: ignore[arg-type]  # watched in _configure
+        if fetch == "one":
+            return await cursor.fetchone()
+        if fetch == "all":
+            return await cursor.fetchall()
+        return cursor.rowcount
+
+
+@contextlib.contextmanager
+def atomic() -> Iterator[None]:
+    """A transaction around the block: in a loop call, on one in-loop
+    connection held from BEGIN to COMMIT (ROLLBACK when the block raises);
+    elsewhere Django's ``transaction.atomic()``. Not nested in a loop call."""
+    current = greenlet.getcurrent()
+    if not isinstance(current, _Call):
+        with transaction.atomic():
+            yield
+        return
+    if current.held is not None:
+        raise RuntimeError("a loop call's transactions do not nest")
+    current.held = current.parent.switch(_begin())
+    try:
+        yield
+    except BaseException:
+        held, current.held = current.held, None
+        current.parent.switch(_end(held, commit=False))
+        raise
+    held, current.held = current.held, None
+    current.parent.switch(_end(held, commit=True))
+
+
+async def _begin() -> tuple[Pool, psycopg.AsyncConnection[Any]]:
+    pool = await _open_pool()
+    with _django_errors:
+        conn = await pool.getconn()
+        try:
+            await conn.execute("BEGIN")
+        except BaseException:
+            await pool.putconn(conn)
+            raise
+    return pool, conn
+
+
+async def _end(held: tuple[Pool, psycopg.AsyncConnection[Any]], commit: bool) -> None:
+    pool, conn = held
+    try:
+        with _django_errors:
+            await conn.execute("COMMIT" if commit else "ROLLBACK")
+            if commit:
+                raise_if_unreplicated(conn)  # type: ignore[arg-type]  # watched
+    finally:
+        # A connection left in a transaction (a failed ROLLBACK) is discarded.
+        await pool.putconn(conn)
 
 
 # --- The pool ---------------------------------------------------------------------
@@ -106,7 +183,7 @@ async def _execute(sql: str, params: Mapping[str, Any], fetch: Fetch) -> Rows:
 # Made once: ``connections["default"]`` in a store call's context would make a
 # new DatabaseWrapper each time (Django keeps them per context).
 _django_errors: DatabaseErrorWrapper
-_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+_pool: Pool | None = None
 _pool_loop: asyncio.AbstractEventLoop | None = None
 _opening: asyncio.Task[None] | None = None
 
@@ -139,7 +216,7 @@ async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
-async def _open_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+async def _open_pool() -> Pool:
     global _pool, _pool_loop, _opening
     loop = asyncio.get_running_loop()
     if _pool is not None and _pool_loop is loop:
@@ -156,7 +233,7 @@ async def _open_pool() -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
 async def _make_pool() -> None:
     global _pool, _opening, _django_errors
     _django_errors = DatabaseErrorWrapper(connections["default"])
-    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+    pool: Pool = AsyncConnectionPool(
         kwargs=connection_params(),
         min_size=1,
         max_size=settings.SWITCHBOARD_DB_IN_LOOP_MAX,

@@ -46,10 +46,11 @@ class LongPoll:
         """Authenticate, read the request: the caller's scope (None: no claim)."""
         raise NotImplementedError
 
-    def start_in_loop(self) -> store.Scope | None:
-        """``start`` with no statement (its credential cached): the caller's
-        scope, or None when ``start`` must run in a pooled call."""
-        return None
+    def starts_in_loop(self) -> bool:
+        """Whether ``start`` and the first try run from the loop
+        (todos.inloop: their statements through the store and todos.auth
+        only), not in a pooled thread."""
+        return False
 
     def revalidate(self) -> store.Scope:
         """The caller's scope now; raise when it may no longer claim."""
@@ -67,12 +68,7 @@ async def claim(poll: LongPoll) -> Claimed | None:
     loop = asyncio.get_running_loop()
     state = _State(poll)
     try:
-        scope = poll.start_in_loop()
-        if scope is None:
-            result = await _pooled(state, state.first)
-        else:
-            # The first try's statement from the loop (todos.inloop).
-            result = await _pooled(state, state.first, scope, in_loop=True)
+        result = await _pooled(state, state.first, in_loop=poll.starts_in_loop())
         if state.scope is None:
             return None
         deadline = loop.time() + poll.wait
@@ -108,8 +104,8 @@ class _State:
         self.empty: store.NotFound | list[store.Todo] | None = None
         self.gone = False
 
-    def first(self, started: store.Scope | None = None) -> Claimed | None:
-        self.scope = started if started is not None else self.poll.start()
+    def first(self) -> Claimed | None:
+        self.scope = self.poll.start()
         if self.scope is None:
             return None
         if self.poll.wait > 0 and not self.gone:

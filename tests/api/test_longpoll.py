@@ -14,7 +14,7 @@ from todos.hub import hub
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def post(asgi_server, path, token, body, timeout=30):
+def post(asgi_server, path, token, body, timeout=30, headers=()):
     """POST JSON to the live server; return (status, decoded body, seconds taken)."""
     url = urlsplit(asgi_server.url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
@@ -24,7 +24,11 @@ def post(asgi_server, path, token, body, timeout=30):
             "POST",
             path,
             json.dumps(body),
-            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            {
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                **dict(headers),
+            },
         )
         response = conn.getresponse()
         return response.status, json.loads(response.read()), time.monotonic() - started

@@ -1,13 +1,18 @@
 """Served claims and acknowledgements run their statements from the event loop
-(todos/inloop.py): no thread hop, on the in-loop pool's own connections, with
-the same answers, the same revocation, and 503 when a connection is lost."""
+(todos/inloop.py), on the JSON API, SQS and MCP: no thread hop, on the in-loop
+pool's own connections, with the same answers, the same revocation, 503 when a
+connection is lost, and transactions that commit or roll back as one."""
+
+import asyncio
 
 import psycopg
 import pytest
 from django.db import connection
 
 from tests.api.test_longpoll import post
+from tests.sqs.conftest import client_for
 from todos import aio, endpoints, inloop, store
+from todos.sqs import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,10 +67,10 @@ def test_a_served_claim_and_complete_make_no_thread_hop(
 ):
     for n in range(3):
         store.create_todo(scope, title=f"t{n}", queue="q")
-    # The first call reads the token (a pooled call); it is cached after.
+    # The first call reads the token from the loop too; it is cached after.
     status, body = claim_and_complete(asgi_server, endpoint.token)
     assert status == 200 and body["todo"]["state"] == "done"
-    hops.clear()
+    assert hops == []
     status, body = claim_and_complete(asgi_server, endpoint.token)
     assert status == 200 and body["todo"]["state"] == "done"
     assert body["todo"]["result"] == {"ok": 1}
@@ -169,3 +174,134 @@ def test_in_loop_connections_are_made_as_djangos(db):
     assert params["options"] == ours["options"]  # the statement timeout
     assert params["prepare_threshold"] == ours["prepare_threshold"]
     assert params["context"] is ours["context"]  # the same loaders
+
+
+def test_an_sqs_receive_and_delete_batch_make_no_thread_hop(
+    asgi_server, endpoint, scope, hops
+):
+    issued = credentials.issue(endpoint)
+    client = client_for(asgi_server.url, issued.access_key_id, issued.secret_access_key)
+    for n in range(3):
+        store.create_todo(scope, title=f"t{n}", queue="q", payload={"n": n})
+    url = client.get_queue_url(QueueName="q")["QueueUrl"]
+    hops.clear()
+    received = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    handles = [message["ReceiptHandle"] for message in received["Messages"]]
+    assert len(handles) == 3
+    deleted = client.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(n), "ReceiptHandle": h} for n, h in enumerate(handles)],
+    )
+    assert len(deleted["Successful"]) == 3 and not deleted.get("Failed")
+    assert hops == []
+    states = {store.get_todo(scope, m["MessageId"]).state for m in received["Messages"]}
+    assert states == {"done"}
+    # An action outside the loop's list still runs in a pooled thread.
+    client.send_message(QueueUrl=url, MessageBody="b")
+    assert hops == ["closing"]
+
+
+MCP = "2026-07-28"
+
+
+def mcp_call(asgi_server, token, tool, arguments, body=None):
+    """A 2026-07-28 tools/call as a client sends it (or ``body`` under its
+    headers): (status, answer)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MCP,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = body or {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MCP,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+    }
+    status, answer, _ = post(asgi_server, "/mcp", token, body, 10, headers.items())
+    return status, answer
+
+
+def test_an_mcp_claim_next_and_complete_todo_make_no_thread_hop(
+    asgi_server, endpoint, scope, hops
+):
+    store.create_todo(scope, title="t", queue="q")
+    status, answer = mcp_call(
+        asgi_server, endpoint.token, "claim_next", {"worker": "w1", "queue": "q"}
+    )
+    assert status == 200, answer
+    todo = answer["result"]["structuredContent"]["todo"]
+    status, answer = mcp_call(
+        asgi_server,
+        endpoint.token,
+        "complete_todo",
+        {"worker": "w1", "todo_id": todo["id"], "lease_token": todo["lease_token"]},
+    )
+    assert status == 200, answer
+    assert answer["result"]["structuredContent"]["todo"]["state"] == "done"
+    assert hops == []
+
+
+def test_an_mcp_body_that_is_not_the_tool_its_header_names_is_served_in_a_thread(
+    asgi_server, endpoint, hops
+):
+    # An initialize makes a session (the ORM): the header alone does not
+    # send it to the loop, and it is answered as it always is.
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
+    }
+    status, answer = mcp_call(
+        asgi_server, endpoint.token, "complete_todo", {}, initialize
+    )
+    assert status == 200, answer
+    assert answer["result"]["protocolVersion"]
+    assert hops == ["closing"]
+
+
+def in_the_loop(fn, *args):
+    """Run ``fn`` as a served request's loop call does, then close the pool."""
+
+    async def main():
+        inloop.serving.set(True)
+        try:
+            return await inloop.call(fn, *args)
+        finally:
+            await inloop.close()
+
+    return asyncio.run(main())
+
+
+def test_a_loop_calls_transaction_commits_or_rolls_back_as_one(endpoint, scope):
+    store.create_todo(scope, title="t", queue="q")
+    claimed = store.claim_next(scope, "w1", queue="q")
+
+    def complete(fail):
+        with inloop.atomic():
+            assert inloop.in_atomic_block()
+            store.complete_todo(scope, claimed.id, "w1")
+            if fail:
+                raise RuntimeError("after the statement, before the commit")
+        return inloop.in_atomic_block()
+
+    with pytest.raises(RuntimeError, match="before the commit"):
+        in_the_loop(complete, True)
+    assert store.get_todo(scope, claimed.id).state == "claimed"
+    assert in_the_loop(complete, False) is False
+    assert store.get_todo(scope, claimed.id).state == "done"
+
+
+def test_a_loop_calls_transactions_do_not_nest(endpoint):
+    def nested():
+        with inloop.atomic(), inloop.atomic():
+            pass
+
+    with pytest.raises(RuntimeError, match="do not nest"):
+        in_the_loop(nested)

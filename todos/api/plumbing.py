@@ -19,7 +19,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, auth, http, store
+from todos import auth, http, inloop, store
 from todos.api.fields import Fields
 from todos.models import Endpoint
 
@@ -119,24 +119,10 @@ def prepare(request: HttpRequest) -> None:
     _read_fields(request)
 
 
-def prepare_cached(request: HttpRequest) -> bool:
-    """``prepare`` with no statement, when the token's credential is cached
-    (todos.auth): whether it could (False: ``prepare`` must read it)."""
-    endpoint = auth.cached_endpoint_for_request(request)
-    if endpoint is None:
-        return False
-    prepared = cast(ApiRequest, request)
-    prepared.endpoint = endpoint
-    prepared.scope = store.Scope.for_endpoint(endpoint)
-    _read_fields(request)
-    return True
-
-
 async def prepare_in_loop(request: HttpRequest) -> None:
-    """``prepare`` from the event loop: in it when the credential is cached,
-    otherwise in a pooled thread."""
-    if not prepare_cached(request):
-        await aio.run_pooled(prepare, request)
+    """``prepare`` from the event loop: its lookup, when the credential is
+    not cached, from the loop too (todos.inloop)."""
+    await inloop.call(prepare, request)
 
 
 def _read_fields(request: HttpRequest) -> None:

@@ -23,7 +23,6 @@ from todos.api.plumbing import (
     api_view,
     authenticate,
     prepare,
-    prepare_cached,
     prepare_in_loop,
     todo_response,
 )
@@ -78,11 +77,8 @@ class ApiClaim(ClaimNext):
         self.read(self.request.body_fields)
         return self.request.scope
 
-    def start_in_loop(self):
-        if not prepare_cached(self.request):
-            return None
-        self.read(self.request.body_fields)
-        return self.request.scope
+    def starts_in_loop(self):
+        return True
 
 
 @api_view("POST")

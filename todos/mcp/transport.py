@@ -269,7 +269,14 @@ def _is_id(value):
 
 
 def _parse(request):
-    """Return the one JSON-RPC message of a POST and its kind."""
+    """Return the one JSON-RPC message of a POST and its kind (read once)."""
+    parsed = getattr(request, "mcp_message", None)
+    if parsed is None:
+        parsed = request.mcp_message = _read_message(request)
+    return parsed
+
+
+def _read_message(request):
     content_type = request.content_type or ""
     if content_type != "application/json":
         raise TransportError(
@@ -416,6 +423,13 @@ class Pending:
         return mcp_tools.TOOLS[waiting]
 
 
+# The tools whose calls are served from the event loop (``Post``): a claim
+# and the acknowledgements, whose statements are the store's.
+LOOP_TOOLS = frozenset(
+    {"claim_next", "complete_todo", "fail_todo", "heartbeat", "release_todo"}
+)
+
+
 class Post(longpoll.LongPoll):
     """An MCP POST: any message is answered in ``start`` (one pooled call),
     but a tools/call of claim_next, which claims as a long poll, and one of
@@ -424,6 +438,25 @@ class Post(longpoll.LongPoll):
     def __init__(self, request):
         self.request = request
         self.pending = self.response = None
+
+    def starts_in_loop(self):
+        """A 2026-07-28 tools/call of one of ``LOOP_TOOLS``: the store's
+        statements only, made from the loop (todos.inloop)."""
+        request = self.request
+        if request.META.get("HTTP_MCP_NAME") not in LOOP_TOOLS:
+            return False
+        try:
+            message, kind = _parse(request)
+        except TransportError:
+            return False
+        params = message.get("params")
+        return (
+            kind == "request"
+            and message["method"] == "tools/call"
+            and isinstance(params, dict)
+            and params.get("name") in LOOP_TOOLS
+            and stateless.speaks_stateless(request, message)
+        )
 
     def start(self):
         answer = _answer(self.request)

@@ -13,9 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from django.db import transaction
-
-from todos import auth, http, store
+from todos import auth, http, inloop, store
 from todos.sqs import messages
 from todos.sqs.protocol import SqsError, invalid
 
@@ -583,7 +581,7 @@ def send_message_batch(request, caller, body):
     if prepared:
         # Every entry was validated above; the answer is built before the
         # commit, so nothing that follows the commit can fail.
-        with transaction.atomic():
+        with inloop.atomic():
             results = store.create_many(
                 queue.scope,
                 [outgoing.create_args(queue) for _, outgoing in prepared],
@@ -818,7 +816,7 @@ def _acknowledge_batch(caller, body, member, action, failure):
     if not actions:
         _check_exists(caller, queue.name)
         return {"Successful": successful, "Failed": failed}
-    with transaction.atomic():
+    with inloop.atomic():
         results = store.acknowledge_many(queue.scope, actions)
         _check_exists_when_missed(caller, queue, results)
         for entry_id, ack, result in zip(ids, actions, results, strict=True):
@@ -888,6 +886,18 @@ def change_message_visibility_batch(request, caller, body):
     )
 
 
+# The actions served from the event loop (todos.inloop): a receive and the
+# acknowledgements, whose statements are the store's. The others run in a
+# pooled thread.
+LOOP_ACTIONS = frozenset(
+    {
+        "ReceiveMessage",
+        "DeleteMessage",
+        "DeleteMessageBatch",
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+    }
+)
 ACTIONS = {
     "CreateQueue": create_queue,
     "GetQueueUrl": get_queue_url,

@@ -57,12 +57,22 @@ root.waits = True
 
 
 class Call(longpoll.LongPoll):
-    """An SQS call: answered in ``start`` (one pooled call), but a
-    ReceiveMessage, which claims as a long poll."""
+    """An SQS call: answered in ``start`` (one pooled call, or from the loop
+    for the actions of ``actions.LOOP_ACTIONS``), but a ReceiveMessage, which
+    claims as a long poll."""
 
     def __init__(self, request, handler):
         self.request, self.handler = request, handler
         self.receive = self.outcome = None
+
+    def starts_in_loop(self):
+        # The action ``handle`` will run is the one the header names.
+        target = self.request.META.get("HTTP_X_AMZ_TARGET", "")
+        return (
+            self.handler is handle
+            and target.startswith(protocol.TARGET_PREFIX)
+            and target.removeprefix(protocol.TARGET_PREFIX) in actions.LOOP_ACTIONS
+        )
 
     def start(self):
         outcome = self.handler(self.request)
