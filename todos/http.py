@@ -183,10 +183,17 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
+# Made once: json.loads with an option builds a decoder (and its scanner) per call.
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def loads(text: str | bytes) -> object:
     """Decode strict JSON: NaN and Infinity are errors. Raises ValueError or
     RecursionError (nesting too deep)."""
-    return json.loads(text, parse_constant=_reject_constant)
+    if isinstance(text, bytes):
+        # As json.loads reads bytes: UTF-8, -16 or -32, by their first bytes.
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    return _STRICT.decode(text)
 
 
 def text_problem(value: str) -> str | None:

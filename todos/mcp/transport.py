@@ -431,9 +431,10 @@ LOOP_TOOLS = frozenset(
 
 
 class Post(longpoll.LongPoll):
-    """An MCP POST: any message is answered in ``start`` (one pooled call),
-    but a tools/call of claim_next, which claims as a long poll, and one of
-    wait_for_todo, which ``_post_waiting`` then awaits (``todos.waits``)."""
+    """An MCP POST: any message is answered in ``start`` (one pooled call, or
+    from the loop for ``LOOP_TOOLS``), but a tools/call of claim_next, which
+    claims as a long poll, and one of wait_for_todo, which ``_post_waiting``
+    then awaits (``todos.waits``)."""
 
     def __init__(self, request):
         self.request = request
@@ -622,8 +623,9 @@ async def endpoint(request):
     """Serve the MCP Streamable HTTP transport for the token's endpoint.
 
     An async view: the GET stream and a waiting claim_next wait in the event
-    loop without a thread or a connection; every other message is answered
-    in one pooled database call.
+    loop without a thread or a connection; a 2026-07-28 claim or
+    acknowledgement makes its statements from the loop (``Post``), and every
+    other message is answered in one pooled database call.
     """
     try:
         if request.method == "GET":

@@ -22,8 +22,9 @@ logger = logging.getLogger("switchboard.sqs")
 async def root(request):
     """Answer an SQS call (POST), or lead a browser to the Board.
 
-    An async view: its database work runs through the bounded pool of
-    todos.aio, and a waiting ReceiveMessage is a long poll (todos.longpoll)
+    An async view: a receive's and an acknowledgement's statements run from
+    the event loop (todos.inloop), the other actions' in the bounded pool of
+    todos.aio; a waiting ReceiveMessage is a long poll (todos.longpoll)
     like the JSON API's claim, holding no thread and no connection.
     """
     if request.method != "POST":
