@@ -33,13 +33,13 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_seven_scripts_and_their_two_helpers():
+def test_bench_holds_the_seven_scripts_their_two_helpers_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
-    assert found == {*SCRIPTS, "benchlib", "report"}
+    assert found == {*SCRIPTS, "benchlib", "report", "profile_served"}
     assert set(report.RENDERERS) == set(SCRIPTS)
 
 
-@pytest.mark.parametrize("name", [*SCRIPTS, "report"])
+@pytest.mark.parametrize("name", [*SCRIPTS, "report", "profile_served"])
 def test_each_bench_script_explains_itself_with_help(name):
     done = run(f"bench/{name}.py", "--help")
     assert done.returncode == 0, done.stderr
