@@ -224,8 +224,8 @@ def fill_pending(url, endpoint_id, count, queue=QUEUE):
 
 def plain_step(url, endpoint_id, worker, lease_seconds=300):
     """Return a step that claims and completes one todo with the store's own two
-    statements (``CLAIM_SQL`` and ``ACK_SQL``, bound by ``store.bind_claim`` and
-    ``store.bind_acks``) on a bare psycopg connection."""
+    statements (``CLAIM_SQL`` and the acknowledgement, bound by
+    ``store.bind_claim`` and ``store.bind_acks``) on a bare psycopg connection."""
     setup_django(url)
     from todos import store
     from todos.store import lifecycle
@@ -240,7 +240,7 @@ def plain_step(url, endpoint_id, worker, lease_seconds=300):
     def complete(row):
         # id and lease_token (TODO_COLUMNS: lease_token is the 19th column)
         ack = store.Ack("complete", str(row[0]), worker=worker, lease_token=row[18])
-        if conn.execute(lifecycle.ACK_SQL, store.bind_acks(scope, [ack])).fetchone():
+        if conn.execute(*store.bind_acks(scope, [ack])).fetchone():
             return
         raise RuntimeError(f"complete matched no row: {row[0]}")
 

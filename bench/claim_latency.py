@@ -162,7 +162,7 @@ def plan_summary(plan):
     }
 
 
-def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
+def claimers(url, endpoint_id, claim_sql, create_sql):
     """Return (store, plain) callables that claim once and return the seconds.
 
     Each completes its todo and enqueues a replacement after the clock stops,
@@ -190,7 +190,7 @@ def claimers(url, endpoint_id, claim_sql, complete_sql, create_sql):
         row = conn.execute(claim_sql, claim_params).fetchone()
         elapsed = time.perf_counter() - started
         ack = store.Ack("complete", str(row[0]), lease_token=row[18])
-        conn.execute(complete_sql, store.bind_acks(scope, [ack]))
+        conn.execute(*store.bind_acks(scope, [ack]))
         conn.execute(
             create_sql,
             store.bind_create(
@@ -277,7 +277,7 @@ class Claimer:
         row = self.conn.execute(store.lifecycle.CLAIM_SQL, params).fetchone()
         elapsed = time.perf_counter() - started
         ack = store.Ack("complete", str(row[0]), lease_token=row[18])
-        self.conn.execute(store.lifecycle.ACK_SQL, store.bind_acks(scope, [ack]))
+        self.conn.execute(*store.bind_acks(scope, [ack]))
         refill = store.bind_create(scope.endpoint_id, queue=row[2], title="refill")
         self.conn.execute(store.lifecycle.CREATE_SQL, refill)
         return elapsed
@@ -451,7 +451,7 @@ def main():
     benchlib.setup_django(args.database_url)
     from todos.store import lifecycle
 
-    sqls = (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, lifecycle.CREATE_SQL)
+    sqls = (lifecycle.CLAIM_SQL, lifecycle.CREATE_SQL)
     cases = {}
     for name, sizes in (
         ("terminal", (args.backlog, 0, 0)),

@@ -336,6 +336,52 @@ def test_acknowledge_many_reports_each_outcome_in_order(scope, other_scope):
     assert len(history(superseded.id)) == 2  # created, claimed: nothing added
 
 
+ACTIONS = {
+    "complete": {"result": {"answer": 42, "text": "é"}},
+    "fail": {"error": "the disk is full"},
+    "heartbeat": {
+        "lease_seconds": 90,
+        "progress": {"message": "three of ten", "fraction": 0.3},
+        "checkpoint": [1],
+    },
+    "release": {"assignee": "w2", "note": "over to you", "checkpoint": {"at": 7}},
+}
+SHOWN = (
+    "state",
+    "owner",
+    "assignee",
+    "result",
+    "last_error",
+    "progress",
+    "checkpoint",
+    "note",
+    "attempt",
+)
+
+
+@pytest.mark.parametrize("op", ACTIONS)
+def test_one_acknowledgement_moves_a_todo_as_a_batch_of_them_does(scope, op):
+    """One action runs ONE_ACK_SQL (scalars), more run ACK_SQL (arrays): the
+    same statement but for how the actions arrive, so the same outcome."""
+    for n in range(3):
+        store.create_todo(scope, queue="q", title=f"t{n}")
+    alone, *paired = store.claim_many(scope, "w1", limit=3, queue="q")
+    extra = ACTIONS[op]
+
+    def ack(todo):
+        return store.Ack(op, todo.id, lease_token=todo.lease_token, **extra)
+
+    (one,) = store.acknowledge_many(scope, [ack(alone)])
+    batch = store.acknowledge_many(scope, [ack(todo) for todo in paired])
+    for moved in (one, *batch):
+        assert isinstance(moved, store.Todo), moved
+    shown = [{name: getattr(t, name) for name in SHOWN} for t in (one, *batch)]
+    assert shown[0] == shown[1] == shown[2]
+    if op == "heartbeat":
+        leases = [t.lease_expires_at - t.updated_at for t in (one, *batch)]
+        assert {round(lease.total_seconds()) for lease in leases} == {90}
+
+
 def test_acknowledge_many_with_one_todo_twice_moves_it_once(scope):
     new(scope)
     claimed = store.claim_next(scope, "w1")
