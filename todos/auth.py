@@ -206,13 +206,7 @@ def _row(key: Hashable, sql: str, param: str) -> Row | None:
     if cached is not None:
         return cached
     generation = cache.generation()
-    row: Row | None
-    if inloop.in_loop_call():
-        row = cast(Row | None, inloop.execute(sql, [param], "one"))
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [param])
-            row = cursor.fetchone()
+    row = cast(Row | None, inloop.run(sql, [param], "one"))
     # Read inside a transaction, a row may be one that never commits.
     if row is not None and not inloop.in_atomic_block():
         cache.put(key, row[0], row, generation)

@@ -17,8 +17,8 @@ autocommit), are checked after idleness as Django's pool's are
 confirm into an outage as Django's do. Errors leave as Django's database
 errors, so the store maps them exactly as it does in a thread.
 
-A function called here makes its statements through ``todos.store.sql._run``
-and ``todos.auth`` (which both ask ``in_loop_call``), never through the ORM:
+A function called here makes its statements through ``run`` (the store's
+``_run`` and ``todos.auth`` do), never through the ORM:
 Django refuses a sync query from the loop's thread. A transaction is
 ``atomic()``: in a loop call it holds one in-loop connection from BEGIN to
 COMMIT, elsewhere it is Django's ``transaction.atomic()``.
@@ -96,6 +96,23 @@ def in_atomic_block() -> bool:
     if isinstance(current, _Call):
         return current.held is not None
     return connection.in_atomic_block
+
+
+def run(sql: str, params: Params, fetch: Fetch) -> Rows:
+    """Run one statement where its caller runs: from the loop in a loop call
+    (``execute``), else on Django's connection of the thread."""
+    if in_loop_call():
+        return execute(sql, params, fetch)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if fetch == "one":
+            row: tuple[Any, ...] | None = cursor.fetchone()
+            return row
+        if fetch == "all":
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            return rows
+        count: int = cursor.rowcount
+        return count
 
 
 def execute(sql: str, params: Params, fetch: Fetch) -> Rows:

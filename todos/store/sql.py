@@ -8,7 +8,7 @@ from typing import Any, Literal, TypedDict, overload
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from todos import inloop
 
@@ -107,18 +107,7 @@ def _run(
     In a store call of the event loop (todos.inloop) the loop runs it.
     """
     try:
-        if inloop.in_loop_call():
-            return inloop.execute(sql, params, fetch)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            if fetch == "one":
-                row: Row | None = cursor.fetchone()
-                return row
-            if fetch == "all":
-                rows: list[Row] = cursor.fetchall()
-                return rows
-            count: int = cursor.rowcount
-            return count
+        return inloop.run(sql, params, fetch)
     except OUTAGES as exc:
         logger.warning(
             "store call failed: database unavailable",
