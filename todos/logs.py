@@ -6,7 +6,11 @@ formatters render them, so a log line is searchable either way.
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
+
+# What would split a key=value pair: such a value is quoted.
+SPLITS = re.compile(r'[ ="\n\t]')
 
 
 def _fields(record):
@@ -17,7 +21,7 @@ def _fields(record):
 def _text_value(value):
     """Render a value for key=value text, quoting it when it would split."""
     text = str(value)
-    if not text or any(ch in text for ch in ' ="\n\t'):
+    if not text or SPLITS.search(text):
         return json.dumps(text)
     return text
 

@@ -1,6 +1,7 @@
 """The agent JSON API over the test client: every verb, success and error paths."""
 
 import json
+import logging
 import uuid
 
 import pytest
@@ -623,3 +624,22 @@ def test_api_requests_skip_the_boards_middleware(agent, client):
     strict = Client(enforce_csrf_checks=True)
     refused = strict.post("/board/login/", {"username": "x", "password": "y"})
     assert refused.status_code == 403
+
+
+def test_a_text_log_line_quotes_each_value_that_would_split_it():
+    record = logging.LogRecord(
+        "switchboard.request", logging.INFO, "x", 1, "request", None, None
+    )
+    record.fields = {
+        "a": "plain",
+        "b": "two words",
+        "c": 'x="y"',
+        "d": "line\nbreak",
+        "e": "",
+        "f": "tab\there",
+        "g": 7,
+    }
+    line = TextFormatter().format(record)
+    assert line.endswith(
+        'a=plain b="two words" c="x=\\"y\\"" d="line\\nbreak" e="" f="tab\\there" g=7'
+    )
