@@ -667,9 +667,63 @@ def wait_healthy(port, process=None, timeout=60):
     raise RuntimeError(f"gunicorn on port {port} did not become healthy")
 
 
+def _proc_stat(pid):
+    """``/proc/<pid>/stat``'s fields after the command, or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _proc_comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+class PostgresCpu:
+    """The CPU seconds of the PostgreSQL cluster at ``url``, when it runs on
+    this machine: its postmaster's, its live children's (the backends and
+    background processes) and its exited children's (reaped into the
+    postmaster's cutime and cstime). ``available`` is False for a remote
+    server, or one whose processes this user cannot read."""
+
+    def __init__(self, url):
+        with psycopg.connect(url, autocommit=True) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            stat = _proc_stat(backend)
+            local = stat is not None and _proc_comm(backend) == "postgres"
+        parent = int(stat[1]) if stat else None
+        self.pid = parent if local and _proc_comm(parent) == "postgres" else None
+        self.available = self.pid is not None
+
+    def cpu_seconds(self):
+        """user+system CPU seconds so far, or None when not ``available``."""
+        if self.pid is None:
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        own = _proc_stat(self.pid)
+        if own is None:
+            return None
+        total = sum(int(field) for field in own[11:15])  # utime stime cutime cstime
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        try:
+            pids = children.read_text().split()
+        except OSError:
+            pids = []
+        for pid in pids:
+            fields = _proc_stat(pid)
+            if fields is not None:
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+
+
 class CpuWindow:
-    """The server's CPU seconds over a measurement window that opens ``warmup``
-    seconds after ``start()`` and lasts ``seconds`` (sampled by a thread)."""
+    """The CPU seconds of ``server`` (a Server, or anything with a
+    ``cpu_seconds()``: PostgresCpu) over a measurement window that opens
+    ``warmup`` seconds after ``start()`` and lasts ``seconds`` (sampled by a
+    thread)."""
 
     def __init__(self, server, warmup, seconds):
         self.server, self.warmup, self.seconds = server, warmup, seconds
@@ -686,8 +740,11 @@ class CpuWindow:
         self.samples.append(self.server.cpu_seconds())
 
     def used(self):
-        """The CPU seconds of the window (after the processes have stopped)."""
+        """The CPU seconds of the window (after the processes have stopped),
+        or None when the source could not say."""
         self.thread.join()
+        if None in self.samples:
+            return None
         return self.samples[1] - self.samples[0]
 
 

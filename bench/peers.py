@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import statistics
 import sys
@@ -51,6 +52,7 @@ import time
 
 import benchlib
 import psycopg
+import report
 
 BATCH = 10
 BARE_TABLE = "peers_bare_todos"
@@ -80,6 +82,13 @@ PATHS = {
 # What the served paths are to reach: (at least this ratio to the peer, at most
 # this server CPU per todo in ms).
 TARGETS = {"http": (1.0, 1.2), "http10": (0.6, 0.25), "sqs10": (0.6, 0.25)}
+# Where each todo's CPU goes: its client's, the server's (served paths), PostgreSQL's.
+CPU_KEYS = (
+    "client_cpu_ms_per_todo",
+    "server_cpu_ms_per_todo",
+    "postgres_cpu_ms_per_todo",
+)
+CPU_HEADERS = ("client CPU ms/todo", "server CPU ms/todo", "PostgreSQL CPU ms/todo")
 
 
 def path_list(text):
@@ -596,7 +605,7 @@ def fill(name, setup, count):
         benchlib.fill_pending(setup.urls["switchboard"], setup.endpoint_id, count)
 
 
-def measure(name, args, setup, server):
+def measure(name, args, setup, server, postgres):
     """Fill the path's queue, run N processes, and return its figures."""
     path = PATHS[name]
     count = int(path.ceiling * (args.seconds + args.warmup + 3) * args.fill)
@@ -604,12 +613,21 @@ def measure(name, args, setup, server):
     window = None
     if path.served:
         window = benchlib.CpuWindow(server, args.warmup, args.seconds)
+    database = None
+    if postgres.available:
+        database = benchlib.CpuWindow(postgres, args.warmup, args.seconds)
+    windows = [item for item in (window, database) if item is not None]
+
+    def start():
+        for item in windows:
+            item.start()
+
     outcomes = benchlib.run_processes(
         worker,
         args.workers,
         args.seconds + args.warmup,
         (name, setup, args.warmup),
-        on_start=window.start if window else None,
+        on_start=start,
     )
     done = sum(item["done"] for item in outcomes)
     total = sum(item["total"] for item in outcomes)
@@ -624,12 +642,17 @@ def measure(name, args, setup, server):
     if window is not None:
         used = window.used()
         figures["server_cpu_ms_per_todo"] = used / done * 1000 if done else None
+    if database is not None:
+        used = database.used()
+        figures["postgres_cpu_ms_per_todo"] = (
+            used / done * 1000 if done and used is not None else None
+        )
     if total >= count:
         figures["warning"] = "the queue ran dry: raise --fill"
     return figures
 
 
-def one_rep(number, args, setup, server, paths):
+def one_rep(number, args, setup, server, postgres, paths):
     """Run every path once, in a shuffled order; return the rep's record."""
     order = list(paths)
     random.Random(f"peers-{number}-{args.seed}").shuffle(order)
@@ -641,13 +664,18 @@ def one_rep(number, args, setup, server, paths):
     rows = {}
     for name in order:
         started = benchlib.load_average()[0]
-        figures = measure(name, args, setup, server)
+        figures = measure(name, args, setup, server, postgres)
         rows[name] = figures
         cpu = figures.get("server_cpu_ms_per_todo")
         note = f"  ({figures['warning']})" if "warning" in figures else ""
         benchlib.progress(
             f"  {name:13} {figures['rate']:9,.0f} todos/s"
             + (f"  server CPU {cpu:.2f} ms/todo" if cpu is not None else "")
+            + (
+                f"  PostgreSQL {pg:.2f}"
+                if (pg := figures.get("postgres_cpu_ms_per_todo"))
+                else ""
+            )
             + f"  load {started:.2f}→{benchlib.load_average()[0]:.2f}{note}"
         )
     for name, figures in rows.items():
@@ -663,16 +691,21 @@ def one_rep(number, args, setup, server, paths):
     }
 
 
-def medians(reps, paths):
-    """Each path's median over the reps: rate, ratio to its peer, server CPU."""
+def medians(reps, paths, cores):
+    """Each path's median over the reps: rate, ratio to its peer, the CPU per
+    todo of its clients, the server and PostgreSQL; then the share of the
+    machine those account for, and the server's budget at the target."""
     out = {}
     for name in paths:
         samples = [rep["paths"][name] for rep in reps]
         row = {"label": PATHS[name].label, "peer": PATHS[name].peer}
-        for key in ("rate", "ratio", "server_cpu_ms_per_todo"):
+        for key in ("rate", "ratio", *CPU_KEYS):
             values = [item[key] for item in samples if item.get(key) is not None]
             row[key] = statistics.median(values) if values else None
+        row["accounted"] = accounted(row, cores)
         out[name] = row
+    for name, row in out.items():
+        row["server_budget_ms_per_todo"] = server_budget(name, out, cores)
     return out
 
 
@@ -684,18 +717,42 @@ def target_text(name, row):
     return f"≥ {ratio:.1f}×, ≤ {cpu:.2f} ms: {'met' if met else 'not met'}"
 
 
+def server_budget(name, median, cores):
+    """The server CPU per todo a path could spend at its target ratio: the
+    machine's CPU per todo at that rate, less what its clients and PostgreSQL
+    spent per todo. None when a figure is missing; at most zero when the
+    target is out of reach on this machine whatever the server costs."""
+    row = median[name]
+    peer = median.get(row["peer"] or "")
+    if name not in TARGETS or peer is None or not peer["rate"]:
+        return None
+    others = [row.get("client_cpu_ms_per_todo"), row.get("postgres_cpu_ms_per_todo")]
+    if None in others:
+        return None
+    target_rate = TARGETS[name][0] * peer["rate"]
+    return cores / target_rate * 1000 - sum(others)
+
+
+def accounted(row, cores):
+    """The share of the machine's CPU the measured processes account for."""
+    costs = [row.get(key) for key in CPU_KEYS]
+    if not row.get("rate") or costs[0] is None or costs[2] is None:
+        return None
+    return sum(cost or 0 for cost in costs) * row["rate"] / 1000 / cores
+
+
 def print_report(args, reps, median):
     for rep in reps:
         benchlib.print_table(
             f"rep {rep['rep']} (load {rep['load_before'][0]:.2f} → "
             f"{rep['load_after'][0]:.2f}): todos/s",
-            ["path", "todos/s", "vs peer", "server CPU ms/todo"],
+            ["path", "todos/s", "vs peer", *CPU_HEADERS],
             [
                 [
                     PATHS[name].label,
                     row["rate"],
                     row.get("ratio"),
-                    row.get("server_cpu_ms_per_todo"),
+                    *(row.get(key) for key in CPU_KEYS),
                 ]
                 for name, row in sorted(
                     rep["paths"].items(), key=lambda item: list(PATHS).index(item[0])
@@ -705,19 +762,27 @@ def print_report(args, reps, median):
     benchlib.print_table(
         f"median of {len(reps)} rep(s), {args.workers} workers, "
         f"{args.seconds:g} s per path",
-        ["path", "todos/s", "vs peer", "peer", "server CPU ms/todo", "target"],
+        ["path", "todos/s", "vs peer", "peer", *CPU_HEADERS, "accounted", "target"],
         [
             [
                 row["label"],
                 row["rate"],
                 None if row["ratio"] is None else f"{row['ratio']:.2f}×",
                 PATHS[row["peer"]].label if row["peer"] else "",
-                row["server_cpu_ms_per_todo"],
+                *(row[key] for key in CPU_KEYS),
+                None if row["accounted"] is None else f"{row['accounted']:.0%}",
                 target_text(name, row),
             ]
             for name, row in median.items()
         ],
     )
+    for row in median.values():
+        budget = row["server_budget_ms_per_todo"]
+        if budget is not None:
+            print(
+                f"{row['label']}: at the target rate, left for the server: "
+                f"{report.budget_sentence(budget)}"
+            )
 
 
 def versions():
@@ -781,6 +846,9 @@ def main():
         f"peers: {', '.join(paths)}; {args.workers} workers, {args.seconds:g} s "
         f"each (+{args.warmup:g} s warm-up), {args.reps} rep(s)"
     )
+    postgres = benchlib.PostgresCpu(args.database_url)
+    if not postgres.available:
+        benchlib.progress("PostgreSQL runs elsewhere: its CPU per todo is not measured")
     served = any(PATHS[name].served for name in paths)
     serving = (
         benchlib.serve(args.database_url, workers=args.server_workers)
@@ -790,8 +858,10 @@ def main():
     with serving as server:
         if server is not None:
             setup.serving(server)
-        reps = [one_rep(n, args, setup, server, paths) for n in range(args.reps)]
-    median = medians(reps, paths)
+        reps = [
+            one_rep(n, args, setup, server, postgres, paths) for n in range(args.reps)
+        ]
+    median = medians(reps, paths, os.cpu_count() or 1)
     print_report(args, reps, median)
     result.write(
         {

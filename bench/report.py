@@ -83,7 +83,9 @@ def peers(data):
             f"{ratio(row['ratio'])} {labels.get(row['peer'], '')}".strip()
             if row["ratio"] is not None
             else "",
+            row.get("client_cpu_ms_per_todo"),
             row["server_cpu_ms_per_todo"],
+            row.get("postgres_cpu_ms_per_todo"),
         ]
         for row in results["median"].values()
     ]
@@ -92,14 +94,47 @@ def peers(data):
         f"{rep['load_before'][0]:.1f}→{rep['load_after'][0]:.1f}" for rep in reps
     )
     params = data["parameters"]
+    budgets = [
+        f"{row['label']}: {budget_sentence(row['server_budget_ms_per_todo'])}."
+        for row in results["median"].values()
+        if row.get("server_budget_ms_per_todo") is not None
+    ]
     return "\n\n".join(
         [
             f"{params['workers']} workers, {params['seconds']:g} s per path, median "
             f"of {len(reps)} rep(s) (load average per rep: {loads}); a single path's "
-            "todo is a claim+complete pair.",
-            table(["path", "todos/s", "vs peer", "server CPU ms/todo"], rows),
+            "todo is a claim+complete pair; CPU is per todo, in ms.",
+            table(
+                [
+                    "path",
+                    "todos/s",
+                    "vs peer",
+                    "client CPU",
+                    "server CPU",
+                    "PostgreSQL CPU",
+                ],
+                rows,
+            ),
+            *(
+                [
+                    "At each target's rate, what is left of the machine for the "
+                    "server: " + " ".join(budgets)
+                ]
+                if budgets
+                else []
+            ),
         ]
     )
+
+
+def budget_sentence(budget):
+    """Say what a server budget (peers.server_budget, ms of CPU per todo) leaves."""
+    if budget <= 0:
+        return (
+            "nothing (its clients and PostgreSQL alone would need more CPU than "
+            "the machine has)"
+        )
+    return f"{budget:.2f} ms of CPU per todo"
 
 
 def store_vs_sql(data):

@@ -3,6 +3,12 @@
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from tests.support import database_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import benchlib  # noqa: E402
@@ -24,3 +30,45 @@ def test_run_processes_answers_in_index_order_not_finishing_order():
     finished labelled the slower one wrongly."""
     outcomes = benchlib.run_processes(finish_in_reverse, 3, 0.1, args=(3,))
     assert [item["index"] for item in outcomes] == [0, 1, 2]
+
+
+@pytest.mark.django_db
+def test_postgres_cpu_counts_the_clusters_backends_as_they_work():
+    """peers.py's PostgreSQL CPU per todo: the cluster's processes, found from
+    a backend's parent, and the work of a backend that has already exited."""
+    url = database_url()
+    if urlsplit(url).hostname not in {"127.0.0.1", "localhost", "::1"}:
+        pytest.skip("the test database runs on another machine")
+    postgres = benchlib.PostgresCpu(url)
+    assert postgres.available
+    before = postgres.cpu_seconds()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+    # That backend is gone: its CPU is the postmaster's reaped children's now.
+    time.sleep(0.2)
+    assert postgres.cpu_seconds() - before >= 0.05
+
+
+def test_the_server_budget_is_the_machines_cpu_at_the_target_rate_less_the_others():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import peers
+    import report
+
+    median = {
+        "pgqueuer1": {"rate": 1000.0, "peer": None},
+        "http": {
+            "rate": 400.0,
+            "peer": "pgqueuer1",
+            "client_cpu_ms_per_todo": 0.5,
+            "postgres_cpu_ms_per_todo": 1.0,
+        },
+    }
+    # 2 cores at 1 000 todos/s (the target, 1.0x the peer): 2 ms per todo in all.
+    assert peers.server_budget("http", median, cores=2) == pytest.approx(0.5)
+    assert peers.server_budget("http", median, cores=1) == pytest.approx(-0.5)
+    assert report.budget_sentence(0.5) == "0.50 ms of CPU per todo"
+    assert report.budget_sentence(-0.5).startswith("nothing")
+    # No target, or a missing figure: no budget.
+    assert peers.server_budget("pgqueuer1", median, cores=2) is None
+    del median["http"]["postgres_cpu_ms_per_todo"]
+    assert peers.server_budget("http", median, cores=2) is None
