@@ -73,9 +73,24 @@ def p50_p99(summary):
 # --- One renderer per benchmark -------------------------------------------------
 
 
+# The peers table's CPU columns: a column no row has a figure for is left out
+# (result files from before PostgreSQL's CPU was measured).
+PEERS_CPU = (
+    ("client CPU", "client_cpu_ms_per_todo"),
+    ("server CPU", "server_cpu_ms_per_todo"),
+    ("PostgreSQL CPU", "postgres_cpu_ms_per_todo"),
+)
+
+
 def peers(data):
     results = data["results"]
-    labels = {name: row["label"] for name, row in results["median"].items()}
+    median = results["median"]
+    labels = {name: row["label"] for name, row in median.items()}
+    cpu = [
+        (header, key)
+        for header, key in PEERS_CPU
+        if any(row.get(key) is not None for row in median.values())
+    ]
     rows = [
         [
             row["label"],
@@ -83,11 +98,9 @@ def peers(data):
             f"{ratio(row['ratio'])} {labels.get(row['peer'], '')}".strip()
             if row["ratio"] is not None
             else "",
-            row.get("client_cpu_ms_per_todo"),
-            row["server_cpu_ms_per_todo"],
-            row.get("postgres_cpu_ms_per_todo"),
+            *(row.get(key) for _, key in cpu),
         ]
-        for row in results["median"].values()
+        for row in median.values()
     ]
     reps = results["reps"]
     loads = ", ".join(
@@ -96,35 +109,21 @@ def peers(data):
     params = data["parameters"]
     budgets = [
         f"{row['label']}: {budget_sentence(row['server_budget_ms_per_todo'])}."
-        for row in results["median"].values()
+        for row in median.values()
         if row.get("server_budget_ms_per_todo") is not None
     ]
-    return "\n\n".join(
-        [
-            f"{params['workers']} workers, {params['seconds']:g} s per path, median "
-            f"of {len(reps)} rep(s) (load average per rep: {loads}); a single path's "
-            "todo is a claim+complete pair; CPU is per todo, in ms.",
-            table(
-                [
-                    "path",
-                    "todos/s",
-                    "vs peer",
-                    "client CPU",
-                    "server CPU",
-                    "PostgreSQL CPU",
-                ],
-                rows,
-            ),
-            *(
-                [
-                    "At each target's rate, what is left of the machine for the "
-                    "server: " + " ".join(budgets)
-                ]
-                if budgets
-                else []
-            ),
-        ]
-    )
+    parts = [
+        f"{params['workers']} workers, {params['seconds']:g} s per path, median "
+        f"of {len(reps)} rep(s) (load average per rep: {loads}); a single path's "
+        "todo is a claim+complete pair; CPU is per todo, in ms.",
+        table(["path", "todos/s", "vs peer", *(header for header, _ in cpu)], rows),
+    ]
+    if budgets:
+        parts.append(
+            "At each target's rate, what is left of the machine for the server: "
+            + " ".join(budgets)
+        )
+    return "\n\n".join(parts)
 
 
 def budget_sentence(budget):

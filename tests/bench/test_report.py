@@ -149,3 +149,40 @@ def test_board_runs_at_quick_sizes(tmp_path, bench_database_url):
     )
     assert {page["status"] for page in data["results"]["pages"]} == {200}
     assert "median ms" in report.render(data)
+
+
+def peers_data(**figures):
+    row = {"label": "HTTP single", "rate": 500.0, "ratio": 0.5, "peer": "pgqueuer1"}
+    median = {
+        "pgqueuer1": {
+            "label": "pgqueuer batch 1",
+            "rate": 1000.0,
+            "ratio": None,
+            "peer": None,
+        },
+        "http": {**row, **figures},
+    }
+    return {
+        "parameters": {"workers": 4, "seconds": 8},
+        "results": {
+            "median": median,
+            "reps": [{"load_before": [0.1], "load_after": [1.0]}],
+        },
+    }
+
+
+def test_the_peers_table_shows_only_the_cpu_figures_its_result_file_has():
+    old = report.peers(peers_data(server_cpu_ms_per_todo=1.5))
+    assert "| path | todos/s | vs peer | server CPU |" in old
+    assert "PostgreSQL CPU" not in old and "left of the machine" not in old
+    new = report.peers(
+        peers_data(
+            client_cpu_ms_per_todo=0.4,
+            server_cpu_ms_per_todo=1.5,
+            postgres_cpu_ms_per_todo=1.1,
+            server_budget_ms_per_todo=-0.2,
+        )
+    )
+    assert "| vs peer | client CPU | server CPU | PostgreSQL CPU |" in new
+    assert "| HTTP single | 500 | 0.50× pgqueuer batch 1 | 0.40 | 1.50 | 1.10 |" in new
+    assert "HTTP single: nothing (its clients and PostgreSQL alone" in new
