@@ -572,6 +572,42 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def _proc_stat(pid):
+    """``/proc/<pid>/stat``'s fields after the command, or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _children(pid):
+    """The pids of ``pid``'s live children, or none when it is gone."""
+    try:
+        return [
+            int(child)
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+    except OSError:
+        return []
+
+
+def _cpu_ticks(pids):
+    """The user+system clock ticks of the processes still running among ``pids``."""
+    total = 0
+    for pid in pids:
+        fields = _proc_stat(pid)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def _proc_comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 class Server:
     """A running gunicorn (and, if asked, the sweep loop): where it listens,
     its processes, and how much CPU they have used."""
@@ -581,24 +617,12 @@ class Server:
 
     def worker_pids(self):
         """The gunicorn workers: the master's children."""
-        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        try:
-            return [int(pid) for pid in path.read_text().split()]
-        except OSError:
-            return []
+        return _children(self.pid)
 
     def cpu_seconds(self):
         """Return the user+system CPU seconds of the master and its workers."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for pid in (self.pid, *self.worker_pids()):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]
-            except OSError:
-                continue
-            fields = fields.split()
-            total += int(fields[11]) + int(fields[12])
-        return total / tick
+        ticks = _cpu_ticks((self.pid, *self.worker_pids()))
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def threads(self):
         """The workers' threads, together."""
@@ -667,21 +691,6 @@ def wait_healthy(port, process=None, timeout=60):
     raise RuntimeError(f"gunicorn on port {port} did not become healthy")
 
 
-def _proc_stat(pid):
-    """``/proc/<pid>/stat``'s fields after the command, or None."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _proc_comm(pid):
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
-
-
 class PostgresCpu:
     """The CPU seconds of the PostgreSQL cluster at ``url``, when it runs on
     this machine: its postmaster's, its live children's (the backends and
@@ -702,21 +711,12 @@ class PostgresCpu:
         """user+system CPU seconds so far, or None when not ``available``."""
         if self.pid is None:
             return None
-        tick = os.sysconf("SC_CLK_TCK")
         own = _proc_stat(self.pid)
         if own is None:
             return None
-        total = sum(int(field) for field in own[11:15])  # utime stime cutime cstime
-        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        try:
-            pids = children.read_text().split()
-        except OSError:
-            pids = []
-        for pid in pids:
-            fields = _proc_stat(pid)
-            if fields is not None:
-                total += int(fields[11]) + int(fields[12])
-        return total / tick
+        reaped = int(own[13]) + int(own[14])  # cutime, cstime
+        ticks = _cpu_ticks((self.pid, *_children(self.pid))) + reaped
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class CpuWindow:

@@ -82,13 +82,10 @@ PATHS = {
 # What the served paths are to reach: (at least this ratio to the peer, at most
 # this server CPU per todo in ms).
 TARGETS = {"http": (1.0, 1.2), "http10": (0.6, 0.25), "sqs10": (0.6, 0.25)}
-# Where each todo's CPU goes: its client's, the server's (served paths), PostgreSQL's.
-CPU_KEYS = (
-    "client_cpu_ms_per_todo",
-    "server_cpu_ms_per_todo",
-    "postgres_cpu_ms_per_todo",
-)
-CPU_HEADERS = ("client CPU ms/todo", "server CPU ms/todo", "PostgreSQL CPU ms/todo")
+# Where each todo's CPU goes: its client's, the server's (served paths),
+# PostgreSQL's; the columns bench/report.py renders.
+CPU_KEYS = tuple(key for _, key in report.PEERS_CPU)
+CPU_HEADERS = tuple(f"{header} ms/todo" for header, _ in report.PEERS_CPU)
 
 
 def path_list(text):
@@ -639,14 +636,13 @@ def measure(name, args, setup, server, postgres):
             sum(item["cpu"] for item in outcomes) / done * 1000 if done else None
         ),
     }
-    if window is not None:
-        used = window.used()
-        figures["server_cpu_ms_per_todo"] = used / done * 1000 if done else None
-    if database is not None:
-        used = database.used()
-        figures["postgres_cpu_ms_per_todo"] = (
-            used / done * 1000 if done and used is not None else None
-        )
+    for key, measured in (
+        ("server_cpu_ms_per_todo", window),
+        ("postgres_cpu_ms_per_todo", database),
+    ):
+        if measured is not None:
+            used = measured.used()
+            figures[key] = used / done * 1000 if done and used is not None else None
     if total >= count:
         figures["warning"] = "the queue ran dry: raise --fill"
     return figures

@@ -48,10 +48,13 @@ class Routes:
         if todo is None:
             keep = not match.args and not match.kwargs
         else:
-            captured = {"todo_id": todo["id"]}
-            keep = not match.args and match.kwargs == captured
             # Django sets captured_kwargs; its stubs do not know it.
-            keep = keep and match.__dict__.get("captured_kwargs") == captured
+            captured = {"todo_id": todo["id"]}
+            keep = (
+                not match.args
+                and match.kwargs == captured
+                and match.__dict__.get("captured_kwargs") == captured
+            )
         if keep:
             with self._lock:
                 if len(self._kept) < self.SIZE:
@@ -62,9 +65,10 @@ class Routes:
 def _with_todo_id(match: ResolverMatch, todo_id: str) -> ResolverMatch:
     """A copy of ``match`` (a todo path's) that names ``todo_id``."""
     copy: ResolverMatch = object.__new__(ResolverMatch)
-    copy.__dict__.update(match.__dict__)
     copy.__dict__.update(
-        kwargs={"todo_id": todo_id}, captured_kwargs={"todo_id": todo_id}
+        match.__dict__,
+        kwargs={"todo_id": todo_id},
+        captured_kwargs={"todo_id": todo_id},
     )
     return copy
 
