@@ -643,3 +643,22 @@ def test_a_text_log_line_quotes_each_value_that_would_split_it():
     assert line.endswith(
         'a=plain b="two words" c="x=\\"y\\"" d="line\\nbreak" e="" f="tab\\there" g=7'
     )
+
+
+def test_each_text_log_line_carries_its_own_records_second():
+    """The text timestamp is made once a second: each line still shows the
+    UTC second its record was made in, not an earlier line's."""
+    formatter = TextFormatter()
+    lines = []
+    for created in (1_800_000_000.2, 1_800_000_000.9, 1_800_000_001.0, 1_700_000_000.5):
+        record = logging.LogRecord(
+            "switchboard.request", logging.INFO, "x", 1, "request", None, None
+        )
+        record.created = created
+        lines.append(formatter.format(record).split(" ")[0])
+    assert lines == [
+        "2027-01-15T08:00:00",
+        "2027-01-15T08:00:00",
+        "2027-01-15T08:00:01",
+        "2023-11-14T22:13:20",
+    ]
