@@ -23,6 +23,13 @@ tenant boundary — then by the waiter's queue grant:
 A waiter is a mailbox: it holds no thread and no connection. Rings sent while
 the hub was not listening are lost, and so are control notices: on every
 (re)connect each waiter is told to re-validate its caller and look again.
+
+A todo's events (``todo.done``, ...) are heard only while the process has a
+waiter for them, a stream or a result wait: every completion in the cluster
+sends one, and a process that would only drop it should not wake for it
+(40 µs each, in every process). The event channel is listened to before such
+a waiter subscribes (``hearing_events``), and given up
+``EVENTS_LINGER_SECONDS`` after the last one left.
 Every few seconds one claim waiter per scope is asked to look again, for work
 that turns claimable without a ring (a lease that lapsed before the reaper's
 pass). Any failure of the hub is logged and the hub reconnects.
@@ -34,6 +41,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import NotRequired, TypedDict, TypeGuard
@@ -56,9 +64,14 @@ LOST = "lost"  # the LISTEN connection is gone: rings are missed until it is bac
 SESSION = "session"  # the MCP session ended or changed
 SHUTDOWN = "shutdown"  # the server is stopping: end now
 
-LISTEN = (
-    f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}; LISTEN {TODO_EVENT_CHANNEL}"
-)
+# The channels always heard; then the event channel's LISTEN or UNLISTEN.
+LISTEN = f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}"
+# The waiters that hear a todo's events.
+EVENT_KINDS = frozenset({"stream", "todo"})
+# How long the event channel stays heard after its last waiter left.
+EVENTS_LINGER_SECONDS = 30.0
+# How long a waiter about to subscribe waits for the event channel's LISTEN.
+EVENTS_LISTEN_WAIT_SECONDS = 2.0
 RING_FIELDS = ("endpoint_id", "queue", "id")
 CONTROL_FIELDS = ("endpoint_id", "kind")
 RECONNECT_FIRST_SECONDS = 0.2
@@ -173,6 +186,8 @@ class Waiter:
         self.rings: deque[Ring] = deque()
         self.notices: set[str] = set()
         self.ended = False
+        # Subscribed while the process did not hear todos' events.
+        self.unheard = False
         self._woken: asyncio.Future[None] | None = None
         self._in_batch = False
 
@@ -255,6 +270,14 @@ class Hub:
         self._ticks = 0
         self._batch: list[asyncio.Future[None]] = []
         self._loop_thread: int | None = None
+        # The todos' events: heard on the connection now, the waiters that
+        # hear them, when one last left or was about to come, and the calls
+        # waiting for the LISTEN (hearing_events).
+        self.hearing = False
+        self._event_waiters = 0
+        self._events_wanted_at = 0.0
+        self._rethink: asyncio.Event | None = None
+        self._heard_events: list[asyncio.Future[None]] = []
 
     # --- Waiters ----------------------------------------------------------------
 
@@ -269,6 +292,7 @@ class Hub:
         self.loop, self.connected = loop, False
         auth.cache.listening(self, False)
         self._loop_thread = threading.get_ident()
+        self._rethink = asyncio.Event()
         self._task = loop.create_task(self._run(), name="switchboard-doorbell")
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
 
@@ -289,7 +313,52 @@ class Hub:
             self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
             if self.shutting_down:
                 waiter._deliver(notice=SHUTDOWN)
+            if kind in EVENT_KINDS:
+                self._event_waiters += 1
+                if not self.hearing:
+                    # Not awaited through hearing_events: a result wait
+                    # looks again once the events are heard (_listen_events).
+                    waiter.unheard = True
+                    self._ask_rethink()
         return waiter
+
+    async def hearing_events(self) -> None:
+        """Make sure this process hears todos' events before a stream or a
+        result wait subscribes: LISTEN now if it does not yet.
+
+        Returns at once when the hub is not connected (the waiter polls, and
+        the connect listens for it) or serves another loop; else when the
+        LISTEN is done, or after ``EVENTS_LISTEN_WAIT_SECONDS`` at most.
+        """
+        self.start()
+        with self.lock:
+            self._events_wanted_at = time.monotonic()
+            if self.hearing or not self.connected:
+                return
+            if asyncio.get_running_loop() is not self.loop:
+                self._ask_rethink()
+                return
+            heard = asyncio.get_running_loop().create_future()
+            self._heard_events.append(heard)
+            self._ask_rethink()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(heard), EVENTS_LISTEN_WAIT_SECONDS)
+
+    def _wants_events(self) -> bool:
+        # Lock held.
+        recent = time.monotonic() - self._events_wanted_at < EVENTS_LINGER_SECONDS
+        return self._event_waiters > 0 or bool(self._heard_events) or recent
+
+    def _ask_rethink(self) -> None:
+        """Have the listening task look at what to listen to (any thread)."""
+        rethink, loop = self._rethink, self.loop
+        if rethink is None or loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            rethink.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(rethink.set)
 
     def rescope(self, waiter: Waiter, scope: Scope) -> None:
         """Let ``waiter`` hear its caller's new grant (same endpoint)."""
@@ -301,6 +370,10 @@ class Hub:
             if waiter.ended:
                 return
             waiter.ended = True
+            if waiter.kind in EVENT_KINDS:
+                self._event_waiters -= 1
+                if not self._event_waiters:
+                    self._events_wanted_at = time.monotonic()
             group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
             if waiter in group:
                 group.remove(waiter)
@@ -428,6 +501,9 @@ class Hub:
         self._ticker = self.loop.call_later(TICK_SECONDS, self._tick)
         if not self.connected:
             return
+        with self.lock:
+            if self.hearing and not self._wants_events():
+                self._ask_rethink()
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
         with self.lock:
@@ -440,7 +516,10 @@ class Hub:
             conn = None
             try:
                 conn = await _connect()
-                await conn.execute(LISTEN)
+                with self.lock:
+                    events = self._wants_events()
+                await conn.execute(_listen(events))
+                self.hearing = events
                 delay = RECONNECT_FIRST_SECONDS
                 with self.lock:
                     self.connected = True
@@ -450,9 +529,10 @@ class Hub:
                     for group in self.by_endpoint.values():
                         for waiter in group:
                             waiter.notices.discard(LOST)
+                            waiter.unheard = waiter.unheard and not events
                     self._tell_all(REVALIDATE, TRY)
-                async for notify in conn.notifies():
-                    self._heard(notify)
+                    self._events_heard()
+                await self._hear(conn)
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
@@ -466,13 +546,66 @@ class Hub:
                 with self.lock:
                     if self.connected:
                         self._tell_all(LOST)
-                    self.connected = False
+                    self.connected = self.hearing = False
                     auth.cache.listening(self, False)
+                    self._events_heard()
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_CAP_SECONDS)
+
+    async def _hear(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        """Hand on each notice; between notices, LISTEN to the event channel
+        or UNLISTEN it when asked to (_ask_rethink). Returns only by raising."""
+        assert self._rethink is not None  # start() made it
+        while True:
+            self._rethink.clear()
+            hearing = asyncio.ensure_future(self._notices(conn))
+            asked = asyncio.ensure_future(self._rethink.wait())
+            try:
+                await asyncio.wait(
+                    (hearing, asked), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for task in (hearing, asked):
+                    if not task.done():
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+            if hearing.done() and not hearing.cancelled():
+                hearing.result()  # the connection failed: raise it
+            await self._listen_events(conn)
+
+    async def _notices(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        async for notify in conn.notifies():
+            self._heard(notify)
+        raise psycopg.OperationalError("the notices stopped")
+
+    async def _listen_events(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        with self.lock:
+            wanted = self._wants_events()
+        if wanted != self.hearing:
+            await conn.execute(_listen(wanted))
+        with self.lock:
+            self.hearing = wanted
+            if wanted:
+                # A result wait that subscribed before may have missed its
+                # todo's end: it reads the todo again.
+                for group in self.by_endpoint.values():
+                    for waiter in group:
+                        if waiter.unheard:
+                            waiter.unheard = False
+                            if waiter.kind == "todo":
+                                waiter._deliver(notice=TRY)
+            self._events_heard()
+
+    def _events_heard(self) -> None:
+        # Lock held: hearing_events' callers go on (heard, or the hub is gone).
+        heard, self._heard_events = self._heard_events, []
+        for future in heard:
+            if not future.done():
+                future.set_result(None)
 
     def _heard(self, notify: psycopg.Notify) -> None:
         message = parse(notify.payload)
@@ -506,8 +639,16 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._task = self._ticker = None
-        self.connected = False
+        self.connected = self.hearing = False
         auth.cache.listening(self, False)
+        with self.lock:
+            self._events_heard()
+
+
+def _listen(events: bool) -> str:
+    """The hub's LISTEN statement: the event channel heard or not."""
+    verb = "LISTEN" if events else "UNLISTEN"
+    return f"{LISTEN}; {verb} {TODO_EVENT_CHANNEL}"
 
 
 hub = Hub()

@@ -56,7 +56,7 @@ async def open_stream[*Ts](
     """Open a stream in one pooled call: ``authorize(*args)`` authenticates the
     caller and returns ``(scope, session_id)``; then subscribe, read the
     backlog. Return ``(waiter, backlog)``."""
-    hub.start()
+    await hub.hearing_events()
     opened: list[Waiter] = []
 
     def opening() -> tuple[Waiter, list[Ring]]:

@@ -59,7 +59,7 @@ def _canonical(todo_id: str) -> str | None:
 
 async def wait(result_wait: ResultWait) -> store.Todo:
     """Return the todo once it is settled, or after ``result_wait.wait`` s."""
-    hub.start()
+    await hub.hearing_events()
     loop = asyncio.get_running_loop()
     opened: list[Waiter] = []
 

@@ -12,6 +12,7 @@ from uuid import uuid4
 import pytest
 from django.db import connection
 
+import todos.hub as hub_module
 from todos import store
 from todos.hub import LOST, REVALIDATE, TRY, Hub, keepalive_wait
 
@@ -163,6 +164,82 @@ def test_a_payload_the_hub_cannot_read_is_dropped(scope):
 
     rings, connected = with_hub(test)
     assert len(rings) == 1 and connected
+
+
+def finish(scope, queue="q"):
+    """Create, claim and complete a todo: its completion sends an event."""
+    store.create_todo_any_endpoint(scope.endpoint_id, queue=queue)
+    claimed = store.claim_next(scope, "w", queue=queue)
+    store.complete_todo(scope, claimed.id, "w", lease_token=claimed.lease_token)
+    connection.close()
+
+
+def events_heard(hub, monkeypatch):
+    """The todo events ``hub`` hears from now on."""
+    heard, hear = [], hub._heard
+
+    def counting(notify):
+        if notify.channel == store.TODO_EVENT_CHANNEL:
+            heard.append(notify.payload)
+        hear(notify)
+
+    monkeypatch.setattr(hub, "_heard", counting)
+    return heard
+
+
+async def until(condition, seconds=5):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "it never happened"
+        await asyncio.sleep(0.02)
+
+
+def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
+    scope, monkeypatch
+):
+    """Every completion in the cluster woke every server process with its
+    event notice, which a process without a stream or a result wait only
+    dropped (40 µs each, in each process). The event channel is now heard
+    from before such a waiter subscribes until a while after the last left."""
+    monkeypatch.setattr(hub_module, "EVENTS_LINGER_SECONDS", 0.3)
+
+    async def test(hub):
+        heard = events_heard(hub, monkeypatch)
+        await asyncio.to_thread(finish, scope)
+        await asyncio.sleep(0.3)
+        before = (hub.hearing, len(heard))
+        await hub.hearing_events()
+        listened = hub.hearing
+        waiter = hub.subscribe(scope, "stream")
+        await asyncio.to_thread(finish, scope)
+        await until(lambda: heard)
+        rings = await rings_within(waiter, 0.3)
+        waiter.close()
+        await until(lambda: not hub.hearing)
+        heard.clear()
+        await asyncio.to_thread(finish, scope)
+        await asyncio.sleep(0.3)
+        return before, listened, rings, len(heard)
+
+    before, listened, rings, after = with_hub(test)
+    assert before == (False, 0) and listened and after == 0
+    assert "todo.done" in [ring.get("event") for ring in rings]
+
+
+def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
+    scope,
+):
+    """Its todo may have ended before the LISTEN: it is told to read it again."""
+
+    async def test(hub):
+        assert not hub.hearing
+        waiter = hub.subscribe(scope, "todo", todo_id=str(uuid4()))
+        _, notices = await waiter.wait(2)
+        waiter.close()
+        return notices, hub.hearing
+
+    notices, hearing = with_hub(test)
+    assert TRY in notices and hearing
 
 
 # --- Without a LISTEN: the hub's fan-out, driven by the test ----------------------
