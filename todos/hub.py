@@ -531,7 +531,8 @@ class Hub:
                             waiter.notices.discard(LOST)
                             waiter.unheard = waiter.unheard and not events
                     self._tell_all(REVALIDATE, TRY)
-                    self._events_heard()
+                    if events:
+                        self._events_heard()
                 await self._hear(conn)
             except asyncio.CancelledError:
                 raise
@@ -560,7 +561,6 @@ class Hub:
         or UNLISTEN it when asked to (_ask_rethink). Returns only by raising."""
         assert self._rethink is not None  # start() made it
         while True:
-            self._rethink.clear()
             hearing = asyncio.ensure_future(self._notices(conn))
             asked = asyncio.ensure_future(self._rethink.wait())
             try:
@@ -575,6 +575,8 @@ class Hub:
                             await task
             if hearing.done() and not hearing.cancelled():
                 hearing.result()  # the connection failed: raise it
+            # Before what is wanted is read: a later ask makes another turn.
+            self._rethink.clear()
             await self._listen_events(conn)
 
     async def _notices(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
@@ -598,7 +600,7 @@ class Hub:
                             waiter.unheard = False
                             if waiter.kind == "todo":
                                 waiter._deliver(notice=TRY)
-            self._events_heard()
+                self._events_heard()
 
     def _events_heard(self) -> None:
         # Lock held: hearing_events' callers go on (heard, or the hub is gone).
