@@ -23,6 +23,9 @@ tenant boundary — then by the waiter's queue grant:
 A waiter is a mailbox: it holds no thread and no connection. Rings sent while
 the hub was not listening are lost, and so are control notices: on every
 (re)connect each waiter is told to re-validate its caller and look again.
+Every few seconds one claim waiter per scope is asked to look again, for work
+that turns claimable without a ring (a lease that lapsed before the reaper's
+pass). Any failure of the hub is logged and the hub reconnects.
 
 A todo's events (``todo.done``, ...) are heard only while the process has a
 waiter for them, a stream or a result wait: every completion in the cluster
@@ -30,9 +33,6 @@ sends one, and a process that would only drop it should not wake for it
 (40 µs each, in every process). The event channel is listened to before such
 a waiter subscribes (``hearing_events``), and given up
 ``EVENTS_LINGER_SECONDS`` after the last one left.
-Every few seconds one claim waiter per scope is asked to look again, for work
-that turns claimable without a ring (a lease that lapsed before the reaper's
-pass). Any failure of the hub is logged and the hub reconnects.
 """
 
 import asyncio
@@ -519,10 +519,9 @@ class Hub:
                 with self.lock:
                     events = self._wants_events()
                 await conn.execute(_listen(events))
-                self.hearing = events
                 delay = RECONNECT_FIRST_SECONDS
                 with self.lock:
-                    self.connected = True
+                    self.connected, self.hearing = True, events
                     auth.cache.listening(self, True)
                     # What was sent while nobody listened is lost: rings and
                     # control notices alike. Everyone re-validates and looks.
