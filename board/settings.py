@@ -408,7 +408,8 @@ LOGGING = {
 # calling frame (a walk up the stack), the thread's and the multiprocessing
 # process's names, the asyncio task's. These are the logging HOWTO's
 # "Optimization" switches; the process id, which gunicorn's own lines show,
-# is kept. Every request logs a line: 4% of a claim+complete pair's CPU.
+# is kept. Every request logs a line: a call took 13-17 µs, 9-13 without these
+# and with todos.logs' timestamp made once a second.
 logging._srcfile = None
 logging.logThreads = False
 logging.logMultiprocessing = False

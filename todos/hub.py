@@ -30,9 +30,10 @@ pass). Any failure of the hub is logged and the hub reconnects.
 A todo's events (``todo.done``, ...) are heard only while the process has a
 waiter for them, a stream or a result wait: every completion in the cluster
 sends one, and a process that would only drop it should not wake for it
-(40 µs each, in every process). The event channel is listened to before such
-a waiter subscribes (``hearing_events``), and given up
-``EVENTS_LINGER_SECONDS`` after the last one left.
+(40 µs each, in every process). The event channel is listened to before a
+stream subscribes (``hearing_events``), or once a result wait has (which then
+reads its todo again), and given up ``EVENTS_LINGER_SECONDS`` after the last
+one left.
 """
 
 import asyncio
@@ -316,15 +317,17 @@ class Hub:
             if kind in EVENT_KINDS:
                 self._event_waiters += 1
                 if not self.hearing:
-                    # Not awaited through hearing_events: a result wait
+                    # A result wait (a stream awaits hearing_events first)
                     # looks again once the events are heard (_listen_events).
                     waiter.unheard = True
                     self._ask_rethink()
         return waiter
 
     async def hearing_events(self) -> None:
-        """Make sure this process hears todos' events before a stream or a
-        result wait subscribes: LISTEN now if it does not yet.
+        """Make sure this process hears todos' events before a stream
+        subscribes: LISTEN now if it does not yet. (A result wait, which may
+        not wait at all, just subscribes: it reads its todo again once the
+        events are heard.)
 
         Returns at once when the hub is not connected (the waiter polls, and
         the connect listens for it) or serves another loop; else when the
@@ -501,12 +504,11 @@ class Hub:
         self._ticker = self.loop.call_later(TICK_SECONDS, self._tick)
         if not self.connected:
             return
-        with self.lock:
-            if self.hearing and not self._wants_events():
-                self._ask_rethink()
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
         with self.lock:
+            if self.hearing and not self._wants_events():
+                self._ask_rethink()
             self._recheck_claims(self._ticks % parts, parts)
         self._ticks += 1
 

@@ -10,10 +10,11 @@ import time
 from uuid import uuid4
 
 import pytest
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 import todos.hub as hub_module
-from todos import store
+from todos import store, waits
 from todos.hub import LOST, REVALIDATE, TRY, Hub, keepalive_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,6 +241,32 @@ def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
 
     notices, hearing = with_hub(test)
     assert TRY in notices and hearing
+
+
+def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events(
+    scope, monkeypatch
+):
+    """Only a wait needs the events: a plain read of a todo LISTENs to nothing."""
+
+    class ReadNow(waits.ResultWait):
+        def start(self):
+            self.wait = 0
+            return scope
+
+    def created():
+        todo, _ = store.create_todo_any_endpoint(scope.endpoint_id, queue="q")
+        connection.close()
+        return str(todo.id)
+
+    async def test(hub):
+        monkeypatch.setattr(waits, "hub", hub)
+        todo = await waits.wait(ReadNow(None, await asyncio.to_thread(created)))
+        # Its read ran in the test's database thread (conftest): closed there.
+        await sync_to_async(connections.close_all, thread_sensitive=True)()
+        await asyncio.sleep(0.2)
+        return todo.state, hub.hearing
+
+    assert with_hub(test) == ("pending", False)
 
 
 # --- Without a LISTEN: the hub's fan-out, driven by the test ----------------------
