@@ -270,8 +270,14 @@ async def _make_pool() -> None:
 
 
 async def close() -> None:
-    """Close this process's in-loop pool (a worker or a test server stopping)."""
+    """Close this process's in-loop pool (a worker or a test server stopping).
+
+    A pool opened by another event loop is only forgotten: its tasks are that
+    loop's, cancelled when it ended (a test's loop, where one process runs
+    several), so closing it here would raise their CancelledError.
+    """
     global _pool, _pool_loop, _opening
-    pool, _pool, _pool_loop, _opening = _pool, None, None, None
-    if pool is not None:
+    pool, loop = _pool, _pool_loop
+    _pool, _pool_loop, _opening = None, None, None
+    if pool is not None and loop is asyncio.get_running_loop():
         await pool.close()

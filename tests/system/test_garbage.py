@@ -26,7 +26,7 @@ from botocore.credentials import Credentials
 
 from board.serving.asgi import application
 from tests.mcp.test_mcp import INITIALIZE
-from todos import store
+from todos import inloop, store
 from todos.sqs import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,15 +77,19 @@ def cycles_left_by(request):
     up, then once more: the status and what the collector found unreachable."""
 
     async def run():
-        for _ in range(2):
-            await request()
-        gc.collect()
-        gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            status, _ = await request()
+            for _ in range(2):
+                await request()
             gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                status, _ = await request()
+                gc.collect()
+            finally:
+                gc.set_debug(0)
         finally:
-            gc.set_debug(0)
+            # This loop's in-loop pool ends with it, its connections closed.
+            await inloop.close()
         return status
 
     status = asyncio.run(run())

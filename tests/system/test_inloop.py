@@ -305,3 +305,20 @@ def test_a_loop_calls_transactions_do_not_nest(endpoint):
 
     with pytest.raises(RuntimeError, match="do not nest"):
         in_the_loop(nested)
+
+
+def test_closing_forgets_a_pool_whose_loop_has_ended(db):
+    """Defect: a pool opened in a loop that has since ended (its workers
+    cancelled with it) made the server's close raise CancelledError."""
+
+    async def open_one():
+        pool = await inloop._open_pool()
+        await pool.wait()  # as a served request leaves it: open, and used
+        return pool
+
+    pool = asyncio.run(open_one())
+    assert pool is not None and inloop._pool is pool
+
+    asyncio.run(inloop.close())
+
+    assert inloop._pool is None
