@@ -2,10 +2,14 @@
 reader (bounded, chunked, drained on 413), one strict JSON decoder.
 """
 
+import datetime
+import decimal
 import http.client
 import json
+import uuid
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 
 from tests.support import database_url, start_gunicorn, stop
 from todos import http as plumbing
@@ -124,6 +128,28 @@ def test_strict_json_refuses_nan_and_infinity(text):
 )
 def test_unstorable_names_what_jsonb_would_refuse(value, problem):
     assert problem in plumbing.unstorable(value)
+
+
+def test_a_json_answer_reads_as_djangos_encoder_wrote_it():
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
+    data = {"at": moment, "id": uuid.UUID(int=1), "n": decimal.Decimal("1.5")}
+
+    written = json.loads(plumbing.dumps(data))
+
+    assert written == json.loads(json.dumps(data, cls=DjangoJSONEncoder))
+    assert written["at"] == "2026-01-02T03:04:05.678Z"
+
+
+@pytest.mark.parametrize(
+    "value", [2**70, "\ud800"], ids=["beyond-64-bits", "lone-surrogate"]
+)
+def test_a_json_answer_orjson_refuses_is_encoded_by_the_standard_library(value):
+    assert json.loads(plumbing.dumps({"x": value})) == {"x": value}
+
+
+def test_a_json_answer_is_an_object():
+    with pytest.raises(TypeError):
+        plumbing.JsonResponse([1])  # type: ignore[arg-type]
 
 
 def test_the_error_body_has_the_contracts_shape():

@@ -7,11 +7,10 @@ test_schemathesis.py checks the running API against it.
 
 from dataclasses import replace
 
-from django.http import JsonResponse
-
 from todos.api import fields
 from todos.api.fields import NO_NUL, object_schema
 from todos.api.plumbing import api_view
+from todos.http import JsonResponse
 
 TODO_ID = {
     "name": "todo_id",

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import auth, http, inloop, store
@@ -204,8 +204,10 @@ def _api_error_response(exc: Exception) -> HttpResponseBase:
     return http.error_response(error.status, error.code, error.detail, error.headers)
 
 
-def todo_response(todo: store.Todo, status: int = 200, **extra: Any) -> JsonResponse:
+def todo_response(
+    todo: store.Todo, status: int = 200, **extra: Any
+) -> http.JsonResponse:
     """Render one todo as ``{"todo": {...}, **extra}``."""
-    response = JsonResponse({"todo": todo.to_dict(), **extra}, status=status)
+    response = http.JsonResponse({"todo": todo.to_dict(), **extra}, status=status)
     response.todo_id = todo.id  # type: ignore[attr-defined]  # the request log's
     return response

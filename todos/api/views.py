@@ -5,8 +5,6 @@ caller's scope, and renders the todo; ``todos.api.plumbing.api_view`` does the t
 auth, the body parsing and the error mapping.
 """
 
-from django.http import JsonResponse
-
 from todos import aio, inloop, longpoll, store, waits
 from todos.api import fields as table
 from todos.api.fields import Fields
@@ -26,6 +24,7 @@ from todos.api.plumbing import (
     prepare_in_loop,
     todo_response,
 )
+from todos.http import JsonResponse
 
 
 @api_view("GET", "POST")

@@ -23,10 +23,11 @@ import base64
 import binascii
 import hashlib
 
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 
 from todos import store, waits
 from todos.api.operations import ClaimNext
+from todos.http import JsonResponse
 from todos.mcp import resources, tasks, transport
 from todos.mcp import tools as mcp_tools
 

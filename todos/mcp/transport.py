@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db.models.functions import Now
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
@@ -41,6 +41,7 @@ from todos import aio, http, longpoll, store, streams, waits
 from todos.api.events import same_access
 from todos.api.operations import ClaimNext
 from todos.api.plumbing import api_error_for, authenticate
+from todos.http import JsonResponse
 from todos.mcp import resources, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession

@@ -11,7 +11,6 @@ timestamped delivery already received).
 import logging
 
 from django.core.validators import slug_re
-from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import crypto, http, store
@@ -94,4 +93,4 @@ def _receive(request, slug):
             extra={"fields": {"source": slug, "delivery": delivery.delivery_id}},
         )
         return http.error_response(409, "replayed", exc.detail)
-    return JsonResponse(outcome.to_dict(source, delivery), status=202)
+    return http.JsonResponse(outcome.to_dict(source, delivery), status=202)
