@@ -57,10 +57,12 @@ def _json_error(request: HttpRequest, status: int) -> HttpResponseBase:
 
 
 def _todo_id(request: HttpRequest, response: HttpResponseBase) -> str | None:
-    todo_id = getattr(response, "todo_id", None)
+    answered = getattr(response, "todo_id", None)
+    if answered is not None:
+        # The todo an answer renders, as the store read it: canonical already.
+        return str(answered)
     match = getattr(request, "resolver_match", None)
-    if todo_id is None and match is not None:
-        todo_id = match.kwargs.get("todo_id")
+    todo_id = match.kwargs.get("todo_id") if match is not None else None
     if todo_id is None:
         return None
     try:

@@ -9,8 +9,9 @@ what it touches, the versions it was verified with (Django 6.0.10, asgiref
 pyproject.toml keep each dependency inside the range verified here.
 
 - ``asgi.Handler`` (subclass of ``django.core.handlers.asgi.ASGIHandler``):
-  overrides ``__call__``, ``read_body``, ``create_request`` and
-  ``listen_for_disconnect``, calls ``_middleware_chain`` and
+  overrides ``__call__``, ``read_body``, ``create_request``,
+  ``listen_for_disconnect`` and ``send_response`` (which reads the answer's
+  headers from ``ResponseHeaders._store``), calls ``_middleware_chain`` and
   ``get_script_prefix``; ``asgi.SyncChain`` (a ``BaseHandler``) runs
   ``load_middleware`` and sends ``request_started`` itself, as
   ``WSGIHandler`` does. Pays: a request that does not wait costs one thread hop, not one
@@ -19,8 +20,10 @@ pyproject.toml keep each dependency inside the range verified here.
 - ``middleware.WaitingViewsMiddleware``: resolves the path itself, calls a
   waiting view directly (setting ``request.resolver_match``) and applies
   ``SecurityMiddleware``/``XFrameOptionsMiddleware``'s ``process_response``
-  out of their chain. Pays: a waiting request holds no thread (the waiting
-  agents' figures, docs/scaling.md "Waiting agents, measured").
+  out of their chain, once per process on a probe answer, then copying what
+  they added into each answer's ``ResponseHeaders._store``. Pays: a waiting
+  request holds no thread (the waiting agents' figures, docs/scaling.md
+  "Waiting agents, measured").
 - ``pgbackend.base.DatabaseWrapper`` (subclass of Django's PostgreSQL
   backend): overrides ``close_if_health_check_failed``,
   ``close_if_unusable_or_obsolete``, ``_commit``, ``get_new_connection``,

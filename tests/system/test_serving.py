@@ -147,3 +147,36 @@ def test_the_pool_checks_a_connection_only_after_it_sat_idle(db):
             check_after_idle(conn)
     finally:
         conn.close()
+
+
+def test_a_waiting_views_answer_carries_the_skipped_middlewares_headers_once(
+    server, operator
+):
+    """A waiting view skips SecurityMiddleware and XFrameOptionsMiddleware; its
+    answer still carries what they add, each once, and its whole length."""
+    _, token = endpoints.create("headers-agent", operator, ["*"])
+    auth = {"Authorization": f"Bearer {token}"}
+    made = requests.post(
+        f"{server}/api/v1/todos",
+        json={"queue": "headers", "title": "h"},
+        headers=auth,
+        timeout=10,
+    )
+    assert made.status_code == 201, made.text
+
+    claimed = requests.post(
+        f"{server}/api/v1/todos/claim",
+        json={"queue": "headers", "worker": "w"},
+        headers=auth,
+        timeout=10,
+    )
+
+    assert claimed.status_code == 200, claimed.text
+    assert claimed.json()["todo"]["id"] == made.json()["todo"]["id"]
+    headers = claimed.headers
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["X-Frame-Options"] == "DENY"
+    assert headers["Referrer-Policy"] == "same-origin"
+    assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
+    assert headers["Content-Type"] == "application/json"
+    assert int(headers["Content-Length"]) == len(claimed.content)
