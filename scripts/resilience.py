@@ -456,6 +456,17 @@ class Api:
         self._tally(response.status, path, data)
         return response.status, data
 
+    def create(self, todo, seconds=15):
+        """Enqueue ``todo``; after a restart the server may still be
+        reconnecting, so a 503 or a failed connection is sent again, as an
+        agent would, for up to ``seconds``. Return the last (status, data)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status, data = self.call("POST", "/api/v1/todos", todo)
+            if status not in (0, 503) or time.monotonic() > deadline:
+                return status, data
+            time.sleep(0.2)
+
     def _tally(self, status, path, data):
         with self.lock:
             statuses = self.report.statuses
@@ -635,16 +646,7 @@ def sweep_probe(cluster, port, probe_token, report, sweep):
     report.sweep_alive_after_restart = sweep.poll() is None
     report.check(report.sweep_alive_after_restart, "the sweep loop died in the outage")
     api = Api(port, probe_token, Report(), threading.Lock())
-    # The server may still be reconnecting after the restart: an agent asks
-    # again after a 503, and so does the probe (for up to 15 s).
-    deadline = time.monotonic() + 15
-    while True:
-        status, data = api.call(
-            "POST", "/api/v1/todos", {"queue": "probe", "title": "sweep"}
-        )
-        if status == 201 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    status, data = api.create({"queue": "probe", "title": "sweep"})
     report.check(status == 201, f"the sweep probe's create answered {status}")
     if status != 201:
         return
@@ -669,7 +671,10 @@ def sweep_probe(cluster, port, probe_token, report, sweep):
 def blocked_complete(cluster, port, token, report, kill):
     """Block a complete on a row lock; let the timeout fire or kill its backend."""
     api = Api(port, token, Report(), threading.Lock())
-    _, data = api.call("POST", "/api/v1/todos", {"queue": "victims", "title": "victim"})
+    status, data = api.create({"queue": "victims", "title": "victim"})
+    report.check(status == 201, f"the victim's create answered {status}")
+    if status != 201:
+        return
     todo_id = data["todo"]["id"]
     status, data = api.call(
         "POST",
