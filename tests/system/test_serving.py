@@ -155,20 +155,13 @@ def test_a_waiting_views_answer_carries_the_skipped_middlewares_headers_once(
     """A waiting view skips SecurityMiddleware and XFrameOptionsMiddleware; its
     answer still carries what they add, each once, and its whole length."""
     _, token = endpoints.create("headers-agent", operator, ["*"])
-    auth = {"Authorization": f"Bearer {token}"}
-    made = requests.post(
-        f"{server}/api/v1/todos",
-        json={"queue": "headers", "title": "h"},
-        headers=auth,
-        timeout=10,
-    )
+    agent = requests.Session()
+    agent.headers["Authorization"] = f"Bearer {token}"
+    made = agent.post(f"{server}/api/v1/todos", json={"queue": "h"}, timeout=10)
     assert made.status_code == 201, made.text
 
-    claimed = requests.post(
-        f"{server}/api/v1/todos/claim",
-        json={"queue": "headers", "worker": "w"},
-        headers=auth,
-        timeout=10,
+    claimed = agent.post(
+        f"{server}/api/v1/todos/claim", json={"queue": "h", "worker": "w"}, timeout=10
     )
 
     assert claimed.status_code == 200, claimed.text
