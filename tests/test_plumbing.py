@@ -140,8 +140,17 @@ def test_a_json_answer_reads_as_djangos_encoder_wrote_it():
     assert written["at"] == "2026-01-02T03:04:05.678Z"
 
 
+def nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
-    "value", [2**70, "\ud800"], ids=["beyond-64-bits", "lone-surrogate"]
+    "value",
+    [2**70, "\ud800", nested(300)],
+    ids=["beyond-64-bits", "lone-surrogate", "nested-past-orjsons-limit"],
 )
 def test_a_json_answer_orjson_refuses_is_encoded_by_the_standard_library(value):
     assert json.loads(plumbing.dumps({"x": value})) == {"x": value}
