@@ -73,16 +73,16 @@ _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATAC
 
 
 def dumps(data: object) -> bytes:
-    """``data`` as JSON, as JsonResponse would encode it, by orjson.
+    """``data`` as compact JSON, as JsonResponse would encode it, by orjson.
 
-    orjson refuses integers beyond 64 bits and lone surrogates (a caller's
-    text echoed in an error): those are encoded by the standard library, as
-    JsonResponse did, the surrogates as escapes.
+    orjson refuses integers beyond 64 bits, lone surrogates (a caller's text
+    echoed in an error) and nesting past 254 levels: those are encoded by the
+    standard library, as JsonResponse did, the surrogates as escapes.
     """
     try:
         return orjson.dumps(data, default=_DJANGO_DEFAULT, option=_ORJSON_OPTIONS)
     except TypeError:
-        return json.dumps(data, cls=DjangoJSONEncoder).encode()
+        return json.dumps(data, cls=DjangoJSONEncoder, separators=(",", ":")).encode()
 
 
 class JsonResponse(DjangoJsonResponse):

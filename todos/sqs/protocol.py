@@ -12,7 +12,6 @@ import logging
 import uuid
 from urllib.parse import quote
 
-import orjson
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError
@@ -99,11 +98,7 @@ def json_response(data):
     attribute that was wrong, lone surrogates and all): such text is sent as
     JSON escapes rather than failing after the action has been applied.
     """
-    try:
-        content = orjson.dumps(data)
-    except TypeError:
-        content = json.dumps(data, separators=(",", ":")).encode("ascii")
-    response = HttpResponse(content, content_type=CONTENT_TYPE)
+    response = HttpResponse(http.dumps(data), content_type=CONTENT_TYPE)
     response["x-amzn-RequestId"] = str(uuid.uuid4())
     return response
 
