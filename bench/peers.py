@@ -24,12 +24,23 @@ pre-filled queue through each path in turn:
   sqs10         boto3 on the SQS surface: ReceiveMessage (10) + DeleteMessageBatch
   mcp           JSON-RPC on /mcp, as an agent's client sends it (MCP 2026-07-28,
                 stateless): tools/call claim_next + tools/call complete_todo
+  httpfloor     the HTTP floor: the same client and requests as http, served by
+                bench/floor_server.py, a bare ASGI app on the same serving stack
+                (gunicorn, uvicorn, uvloop, psycopg's async pool, as many
+                processes) that runs the bare loop's two statements and nothing
+                else: what any HTTP surface here pays before doing any work
+  httpfloorstore  the same floor running the store's own two statements (the
+                claim and the acknowledgement, as bound by the store): the
+                server does nothing of Switchboard's, PostgreSQL all of it
+  httpfloorstore10  the same as http10 (a claim of 10, a batch of 10
+                completes) on that floor, with the store's statements
 
 The served paths share one gunicorn (gunicorn.conf.py, as `make run` serves;
-``--server-workers`` sets its processes). Each worker counts only the todos it
-finishes inside the window (``--warmup`` s after all N start together, for
-``--seconds``). The order of the paths is shuffled per repetition; ``--reps``
-runs the whole comparison again and the median is reported.
+``--server-workers`` sets its processes; the floors have their own, as many).
+Each worker counts only the todos it finishes inside the window (``--warmup``
+s after all N start together, for ``--seconds``). The order of the paths is
+shuffled per repetition; ``--reps`` runs the whole comparison again and the
+median is reported.
 
 It prints, per repetition, each path's todos/s with the load average before and
 after; then the medians: todos/s, the ratio to the path's peer (a single path
@@ -47,6 +58,7 @@ import logging
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -63,8 +75,9 @@ class Way:
     """One way to claim and finish todos: its label, its peer, and a rough
     ceiling of its rate (todos/s), used only to size its pre-filled queue."""
 
-    def __init__(self, label, ceiling, peer=None, served=False):
+    def __init__(self, label, ceiling, peer=None, served=False, floor=False):
         self.label, self.ceiling, self.peer, self.served = label, ceiling, peer, served
+        self.floor = floor
 
 
 PATHS = {
@@ -78,6 +91,13 @@ PATHS = {
     "http10": Way("HTTP batch 10", 8_000, "pgqueuer10", served=True),
     "sqs10": Way("SQS receive 10 + delete batch", 6_000, "pgqueuer10", served=True),
     "mcp": Way("MCP claim_next + complete_todo", 1_500, "pgqueuer1", served=True),
+    "httpfloor": Way("HTTP floor: bare SQL", 3_000, "pgqueuer1", floor=True),
+    "httpfloorstore": Way(
+        "HTTP floor: the store's SQL", 2_500, "pgqueuer1", floor=True
+    ),
+    "httpfloorstore10": Way(
+        "HTTP floor: the store's SQL, batch 10", 10_000, "pgqueuer10", floor=True
+    ),
 }
 # What the served paths are to reach: (at least this ratio to the peer, at most
 # this server CPU per todo in ms).
@@ -219,12 +239,14 @@ def store_step(url, endpoint_id, worker, batch):
     return single if batch == 1 else many
 
 
-def http_step(port, token, worker):
+def http_step(port, token, worker, prefix=""):
+    """Claim and complete one todo through the JSON API (or a floor's copy of
+    its two routes under ``prefix``)."""
     client = benchlib.Client(port, token)
     claim = {"worker": worker, "queue": benchlib.QUEUE}
 
     def step():
-        status, data = client.request("POST", "/api/v1/todos/claim", claim)
+        status, data = client.request("POST", f"{prefix}/api/v1/todos/claim", claim)
         if status == 404:
             return 0
         if status != 200:
@@ -232,7 +254,7 @@ def http_step(port, token, worker):
         todo = data["todo"]
         status, data = client.request(
             "POST",
-            f"/api/v1/todos/{todo['id']}/complete",
+            f"{prefix}/api/v1/todos/{todo['id']}/complete",
             {"worker": worker, "lease_token": todo["lease_token"]},
         )
         if status != 200:
@@ -242,12 +264,14 @@ def http_step(port, token, worker):
     return step
 
 
-def http_batch_step(port, token, worker):
+def http_batch_step(port, token, worker, prefix=""):
+    """Claim up to ten todos and complete them in one batch through the JSON
+    API (or a floor's copy of its two routes under ``prefix``)."""
     client = benchlib.Client(port, token)
     claim = {"worker": worker, "queue": benchlib.QUEUE, "max_todos": BATCH}
 
     def step():
-        status, data = client.request("POST", "/api/v1/todos/claim", claim)
+        status, data = client.request("POST", f"{prefix}/api/v1/todos/claim", claim)
         if status != 200:
             raise RuntimeError(f"claim answered {status}: {data}")
         todos = data["todos"]
@@ -258,7 +282,9 @@ def http_batch_step(port, token, worker):
             for todo in todos
         ]
         status, data = client.request(
-            "POST", "/api/v1/todos/batch", {"worker": worker, "actions": actions}
+            "POST",
+            f"{prefix}/api/v1/todos/batch",
+            {"worker": worker, "actions": actions},
         )
         if status != 200 or any(item["status"] != 200 for item in data["results"]):
             raise RuntimeError(f"batch answered {status}: {data}")
@@ -539,13 +565,46 @@ class Setup:
         for peer in ("pgqueuer", "procrastinate"):
             if any(name.startswith(peer) for name in paths):
                 benchlib.create_database(self.urls[peer])
-        self.port = self.queue_url = None
+        self.port = self.queue_url = self.floor_port = None
 
     def serving(self, server):
         """Note the served paths' server; create the SQS queue on it."""
         self.port = server.port
         if self.sqs_key is not None:
             self.queue_url = create_queue(server.port, self.sqs_key, benchlib.QUEUE)
+
+
+@contextlib.contextmanager
+def serve_floor(args, setup):
+    """Serve bench/floor_server.py as Switchboard is served (gunicorn, uvicorn's
+    worker, as many processes); yield its benchlib.Server."""
+    port = benchlib.free_port()
+    workers = args.server_workers or int(os.environ.get("GUNICORN_WORKERS", "2"))
+    env = {
+        **os.environ,
+        "FLOOR_DATABASE_URL": setup.urls["switchboard"],
+        "FLOOR_ENDPOINT_ID": str(setup.endpoint_id),
+        "FLOOR_TOKEN": setup.token,
+    }
+    command = [sys.executable, "-m", "gunicorn", "floor_server:app"]
+    command += ["--chdir", str(benchlib.ROOT / "bench"), "--workers", str(workers)]
+    command += ["--worker-class", "uvicorn_worker.UvicornWorker"]
+    command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+    command += ["--keep-alive", "75", "--no-control-socket"]
+    log_path = benchlib.RESULTS / f"floor-{port}.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            benchlib.wait_healthy(port, proc)
+            setup.floor_port = port
+            yield benchlib.Server(port, proc.pid, setup.urls["switchboard"], log_path)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def create_queue(port, key, name, deadline=30):
@@ -572,6 +631,13 @@ def worker(index, name, setup, warmup):
         "http10": lambda: http_batch_step(setup.port, setup.token, worker_name),
         "sqs10": lambda: sqs_step(setup.port, setup.sqs_key, setup.queue_url),
         "mcp": lambda: mcp_step(setup.port, setup.token, worker_name),
+        "httpfloor": lambda: http_step(setup.floor_port, setup.token, worker_name),
+        "httpfloorstore": lambda: http_step(
+            setup.floor_port, setup.token, worker_name, prefix="/store"
+        ),
+        "httpfloorstore10": lambda: http_batch_step(
+            setup.floor_port, setup.token, worker_name, prefix="/store"
+        ),
     }
     step = steps[name]() if name in steps else None
 
@@ -591,7 +657,7 @@ def worker(index, name, setup, warmup):
 
 
 def fill(name, setup, count):
-    if name == "bare":
+    if name in ("bare", "httpfloor"):
         bare_fill(setup.urls["switchboard"], setup.endpoint_id, count)
     elif name.startswith("pgqueuer"):
         run_async(pgqueuer_fill(setup.urls["pgqueuer"], count))
@@ -602,13 +668,14 @@ def fill(name, setup, count):
         benchlib.fill_pending(setup.urls["switchboard"], setup.endpoint_id, count)
 
 
-def measure(name, args, setup, server, postgres):
+def measure(name, args, setup, servers, postgres):
     """Fill the path's queue, run N processes, and return its figures."""
     path = PATHS[name]
     count = int(path.ceiling * (args.seconds + args.warmup + 3) * args.fill)
     fill(name, setup, count)
     window = None
-    if path.served:
+    if path.served or path.floor:
+        server = servers["floor" if path.floor else "switchboard"]
         window = benchlib.CpuWindow(server, args.warmup, args.seconds)
     database = None
     if postgres.available:
@@ -648,7 +715,7 @@ def measure(name, args, setup, server, postgres):
     return figures
 
 
-def one_rep(number, args, setup, server, postgres, paths):
+def one_rep(number, args, setup, servers, postgres, paths):
     """Run every path once, in a shuffled order; return the rep's record."""
     order = list(paths)
     random.Random(f"peers-{number}-{args.seed}").shuffle(order)
@@ -660,7 +727,7 @@ def one_rep(number, args, setup, server, postgres, paths):
     rows = {}
     for name in order:
         started = benchlib.load_average()[0]
-        figures = measure(name, args, setup, server, postgres)
+        figures = measure(name, args, setup, servers, postgres)
         rows[name] = figures
         cpu = figures.get("server_cpu_ms_per_todo")
         note = f"  ({figures['warning']})" if "warning" in figures else ""
@@ -851,11 +918,17 @@ def main():
         if served
         else contextlib.nullcontext()
     )
-    with serving as server:
+    floor = (
+        serve_floor(args, setup)
+        if any(PATHS[name].floor for name in paths)
+        else contextlib.nullcontext()
+    )
+    with serving as server, floor as floor_server:
         if server is not None:
             setup.serving(server)
+        servers = {"switchboard": server, "floor": floor_server}
         reps = [
-            one_rep(n, args, setup, server, postgres, paths) for n in range(args.reps)
+            one_rep(n, args, setup, servers, postgres, paths) for n in range(args.reps)
         ]
     median = medians(reps, paths, os.cpu_count() or 1)
     print_report(args, reps, median)

@@ -33,9 +33,10 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_seven_scripts_their_two_helpers_and_the_profiler():
+def test_bench_holds_the_seven_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
-    assert found == {*SCRIPTS, "benchlib", "report", "profile_served"}
+    helpers = {"benchlib", "report", "floor_server", "profile_served"}
+    assert found == {*SCRIPTS, *helpers}
     assert set(report.RENDERERS) == set(SCRIPTS)
 
 
