@@ -3,7 +3,7 @@
 import json
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, get_args, get_type_hints
 
 if TYPE_CHECKING:
     from todos.models import Endpoint
@@ -215,7 +215,9 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _json(value: object) -> Any:
-    # Django's psycopg backend hands jsonb to raw cursors as text.
+    # Django's psycopg backend hands jsonb to raw cursors as text. The standard
+    # library reads it: orjson would read an integer beyond 64 bits, which
+    # jsonb holds, as a float.
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -262,7 +264,12 @@ class Todo:
         values[0], values[1] = str(values[0]), str(values[1])
         for position in _JSON_POSITIONS:
             values[position] = _json(values[position])
-        return cls(*values)
+        # Every field, in order, as __init__ would set them (a frozen
+        # dataclass's __init__ sets each through object.__setattr__: half of
+        # a row's reading).
+        todo = cls.__new__(cls)
+        todo.__dict__.update(zip(_TODO_FIELDS, values, strict=True))
+        return todo
 
     @property
     def is_held(self) -> bool:
@@ -316,10 +323,9 @@ class Todo:
 
     def to_dict(self) -> JSONObject:
         columns = self.__dict__
-        out: JSONObject = {}
-        for name in _SHOWN_COLUMNS:
-            value = columns[name]
-            out[name] = _iso(value) if isinstance(value, datetime) else value
+        out: JSONObject = {name: columns[name] for name in _SHOWN_COLUMNS}
+        for name in _SHOWN_TIMES:
+            out[name] = _iso(out[name])
         out["question"] = self.question_dict()
         out["outcome"] = self.outcome
         out["cancel_requested"] = self.cancel_requested
@@ -346,6 +352,14 @@ _RENDERED_APART = frozenset(
 _SHOWN_COLUMNS = tuple(
     field.name for field in fields(Todo) if field.name not in _RENDERED_APART
 )
+# Those of them that hold a time (ISO 8601 in the JSON).
+_SHOWN_TIMES = tuple(
+    name
+    for name, kind in get_type_hints(Todo).items()
+    if name in _SHOWN_COLUMNS and (kind is datetime or datetime in get_args(kind))
+)
+# Every field, in the order of TODO_COLUMNS (Todo.from_row).
+_TODO_FIELDS = tuple(field.name for field in fields(Todo))
 # The keys of a todo's JSON: those columns, plus the composed ones.
 TODO_JSON_FIELDS = (*_SHOWN_COLUMNS, "question", "outcome", "cancel_requested")
 
