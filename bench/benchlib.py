@@ -643,21 +643,30 @@ def serve(url, workers=None, sweep=False, **env):
     bench/results/. Yields a Server once /healthz answers 200; stops it on exit.
     """
     port = free_port()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    log_path = RESULTS / f"gunicorn-{port}.log"
     if workers:
         env["GUNICORN_WORKERS"] = str(workers)
+    commands = [
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
+        + ["--bind", f"127.0.0.1:{port}"]
+    ]
+    if sweep:
+        commands.append([sys.executable, "manage.py", "sweep", "--loop"])
     server_env = django_env(url, GUNICORN_LOG_LEVEL="warning", **env)
+    with run_server(commands, port, server_env, url, "gunicorn") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def run_server(commands, port, env, url, log_name, cwd=ROOT):
+    """Start ``commands`` in ``cwd``, the first a server that answers /healthz on
+    ``port``, their output in bench/results/<log_name>-<port>.log. Yield a
+    Server once it is healthy; stop them all on exit."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log_path = RESULTS / f"{log_name}-{port}.log"
     with log_path.open("ab") as log:
-        commands = [
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
-            + ["--bind", f"127.0.0.1:{port}"]
-        ]
-        if sweep:
-            commands.append([sys.executable, "manage.py", "sweep", "--loop"])
         procs = [
             subprocess.Popen(
-                command, cwd=ROOT, env=server_env, stdout=log, stderr=subprocess.STDOUT
+                command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
             )
             for command in commands
         ]

@@ -58,7 +58,6 @@ import logging
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
@@ -75,9 +74,10 @@ class Way:
     """One way to claim and finish todos: its label, its peer, and a rough
     ceiling of its rate (todos/s), used only to size its pre-filled queue."""
 
-    def __init__(self, label, ceiling, peer=None, served=False, floor=False):
-        self.label, self.ceiling, self.peer, self.served = label, ceiling, peer, served
-        self.floor = floor
+    def __init__(self, label, ceiling, peer=None, server=None):
+        # server: which server a path's clients call and whose CPU it measures
+        # ("switchboard" or "floor"); None for a path in the clients' processes.
+        self.label, self.ceiling, self.peer, self.server = label, ceiling, peer, server
 
 
 PATHS = {
@@ -87,16 +87,14 @@ PATHS = {
     "procrastinate": Way("procrastinate", 2_500, peer="pgqueuer1"),
     "store": Way("store single", 3_000, peer="pgqueuer1"),
     "store10": Way("store batch 10", 12_000, peer="pgqueuer10"),
-    "http": Way("HTTP single claim+complete", 2_000, "pgqueuer1", served=True),
-    "http10": Way("HTTP batch 10", 8_000, "pgqueuer10", served=True),
-    "sqs10": Way("SQS receive 10 + delete batch", 6_000, "pgqueuer10", served=True),
-    "mcp": Way("MCP claim_next + complete_todo", 1_500, "pgqueuer1", served=True),
-    "httpfloor": Way("HTTP floor: bare SQL", 3_000, "pgqueuer1", floor=True),
-    "httpfloorstore": Way(
-        "HTTP floor: the store's SQL", 2_500, "pgqueuer1", floor=True
-    ),
+    "http": Way("HTTP single claim+complete", 2_000, "pgqueuer1", "switchboard"),
+    "http10": Way("HTTP batch 10", 8_000, "pgqueuer10", "switchboard"),
+    "sqs10": Way("SQS receive 10 + delete batch", 6_000, "pgqueuer10", "switchboard"),
+    "mcp": Way("MCP claim_next + complete_todo", 1_500, "pgqueuer1", "switchboard"),
+    "httpfloor": Way("HTTP floor: bare SQL", 3_000, "pgqueuer1", "floor"),
+    "httpfloorstore": Way("HTTP floor: the store's SQL", 2_500, "pgqueuer1", "floor"),
     "httpfloorstore10": Way(
-        "HTTP floor: the store's SQL, batch 10", 10_000, "pgqueuer10", floor=True
+        "HTTP floor: the store's SQL, batch 10", 10_000, "pgqueuer10", "floor"
     ),
 }
 # What the served paths are to reach: (at least this ratio to the peer, at most
@@ -580,31 +578,22 @@ def serve_floor(args, setup):
     worker, as many processes); yield its benchlib.Server."""
     port = benchlib.free_port()
     workers = args.server_workers or int(os.environ.get("GUNICORN_WORKERS", "2"))
+    url = setup.urls["switchboard"]
     env = {
         **os.environ,
-        "FLOOR_DATABASE_URL": setup.urls["switchboard"],
+        "FLOOR_DATABASE_URL": url,
         "FLOOR_ENDPOINT_ID": str(setup.endpoint_id),
         "FLOOR_TOKEN": setup.token,
     }
     command = [sys.executable, "-m", "gunicorn", "floor_server:app"]
-    command += ["--chdir", str(benchlib.ROOT / "bench"), "--workers", str(workers)]
+    command += ["--workers", str(workers)]
     command += ["--worker-class", "uvicorn_worker.UvicornWorker"]
     command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
     command += ["--keep-alive", "75", "--no-control-socket"]
-    log_path = benchlib.RESULTS / f"floor-{port}.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            benchlib.wait_healthy(port, proc)
-            setup.floor_port = port
-            yield benchlib.Server(port, proc.pid, setup.urls["switchboard"], log_path)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    bench = benchlib.ROOT / "bench"
+    with benchlib.run_server([command], port, env, url, "floor", cwd=bench) as server:
+        setup.floor_port = port
+        yield server
 
 
 def create_queue(port, key, name, deadline=30):
@@ -674,9 +663,8 @@ def measure(name, args, setup, servers, postgres):
     count = int(path.ceiling * (args.seconds + args.warmup + 3) * args.fill)
     fill(name, setup, count)
     window = None
-    if path.served or path.floor:
-        server = servers["floor" if path.floor else "switchboard"]
-        window = benchlib.CpuWindow(server, args.warmup, args.seconds)
+    if path.server is not None:
+        window = benchlib.CpuWindow(servers[path.server], args.warmup, args.seconds)
     database = None
     if postgres.available:
         database = benchlib.CpuWindow(postgres, args.warmup, args.seconds)
@@ -912,17 +900,13 @@ def main():
     postgres = benchlib.PostgresCpu(args.database_url)
     if not postgres.available:
         benchlib.progress("PostgreSQL runs elsewhere: its CPU per todo is not measured")
-    served = any(PATHS[name].served for name in paths)
+    needed = {PATHS[name].server for name in paths}
     serving = (
         benchlib.serve(args.database_url, workers=args.server_workers)
-        if served
+        if "switchboard" in needed
         else contextlib.nullcontext()
     )
-    floor = (
-        serve_floor(args, setup)
-        if any(PATHS[name].floor for name in paths)
-        else contextlib.nullcontext()
-    )
+    floor = serve_floor(args, setup) if "floor" in needed else contextlib.nullcontext()
     with serving as server, floor as floor_server:
         if server is not None:
             setup.serving(server)
