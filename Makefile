@@ -27,8 +27,11 @@ export SECRET_KEY
 
 .PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience ha ha-stop
 
+# A target's text may name HOST and PORT: it shows their values.
 help: ## List the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) \
+		| sed -e 's/\$$(HOST)/$(HOST)/g' -e 's/\$$(PORT)/$(PORT)/g' \
+		| awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "Python 3.12 not found: install it or set PYTHON=/path/to/python3.12" >&2; exit 1; fi

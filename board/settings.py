@@ -133,16 +133,37 @@ def database_from_url(url):
     }
 
 
+def secret_key_from_file(path):
+    """The key `make` keeps in the checkout (its first line), or "" without one.
+
+    `make run` exports the key it generated into .switchboard-secret-key; a
+    command run by hand afterwards (``manage.py create_endpoint``) reads the
+    same file, so it signs and decrypts as the served instance does.
+    """
+    try:
+        return Path(path).read_text().strip()
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"cannot read the SECRET_KEY file {path}: {exc}"
+        ) from None
+
+
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
+SECRET_KEY_FILE = env_str(
+    "SWITCHBOARD_SECRET_KEY_FILE", str(BASE_DIR / ".switchboard-secret-key")
+)
+SECRET_KEY = env_str("SECRET_KEY", "") or secret_key_from_file(SECRET_KEY_FILE)
 if not SECRET_KEY:
     if not DEBUG:
         # Never run on a key published with the source: sessions, CSRF tokens
         # and signed values would be forgeable.
         raise ImproperlyConfigured(
-            "SECRET_KEY is not set. Set it in the environment (`make run` keeps a "
-            "local one in .switchboard-secret-key), or set DEBUG=1 to develop "
-            "with a throwaway key."
+            f"SECRET_KEY is not set and {SECRET_KEY_FILE} holds none. Set it in "
+            "the environment (`make run` keeps a local one in "
+            ".switchboard-secret-key), or set DEBUG=1 to develop with a "
+            "throwaway key."
         )
     # DEBUG only: a development key.
     SECRET_KEY = "switchboard-development-key-not-for-production-use-0123456789"

@@ -1,9 +1,11 @@
 """Settings a deployment must get right: the SECRET_KEY, the installed apps."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -20,7 +22,12 @@ def start_django(**env):
         for name, value in os.environ.items()
         if name not in {"SECRET_KEY", "DEBUG"}
     }
-    environment.update(DJANGO_SETTINGS_MODULE="board.settings", **env)
+    environment.update(
+        DJANGO_SETTINGS_MODULE="board.settings",
+        # Not the checkout's own key file, which `make run` may have made.
+        SWITCHBOARD_SECRET_KEY_FILE=str(ROOT / "no-such-key-file"),
+    )
+    environment.update(env)
     return subprocess.run(
         [sys.executable, "-c", SETUP],
         cwd=ROOT,
@@ -38,6 +45,48 @@ def test_without_a_secret_key_and_debug_off_the_server_refuses_to_start():
     assert finished.returncode != 0
     assert "ImproperlyConfigured" in finished.stderr
     assert "SECRET_KEY is not set" in finished.stderr
+
+
+KEY_OF = "from django.conf import settings; print(settings.SECRET_KEY)"
+
+
+def test_without_secret_key_the_settings_read_the_key_file_make_keeps(tmp_path):
+    """A command run by hand after `make run` (``manage.py create_endpoint``)
+    signs with the key `make` generated into .switchboard-secret-key."""
+    key_file = tmp_path / ".switchboard-secret-key"
+    key_file.write_text("k3y" * 20)
+    finished = subprocess.run(
+        [sys.executable, "-c", f"{SETUP}; {KEY_OF}"],
+        cwd=ROOT,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}},
+            "DJANGO_SETTINGS_MODULE": "board.settings",
+            "SWITCHBOARD_SECRET_KEY_FILE": str(key_file),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert finished.stdout.split() == ["started", "k3y" * 20], finished.stderr
+
+
+def test_the_key_file_the_settings_read_by_default_is_the_one_make_writes():
+    makefile = (ROOT / "Makefile").read_text()
+    from board import settings as project
+
+    written = re.search(r"^SECRET_KEY_FILE := (\S+)$", makefile, re.M).group(1)
+    assert Path(project.SECRET_KEY_FILE) == ROOT / written
+
+
+def test_the_database_port_the_settings_default_to_is_the_one_devdb_starts():
+    """`make` starts the project-local cluster with scripts/devdb.sh; a command
+    run by hand without SB_PG_PORT looks for it on the same port."""
+    devdb = (ROOT / "scripts" / "devdb.sh").read_text()
+    started_on = re.search(r"^port=\$\{SB_PG_PORT:-(\d+)\}$", devdb, re.M).group(1)
+    settings_source = (ROOT / "board" / "settings.py").read_text()
+    default = re.search(r'env_int\("SB_PG_PORT", (\d+)', settings_source).group(1)
+    assert default == started_on
 
 
 def test_debug_on_starts_with_a_throwaway_key():
@@ -71,6 +120,23 @@ def test_make_generates_a_local_secret_key_once_and_git_ignores_it(tmp_path):
         ["git", "check-ignore", "-q", ".switchboard-secret-key"], cwd=ROOT
     )
     assert ignored.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_help_says_where_make_run_serves():
+    environment = {**os.environ, "SECRET_KEY": "k" * 50}
+    shown = subprocess.run(
+        ["make", "-s", "help", "HOST=0.0.0.0", "PORT=8080"],
+        cwd=ROOT,
+        env=environment,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+    [run] = [line for line in shown.splitlines() if line.split()[0] == "run"]
+    assert run.rstrip(".").endswith("on 0.0.0.0:8080")
+    assert "$(" not in shown
 
 
 def test_the_unused_admin_and_postgres_apps_are_not_installed():
