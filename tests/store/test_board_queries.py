@@ -55,6 +55,34 @@ def test_overview_reports_the_age_of_the_oldest_pending_todo(scope, time_travel)
     assert 3595 <= row.oldest_pending_seconds <= 3700
 
 
+def test_overview_counts_a_held_todo_apart_from_pending_and_its_age(scope, time_travel):
+    """A held todo waits for an answer, not for a worker: it is not pending,
+    and the oldest pending age is that of the oldest todo a claim may take."""
+    asked, _ = store.create_todo(scope, queue="q", title="asks")
+    store.claim_todo(scope, asked.id, "w")
+    store.ask(scope, asked.id, "w", question="Ship it?")
+    waiting, _ = store.create_todo(scope, queue="q", title="waits")
+    time_travel(asked.id, created_at=-86400)
+    time_travel(waiting.id, created_at=-60)
+
+    overview = store.board_overview()
+
+    (row,) = overview.rows
+    assert (row.pending, row.held) == (1, 1)
+    assert (overview.totals["pending"], overview.totals["held"]) == (1, 1)
+    assert 55 <= row.oldest_pending_seconds <= 120
+
+
+def test_overview_has_no_oldest_pending_age_when_every_pending_todo_is_held(scope):
+    asked, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, asked.id, "w")
+    store.ask(scope, asked.id, "w", question="Ship it?")
+
+    (row,) = store.board_overview().rows
+
+    assert (row.pending, row.held, row.oldest_pending_seconds) == (0, 1, None)
+
+
 def test_overview_counts_lapsed_leases_as_stuck_claims(scope, time_travel):
     todo, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, todo.id, "w")

@@ -1,5 +1,6 @@
 """The Board's todo pages and actions: full pages, htmx fragments, login, CSRF."""
 
+import html
 import json
 import re
 
@@ -88,6 +89,13 @@ def test_login_page_logs_a_staff_user_in_and_out(client, operator):
 
     assert client.post("/board/logout/").status_code == 302
     assert client.get("/board/").status_code == 302
+
+
+def test_the_login_page_welcomes_owners_and_viewers_not_only_staff(client, db):
+    page = client.get("/board/login/").content.decode()
+
+    assert "staff accounts) only" not in page
+    assert "endpoint owners" in page and "viewers" in page
 
 
 def test_login_refuses_a_user_who_is_not_staff_and_owns_no_endpoint(client, db):
@@ -190,6 +198,24 @@ def test_overview_lists_idle_endpoints_escaped_with_their_owners(
     ) in idle
     assert f'<li><a href="/board/todos/?endpoint={mine.id}">mine</a></li>' in idle
     assert "2 endpoints" in html
+
+
+def test_overview_shows_a_held_todo_as_held_not_as_the_oldest_pending(
+    board, scope, time_travel
+):
+    asked, _ = store.create_todo(scope, queue="q", title="asks")
+    store.claim_todo(scope, asked.id, "worker-1")
+    store.ask(scope, asked.id, "worker-1", question="Ship it?")
+    time_travel(asked.id, created_at=-3 * 86400)
+
+    html = board.get("/board/").content.decode()
+
+    cards = html.split('<div class="cards">', 1)[1].split("</div>", 1)[0]
+    assert re.search(r'Pending</span><span class="card-value">0</span></a>', cards)
+    assert re.search(r'Held</span><span class="card-value">1</span>', cards)
+    assert "oldest" not in cards
+    assert 'data-label="Held"><span class="">1</span>' in html
+    assert 'data-label="Oldest pending">\u2014</td>' in html
 
 
 def test_overview_rows_mark_capped_terminal_counts(scope):
@@ -546,6 +572,24 @@ def test_retry_matching_with_no_match_says_nothing_to_retry(board, db):
     response = board.get("/board/todos/retry-matching/?queue=empty", **htmx("bulk"))
 
     assert b"Nothing to retry" in response.content
+
+
+def test_the_retry_group_confirmation_names_the_group_it_retries(
+    board, scope, endpoint
+):
+    dead_letter(scope, queue="reviews")
+    groups = board.get("/board/dead-letters/").content.decode()
+    retry_url = html.unescape(
+        re.search(r'hx-get="([^"]*retry-matching[^"]*)"', groups)[1]
+    )
+
+    response = board.get(retry_url, **htmx("bulk"))
+
+    panel = response.content.decode()
+    assert "Retry 1 failed todo of this group?" in panel
+    named = panel.split('<p class="group-filter">', 1)[1].split("</p>", 1)[0]
+    assert "TimeoutError" in named
+    assert endpoint.name in named and "reviews" in named
 
 
 def test_retry_matching_says_which_dead_letters_a_live_duplicate_holds_back(

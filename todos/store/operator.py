@@ -9,6 +9,7 @@ from typing import Any, Unpack
 from django.db import IntegrityError, transaction
 
 from .lifecycle import _retry, is_dedupe_violation
+from .questions import OPEN_QUESTION
 from .reads import STATE_FILTERS, Filters, _filter_conditions
 from .rows import Conflict, NotFound, Todo
 from .sql import DOORBELL, EVENT_INSERT, _run, _uuid
@@ -27,12 +28,17 @@ class QueueCounts:
 
     endpoint_id: str
     queue: str
+    # Pending todos a claim may take (now or once delayed): not ``held``.
     pending: int = 0
+    # Pending todos held for an answer (CONTRACT §14), as the queues API
+    # counts them: no claim takes one until it is answered.
+    held: int = 0
     claimed: int = 0
     lapsed: int = 0
     retry_scheduled: int = 0
     dead_letter: int = 0
     done: int = 0
+    # The oldest pending todo that is not held.
     oldest_pending_seconds: float | None = None
 
 
@@ -46,22 +52,41 @@ class Overview:
     cap: int
 
 
-# The overview is one statement of four parts, each planned as if alone: one
-# round trip instead of four.
+# The overview is one statement of five parts, each planned as if alone: one
+# round trip instead of five.
 #
 # Live rows by endpoint, queue and state. The WHERE is exactly the predicate of
-# todos_live_overview_idx, so this is an index-only scan that never reads the
-# terminal backlog.
-LIVE_OVERVIEW_SQL = """
-SELECT 'live', endpoint_id, queue,
-       count(*) FILTER (WHERE state = 'pending'),
-       count(*) FILTER (WHERE state = 'claimed'),
-       count(*) FILTER (WHERE state = 'failed'),
-       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE state = 'pending'))
-  FROM todos
- WHERE (state IN ('pending', 'claimed')
-        OR (state = 'failed' AND next_retry_at IS NOT NULL))
-   AND {scope}
+# todos_live_overview_idx, so the counts are an index-only scan that never
+# reads the terminal backlog. The oldest pending todo that is not held is one
+# ordered probe per queue of the same index (a held todo waits for a person,
+# not for a worker: its age is the open question's, on the inbox).
+LIVE_OVERVIEW_SQL = f"""
+SELECT 'live', l.endpoint_id, l.queue, l.pending, l.claimed, l.failed,
+       EXTRACT(EPOCH FROM now() - oldest.created_at)
+  FROM (
+    SELECT endpoint_id, queue,
+           count(*) FILTER (WHERE state = 'pending') AS pending,
+           count(*) FILTER (WHERE state = 'claimed') AS claimed,
+           count(*) FILTER (WHERE state = 'failed') AS failed
+      FROM todos
+     WHERE (state IN ('pending', 'claimed')
+            OR (state = 'failed' AND next_retry_at IS NOT NULL))
+       AND {{scope}}
+     GROUP BY endpoint_id, queue
+  ) l
+  LEFT JOIN LATERAL (
+    SELECT t.created_at FROM todos t
+     WHERE t.endpoint_id = l.endpoint_id AND t.queue = l.queue
+       AND t.state = 'pending' AND NOT COALESCE({OPEN_QUESTION}, FALSE)
+     ORDER BY t.created_at
+     LIMIT 1
+  ) oldest ON l.pending > 0"""
+
+# Held todos (open questions), through todos_open_question_idx: few rows. The
+# live part counts them as pending; board_overview moves them to ``held``.
+HELD_OVERVIEW_SQL = f"""
+SELECT 'held', endpoint_id, queue, count(*), NULL, NULL, NULL FROM todos
+ WHERE {OPEN_QUESTION} AND {{scope}}
  GROUP BY endpoint_id, queue"""
 
 # Claims whose lease has lapsed but that no reaper has moved yet: few rows,
@@ -82,10 +107,11 @@ SELECT '{name}', endpoint_id, queue, count(*), NULL, NULL, NULL FROM (
 
 
 def overview_sql(scope: str) -> str:
-    """The overview's statement: its four parts, as one."""
+    """The overview's statement: its five parts, as one."""
     return "\nUNION ALL".join(
         [
             LIVE_OVERVIEW_SQL.format(scope=scope),
+            HELD_OVERVIEW_SQL.format(scope=scope),
             LAPSED_OVERVIEW_SQL.format(scope=scope),
         ]
         + [
@@ -135,10 +161,12 @@ def board_overview(
                 retry_scheduled=retry,
                 oldest_pending_seconds=None if age is None else float(age),
             )
-        elif part == "lapsed":
-            line(endpoint_id, queue)["lapsed"] = count
         else:
             line(endpoint_id, queue)[part] = count
+    # A held todo is pending in the table; the Board shows it apart, as the
+    # queues API does.
+    for values in counts.values():
+        values["pending"] = values.get("pending", 0) - values.get("held", 0)
     rows = sorted(
         (QueueCounts(**values) for values in counts.values()),
         key=lambda row: (row.endpoint_id, row.queue),
@@ -147,6 +175,7 @@ def board_overview(
         name: sum(getattr(row, name) for row in rows)
         for name in (
             "pending",
+            "held",
             "claimed",
             "lapsed",
             "retry_scheduled",

@@ -156,6 +156,7 @@ def counts_row(counts, queue_url, todos_url, capped):
         f'<th scope="row"><a href="{html.escape(queue_url)}">'
         f"{html.escape(counts.queue)}</a></th>"
         + cell("Pending", counts.pending, "pending")
+        + cell("Held", counts.held)
         + cell("Claimed", counts.claimed, "claimed")
         + cell("Lapsed", counts.lapsed, css="warn-text")
         + cell("Retry scheduled", counts.retry_scheduled, "retry_scheduled")
@@ -395,6 +396,7 @@ def bulk_matching(request, template, preview, act, context=None):
         "list_url": list_url,
         "query": _query(form),
         "limit": store.BULK_RETRY_LIMIT,
+        "group": _dead_letter_group(form),
         **(context or {}),
     }
     if request.method == "GET":
@@ -411,6 +413,21 @@ def bulk_matching(request, template, preview, act, context=None):
         notices,
         events=(ROWS_CHANGED, COUNTS_CHANGED),
     )
+
+
+def _dead_letter_group(form):
+    """Name the dead-letter group a filter narrows to (the groups page's
+    "Retry group…"): its confirmation opens above every group, so it says
+    which one it acts on. None for any other filter."""
+    data = form.cleaned_data
+    if not data["fingerprint"]:
+        return None
+    endpoints = dict(form.fields["endpoint"].choices)
+    return {
+        "fingerprint": data["fingerprint"],
+        "endpoint": endpoints.get(data["endpoint"]) if data["endpoint"] else None,
+        "queue": data["queue"].strip(),
+    }
 
 
 @require_POST
