@@ -108,6 +108,21 @@ def test_ask_and_answer_of_another_endpoints_todo_are_404(agent, other_agent):
         ({"question": "?", "answer_schema": {"type": 7}}, "answer_schema"),
         ({"question": "?", "deadline_seconds": 10}, "deadline_seconds"),
         ({"question": "?", "return_to": "elsewhere"}, "return_to"),
+        (
+            {"question": "?", "answer_schema": {"$ref": "file:///etc/passwd"}},
+            "answer_schema.$ref: only a local reference",
+        ),
+        (
+            {
+                "question": "?",
+                "answer_schema": {"properties": {"u": {"$ref": "http://x.test/"}}},
+            },
+            "answer_schema.properties.u.$ref",
+        ),
+        (
+            {"question": "?", "answer_schema": {"pattern": "(?<=a)b"}},
+            "answer_schema.pattern",
+        ),
     ],
 )
 def test_ask_with_bad_fields_is_400_naming_the_field(agent, body, field):

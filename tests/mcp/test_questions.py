@@ -439,6 +439,18 @@ BIG = "x" * (store.MAX_CHECKPOINT_BYTES + 1)
             "bad_request",
             "answer_schema",
         ),
+        (
+            "ask",
+            {"question": "Go?", "answer_schema": {"$ref": "http://10.0.0.1/s"}},
+            "bad_request",
+            "answer_schema.$ref: only a local reference",
+        ),
+        (
+            "ask",
+            {"question": "Go?", "answer_schema": {"pattern": "(x)\\1"}},
+            "bad_request",
+            "answer_schema.pattern",
+        ),
         ("ask", {"question": "Go?", "deadline_seconds": 5}, "bad_request", "deadline"),
         ("ask", {"question": "Go?", "return_to": "you"}, "bad_request", "return_to"),
         (

@@ -3,11 +3,15 @@
 Real PostgreSQL; time moves by editing timestamps (``time_travel``).
 """
 
+import http.server
+import threading
+import time
+
 import pytest
 from django.core import signing
 from django.db import connection
 
-from todos import store
+from todos import endpoints, store
 
 NEVER_MINTED = "00000000-0000-4000-8000-000000000000"
 LINK_SALT = "switchboard.answer-link"
@@ -261,8 +265,8 @@ def test_answer_failing_its_schema_names_the_path(scope):
     assert good.answer["value"] == {"amount": 50}
 
 
-def test_answer_with_an_unresolvable_schema_ref_is_invalid_not_an_error(scope):
-    todo = asked(scope, answer_schema={"$ref": "https://example.invalid/s.json"})
+def test_answer_with_a_local_ref_to_nowhere_is_invalid_not_an_error(scope):
+    todo = asked(scope, answer_schema={"$ref": "#/$defs/missing"})
     with pytest.raises(store.InvalidAnswer):
         store.answer_todo(scope, todo.id, 1, by="lead")
 
@@ -427,3 +431,201 @@ def test_held_todos_count_neither_as_visible_nor_as_delayed(scope):
     new(scope)
     info = store.get_queue(scope, "q")
     assert info.pending == 1 and info.delayed == 0 and info.held == 1
+
+
+# --- What an answer schema may make the server do (CONTRACT §16) -----------------
+
+
+@pytest.mark.parametrize(
+    "schema, path",
+    [
+        ({"$ref": "http://169.254.169.254/latest/"}, "answer_schema.$ref"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}},
+            "answer_schema.properties.a.$ref",
+        ),
+        ({"items": [{"$dynamicRef": "https://x.test/s#m"}]}, "answer_schema.items[0]"),
+        ({"$id": "https://x.test/root/", "$ref": "other.json"}, "answer_schema.$ref"),
+        (
+            {"$ref": "#/enum/0", "enum": [{"$ref": "http://x.test/s"}]},
+            "answer_schema.enum[0].$ref",
+        ),
+    ],
+)
+def test_an_answer_schema_may_only_reference_itself(scope, schema, path):
+    todo = claimed(scope)
+    with pytest.raises(ValueError) as caught:
+        store.ask(scope, todo.id, "w1", question="?", answer_schema=schema)
+    assert str(caught.value).startswith(path)
+    assert store.get_todo(scope, todo.id).state == "claimed"
+
+
+class Listener(http.server.BaseHTTPRequestHandler):
+    """Counts the requests the server under test would make to it."""
+
+    hits = 0
+
+    def do_GET(self):
+        type(self).hits += 1
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"type": "string"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_stored_schema_with_a_remote_ref_fetches_nothing_when_answered(scope):
+    """A schema stored before refs were checked at ask time: still nothing is
+    retrieved, and the answer is refused in the store's own terms."""
+    listener = http.server.HTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        todo = asked(scope, answer_schema={"type": "string"})
+        remote = f"http://127.0.0.1:{listener.server_port}/schema.json"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE todos SET question = jsonb_set(question, '{answer_schema}',"
+                " jsonb_build_object('$ref', %s::text)) WHERE id = %s",
+                [remote, todo.id],
+            )
+        with pytest.raises(store.InvalidAnswer) as caught:
+            store.answer_todo(scope, todo.id, "yes", by="lead")
+        assert "only a local reference" in str(caught.value)
+        assert Listener.hits == 0
+        assert store.get_todo(scope, todo.id).is_held
+    finally:
+        listener.shutdown()
+
+
+@pytest.mark.parametrize(
+    "schema, path",
+    [
+        ({"type": "string", "pattern": "^(a)\\1$"}, "answer_schema.pattern"),
+        (
+            {"type": "object", "patternProperties": {"^(?!x)": {}}},
+            "answer_schema.patternProperties.^(?!x)",
+        ),
+    ],
+)
+def test_a_pattern_without_a_linear_time_match_is_refused_at_ask(scope, schema, path):
+    todo = claimed(scope)
+    with pytest.raises(ValueError) as caught:
+        store.ask(scope, todo.id, "w1", question="?", answer_schema=schema)
+    assert str(caught.value).startswith(path)
+    assert "RE2" in str(caught.value)
+
+
+def test_a_schema_nested_too_deep_is_refused_at_ask(scope):
+    deep = {"type": "string"}
+    for _ in range(40):
+        deep = {"type": "array", "items": deep}
+    todo = claimed(scope)
+    with pytest.raises(ValueError) as caught:
+        store.ask(scope, todo.id, "w1", question="?", answer_schema=deep)
+    assert "deeper than 32 levels" in str(caught.value)
+
+
+def assert_quick(check, seconds=1.0):
+    started = time.monotonic()
+    check()
+    elapsed = time.monotonic() - started
+    assert elapsed < seconds, f"took {elapsed:.2f} s"
+
+
+def test_a_backtracking_pattern_checks_an_answer_in_linear_time(scope):
+    todo = asked(scope, answer_schema={"type": "string", "pattern": "^(a+)+$"})
+
+    def check():
+        with pytest.raises(store.InvalidAnswer) as caught:
+            store.answer_todo(scope, todo.id, "a" * 28 + "!", by="lead")
+        assert "does not match" in str(caught.value)
+
+    assert_quick(check)
+    key = {
+        "type": "object",
+        "additionalProperties": False,
+        "patternProperties": {"^(a|a)+$": {"type": "integer"}},
+    }
+    other = asked(scope, answer_schema=key)
+    assert_quick(
+        lambda: pytest.raises(
+            store.InvalidAnswer,
+            store.answer_todo,
+            scope,
+            other.id,
+            {"a" * 28 + "!": 1},
+            by="lead",
+        )
+    )
+    assert store.answer_todo(scope, todo.id, "aaaa", by="lead").answer["value"] == (
+        "aaaa"
+    )
+
+
+def test_unique_items_over_a_large_answer_is_checked_quickly(scope):
+    todo = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
+    distinct = [{"n": n} for n in range(5000)]
+    assert_quick(lambda: store.answer_todo(scope, todo.id, distinct, by="lead"))
+
+    again = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
+    repeated = [*distinct, {"n": 4999.0}]
+    with pytest.raises(store.InvalidAnswer) as caught:
+        store.answer_todo(scope, again.id, repeated, by="lead")
+    assert "non-unique" in str(caught.value)
+    # JSON Schema's equality: true is not 1, key order does not count.
+    mixed = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
+    store.answer_todo(scope, mixed.id, [1, True, {"a": 1, "b": 2}], by="lead")
+
+
+def test_a_schema_whose_refs_multiply_the_work_stops_within_its_bound(scope):
+    """Each level refers twice to the next: 2**40 paths for one failing answer."""
+    defs = {
+        f"d{n}": {
+            "anyOf": [{"$ref": f"#/$defs/d{n + 1}"}, {"$ref": f"#/$defs/d{n + 1}"}]
+        }
+        for n in range(40)
+    }
+    defs["d40"] = {"type": "string"}
+    todo = asked(scope, answer_schema={"$defs": defs, "$ref": "#/$defs/d0"})
+
+    def check():
+        with pytest.raises(store.InvalidAnswer) as caught:
+            store.answer_todo(scope, todo.id, 1, by="lead")
+        assert "too costly" in str(caught.value)
+
+    assert_quick(check, seconds=1.5)
+
+
+# --- A passed deadline, a revoked endpoint -----------------------------------------
+
+
+def test_a_question_past_its_deadline_is_not_held_before_the_sweep_runs(scope):
+    todo = asked(scope, deadline_seconds=3600)
+    past_deadline(todo.id)
+    late = store.get_todo(scope, todo.id)
+    assert not late.is_held
+    assert late.to_dict()["outcome"] == "pending"
+    assert late.to_dict()["question"]["expired"] is True
+    with pytest.raises(store.Conflict) as caught:
+        store.answer_todo(scope, todo.id, "yes", by="lead")
+    assert "deadline passed" in caught.value.detail
+
+
+def test_an_answer_link_of_a_question_past_its_deadline_is_stale(scope):
+    todo = asked(scope, deadline_seconds=3600)
+    token = store.answer_link_token(todo)
+    past_deadline(todo.id)
+    with pytest.raises(store.StaleLink):
+        store.todo_for_answer_link(token)
+
+
+def test_a_revoked_endpoints_answer_link_answers_as_an_unknown_link(scope, endpoint):
+    todo = asked(scope)
+    token = store.answer_link_token(todo)
+    endpoints.revoke(endpoint)
+    with pytest.raises(store.NotFound):
+        store.todo_for_answer_link(token)
+    with pytest.raises(store.NotFound):
+        store.answer_by_link(token, "yes")
+    assert store.get_todo_any_endpoint(todo.id).answer is None

@@ -21,7 +21,8 @@ timestamps in the database.
 
 Layout: ``rows`` (values and errors), ``sql`` (shared plumbing), ``lifecycle``
 (create, claim, owner transitions, retry), ``questions`` (ask, answer, answer
-links, open questions), ``cancel`` (cancel, replace on create, dismissing dead
+links, open questions), ``schemas`` (what an answer schema may hold, and its
+bounded check), ``cancel`` (cancel, replace on create, dismissing dead
 letters), ``reads``, ``sweeps``, ``operator``
 (the operator Board's queries), ``operator_inbox`` (the Board's recent
 answers, cancel and dismiss by filter), ``queues`` (queue settings).
@@ -182,6 +183,7 @@ from .rows import (
     TooLarge,
     Unavailable,
 )
+from .schemas import answer_errors
 from .sql import (
     OUTAGES,
     is_outage,
@@ -270,6 +272,7 @@ __all__ = [
     "Unavailable",
     "acknowledge_many",
     "answer_by_link",
+    "answer_errors",
     "answer_link_token",
     "answer_todo",
     "answer_todo_any_endpoint",

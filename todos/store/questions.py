@@ -30,7 +30,6 @@ from .rows import (
     ANSWER_LINK_SECONDS,
     HELD_UNTIL_ANSWERED,
     MAX_ANSWER_BYTES,
-    MAX_ANSWER_SCHEMA_BYTES,
     MAX_CHOICE_CHARS,
     MAX_CHOICES,
     MAX_DEADLINE_SECONDS,
@@ -47,6 +46,7 @@ from .rows import (
     Todo,
     TooLarge,
 )
+from .schemas import answer_errors, check_answer_schema, path_text
 from .sql import ISO_NOW, _run, _scope, _scope_params, _todo_id, _uuid
 
 RETURN_TO = ("me", "pool")
@@ -155,17 +155,7 @@ def _question(
         if len(set(choices)) != len(choices):
             raise ValueError("choices must be distinct")
     if answer_schema is not None:
-        if not isinstance(answer_schema, dict):
-            raise ValueError("answer_schema must be a JSON Schema object")
-        if len(json.dumps(answer_schema).encode()) > MAX_ANSWER_SCHEMA_BYTES:
-            raise TooLarge("answer_schema", MAX_ANSWER_SCHEMA_BYTES)
-        validator = jsonschema.validators.validator_for(answer_schema)
-        try:
-            validator.check_schema(answer_schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(
-                f"answer_schema is not a valid JSON Schema: {exc.message}"
-            ) from exc
+        check_answer_schema(answer_schema)
     if return_to not in RETURN_TO:
         raise ValueError("return_to must be 'me' or 'pool'")
     return {
@@ -277,7 +267,7 @@ def _answer(
 
 
 def _not_asking(todo: Todo) -> Conflict:
-    if todo.is_held:
+    if todo.deadline_passed and todo.state == "pending":
         detail = "the question's deadline passed"
     elif todo.question_status == "answered" and todo.state == "pending":
         detail = "the question was answered already"
@@ -297,16 +287,9 @@ def validate_answer(todo: Todo, answer: JSONValue) -> None:
     schema = question.get("answer_schema")
     if schema is None:
         return
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(answer))
-    except Exception as exc:  # an unresolvable $ref and the like
-        raise InvalidAnswer(f"answer_schema cannot be applied: {exc}") from exc
+    error = jsonschema.exceptions.best_match(answer_errors(schema, answer))
     if error is not None:
-        path = "answer" + "".join(
-            f"[{part}]" if isinstance(part, int) else f".{part}"
-            for part in error.absolute_path
-        )
+        path = path_text("answer", tuple(error.absolute_path))
         raise InvalidAnswer(f"{path}: {error.message}", path=path)
 
 
@@ -351,10 +334,22 @@ def _link_claims(token: object) -> tuple[str, str]:
     return _todo_id(claims["t"]), str(claims.get("n"))
 
 
+# The todo a link names, while its endpoint is active: a revoked endpoint's
+# links answer as a link never made does.
+LINK_TODO_SQL = f"""
+SELECT {T_COLUMNS}
+  FROM todos t JOIN endpoints e ON e.id = t.endpoint_id
+ WHERE t.id = %(id)s AND e.revoked_at IS NULL
+"""
+
+
 def todo_for_answer_link(token: object) -> Todo:
     """Return the held todo an answer link opens (the page shows its question)."""
     todo_id, nonce = _link_claims(token)
-    todo = _lookup(None, todo_id)
+    row = _run("answer_link", LINK_TODO_SQL, {"id": todo_id}, fetch="one")
+    if row is None:
+        raise NotFound("no such answer link")
+    todo = Todo.from_row(row)
     if not todo.is_held or todo.answer_nonce != nonce:
         raise StaleLink(STALE_LINK, todo_id=todo_id, state=todo.state)
     return todo

@@ -2,7 +2,7 @@
 
 import json
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args, get_type_hints
 
 if TYPE_CHECKING:
@@ -273,8 +273,25 @@ class Todo:
 
     @property
     def is_held(self) -> bool:
-        """Pending, waiting for an answer: no claim takes it."""
-        return self.state == "pending" and self.question_status == "open"
+        """Pending, waiting for an answer: no claim takes it.
+
+        A question whose deadline has passed holds nothing, even before the
+        sweep marks it expired: a claim may take the todo from then on.
+        """
+        return (
+            self.state == "pending"
+            and self.question_status == "open"
+            and not self.deadline_passed
+        )
+
+    @property
+    def deadline_passed(self) -> bool:
+        """The open question's deadline has come (the sweep may not have run)."""
+        return (
+            self.question_status == "open"
+            and self.answer_deadline is not None
+            and self.answer_deadline <= datetime.now(UTC)
+        )
 
     @property
     def is_canceled(self) -> bool:
@@ -318,7 +335,7 @@ class Todo:
             **self.question,
             "asked_at": _iso(self.asked_at),
             "deadline": _iso(self.answer_deadline),
-            "expired": self.question_status == "expired",
+            "expired": self.question_status == "expired" or self.deadline_passed,
         }
 
     def to_dict(self) -> JSONObject:

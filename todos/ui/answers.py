@@ -12,7 +12,6 @@ own error; the store validates it again when it stores the answer.
 
 import json
 
-import jsonschema
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -192,10 +191,10 @@ class AnswerForm(BoardForm):
         schema = _schema(self.todo)
         if schema is None:
             return
-        validator = jsonschema.validators.validator_for(schema)(schema)
         try:
-            errors = list(validator.iter_errors(self.value))
-        except Exception:  # an unresolvable $ref: the store says so on answer
+            errors = store.answer_errors(schema, self.value)
+        except store.InvalidAnswer as exc:
+            self.add_error(None, str(exc))
             return
         for error in errors:
             self.add_invalid(error.absolute_path, error.message)

@@ -152,7 +152,7 @@ def _not_open_text(todo):
     if todo.question_status == "answered" and todo.answer:
         by = todo.answer.get("by") or "someone"
         return f"Already answered by {by}: the first answer counts."
-    if todo.question_status == "expired" or todo.is_held:
+    if todo.question_status == "expired" or todo.deadline_passed:
         return "The question's deadline passed before this answer."
     return "This todo is no longer waiting for an answer."
 
