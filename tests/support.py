@@ -4,6 +4,7 @@ for management commands. Fixtures live in the conftest.py files; plain
 functions live here (``from tests.support import free_port``).
 """
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -15,6 +16,7 @@ from io import StringIO
 from pathlib import Path
 from urllib.parse import quote
 
+import psycopg
 from django.core.management import call_command
 from django.db import connection
 
@@ -188,3 +190,28 @@ class InProcessServer:
         hub.loop.call_soon_threadsafe(hub.shutdown)
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def claims_held_back(application_name=None):
+    """Hold every claim statement where it starts until the block ends: a
+    SHARE lock on the history table, which a claim appends to, held by a
+    transaction of its own. Yields a check that one claim waits (of the
+    server's connections named ``application_name``, else of any)."""
+    with psycopg.connect(database_url(), autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute("LOCK TABLE todo_events IN SHARE MODE")
+
+        def one_waits():
+            # Not on the holder: a transaction reads the statistics once.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    " AND (%s::text IS NULL OR application_name = %s::text)",
+                    [application_name, application_name],
+                )
+                return cursor.fetchone()[0] == 1
+
+        yield one_waits
+        holder.execute("COMMIT")

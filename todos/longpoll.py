@@ -17,7 +17,9 @@ The JSON API's ``POST /api/v1/todos/claim``, SQS ReceiveMessage and MCP's
    applies from then on.
 3. The client going away cancels the request's task: the wait ends where it
    is, a try is never started for a gone client, and what a try already
-   running claims for it is released.
+   running claims for it is handed back as it was found (``hand_back``:
+   pending, its attempt not spent), as is what was claimed for a caller
+   refused by the re-validation after the claim.
 
 The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 """
@@ -59,6 +61,12 @@ class LongPoll:
     def attempt(self, scope: store.Scope) -> Claimed:
         """Claim: the todo(s), or raise ``store.NotFound`` / return ``[]``."""
         raise NotImplementedError
+
+    def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
+        """Give back a todo claimed for a caller that never received it (it
+        left, or was refused once the claim had run): as the claim found it,
+        pending with its attempt restored (CONTRACT §16)."""
+        store.unclaim(scope, todo)
 
 
 async def claim(poll: LongPoll) -> Claimed | None:
@@ -147,13 +155,11 @@ class _State:
         return self.scope
 
     def give_back(self, result: Claimed) -> None:
-        """Release what was claimed for a caller that left or was refused."""
+        """Hand back what was claimed for a caller that left or was refused."""
         scope = self._started()
         for todo in result if isinstance(result, list) else [result]:
             with contextlib.suppress(store.NotFound, store.Conflict):
-                store.release_todo(
-                    scope, todo.id, todo.owner, lease_token=todo.lease_token
-                )
+                self.poll.hand_back(scope, todo)
 
     def _bell_scope(self, scope: store.Scope) -> store.Scope:
         queue = self.poll.queue

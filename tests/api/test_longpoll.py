@@ -2,12 +2,14 @@
 
 import http.client
 import json
+import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support import claims_held_back
 from todos import store
 from todos.hub import hub
 
@@ -145,3 +147,37 @@ def test_a_lapsed_lease_is_claimed_without_any_ring(asgi_server, endpoint, time_
     )
     assert status == 200 and body["todo"]["id"] == todo.id
     assert body["todo"]["attempt"] == 2
+
+
+def test_a_claim_whose_client_left_while_it_ran_is_not_charged(asgi_server, endpoint):
+    """CONTRACT §16: the client leaves while its claim statement runs. Nobody
+    received the todo: it stays pending with its attempt unspent, so a todo
+    with one attempt is not dead-lettered without ever being delivered."""
+    scope = store.Scope.for_endpoint(endpoint)
+    todo, _ = store.create_todo(scope, queue="q", max_attempts=1)
+    body = json.dumps({"worker": "w1", "wait_seconds": 5}).encode()
+    head = (
+        "POST /api/v1/todos/claim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {endpoint.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with claims_held_back() as one_waits:
+        client = socket.create_connection(("127.0.0.1", asgi_server.port))
+        client.sendall(head.encode() + body)
+        deadline = time.monotonic() + 5
+        while not one_waits():
+            assert time.monotonic() < deadline, "the claim never reached its statement"
+            time.sleep(0.02)
+        client.close()
+        time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while len(events := store.todo_events_any_endpoint(todo.id)) < 3:
+        assert time.monotonic() < deadline, "the claim was never handed back"
+        time.sleep(0.05)
+    after = store.get_todo_any_endpoint(todo.id)
+    assert (after.state, after.attempt, after.outcome) == ("pending", 0, "pending")
+    assert [(e.from_state, e.to_state) for e in events] == [
+        (None, "pending"),
+        ("pending", "claimed"),
+        ("claimed", "pending"),
+    ]

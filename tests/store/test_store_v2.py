@@ -96,6 +96,75 @@ def test_a_stale_lease_token_is_superseded_and_changes_nothing(scope, time_trave
     assert history(todo.id)[-1] == ("claimed", "claimed")  # the re-claim, no more
 
 
+def test_a_claim_nobody_received_leaves_the_todo_as_the_claim_found_it(scope):
+    """CONTRACT §16: a claim its client never received is handed back pending,
+    its attempt not spent, even at the attempt cap, and its history says so."""
+    todo = new(scope, max_attempts=1)
+    claimed = store.claim_next(scope, "w1")
+
+    handed_back = store.unclaim(scope, claimed)
+
+    assert handed_back.state == "pending" and handed_back.attempt == 0
+    assert handed_back.owner is None and handed_back.outcome == "pending"
+    assert row(todo.id).state == "pending"
+    events = store.todo_events_any_endpoint(todo.id)
+    assert [(e.from_state, e.to_state, e.attempt) for e in events[-2:]] == [
+        ("pending", "claimed", 1),
+        ("claimed", "pending", 0),
+    ]
+    assert events[-1].error == store.lifecycle.NOT_RECEIVED
+    again = store.claim_next(scope, "w2")
+    assert again.id == todo.id and again.attempt == 1
+
+
+def test_a_redelivery_nobody_received_is_pending_with_the_earlier_attempt(
+    scope, time_travel
+):
+    todo = new(scope)
+    store.claim_next(scope, "crashed")
+    time_travel(todo.id, lease_expires_at=-600)
+    redelivered = store.claim_next(scope, "w2")
+    assert redelivered.attempt == 2
+
+    handed_back = store.unclaim(scope, redelivered)
+
+    assert (handed_back.state, handed_back.attempt) == ("pending", 1)
+
+
+def test_an_unclaim_of_a_lease_taken_over_changes_nothing(scope, time_travel):
+    todo = new(scope)
+    first = store.claim_next(scope, "w1")
+    time_travel(todo.id, lease_expires_at=-600)
+    current = store.claim_next(scope, "w1")
+
+    with pytest.raises(store.Conflict):
+        store.unclaim(scope, first)
+
+    after = row(todo.id)
+    assert after.state == "claimed" and after.attempt == 2
+    assert after.lease_token == current.lease_token
+
+
+def test_an_unclaim_under_a_cancel_request_ends_the_todo_canceled(scope):
+    todo = new(scope)
+    claimed = store.claim_next(scope, "w1")
+    store.cancel_todo(scope, todo.id, reason="not needed")
+
+    handed_back = store.unclaim(scope, claimed)
+
+    assert handed_back.state == "done" and handed_back.outcome == "canceled"
+    assert handed_back.attempt == 0
+
+
+def test_an_unclaim_of_another_endpoints_todo_is_not_found(scope, other_scope):
+    new(scope)
+    claimed = store.claim_next(scope, "w1")
+
+    with pytest.raises(store.NotFound):
+        store.unclaim(other_scope, claimed)
+    assert row(claimed.id).state == "claimed"
+
+
 def test_heartbeat_keeps_the_lease_token(scope):
     """CONTRACT §10: heartbeat extends the lease and keeps its token."""
     new(scope)

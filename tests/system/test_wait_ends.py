@@ -22,6 +22,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from django.db import connection, transaction
 
+from tests.support import claims_held_back
 from tests.system.test_waiters import (
     APP_NAME,
     mcp_session,
@@ -31,6 +32,7 @@ from tests.system.test_waiters import (
     settle,
     start_server,
     stop_server,
+    wait_until,
 )
 from todos import store
 from todos.models import Endpoint
@@ -323,3 +325,44 @@ def test_a_revoke_while_the_listen_connection_reconnects_ends_the_wait(surface):
     assert call.answered_in_time()
     assert surface.refused(call), (call.status, call.body)
     assert still_pending(todo)
+
+
+def handed_back(todo, seconds=5.0):
+    """The todo once it was claimed and no claim holds it any more, and its
+    last history row."""
+    deadline = time.monotonic() + seconds
+    while True:
+        now = store.get_todo_any_endpoint(todo.id)
+        events = store.todo_events_any_endpoint(todo.id)
+        claimed = any(event.to_state == "claimed" for event in events)
+        if claimed and now.state != "claimed":
+            return now, events[-1]
+        assert time.monotonic() < deadline, "the claim was never handed back"
+        time.sleep(0.05)
+
+
+def test_a_claim_whose_client_left_while_it_ran_leaves_the_todo_as_it_was(surface):
+    """CONTRACT §16: the client sends its claim and leaves while the claim
+    statement runs. Nobody received the todo, so it is pending with its
+    attempt unchanged, not dead-lettered at its cap; its history says why.
+    SQS keeps its own rule: a lost ReceiveMessage counts a receive."""
+    sqs = surface.name == "sqs"
+    todo, _ = store.create_todo_any_endpoint(
+        str(surface.endpoint.id), queue=QUEUE, max_attempts=5 if sqs else 1
+    )
+    with claims_held_back(APP_NAME) as one_waits:
+        call = surface.wait(QUEUE)
+        wait_until(one_waits, message="the claim never reached its statement")
+        call.leave()
+        settle(0.5)
+    after, last = handed_back(todo)
+    if sqs:
+        assert (after.state, after.attempt, last.error) == ("pending", 1, "")
+    else:
+        assert (after.state, after.attempt, after.outcome) == ("pending", 0, "pending")
+        assert (last.from_state, last.to_state, last.attempt) == (
+            "claimed",
+            "pending",
+            0,
+        )
+        assert "client left" in last.error

@@ -11,7 +11,7 @@ import logging
 from django.http import Http404, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import longpoll
+from todos import longpoll, store
 from todos.sqs import actions, protocol
 from todos.sqs.protocol import SqsError
 
@@ -88,6 +88,12 @@ class Call(longpoll.LongPoll):
 
     def attempt(self, scope):
         return self.receive.attempt(scope)
+
+    def hand_back(self, scope, todo):
+        """SQS's rule: a ReceiveMessage whose answer was lost still counts a
+        receive (``ApproximateReceiveCount``). The message is visible again at
+        once, with the receive spent."""
+        store.release_todo(scope, todo.id, todo.owner, lease_token=todo.lease_token)
 
 
 @csrf_exempt

@@ -65,6 +65,7 @@ from .lifecycle import (
     release_todo_any_endpoint,
     retry_todo,
     retry_todo_any_endpoint,
+    unclaim,
 )
 from .operator import (
     BULK_RETRY_BATCH,
@@ -343,6 +344,7 @@ __all__ = [
     "ring_due_delayed",
     "todo_events_any_endpoint",
     "todo_for_answer_link",
+    "unclaim",
     "update_queue",
     "update_queue_any_endpoint",
     "validate_answer",

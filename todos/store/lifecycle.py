@@ -40,6 +40,8 @@ from .rows import (
     TooLarge,
 )
 from .sql import (
+    DOORBELL,
+    ENDED_RING,
     LIVE_ROW,
     _defaults,
     _lease,
@@ -716,6 +718,68 @@ def _claim_one(
         todo = _lookup(scope, todo_id)
         raise Conflict(
             f"todo is {todo.state}; {CLAIMABLE}", todo_id=todo_id, state=todo.state
+        )
+    return Todo.from_row(row)
+
+
+# A claim its client never received (it left while the claim ran), handed back
+# as the claim found the todo: claimed → pending with the attempt the claim
+# counted taken back, so work nobody was given never moves toward its dead
+# letter. Guarded by the claim itself: this endpoint, still claimed, the same
+# owner and the claim's own lease token (a lease taken over since is not
+# touched). The token is the claim's proof, so a grant narrowed meanwhile does
+# not keep the todo out. A cancel request that arrived meanwhile ends it
+# canceled instead (claimed → done), as a release would.
+UNCLAIM_SQL = f"""
+WITH moved AS (
+    UPDATE todos
+       SET state = CASE WHEN cancel_request IS NULL THEN 'pending' ELSE 'done' END,
+           owner = CASE WHEN cancel_request IS NULL THEN NULL ELSE owner END,
+           attempt = attempt - 1,
+           result = CASE WHEN cancel_request IS NULL THEN result
+                         ELSE jsonb_build_object('canceled', cancel_request) END,
+           canceled_at = CASE WHEN cancel_request IS NULL THEN canceled_at
+                              ELSE now() END,
+           lease_expires_at = NULL, updated_at = now()
+     WHERE id = %(id)s AND endpoint_id = %(endpoint_id)s AND state = 'claimed'
+       AND owner IS NOT DISTINCT FROM %(worker)s AND lease_token = %(token)s
+ RETURNING {TODO_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'claimed', state, attempt, coalesce(%(worker)s, ''),
+           CASE WHEN canceled_at IS NOT NULL THEN 'canceled'
+                ELSE %(event_error)s END,
+           now()
+      FROM moved
+)
+SELECT {TODO_COLUMNS}, {DOORBELL}, {ENDED_RING} FROM moved
+"""
+
+NOT_RECEIVED = "claim not received: the client left before its answer"
+
+
+def unclaim(scope: Scope, todo: Todo) -> Todo:
+    """Hand back a claim its client never received: pending, attempt restored.
+
+    ``todo`` is the claim's answer (its owner and lease token guard the
+    statement). Conflict when the todo is no longer that claim.
+    """
+    todo_id = _todo_id(todo.id)
+    params = {
+        "endpoint_id": _scope_params(scope)["endpoint_id"],
+        "id": todo_id,
+        "worker": todo.owner,
+        "token": todo.lease_token,
+        "event_error": NOT_RECEIVED,
+    }
+    row = _run("unclaim", UNCLAIM_SQL, params, fetch="one")
+    if row is None:
+        now = _lookup(Scope(scope.endpoint_id), todo_id)
+        raise Conflict(
+            f"todo is {now.state}; the claim was taken over",
+            todo_id=todo_id,
+            state=now.state,
         )
     return Todo.from_row(row)
 
