@@ -117,6 +117,26 @@ def test_retryable_count_previews_failed_todos_matching_the_filter(scope):
     assert store.count_retryable_any_endpoint(endpoint_id="not-a-uuid") == 0
 
 
+def test_the_retry_preview_looks_at_a_bounded_number_of_matches(scope):
+    """A preview over a million dead letters must not count them all: it looks
+    at the first ``limit`` and says that more match."""
+    failed(scope, dead=True, key="k-1")
+    store.create_todo(scope, queue="q", idempotency_key="k-1")
+    for i in range(4):
+        failed(scope, dead=True, title=f"t{i}")
+
+    assert store.preview_retry_any_endpoint(limit=10) == store.RetryPreview(
+        4, 1, more=False
+    )
+    assert store.preview_retry_any_endpoint(limit=5).more is False
+    bounded = store.preview_retry_any_endpoint(limit=3)
+    assert bounded.more is True
+    assert bounded.retryable + bounded.key_held == 4  # limit + 1 rows, no more
+    assert store.preview_retry_any_endpoint(
+        endpoint_id="not-a-uuid"
+    ) == store.RetryPreview(0, 0, more=False)
+
+
 def test_retry_matching_requeues_every_match_in_batches(scope):
     """SPEC: Terminal states are final (only an explicit retry re-queues)."""
     todos = [failed(scope, dead=True, title=f"t{i}") for i in range(7)]
@@ -154,7 +174,7 @@ def test_retry_matching_leaves_a_dead_letter_whose_key_a_live_todo_holds(scope):
     movable = failed(scope, dead=True, key="delivery-2")
 
     assert store.count_retryable_any_endpoint() == 1
-    assert store.count_key_held_any_endpoint() == 1
+    assert store.preview_retry_any_endpoint() == store.RetryPreview(1, 1, more=False)
 
     outcome = store.retry_matching_any_endpoint()
 

@@ -7,13 +7,18 @@ holds the old names has them applied and migrates on without applying either
 again.
 """
 
+import subprocess
+import sys
 from io import StringIO
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
+
+from tests.support import ROOT, child_env, database_url
 
 # Old name -> the name it runs under now.
 RENUMBERED = {
@@ -105,3 +110,39 @@ def test_a_database_between_the_old_numbers_applies_only_what_it_lacks(
 
     expected = [RENUMBERED.get(name, name) for name in missing]
     assert plan == [("todos", name, False) for name in expected]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_migrations_run_for_a_database_owner_who_is_not_a_superuser():
+    """A hosted PostgreSQL gives the application a database it owns, not a
+    superuser: the trigram extension (0018) is one its owner may create."""
+    name = f"{connection.settings_dict['NAME']}_owned"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cursor.execute(f'DROP ROLE IF EXISTS "{name}"')
+        cursor.execute(
+            f"CREATE ROLE \"{name}\" LOGIN NOSUPERUSER NOCREATEDB PASSWORD 'owner'"
+        )
+        cursor.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
+    server = database_url().split("@", 1)[1].rsplit("/", 1)[0]
+    owned = f"postgres://{name}:owner@{server}/{name}"
+    try:
+        migrated = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
+            cwd=ROOT,
+            env=child_env(owned),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        with psycopg.connect(owned) as conn:
+            (index,) = conn.execute(
+                "SELECT to_regclass('todos_title_trgm_idx')::text"
+            ).fetchone()
+        assert index == "todos_title_trgm_idx"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f'DROP ROLE IF EXISTS "{name}"')

@@ -1,5 +1,6 @@
 """The Board's todo pages and actions: full pages, htmx fragments, login, CSRF."""
 
+import functools
 import html
 import json
 import re
@@ -322,6 +323,23 @@ def test_list_filters_by_endpoint_queue_worker_and_text(
     assert f"todo-{theirs.id}" in by_endpoint and "Deploy api v2" not in by_endpoint
 
 
+@pytest.mark.parametrize("term", ["ab", "a-b", "#1", "é"])
+def test_a_search_too_short_for_the_index_asks_for_three_letters_or_digits(
+    board, scope, term
+):
+    """Such a term would read every todo (seconds over a million); a term with
+    three letters or digits in a row is found from the trigram index."""
+    store.create_todo(scope, queue="q", title=f"Fix {term} now")
+
+    refused = board.get("/board/todos/", {"q": term})
+    found = board.get("/board/todos/", {"q": f"Fix {term}"})
+
+    assert refused.status_code == 400
+    assert "at least three letters or digits in a row" in refused.content.decode()
+    assert found.status_code == 200
+    assert f"Fix {term} now" in found.content.decode()
+
+
 def test_list_results_fragment_carries_the_filters_into_its_polling(board, scope):
     dead_letter(scope)
 
@@ -566,6 +584,27 @@ def test_retry_matching_page_works_without_javascript(board, scope):
     assert b"<html" in page.content and b"Retry 1 failed todo?" in page.content
     assert done.redirect_chain[-1][0] == "/board/todos/?state=dead_letter"
     assert b"Retried 1 matching todos" in done.content
+
+
+def test_retry_matching_over_many_matches_says_more_than_its_preview_looked_at(
+    board, scope, monkeypatch
+):
+    monkeypatch.setattr(store, "PREVIEW_LIMIT", 2)
+    monkeypatch.setattr(
+        store,
+        "preview_retry_any_endpoint",
+        functools.partial(store.preview_retry_any_endpoint, limit=2),
+    )
+    for i in range(3):
+        dead_letter(scope, f"broken {i}")
+
+    response = board.get(
+        "/board/todos/retry-matching/?state=dead_letter", **htmx("bulk")
+    )
+
+    panel = response.content.decode()
+    assert "Retry more than 2 failed todos?" in panel
+    assert ">Retry 2+ todos</button>" in panel
 
 
 def test_retry_matching_with_no_match_says_nothing_to_retry(board, db):

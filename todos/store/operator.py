@@ -238,6 +238,54 @@ def count_key_held_any_endpoint(
     return _count_failed(KEY_HELD_ELSEWHERE, cap, filters)
 
 
+# The bulk retry's preview looks at no more matching failed todos than this:
+# past it the Board says "more than 1 000" rather than count a million (and
+# probe each one's idempotency key) on every look.
+PREVIEW_LIMIT = 1_000
+
+
+@dataclass(frozen=True)
+class RetryPreview:
+    """What a bulk retry of a filter would do, from its first matches."""
+
+    # Of the matches looked at (all of them, or limit + 1): those a retry
+    # moves, and the dead letters it must leave because another live todo
+    # holds their idempotency key.
+    retryable: int
+    key_held: int
+    # More failed todos match than the preview looked at (``PREVIEW_LIMIT``).
+    more: bool
+
+
+# One pass over at most limit + 1 matching failed todos, each marked by
+# whether a live todo holds its key: both figures from one bounded scan.
+RETRY_PREVIEW_SQL = """
+SELECT count(*) FILTER (WHERE NOT key_held), count(*) FILTER (WHERE key_held),
+       count(*)
+  FROM (
+    SELECT {held} AS key_held FROM todos c WHERE c.state = 'failed' AND {where}
+     LIMIT %(limit)s + 1
+  ) looked
+"""
+
+
+def preview_retry_any_endpoint(
+    *, limit: int = PREVIEW_LIMIT, **filters: Unpack[Filters]
+) -> RetryPreview:
+    """Preview a bulk retry of this filter from its first ``limit`` matches."""
+    found = _filter_conditions(**filters)
+    if found is None:
+        return RetryPreview(0, 0, more=False)
+    conditions, params = found
+    sql = RETRY_PREVIEW_SQL.format(
+        where=" AND ".join(conditions) or "TRUE", held=KEY_HELD_ELSEWHERE
+    )
+    row = _run("preview_retry", sql, {**params, "limit": int(limit)}, fetch="one")
+    assert row is not None  # a count returns one row
+    retryable, key_held, looked = row
+    return RetryPreview(retryable, key_held, more=looked > limit)
+
+
 @dataclass(frozen=True)
 class BulkRetry:
     """What a bulk retry did: how many moved, which were refused, and whether

@@ -132,13 +132,9 @@ class BoardAccess:
         missing += [store.NotFound(todo_id=todo_id) for todo_id in outside]
         return retried, conflicts, missing
 
-    def count_retryable(self, **filters):
+    def preview_retry(self, **filters):
         ids = self.scope_ids
-        return store.count_retryable_any_endpoint(**filters, endpoint_ids=ids)
-
-    def count_key_held(self, **filters):
-        ids = self.scope_ids
-        return store.count_key_held_any_endpoint(**filters, endpoint_ids=ids)
+        return store.preview_retry_any_endpoint(**filters, endpoint_ids=ids)
 
     def retry_matching(self, **filters):
         ids = self.scope_ids

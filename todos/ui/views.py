@@ -462,9 +462,12 @@ def todos_retry_matching(request):
     """Preview, then retry, every failed todo the list's filter matches."""
 
     def preview(filters):
+        preview = request.board.preview_retry(**filters)
         return {
-            "count": request.board.count_retryable(**filters),
-            "key_held": request.board.count_key_held(**filters),
+            "count": preview.retryable,
+            "key_held": preview.key_held,
+            "more": preview.more,
+            "preview_limit": f"{store.PREVIEW_LIMIT:,}".replace(",", " "),
         }
 
     def retry(filters):
