@@ -1,6 +1,7 @@
 """The store's Board section: overview counts, the bulk-retry preview and pass."""
 
 from todos import store
+from todos.store import stats
 
 
 def failed(scope, *, dead, title="t", key=None, queue="q"):
@@ -218,3 +219,26 @@ def test_retry_matching_reports_a_dead_letter_held_back_by_its_twin_once(scope):
 
     assert outcome.retried == 1
     assert len(outcome.conflicts) + outcome.key_held == 1
+
+
+def test_a_dead_letter_group_filter_leaves_out_its_dismissed_members(scope):
+    """Show N and Retry group… act on the group the groups page counts: a
+    dismissed dead letter with the same error is no longer in it."""
+    for _ in range(2):
+        failed(scope, dead=True)
+    (group,) = stats.dead_letter_groups()
+    group_filter = {
+        "endpoint_id": group.endpoint_id,
+        "queue": group.queue,
+        "state": "dead_letter",
+        "fingerprint": group.fingerprint,
+    }
+    assert store.dismiss_matching_any_endpoint(**group_filter) == 2
+    newer = failed(scope, dead=True)
+
+    (regrouped,) = stats.dead_letter_groups()
+    listed = store.list_todos_any_endpoint(**group_filter).todos
+
+    assert regrouped.count == 1
+    assert [todo.id for todo in listed] == [newer.id]
+    assert store.preview_retry_any_endpoint(**group_filter).retryable == 1

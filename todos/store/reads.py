@@ -138,11 +138,16 @@ def _filter_conditions(
         if not params["scope_endpoints"]:
             return None
         conditions.append("endpoint_id = ANY(%(scope_endpoints)s::uuid[])")
+    # A fingerprint names a dead-letter group as the groups page shows it:
+    # its dismissed members are not in it (and then the group's own index,
+    # todos_dead_letter_group_idx, finds its members).
     if fingerprint == NO_ERROR_GROUP:
-        conditions.append("error_fingerprint IS NULL")
+        conditions.append("error_fingerprint IS NULL AND dismissed_at IS NULL")
     elif fingerprint:
         params["fingerprint"] = fingerprint
-        conditions.append("error_fingerprint = %(fingerprint)s")
+        conditions.append(
+            "error_fingerprint = %(fingerprint)s AND dismissed_at IS NULL"
+        )
     if endpoint_id is not None:
         params["filter_endpoint"] = _uuid(endpoint_id)
         if params["filter_endpoint"] is None:
