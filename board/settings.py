@@ -405,10 +405,14 @@ LOGGING = {
         "text": {"()": "todos.logs.TextFormatter"},
         "json": {"()": "todos.logs.JsonFormatter"},
     },
+    # No credential reaches a log line: answer links' tokens are redacted
+    # from every record these handlers write (todos.logs.RedactCredentials).
+    "filters": {"redact": {"()": "todos.logs.RedactCredentials"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "text",
+            "filters": ["redact"],
         },
     },
     "root": {"handlers": ["console"], "level": "WARNING"},

@@ -10,3 +10,8 @@ class TodosConfig(AppConfig):
         # credential cache's receivers (todos.auth: an endpoint or SQS key saved
         # or deleted in this process is forgotten by its cache at once).
         from todos import auth, checks  # noqa: F401
+        from todos.logs import redact_server_logs
+
+        # gunicorn and uvicorn set up their handlers before Django starts:
+        # their log lines (the access log, errors) never show a credential.
+        redact_server_logs()

@@ -1,4 +1,5 @@
-"""Log formatters: key=value text for people, one JSON object a line for machines.
+"""Log formatters: key=value text for people, one JSON object a line for machines;
+and the filter that keeps credentials out of every log line.
 
 Callers pass structured fields through ``extra={"fields": {...}}``; both
 formatters render them, so a log line is searchable either way.
@@ -59,3 +60,62 @@ class TextFormatter(logging.Formatter):
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line
+
+
+# --- Credentials never reach a log line (CONTRACT §16) ------------------------
+
+# An answer link is a bearer credential in its path (/answer/<token>): anyone
+# who reads it may answer. Django's CSRF and error warnings, the access log
+# and a failed request's log line all write the path.
+ANSWER_LINK_TOKEN = re.compile(r"(/answer/)[^/\s?#\"'&]+")
+REDACTED = r"\1[redacted]"
+
+
+def redact(text: str) -> str:
+    """The text with every answer link's token replaced by ``[redacted]``."""
+    return ANSWER_LINK_TOKEN.sub(REDACTED, text) if "/answer/" in text else text
+
+
+def _redacted(value: object) -> object:
+    return redact(value) if isinstance(value, str) else value
+
+
+class RedactCredentials(logging.Filter):
+    """Redact answer-link tokens from a record's message, arguments and fields.
+
+    Attached to every handler the process logs through (ours in the LOGGING
+    setting; gunicorn's and uvicorn's by ``redact_server_logs``), so it sees
+    each record whichever logger wrote it. The arguments are redacted in
+    place, keeping their shape: uvicorn's access formatter reads them.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redacted(arg) for arg in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {key: _redacted(arg) for key, arg in record.args.items()}
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            record.fields = {key: _redacted(value) for key, value in fields.items()}
+        return True
+
+
+# The loggers gunicorn and uvicorn write through with handlers of their own
+# (uvicorn's worker hands its loggers gunicorn's handlers), which the LOGGING
+# setting does not configure.
+SERVER_LOGGERS = (
+    "gunicorn.error",
+    "gunicorn.access",
+    "uvicorn.error",
+    "uvicorn.access",
+)
+
+
+def redact_server_logs() -> None:
+    """Add the credential filter to every handler of the server's loggers."""
+    for name in ("", *SERVER_LOGGERS):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, RedactCredentials) for f in handler.filters):
+                handler.addFilter(RedactCredentials())

@@ -57,7 +57,11 @@ def test_ask_holds_the_todo_and_answer_returns_it_to_the_asker(agent):
         {"answer": "approve", "worker": "orchestrator"},
     )
     assert answered.status_code == 200, answered.content
-    assert answered.json()["todo"]["answer"]["by"] == "orchestrator"
+    answer = answered.json()["todo"]["answer"]
+    assert (answer["by"], answer["worker"]) == (
+        f"agent:{agent.endpoint.name}",
+        "orchestrator",
+    )
     assert_error(agent.post("/api/v1/todos/claim", {"worker": "w2"}), 404, "not_found")
     again = agent.post("/api/v1/todos/claim", {"worker": "w1"}).json()["todo"]
     assert again["id"] == todo["id"]

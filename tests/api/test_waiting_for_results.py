@@ -140,7 +140,7 @@ def test_a_waiting_claim_gets_the_answered_todo_within_a_second(asgi_server, end
     )
     wait_for_listener()
     answered_at = time.monotonic()
-    store.answer_todo(scope, todo.id, "yes", by="lead")
+    store.answer_todo(scope, todo.id, "yes", worker="lead")
     thread.join(timeout=15)
     assert result["status"] == 200
     claimed = result["body"]["todo"]

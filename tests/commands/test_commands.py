@@ -214,7 +214,7 @@ def test_reap_expired_counts_lapsed_leases_under_a_cancel_request_as_canceled(
 ):
     todo, _ = store.create_todo(scope, queue="q")
     store.claim_todo(scope, todo.id, "w1")
-    store.cancel_todo(scope, todo.id, by="lead")
+    store.cancel_todo(scope, todo.id, worker="lead")
     time_travel(todo.id, lease_expires_at=-3600)
     out = command_output("reap_expired")
     assert "1 todos moved (0 requeued, 0 dead-lettered, 1 canceled)" in out

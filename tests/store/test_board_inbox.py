@@ -11,7 +11,7 @@ def asked_and_answered(scope, title, answer, by="orchestrator"):
     todo, _ = store.create_todo(scope, queue="q", title=title)
     store.claim_todo(scope, todo.id, "w")
     store.ask(scope, todo.id, "w", question=f"{title}?")
-    return store.answer_todo(scope, todo.id, answer, by=by)
+    return store.answer_todo(scope, todo.id, answer, worker=by)
 
 
 def test_recent_answers_come_latest_first_and_stay_after_the_todo_moves_on(

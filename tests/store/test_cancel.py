@@ -28,10 +28,11 @@ def dead_letter(scope, **fields):
 def test_cancel_of_a_pending_todo_ends_it_done_and_canceled(scope):
     """CONTRACT §14: pending → claimed → done, each with its history row."""
     todo = new(scope)
-    canceled = store.cancel_todo(scope, todo.id, reason="not needed", by="lead")
+    canceled = store.cancel_todo(scope, todo.id, reason="not needed", worker="lead")
     assert canceled.state == "done" and canceled.outcome == "canceled"
     assert canceled.result["canceled"]["reason"] == "not needed"
-    assert canceled.result["canceled"]["by"] == "lead"
+    assert canceled.result["canceled"]["by"] == "agent:agent-a"
+    assert canceled.result["canceled"]["worker"] == "lead"
     assert canceled.result["canceled"]["at"].endswith("Z")
     assert canceled.attempt == 0 and canceled.owner is None
     assert history(todo.id) == [
@@ -53,7 +54,7 @@ def test_cancel_of_a_held_todo_is_at_once_and_closes_its_question(scope, endpoin
     store.claim_todo(scope, todo.id, "w1")
     store.ask(scope, todo.id, "w1", question="?")
     token = store.answer_link_token(store.get_todo(scope, todo.id))
-    canceled = store.cancel_todo(scope, todo.id, by="lead")
+    canceled = store.cancel_todo(scope, todo.id, worker="lead")
     assert canceled.outcome == "canceled"
     assert store.open_questions_any_endpoint(endpoint_ids=[endpoint.id]) == []
     with pytest.raises(store.StaleLink):
@@ -78,7 +79,7 @@ def test_cancel_of_a_claimed_todo_asks_its_owner(scope):
     todo = new(scope)
     store.claim_todo(scope, todo.id, "w1")
     before = history(todo.id)
-    requested = store.cancel_todo(scope, todo.id, reason="stop", by="lead")
+    requested = store.cancel_todo(scope, todo.id, reason="stop", worker="lead")
     assert requested.state == "claimed" and requested.cancel_requested
     assert requested.to_dict()["cancel_requested"] is True
     assert history(todo.id) == before, "a request is no transition"
@@ -89,7 +90,7 @@ def test_cancel_of_a_claimed_todo_asks_its_owner(scope):
 def test_release_under_a_cancel_request_ends_canceled(scope):
     todo = new(scope)
     store.claim_todo(scope, todo.id, "w1")
-    store.cancel_todo(scope, todo.id, reason="stop", by="lead")
+    store.cancel_todo(scope, todo.id, reason="stop", worker="lead")
     ended = store.release_todo(scope, todo.id, "w1")
     assert ended.state == "done" and ended.outcome == "canceled"
     assert ended.result == {"canceled": ended.cancel_request}
@@ -99,7 +100,7 @@ def test_release_under_a_cancel_request_ends_canceled(scope):
 def test_fail_under_a_cancel_request_ends_canceled_keeping_the_error(scope):
     todo = new(scope)
     store.claim_todo(scope, todo.id, "w1")
-    store.cancel_todo(scope, todo.id, by="lead")
+    store.cancel_todo(scope, todo.id, worker="lead")
     ended = store.fail_todo(scope, todo.id, "w1", error="stopped early")
     assert ended.outcome == "canceled" and ended.last_error == "stopped early"
     assert ended.next_retry_at is None
@@ -108,7 +109,7 @@ def test_fail_under_a_cancel_request_ends_canceled_keeping_the_error(scope):
 def test_complete_under_a_cancel_request_keeps_the_workers_result(scope):
     todo = new(scope)
     store.claim_todo(scope, todo.id, "w1")
-    store.cancel_todo(scope, todo.id, by="lead")
+    store.cancel_todo(scope, todo.id, worker="lead")
     done = store.complete_todo(scope, todo.id, "w1", result={"ok": 1})
     assert done.outcome == "done" and done.result == {"ok": 1}
 
@@ -117,7 +118,7 @@ def test_a_lapsed_lease_under_a_cancel_request_ends_canceled(scope):
     """CONTRACT §14: a lease that lapses under a cancel request ends cancelled."""
     todo = new(scope)
     store.claim_todo(scope, todo.id, "w1")
-    store.cancel_todo(scope, todo.id, by="lead")
+    store.cancel_todo(scope, todo.id, worker="lead")
     shift(todo.id, lease_expires_at=-600)
     # The claim does not redeliver it ...
     with pytest.raises(store.NotFound):
@@ -129,7 +130,8 @@ def test_a_lapsed_lease_under_a_cancel_request_ends_canceled(scope):
     moved = store.reap_expired()
     assert [(m.id, m.state) for m in moved] == [(todo.id, "done")]
     after = store.get_todo(scope, todo.id)
-    assert after.outcome == "canceled" and after.result["canceled"]["by"] == "lead"
+    assert after.outcome == "canceled"
+    assert after.result["canceled"]["by"] == "agent:agent-a"
 
 
 def test_cancel_of_a_terminal_todo_conflicts(scope):
@@ -164,7 +166,7 @@ def test_cancel_many_answers_each_in_order(scope, other_scope):
     results = store.cancel_many(
         scope,
         [(pending.id, "a"), (claimed.id, "b"), (foreign.id, ""), ("bad", "")],
-        by="lead",
+        worker="lead",
     )
     assert results[0].outcome == "canceled"
     assert results[1].state == "claimed" and results[1].cancel_requested

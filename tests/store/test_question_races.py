@@ -64,7 +64,7 @@ def test_cancel_vs_claim_exactly_one_wins_per_todo(scope):
 
     def cancel_all():
         for todo_id in reversed(ids):
-            canceled[todo_id] = store.cancel_todo(scope, todo_id, by="lead")
+            canceled[todo_id] = store.cancel_todo(scope, todo_id, worker="lead")
 
     run_both(claim_all, cancel_all)
     assert len(claimed) == len(set(claimed))
@@ -95,7 +95,7 @@ def test_cancel_vs_complete_keeps_the_result_and_never_cancels_finished_work(
     def cancel_all():
         for todo_id in reversed(ids):
             try:
-                cancels[todo_id] = store.cancel_todo(scope, todo_id, by="lead")
+                cancels[todo_id] = store.cancel_todo(scope, todo_id, worker="lead")
             except store.Conflict as exc:
                 cancels[todo_id] = exc
 
@@ -123,7 +123,7 @@ def test_cancel_vs_release_ends_each_todo_once(scope):
 
     def cancel_all():
         for todo_id in reversed(ids):
-            cancels[todo_id] = store.cancel_todo(scope, todo_id, by="lead")
+            cancels[todo_id] = store.cancel_todo(scope, todo_id, worker="lead")
 
     run_both(release_all, cancel_all)
     for todo_id in ids:
@@ -157,7 +157,7 @@ def test_answer_vs_deadline_exactly_one_wins_per_question(scope):
     def answer_all():
         for todo_id in ids:
             try:
-                store.answer_todo(scope, todo_id, "yes", by="lead")
+                store.answer_todo(scope, todo_id, "yes", worker="lead")
                 answered.add(todo_id)
             except store.Conflict:
                 refused.add(todo_id)

@@ -97,14 +97,14 @@ def test_asking_never_moves_a_todo_toward_its_dead_letter(scope):
     todo = claimed(scope, max_attempts=1)
     held = store.ask(scope, todo.id, "w1", question="ok?")
     assert held.attempt == 0 and held.state == "pending"
-    answered = store.answer_todo(scope, todo.id, "yes", by="lead")
+    answered = store.answer_todo(scope, todo.id, "yes", worker="lead")
     again = store.claim_todo(scope, answered.id, "w1")
     assert again.attempt == 1 and again.state == "claimed"
 
 
 def test_ask_with_return_to_me_assigns_the_todo_to_the_asker(scope):
     todo = asked(scope, "w1")
-    store.answer_todo(scope, todo.id, "go", by="lead")
+    store.answer_todo(scope, todo.id, "go", worker="lead")
     with pytest.raises(store.NotFound):
         store.claim_next(scope, "w2")
     again = store.claim_next(scope, "w1")
@@ -113,7 +113,7 @@ def test_ask_with_return_to_me_assigns_the_todo_to_the_asker(scope):
 
 def test_ask_with_return_to_pool_lets_any_worker_claim_the_answer(scope):
     todo = asked(scope, "w1", return_to="pool")
-    store.answer_todo(scope, todo.id, "go", by="lead")
+    store.answer_todo(scope, todo.id, "go", worker="lead")
     again = store.claim_next(scope, "w2")
     assert again.id == todo.id and again.assignee is None
 
@@ -187,7 +187,7 @@ def test_question_and_schema_over_their_limits_are_too_large(scope):
 
 def test_ask_under_a_cancel_request_conflicts(scope):
     todo = claimed(scope)
-    store.cancel_todo(scope, todo.id, reason="stop", by="lead")
+    store.cancel_todo(scope, todo.id, reason="stop", worker="lead")
     with pytest.raises(store.Conflict) as caught:
         store.ask(scope, todo.id, "w1", question="?")
     assert "cancel" in caught.value.detail
@@ -201,10 +201,11 @@ def test_answer_ends_the_hold_and_the_next_claim_reads_question_and_answer(scope
     checkpoint."""
     todo = claimed(scope)
     store.ask(scope, todo.id, "w1", question="Approve?", checkpoint={"at": 7})
-    answered = store.answer_todo(scope, todo.id, {"approved": True}, by="lead")
+    answered = store.answer_todo(scope, todo.id, {"approved": True}, worker="lead")
     assert answered.state == "pending" and answered.outcome == "pending"
     assert answered.answer["value"] == {"approved": True}
-    assert answered.answer["by"] == "lead"
+    assert answered.answer["by"] == "agent:agent-a"
+    assert answered.answer["worker"] == "lead"
     assert answered.answer["at"].endswith("Z")
     again = store.claim_next(scope, "w1")
     out = again.to_dict()
@@ -216,9 +217,9 @@ def test_answer_ends_the_hold_and_the_next_claim_reads_question_and_answer(scope
 
 def test_answering_twice_conflicts(scope):
     todo = asked(scope)
-    store.answer_todo(scope, todo.id, "yes", by="lead")
+    store.answer_todo(scope, todo.id, "yes", worker="lead")
     with pytest.raises(store.Conflict) as caught:
-        store.answer_todo(scope, todo.id, "no", by="other")
+        store.answer_todo(scope, todo.id, "no", worker="other")
     assert "answered" in caught.value.detail
     assert store.get_todo(scope, todo.id).answer["value"] == "yes"
 
@@ -226,25 +227,24 @@ def test_answering_twice_conflicts(scope):
 def test_answer_of_a_todo_not_waiting_conflicts(scope):
     todo = new(scope)
     with pytest.raises(store.Conflict):
-        store.answer_todo(scope, todo.id, "yes", by="lead")
+        store.answer_todo(scope, todo.id, "yes", worker="lead")
 
 
 def test_answer_of_another_endpoints_todo_is_not_found(scope, other_scope):
     todo = asked(other_scope)
     with pytest.raises(store.NotFound):
-        store.answer_todo(scope, todo.id, "yes", by="lead")
+        store.answer_todo(scope, todo.id, "yes", worker="lead")
     with pytest.raises(store.NotFound):
-        store.answer_todo(scope, NEVER_MINTED, "yes", by="lead")
+        store.answer_todo(scope, NEVER_MINTED, "yes", worker="lead")
 
 
 def test_answer_must_be_one_of_the_choices(scope):
     todo = asked(scope, choices=["deploy", "abort"])
     with pytest.raises(store.InvalidAnswer) as caught:
-        store.answer_todo(scope, todo.id, "maybe", by="lead")
+        store.answer_todo(scope, todo.id, "maybe", worker="lead")
     assert caught.value.path == "answer"
-    assert store.answer_todo(scope, todo.id, "abort", by="lead").answer["value"] == (
-        "abort"
-    )
+    answered = store.answer_todo(scope, todo.id, "abort", worker="lead")
+    assert answered.answer["value"] == "abort"
 
 
 def test_answer_failing_its_schema_names_the_path(scope):
@@ -255,26 +255,26 @@ def test_answer_failing_its_schema_names_the_path(scope):
     }
     todo = asked(scope, answer_schema=schema)
     with pytest.raises(store.InvalidAnswer) as caught:
-        store.answer_todo(scope, todo.id, {"amount": 500}, by="lead")
+        store.answer_todo(scope, todo.id, {"amount": 500}, worker="lead")
     assert caught.value.path == "answer.amount"
     assert "answer.amount" in str(caught.value)
     with pytest.raises(store.InvalidAnswer):
-        store.answer_todo(scope, todo.id, {}, by="lead")
+        store.answer_todo(scope, todo.id, {}, worker="lead")
     assert store.get_todo(scope, todo.id).is_held
-    good = store.answer_todo(scope, todo.id, {"amount": 50}, by="lead")
+    good = store.answer_todo(scope, todo.id, {"amount": 50}, worker="lead")
     assert good.answer["value"] == {"amount": 50}
 
 
 def test_answer_with_a_local_ref_to_nowhere_is_invalid_not_an_error(scope):
     todo = asked(scope, answer_schema={"$ref": "#/$defs/missing"})
     with pytest.raises(store.InvalidAnswer):
-        store.answer_todo(scope, todo.id, 1, by="lead")
+        store.answer_todo(scope, todo.id, 1, worker="lead")
 
 
 def test_an_answered_todo_is_claimed_at_the_place_it_had_when_it_asked(scope):
     first = asked(scope, return_to="pool")
     later = new(scope)
-    store.answer_todo(scope, first.id, "go", by="lead")
+    store.answer_todo(scope, first.id, "go", worker="lead")
     assert store.claim_next(scope, "w2").id == first.id
     assert store.claim_next(scope, "w2").id == later.id
 
@@ -309,13 +309,13 @@ def test_answer_after_the_deadline_conflicts(scope):
     todo = asked(scope, deadline_seconds=60)
     past_deadline(todo.id)
     with pytest.raises(store.Conflict) as caught:
-        store.answer_todo(scope, todo.id, "late", by="lead")
+        store.answer_todo(scope, todo.id, "late", worker="lead")
     assert "deadline" in caught.value.detail
 
 
 def test_asking_again_replaces_the_old_question_and_answer(scope):
     todo = asked(scope, question="first?")
-    store.answer_todo(scope, todo.id, "one", by="lead")
+    store.answer_todo(scope, todo.id, "one", worker="lead")
     store.claim_next(scope, "w1")
     again = store.ask(scope, todo.id, "w1", question="second?")
     assert again.question["text"] == "second?" and again.answer is None
@@ -331,7 +331,7 @@ def test_an_answer_link_answers_once(scope):
     assert store.todo_for_answer_link(token).id == todo.id
     answered = store.answer_by_link(token, "yes")
     assert answered.answer["value"] == "yes"
-    assert answered.answer["by"] == "answer link"
+    assert answered.answer["by"] == "link"
     with pytest.raises(store.StaleLink):
         store.answer_by_link(token, "again")
     with pytest.raises(store.StaleLink):
@@ -341,7 +341,7 @@ def test_an_answer_link_answers_once(scope):
 def test_an_answer_link_of_a_replaced_question_is_stale(scope):
     todo = asked(scope)
     token = store.answer_link_token(todo)
-    store.answer_todo(scope, todo.id, "yes", by="lead")
+    store.answer_todo(scope, todo.id, "yes", worker="lead")
     store.claim_next(scope, "w1")
     store.ask(scope, todo.id, "w1", question="another?")
     with pytest.raises(store.StaleLink):
@@ -415,7 +415,7 @@ def test_open_question_count_and_oldest_age(scope, endpoint, time_travel):
     count, oldest = store.open_question_figures_any_endpoint(endpoint_ids=[endpoint.id])
     assert count == 2 and oldest >= 119
     assert store.count_open_questions_any_endpoint(endpoint_ids=[endpoint.id]) == 2
-    store.answer_todo(scope, first.id, "ok", by="lead")
+    store.answer_todo(scope, first.id, "ok", worker="lead")
     assert store.count_open_questions_any_endpoint(endpoint_ids=[endpoint.id]) == 1
 
 

@@ -226,7 +226,27 @@ def test_the_lease_token_alone_authorizes_without_a_worker(scope):
         scope, claimed.id, None, error="boom", lease_token=claimed.lease_token
     )
     assert failed.state == "failed" and failed.next_retry_at is not None
-    assert store.todo_events_any_endpoint(claimed.id)[-1].actor == ""
+    # The history names who acted: the worker that holds the lease.
+    assert store.todo_events_any_endpoint(claimed.id)[-1].actor == "w1"
+
+
+@pytest.mark.parametrize("op", ["complete", "release", "heartbeat"])
+def test_an_acknowledgement_by_lease_token_alone_records_the_worker_that_held_it(
+    scope, op
+):
+    """A complete (or release, heartbeat) sent with only a lease_token is in
+    the history with who did it, not an empty actor; a release below the cap
+    clears the owner, and still names the holder."""
+    new(scope)
+    claimed = store.claim_next(scope, "bot-7")
+    moves = {
+        "complete": store.complete_todo,
+        "release": store.release_todo,
+        "heartbeat": store.heartbeat,
+    }
+    moves[op](scope, claimed.id, None, lease_token=claimed.lease_token)
+
+    assert store.todo_events_any_endpoint(claimed.id)[-1].actor == "bot-7"
 
 
 def test_without_a_token_the_owner_check_applies(scope):

@@ -24,6 +24,7 @@ PERMITTED = {
     ("claimed", "failed"),  # fail, lease expiry at the cap
     ("claimed", "pending"),  # lease expiry, release
     ("failed", "pending"),  # retry
+    ("pending", "pending"),  # answer (the hold ends; the state stays)
 }
 STATES = {"pending", "claimed", "done", "failed"}
 WORKERS = ("w1", "w2", "w3")
@@ -121,7 +122,7 @@ def _ops(scope, todos, rng):
         )
 
     def answer():
-        store.answer_todo(scope, pick_held(), rng.choice(["yes", "no"]), by="lead")
+        store.answer_todo(scope, pick_held(), rng.choice(["yes", "no"]), worker="lead")
 
     def answer_on_board():
         store.answer_todo_any_endpoint(pick_held(), "yes", by="alice")
@@ -131,11 +132,11 @@ def _ops(scope, todos, rng):
         store.answer_by_link(token, "no")
 
     def cancel():
-        store.cancel_todo(scope, pick(), reason="walk", by="lead")
+        store.cancel_todo(scope, pick(), reason="walk", worker="lead")
 
     def cancel_many():
         chosen = [(pick(), "walk") for _ in range(3)]
-        store.cancel_many(scope, chosen, by="lead")
+        store.cancel_many(scope, chosen, worker="lead")
 
     def dismiss():
         store.dismiss_dead_letters_any_endpoint([pick_in("dead_letter")])
@@ -191,7 +192,7 @@ def test_a_random_run_of_every_operation_writes_only_permitted_transitions(scope
     for ending in ("done", "dead_letter", "canceled"):
         todo, _ = store.create_todo(scope, queue="endings", max_attempts=1)
         if ending == "canceled":
-            store.cancel_todo(scope, todo.id, reason="walk", by="lead")
+            store.cancel_todo(scope, todo.id, reason="walk", worker="lead")
             continue
         store.claim_todo(scope, todo.id, "w1")
         if ending == "done":

@@ -276,7 +276,7 @@ def test_a_race_lost_in_the_store_is_a_notice_too(people, monkeypatch):
     real = store.answer_todo_any_endpoint
 
     def answered_meanwhile(todo_id, answer, *, by):
-        store.answer_todo(scope, todo_id, "no", by="orchestrator")
+        store.answer_todo(scope, todo_id, "no", worker="orchestrator")
         return real(todo_id, answer, by=by)
 
     monkeypatch.setattr(store, "answer_todo_any_endpoint", answered_meanwhile)
@@ -286,7 +286,7 @@ def test_a_race_lost_in_the_store_is_a_notice_too(people, monkeypatch):
         headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
     )
 
-    assert "Already answered by orchestrator" in response.content.decode()
+    assert "Already answered by agent:alice-agent" in response.content.decode()
     assert store.get_todo_any_endpoint(todo.id).answer["value"] == "no"
 
 
@@ -428,7 +428,7 @@ def test_a_replaced_question_refuses_the_old_link(people):
     todo = asking(people["mine"], "Ship it?", choices=["ship"])
     old = link_of(logged_in(people["alice"]), todo)
     scope = store.Scope.for_endpoint(people["mine"])
-    store.answer_todo(scope, todo.id, "ship", by="orchestrator")
+    store.answer_todo(scope, todo.id, "ship", worker="orchestrator")
     store.claim_todo(scope, todo.id, "agent-1")
     store.ask(scope, todo.id, "agent-1", question="And now?", choices=["ok"])
 

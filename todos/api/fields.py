@@ -368,7 +368,11 @@ CHECKPOINT = Field(
     "the last one and is handed to whoever claims the todo next (after a lapsed "
     "lease, a retry, a release or an answer).",
 )
-BY = Field("worker", description="Who does it, stored with it (default: the endpoint).")
+BY = Field(
+    "worker",
+    description="The worker's name, kept as `worker` beside who acted "
+    "(`by`: always agent:<endpoint>).",
+)
 
 # --- The operations ---------------------------------------------------------------
 
@@ -549,7 +553,9 @@ ANSWER = (
         required=True,
     ),
     replace(
-        BY, description="Who answers, stored with the answer (default: the endpoint)."
+        BY,
+        description="The worker that answers, kept as the answer's `worker`; "
+        "its `by` is agent:<endpoint>.",
     ),
 )
 REASON = Field(
@@ -559,7 +565,14 @@ REASON = Field(
     empty=True,
     default="",
 )
-CANCEL_TODO = (REASON, replace(BY, description="Who cancels (default: the endpoint)."))
+CANCEL_TODO = (
+    REASON,
+    replace(
+        BY,
+        description="The worker that cancels, kept as the request's `worker`; "
+        "its `by` is agent:<endpoint>.",
+    ),
+)
 ACK_OPS = ("complete", "fail", "heartbeat", "release", "cancel")
 ACTION = (
     Field("op", "enum", required=True, choices=ACK_OPS),

@@ -121,7 +121,15 @@ TODO_SCHEMA = {
             "required": ["value", "by", "at"],
             "properties": {
                 "value": {"description": "The answer: any JSON value."},
-                "by": {"type": "string"},
+                "by": {
+                    "type": "string",
+                    "description": "Who answered: agent:<endpoint>, "
+                    "operator:<username> (the Board) or link (an answer link).",
+                },
+                "worker": {
+                    "type": ["string", "null"],
+                    "description": "The worker name an agent gave, if any.",
+                },
                 "at": {"type": "string", "format": "date-time"},
             },
         },

@@ -216,8 +216,7 @@ def acknowledge_batch(scope, fields):
         moved = store.acknowledge_many(scope, list(acks.values()))
         outcomes.update(zip(acks, moved, strict=True))
     if cancels:
-        by = f"agent:{default_worker}" if default_worker else "agent"
-        moved = store.cancel_many(scope, list(cancels.values()), by=by)
+        moved = store.cancel_many(scope, list(cancels.values()), worker=default_worker)
         outcomes.update(zip(cancels, moved, strict=True))
     results = []
     for index in range(len(actions)):

@@ -156,9 +156,10 @@ def ask(request, todo_id):
 def answer(request, todo_id):
     """Answer a held todo of this endpoint; the hold ends and the doorbell rings."""
     answer = request.body_fields.read(table.ANSWER)
-    by = answer["worker"] or f"agent:{request.endpoint.name}"
     return todo_response(
-        store.answer_todo(request.scope, todo_id, answer["answer"], by=by)
+        store.answer_todo(
+            request.scope, todo_id, answer["answer"], worker=answer["worker"]
+        )
     )
 
 
@@ -166,8 +167,9 @@ def answer(request, todo_id):
 def cancel(request, todo_id):
     """Cancel a todo: 200 when it ended canceled, 202 when its owner was asked."""
     cancel = request.body_fields.read(table.CANCEL_TODO)
-    by = cancel["worker"] or f"agent:{request.endpoint.name}"
-    todo = store.cancel_todo(request.scope, todo_id, reason=cancel["reason"], by=by)
+    todo = store.cancel_todo(
+        request.scope, todo_id, reason=cancel["reason"], worker=cancel["worker"]
+    )
     return todo_response(todo, status=cancel_status(todo))
 
 

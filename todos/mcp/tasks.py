@@ -193,7 +193,7 @@ def update(caller, params):
             -32602, f"inputResponses: an accepted answer needs content.{ANSWER_FIELD}"
         )
     try:
-        store.answer_todo(caller.scope, task_id, content[ANSWER_FIELD], by=caller.actor)
+        store.answer_todo(caller.scope, task_id, content[ANSWER_FIELD])
     except store.Conflict:
         # Answered meanwhile (on the Board, by a link or another agent).
         return {}
@@ -209,7 +209,7 @@ def cancel(caller, params):
     """Cancel the todo; a terminal one is acknowledged all the same."""
     task_id = _task_id(params)
     try:
-        store.cancel_todo(caller.scope, task_id, reason="tasks/cancel", by=caller.actor)
+        store.cancel_todo(caller.scope, task_id, reason="tasks/cancel")
     except store.NotFound:
         raise TaskError(-32602, f"Task not found: {task_id}") from None
     except store.Conflict:

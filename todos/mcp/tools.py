@@ -125,14 +125,18 @@ def _transition(move, operation):
 
 def answer(args, caller):
     todo_id, answer = args.value(TODO_ID), args.read(fields.ANSWER)
-    by = answer["worker"] or caller.actor
-    return _todo(store.answer_todo(caller.scope, todo_id, answer["answer"], by=by))
+    worker = answer["worker"]
+    return _todo(
+        store.answer_todo(caller.scope, todo_id, answer["answer"], worker=worker)
+    )
 
 
 def cancel_todo(args, caller):
     todo_id, cancel = args.value(TODO_ID), args.read(fields.CANCEL_TODO)
-    by = cancel["worker"] or caller.actor
-    todo = store.cancel_todo(caller.scope, todo_id, reason=cancel["reason"], by=by)
+    worker = cancel["worker"]
+    todo = store.cancel_todo(
+        caller.scope, todo_id, reason=cancel["reason"], worker=worker
+    )
     return _todo(todo)
 
 

@@ -8,7 +8,10 @@ own transitions in one statement, each with its history row:
 
 The composed claim is no delivery: ``attempt`` is left as it was. The todo
 ends ``done`` with ``canceled_at`` set and ``result`` = ``{"canceled": {"reason",
-"by", "at"}}``; done is not live, so its idempotency key is free again.
+"by", "worker", "at"}}``; done is not live, so its idempotency key is free
+again. ``by`` is who acted (CONTRACT §16): ``agent:<endpoint>`` for an agent,
+whose worker name is kept beside it as ``worker``; ``operator:<user>`` for the
+Board.
 
 A claimed todo is not taken from its worker: it gets a cancel request
 (``cancel_request``), which its owner sees in every answer; its fail or
@@ -31,7 +34,16 @@ from .rows import (
     Scope,
     Todo,
 )
-from .sql import ISO_NOW, LIVE_ROW, _run, _scope, _todo_id, _uuid
+from .sql import (
+    AGENT_ACTOR,
+    ISO_NOW,
+    LIVE_ROW,
+    _run,
+    _scope,
+    _todo_id,
+    _uuid,
+    actor_text,
+)
 
 # 1. target: the todos to cancel, locked (a concurrent claim or complete is
 #    waited for, then the row is read again as it is now). Only a pending,
@@ -47,7 +59,9 @@ WITH action AS (
            WITH ORDINALITY AS a (id, reason, ord)
 ), target AS (
     SELECT t.id, t.state AS from_state, a.ord,
-           jsonb_build_object('reason', a.reason, 'by', %(by)s::text,
+           jsonb_build_object('reason', a.reason,
+                              'by', coalesce(%(by)s::text, {AGENT_ACTOR}),
+                              'worker', %(worker)s::text,
                               'at', {ISO_NOW}) AS request
       FROM todos t
       JOIN action a ON a.id = t.id
@@ -71,12 +85,13 @@ WITH action AS (
            updated_at = now()
       FROM target g
      WHERE t.id = g.id AND t.id = ANY(%(ids)s::uuid[])
- RETURNING {T_COLUMNS}, g.from_state, g.ord
+ RETURNING {T_COLUMNS}, g.from_state, g.ord,
+           {actor_text("(g.request->>'by')", "(g.request->>'worker')")} AS actor
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at)
     SELECT m.id, m.endpoint_id, step.from_state, step.to_state, m.attempt,
-           %(by)s::text, step.error, now()
+           m.actor, step.error, now()
       FROM moved m
       JOIN (VALUES (1, 'failed', 'pending', 'canceling'),
                    (2, 'pending', 'claimed', 'canceling'),
@@ -97,20 +112,21 @@ NOT_CANCELABLE = "todo is {state}; a terminal todo cannot be canceled"
 
 
 def cancel_todo(
-    scope: Scope, todo_id: str, *, reason: str | None = "", by: str = ""
+    scope: Scope, todo_id: str, *, reason: str | None = "", worker: str | None = None
 ) -> Todo:
-    """Cancel one todo of this scope; return it.
+    """Cancel one todo of this scope, by ``agent:<endpoint>``; return it.
 
     A todo not being worked on ends done and canceled at once; a claimed one
     comes back still claimed with ``cancel_requested`` (its owner ends it).
+    ``worker``, the name the agent gives, is kept beside who canceled.
     """
-    return _one(cancel_many(scope, [(todo_id, reason)], by=by))
+    return _one(cancel_many(scope, [(todo_id, reason)], worker=worker))
 
 
 def cancel_todo_any_endpoint(
     todo_id: str, *, reason: str | None = "", by: str = "operator"
 ) -> Todo:
-    """Cancel one todo of any endpoint (operator Board)."""
+    """Cancel one todo of any endpoint (operator Board: ``by`` is its user)."""
     return _one(_cancel(None, [(todo_id, reason)], by))
 
 
@@ -119,17 +135,18 @@ Cancel = tuple[str, str | None]
 
 
 def cancel_many(
-    scope: Scope, cancels: Iterable[Cancel], *, by: str = ""
+    scope: Scope, cancels: Iterable[Cancel], *, worker: str | None = None
 ) -> list[Todo | Exception]:
     """Cancel 1–100 todos of this scope: ``cancels`` is (todo_id, reason) pairs.
 
     Return one Todo or exception (NotFound, Conflict, ValueError) per pair, in
-    order; each cancel is atomic on its own.
+    order; each cancel is atomic on its own. By ``agent:<endpoint>``, with
+    ``worker`` beside it.
     """
     batch = list(cancels)
     if not 1 <= len(batch) <= MAX_ACK_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
-    return _cancel(scope, batch, by)
+    return _cancel(scope, batch, None, worker or None)
 
 
 def cancel_many_any_endpoint(
@@ -145,8 +162,12 @@ def cancel_many_any_endpoint(
 
 
 def _cancel(
-    scope: Scope | None, cancels: list[Cancel], by: str
+    scope: Scope | None,
+    cancels: list[Cancel],
+    by: str | None,
+    worker: str | None = None,
 ) -> list[Todo | Exception]:
+    """Run the cancels; ``by`` None is the scope's agent (AGENT_ACTOR)."""
     results: list[Todo | Exception | None] = [None] * len(cancels)
     bound: list[tuple[int, str, str | None]] = []
     for index, (todo_id, reason) in enumerate(cancels):
@@ -162,7 +183,8 @@ def _cancel(
         **_scope(scope),
         "ids": [todo_id for _, todo_id, _ in bound],
         "reasons": [reason or "" for _, _, reason in bound],
-        "by": by or "",
+        "by": by,
+        "worker": worker,
     }
     moved: dict[int, Todo] = {}
     for row in _run("cancel", CANCEL_SQL, params):
@@ -233,7 +255,7 @@ def create_replacing(
             {"endpoint_id": endpoint_id, "idempotency_key": idempotency_key},
         )
         for (duplicate_id,) in rows:
-            result = _cancel(scope, [(duplicate_id, "replaced")], actor or "replace")[0]
+            result = _cancel(scope, [(duplicate_id, "replaced")], actor or None)[0]
             if isinstance(result, Todo) and result.state == "claimed":
                 blocked = result
         if blocked is None:

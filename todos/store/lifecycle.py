@@ -897,6 +897,18 @@ _ONE_ACTION = (
 )
 
 
+# Who acknowledged, for the history: the lease holder. Without a token the
+# guard matched the owner's name (a.worker); with one, the holder is the row's
+# owner, which a release below the cap clears: then the holder the history
+# last recorded on the claimed todo (its claim, redelivery or heartbeat; read
+# only in that case: coalesce stops at the first value).
+ACK_ACTOR = """CASE WHEN a.token IS NULL THEN a.worker
+                ELSE coalesce(t.owner,
+                     (SELECT e.actor FROM todo_events e
+                       WHERE e.todo_id = t.id AND e.to_state = 'claimed'
+                       ORDER BY e.id DESC LIMIT 1), '') END"""
+
+
 def _ack_sql(actions: str, ids: str) -> str:
     return f"""
 WITH action AS (
@@ -956,7 +968,7 @@ WITH action AS (
             AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))))
        AND t.state = 'claimed'
        AND (t.lease_token = a.token OR (a.token IS NULL AND t.owner = a.worker))
- RETURNING {T_COLUMNS}, a.ord, a.op, coalesce(a.worker, '') AS actor,
+ RETURNING {T_COLUMNS}, a.ord, a.op, {ACK_ACTOR} AS actor,
            CASE WHEN t.canceled_at IS NOT NULL AND a.op <> 'complete'
                     THEN 'canceled'
                 WHEN a.op = 'fail' THEN a.error

@@ -9,8 +9,14 @@ back by one): asking never moves a todo toward its dead letter.
 Answering and a deadline passing change no state (the todo stays pending);
 they end the hold: an answer makes the todo due again at once and rings the
 doorbell; at the deadline the claim may take it (its available_at has come)
-and the sweep marks the question expired. So neither writes a history row:
-``todo_events`` holds only the SPEC's transitions.
+and the sweep marks the question expired. An answer is an action someone
+took, so it writes a history row (pending → pending, "answered"), as a
+heartbeat writes claimed → claimed; the deadline passing is no one's action.
+
+Who answered is recorded as who acted (CONTRACT §16): ``agent:<endpoint>``
+for an agent (the worker name it gives is kept beside it as ``worker``, never
+in its place), ``operator:<user>`` for a Board session, ``link`` for an
+answer link.
 
 An answer link is a signed token (``django.core.signing``) naming the todo,
 the question's nonce and an expiry; the answer through it clears the nonce in
@@ -47,7 +53,16 @@ from .rows import (
     TooLarge,
 )
 from .schemas import answer_errors, check_answer_schema, path_text
-from .sql import ISO_NOW, _run, _scope, _scope_params, _todo_id, _uuid
+from .sql import (
+    AGENT_ACTOR,
+    ISO_NOW,
+    _run,
+    _scope,
+    _scope_params,
+    _todo_id,
+    _uuid,
+    actor_text,
+)
 
 RETURN_TO = ("me", "pool")
 
@@ -203,13 +218,17 @@ def _owner_miss(todo: Todo, lease_token: str | None) -> Conflict:
 # work), and the doorbell rings. Only an open question before its deadline;
 # ``asked_at`` pins the question the answer was validated against; a link's
 # nonce, when given, must be the question's, and is spent.
+# ``by`` is given for the Board and the link; an agent's (None) is its
+# endpoint's name, read here so that no caller can write another.
 ANSWER_SQL = f"""
 WITH moved AS (
     UPDATE todos t
        SET question_status = 'answered',
-           answer = jsonb_build_object('value', %(value)s::jsonb,
-                                       'by', %(by)s::text,
-                                       'at', {ISO_NOW}),
+           answer = jsonb_build_object(
+               'value', %(value)s::jsonb,
+               'by', coalesce(%(by)s::text, {AGENT_ACTOR}),
+               'worker', %(worker)s::text,
+               'at', {ISO_NOW}),
            answer_nonce = NULL, available_at = t.asked_at, updated_at = now()
      WHERE t.id = %(id)s
        AND (%(operator)s OR (t.endpoint_id = %(endpoint_id)s
@@ -219,6 +238,12 @@ WITH moved AS (
        AND t.asked_at = %(asked_at)s
        AND (%(nonce)s::text IS NULL OR t.answer_nonce = %(nonce)s)
  RETURNING {T_COLUMNS}
+), history AS (
+    INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
+                             actor, error, at)
+    SELECT id, endpoint_id, 'pending', state, attempt,
+           {actor_text("answer->>'by'", "answer->>'worker'")}, 'answered', now()
+      FROM moved
 )
 SELECT {TODO_COLUMNS},
        pg_notify('switchboard_todo_ready', json_build_object(
@@ -229,13 +254,22 @@ SELECT {TODO_COLUMNS},
 NOT_ASKING = "todo is not waiting for an answer"
 
 
-def answer_todo(scope: Scope, todo_id: str, answer: JSONValue, *, by: str) -> Todo:
-    """Answer this scope's held todo (any agent of the endpoint); the hold ends."""
-    return _answer(scope, todo_id, answer, by=by)
+def answer_todo(
+    scope: Scope, todo_id: str, answer: JSONValue, *, worker: str | None = None
+) -> Todo:
+    """Answer this scope's held todo (any agent of the endpoint); the hold ends.
+
+    The answer is by ``agent:<endpoint>``; ``worker``, the name the agent
+    gives, is kept beside it.
+    """
+    return _answer(scope, todo_id, answer, by=None, worker=worker or None)
 
 
 def answer_todo_any_endpoint(todo_id: str, answer: JSONValue, *, by: str) -> Todo:
-    """Answer any endpoint's held todo (the Board: its owner, never a viewer)."""
+    """Answer any endpoint's held todo (the Board: its owner, never a viewer).
+
+    ``by`` is the Board session's ``operator:<user>``.
+    """
     return _answer(None, todo_id, answer, by=by)
 
 
@@ -244,7 +278,8 @@ def _answer(
     given_id: str,
     answer: JSONValue,
     *,
-    by: str,
+    by: str | None,
+    worker: str | None = None,
     nonce: str | None = None,
 ) -> Todo:
     todo_id = _todo_id(given_id)
@@ -256,7 +291,8 @@ def _answer(
         **_scope(scope),
         "id": todo_id,
         "value": json.dumps(answer),
-        "by": by or "",
+        "by": by,
+        "worker": worker,
         "asked_at": todo.asked_at,
         "nonce": nonce,
     }
@@ -355,13 +391,15 @@ def todo_for_answer_link(token: object) -> Todo:
     return todo
 
 
-def answer_by_link(
-    token: object, answer: JSONValue, *, by: str = "answer link"
-) -> Todo:
+# Who answered through an answer link: whoever held it (CONTRACT §16).
+LINK_ACTOR = "link"
+
+
+def answer_by_link(token: object, answer: JSONValue) -> Todo:
     """Answer through a link: once, before it expires, while the question is open."""
     todo = todo_for_answer_link(token)
     try:
-        return _answer(None, todo.id, answer, by=by, nonce=todo.answer_nonce)
+        return _answer(None, todo.id, answer, by=LINK_ACTOR, nonce=todo.answer_nonce)
     except Conflict as exc:
         raise StaleLink(exc.detail, todo_id=todo.id, state=exc.state) from exc
 

@@ -212,3 +212,14 @@ ENDED_RING = (
 # A timestamp inside a jsonb value (an answer's or a cancel's "at"), written
 # as the todo JSON writes times: ISO-8601 UTC with a Z.
 ISO_NOW = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+# Who an agent's action is by (CONTRACT §16): its endpoint, read from the row's
+# endpoint (``t``), never a name the agent sends, which could say
+# ``operator:<user>`` or ``link``.
+AGENT_ACTOR = "(SELECT 'agent:' || e.name FROM endpoints e WHERE e.id = t.endpoint_id)"
+
+
+def actor_text(by: str, worker: str) -> str:
+    """The history's actor from SQL expressions for who acted and the worker
+    name an agent gave: ``agent:reviewer (worker lead)``, or ``by`` alone."""
+    return f"({by}) || coalesce(' (worker ' || ({worker}) || ')', '')"
