@@ -490,7 +490,7 @@ def test_a_stored_schema_with_a_remote_ref_fetches_nothing_when_answered(scope):
                 [remote, todo.id],
             )
         with pytest.raises(store.InvalidAnswer) as caught:
-            store.answer_todo(scope, todo.id, "yes", by="lead")
+            store.answer_todo(scope, todo.id, "yes", worker="lead")
         assert "only a local reference" in str(caught.value)
         assert Listener.hits == 0
         assert store.get_todo(scope, todo.id).is_held
@@ -538,7 +538,7 @@ def test_a_backtracking_pattern_checks_an_answer_in_linear_time(scope):
 
     def check():
         with pytest.raises(store.InvalidAnswer) as caught:
-            store.answer_todo(scope, todo.id, "a" * 28 + "!", by="lead")
+            store.answer_todo(scope, todo.id, "a" * 28 + "!", worker="lead")
         assert "does not match" in str(caught.value)
 
     assert_quick(check)
@@ -555,10 +555,10 @@ def test_a_backtracking_pattern_checks_an_answer_in_linear_time(scope):
             scope,
             other.id,
             {"a" * 28 + "!": 1},
-            by="lead",
+            worker="lead",
         )
     )
-    assert store.answer_todo(scope, todo.id, "aaaa", by="lead").answer["value"] == (
+    assert store.answer_todo(scope, todo.id, "aaaa", worker="lead").answer["value"] == (
         "aaaa"
     )
 
@@ -566,16 +566,16 @@ def test_a_backtracking_pattern_checks_an_answer_in_linear_time(scope):
 def test_unique_items_over_a_large_answer_is_checked_quickly(scope):
     todo = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
     distinct = [{"n": n} for n in range(5000)]
-    assert_quick(lambda: store.answer_todo(scope, todo.id, distinct, by="lead"))
+    assert_quick(lambda: store.answer_todo(scope, todo.id, distinct, worker="lead"))
 
     again = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
     repeated = [*distinct, {"n": 4999.0}]
     with pytest.raises(store.InvalidAnswer) as caught:
-        store.answer_todo(scope, again.id, repeated, by="lead")
+        store.answer_todo(scope, again.id, repeated, worker="lead")
     assert "non-unique" in str(caught.value)
     # JSON Schema's equality: true is not 1, key order does not count.
     mixed = asked(scope, answer_schema={"type": "array", "uniqueItems": True})
-    store.answer_todo(scope, mixed.id, [1, True, {"a": 1, "b": 2}], by="lead")
+    store.answer_todo(scope, mixed.id, [1, True, {"a": 1, "b": 2}], worker="lead")
 
 
 def test_a_schema_whose_refs_multiply_the_work_stops_within_its_bound(scope):
@@ -591,7 +591,7 @@ def test_a_schema_whose_refs_multiply_the_work_stops_within_its_bound(scope):
 
     def check():
         with pytest.raises(store.InvalidAnswer) as caught:
-            store.answer_todo(scope, todo.id, 1, by="lead")
+            store.answer_todo(scope, todo.id, 1, worker="lead")
         assert "too costly" in str(caught.value)
 
     assert_quick(check, seconds=1.5)
@@ -608,7 +608,7 @@ def test_a_question_past_its_deadline_is_not_held_before_the_sweep_runs(scope):
     assert late.to_dict()["outcome"] == "pending"
     assert late.to_dict()["question"]["expired"] is True
     with pytest.raises(store.Conflict) as caught:
-        store.answer_todo(scope, todo.id, "yes", by="lead")
+        store.answer_todo(scope, todo.id, "yes", worker="lead")
     assert "deadline passed" in caught.value.detail
 
 
