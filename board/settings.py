@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -183,6 +184,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Django's form templates, for the Board's renderer (FORM_RENDERER below).
+    "django.forms",
     "django_htmx",
     "todos",
 ]
@@ -203,9 +206,12 @@ MIDDLEWARE = [
     "todos.middleware.BoardMessages",
     "todos.middleware.BoardFrameOptions",
     "todos.middleware.BoardHtmx",
+    "todos.middleware.BoardCsp",
 ]
 
 ROOT_URLCONF = "board.urls"
+# Forms render through the project's templates, help text as text (CONTRACT §16).
+FORM_RENDERER = "todos.ui.renderer.BoardRenderer"
 ASGI_APPLICATION = "board.serving.asgi.application"
 
 TEMPLATES = [
@@ -325,6 +331,19 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 X_FRAME_OPTIONS = "DENY"
+# What the Board's pages and the answer link may load and run (CONTRACT §16):
+# their own scripts and styles as files, nothing inline, no eval, no plugin,
+# no frame around them, forms posted only to the server itself. An agent's
+# text that slipped through as markup would still run nothing.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # The agent API's body limit (CONTRACT §5): larger bodies answer 413.

@@ -292,3 +292,5 @@ BoardAuthentication = board_only(
 BoardMessages = board_only("django.contrib.messages.middleware.MessageMiddleware")
 BoardFrameOptions = board_only("django.middleware.clickjacking.XFrameOptionsMiddleware")
 BoardHtmx = board_only("django_htmx.middleware.HtmxMiddleware")
+# The Board's and the answer link's Content-Security-Policy (settings.SECURE_CSP).
+BoardCsp = board_only("django.middleware.csp.ContentSecurityPolicyMiddleware")

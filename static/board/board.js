@@ -33,6 +33,21 @@
 
   document.body.addEventListener("htmx:afterSettle", updateSelectionButton);
 
+  // A timed refresh ("every 10s") of a page nobody sees waits until it is
+  // seen again. Not an hx-trigger filter: those are evaluated as script,
+  // which the Content-Security-Policy forbids.
+  document.body.addEventListener("htmx:confirm", (event) => {
+    if (!event.detail.triggeringEvent && document.visibilityState !== "visible") {
+      event.preventDefault();
+    }
+  });
+
+  // A form that asks before it posts (data-confirm: the question).
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  });
+
   // A refreshed fragment keeps the <details> (a checkpoint) its reader opened.
   let opened = [];
   document.body.addEventListener("htmx:beforeSwap", () => {

@@ -352,7 +352,10 @@ def test_a_question_answered_on_the_board_moves_the_task_on(
     [key] = task(rpc, task_id)["inputRequests"]
     client.force_login(endpoint.owner)
     field = f"q{task_id.split('-')[0]}-answer"
-    board = client.post(f"/board/todos/{task_id}/answer/", {field: "yes"})
+    confirm = f"q{task_id.split('-')[0]}-confirm"
+    board = client.post(
+        f"/board/todos/{task_id}/answer/", {field: "yes", confirm: "yes"}
+    )
     assert board.status_code in (200, 302)
     assert task(rpc, task_id)["status"] == "working"
     late = {key: {"action": "accept", "content": {"answer": "no"}}}

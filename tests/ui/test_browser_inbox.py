@@ -163,8 +163,12 @@ def test_the_owner_answers_with_a_button_and_the_waiting_agent_gets_it(
         page.screenshot(path=out / "inbox-laptop.png", full_page=True)
         claim = waiting(server, owner, "deploy-bot")
 
-        clicked = time.monotonic()
         card.get_by_role("button", name="Deploy", exact=True).click()
+        confirm = card.get_by_role("button", name="Send “Deploy”")
+        confirm.wait_for()
+        assert store.get_todo_any_endpoint(todo.id).is_held
+        clicked = time.monotonic()
+        confirm.click()
         claim.join(timeout=5)
 
         assert claim.status == 200, claim.body
@@ -313,6 +317,7 @@ def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
         )
         page.goto(f"{server}/board/todos/{second.id}/")
         page.get_by_role("button", name="Keep hot").click()
+        page.get_by_role("button", name="Send “Keep hot”").click()
         # The whole page catches up: the todo is no longer held.
         page.locator("#detail h1 .badge-pending").wait_for()
         assert "waiting for an answer" not in page.locator("#detail").inner_text()
@@ -332,6 +337,7 @@ def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
         assert fits(page) <= 0
         page.screenshot(path=out / "answer-link-phone.png", full_page=True)
         page.get_by_role("button", name="Tonight at 02:00").click()
+        page.get_by_role("button", name="Send “Tonight at 02:00”").click()
         page.get_by_role("heading", name="Thank you: answer sent").wait_for()
         assert store.get_todo_any_endpoint(held.id).answer["value"] == (
             "Tonight at 02:00"
@@ -339,5 +345,75 @@ def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
         response = page.goto(link)
         assert response.status == 410
         page.get_by_role("heading", name="This answer link cannot be used").wait_for()
+    finally:
+        context.close()
+
+
+HOSTILE = '<img src=x onerror="window.__xss = 1">'
+HOSTILE_SCRIPT = "<script>window.__xss = 2</script>"
+
+
+@pytest.mark.parametrize("size", [LAPTOP, PHONE], ids=["laptop", "phone"])
+def test_a_hostile_description_is_text_and_no_script_runs_under_the_csp(
+    browser,  # noqa: F811
+    server,
+    owner,
+    size,
+):
+    """CONTRACT §16: an agent's schema is shown as text; the page's policy
+    allows only the Board's own script files, which all keep working."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "ticket": {"type": "string", "maxLength": 20, "title": HOSTILE},
+            "amount": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 500,
+                "title": "Amount",
+                "description": HOSTILE_SCRIPT,
+            },
+        },
+        "required": ["amount"],
+    }
+    todo = asked(
+        owner,
+        f"Refund {HOSTILE}",
+        "support-bot",
+        question=f"How much? {HOSTILE_SCRIPT}",
+        answer_schema=schema,
+    )
+    context, page = open_page(browser, size)
+    violations = []
+    page.on(
+        "console",
+        lambda message: (
+            "Content Security Policy" in message.text
+            and violations.append(message.text)
+        ),
+    )
+    try:
+        log_in(page, server)
+        response = page.goto(f"{server}/board/inbox/")
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe" not in policy
+        card = page.locator(f"#card-{todo.id}")
+        card.get_by_text(HOSTILE_SCRIPT).first.wait_for()
+        assert card.locator("img, script").count() == 0
+        labels = card.locator("label").all_inner_texts()
+        assert labels == [HOSTILE, "Amount (required)"]
+        assert "1 to 500" in card.inner_text()
+        assert fits(page) <= 0
+
+        card.get_by_label("Amount").fill("700")
+        card.get_by_role("button", name="Send answer").click()
+        card.get_by_text("700 is greater than the maximum of 500").wait_for()
+        card.get_by_label("Amount").fill("70")
+        card.get_by_role("button", name="Send answer").click()
+        page.get_by_text("Answered: the todo goes back to work.").wait_for()
+
+        assert page.evaluate("window.__xss") is None
+        assert store.get_todo_any_endpoint(todo.id).answer["value"] == {"amount": 70}
+        assert violations == []
     finally:
         context.close()

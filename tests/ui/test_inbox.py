@@ -4,13 +4,14 @@ question's schema, the first answer wins, single-use links that expire."""
 
 import html
 import re
+from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.test import Client
 
 from tests.ui.test_owners import endpoint_of, logged_in, user
-from todos import store
+from todos import endpoints, store
 
 
 def asking(endpoint, title, worker="agent-1", **question):
@@ -48,6 +49,11 @@ def people(db):
 
 def answer_field(todo, name="answer"):
     return f"q{todo.id.split('-')[0]}-{name}"
+
+
+def confirmed(todo, choice):
+    """The post of a choice's confirmation step (the card's "Send …" button)."""
+    return {answer_field(todo): choice, answer_field(todo, "confirm"): "yes"}
 
 
 def nav_count(html):
@@ -117,7 +123,7 @@ def test_answering_a_choice_ends_the_hold_and_keeps_who_answered(people):
 
     response = client.post(
         f"/board/todos/{todo.id}/answer/",
-        {answer_field(todo): "yes"},
+        confirmed(todo, "yes"),
         headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
     )
 
@@ -256,11 +262,11 @@ def test_the_inbox_says_when_it_shows_only_the_first_questions(people, monkeypat
 def test_answering_twice_shows_a_conflict_notice_and_the_first_answer_stays(people):
     todo = asking(people["mine"], "Deploy", choices=["yes", "no"])
     client = logged_in(people["alice"])
-    client.post(f"/board/todos/{todo.id}/answer/", {answer_field(todo): "no"})
+    client.post(f"/board/todos/{todo.id}/answer/", confirmed(todo, "no"))
 
     response = client.post(
         f"/board/todos/{todo.id}/answer/",
-        {answer_field(todo): "yes"},
+        confirmed(todo, "yes"),
         headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
     )
 
@@ -282,7 +288,7 @@ def test_a_race_lost_in_the_store_is_a_notice_too(people, monkeypatch):
     monkeypatch.setattr(store, "answer_todo_any_endpoint", answered_meanwhile)
     response = logged_in(people["alice"]).post(
         f"/board/todos/{todo.id}/answer/",
-        {answer_field(todo): "yes"},
+        confirmed(todo, "yes"),
         headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
     )
 
@@ -359,7 +365,7 @@ def test_the_todo_page_offers_the_owner_a_link_that_answers_once(people):
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
 
     answered = stranger.post(
-        path, {answer_field(todo): "hold", "csrfmiddlewaretoken": token}
+        path, {**confirmed(todo, "hold"), "csrfmiddlewaretoken": token}
     )
     assert answered.status_code == 200
     assert "answer sent" in answered.content.decode()
@@ -367,7 +373,7 @@ def test_the_todo_page_offers_the_owner_a_link_that_answers_once(people):
     assert stored.answer["value"] == "hold" and not stored.is_held
 
     again = stranger.post(
-        path, {answer_field(todo): "ship", "csrfmiddlewaretoken": token}
+        path, {**confirmed(todo, "ship"), "csrfmiddlewaretoken": token}
     )
     assert again.status_code == 410
     assert "cannot be used" in again.content.decode()
@@ -645,3 +651,201 @@ def test_progress_and_checkpoint_show_on_the_todo_page_and_the_claimed_list(peop
     assert live.lstrip().startswith('<section id="live"')
     assert "page 35 of 100" in live and "<html" not in live
     assert "page 35 of 100" in listed and 'value="35"' in listed
+
+
+# --- An agent's text is text (CONTRACT §16) -----------------------------------------
+
+SCRIPT = '<script>alert("xss")</script>'
+IMAGE = '<img src=x onerror=alert("xss")>'
+HOSTILE_SCHEMA = {
+    "type": "object",
+    "title": SCRIPT,
+    "properties": {
+        "amount": {"type": "integer", "title": IMAGE, "description": SCRIPT},
+        "region": {"enum": [SCRIPT, "eu"], "description": IMAGE},
+        "notes": {"type": "array", "description": SCRIPT},
+    },
+    "required": ["amount"],
+}
+
+
+def assert_text_only(html):
+    """No agent string became markup: each shows escaped, none raw."""
+    for hostile in (SCRIPT, IMAGE):
+        assert hostile not in html
+    assert "&lt;script&gt;alert(&quot;xss&quot;)&lt;/script&gt;" in html
+
+
+def test_a_script_in_an_answer_schema_description_is_shown_as_text(people):
+    todo = asking(
+        people["mine"],
+        SCRIPT,
+        question=f"Approve {IMAGE}?",
+        answer_schema=HOSTILE_SCHEMA,
+    )
+    scope = store.Scope.for_endpoint(people["mine"])
+    choice = asking(people["mine"], "Choose", choices=[SCRIPT, IMAGE])
+    client = logged_in(people["alice"])
+
+    inbox = client.get("/board/inbox/").content.decode()
+    detail = client.get(f"/board/todos/{todo.id}/").content.decode()
+    link = Client().get(link_of(client, todo)).content.decode()
+    choices = client.get(f"/board/todos/{choice.id}/").content.decode()
+    confirming = client.post(
+        f"/board/todos/{choice.id}/answer/", {answer_field(choice): SCRIPT}
+    ).content.decode()
+    invalid = client.post(
+        f"/board/todos/{todo.id}/answer/", {answer_field(todo, "region"): "nope"}
+    ).content.decode()
+
+    for page in (inbox, detail, link, choices, confirming, invalid):
+        assert_text_only(page)
+    assert 'class="helptext"' in detail and "&lt;img src=x" in detail
+    assert store.get_todo(scope, todo.id).is_held
+
+
+def test_every_board_page_and_the_answer_link_send_a_content_security_policy(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    client = logged_in(people["alice"])
+    pages = [
+        client.get("/board/"),
+        client.get("/board/inbox/"),
+        client.get(f"/board/todos/{todo.id}/"),
+        client.get("/board/todos/00000000-0000-4000-8000-000000000000/"),
+        Client().get("/board/login/"),
+        Client().get(link_of(client, todo)),
+        Client().get("/answer/not-a-token"),
+    ]
+    for response in pages:
+        policy = response["Content-Security-Policy"]
+        directives = dict(
+            (part.split(" ", 1) + [""])[:2] for part in policy.split("; ")
+        )
+        assert directives["script-src"] == "'self'", policy
+        assert directives["default-src"] == "'self'"
+        assert directives["object-src"] == "'none'"
+        assert directives["base-uri"] == "'none'"
+        assert directives["frame-ancestors"] == "'none'"
+        assert directives["form-action"] == "'self'"
+        assert "unsafe" not in policy
+
+
+def test_no_board_template_runs_script_inline():
+    """Every script of the Board is a file (CONTRACT §16): no inline <script>,
+    no on… handler, no style attribute, no hx-on, no script filter in a trigger."""
+    templates = sorted((Path(__file__).parents[2] / "templates").rglob("*.html"))
+    assert templates
+    for template in templates:
+        text = template.read_text()
+        assert not re.search(r"<script(?![^>]*\ssrc=)", text), template
+        assert not re.search(r"\son[a-z]+\s*=", text), template
+        assert not re.search(r"\sstyle\s*=", text), template
+        assert "hx-on" not in text and "js:" not in text, template
+        assert not re.search(r'hx-trigger="[^"]*\[', text), template
+
+
+# --- Choices are equals, and confirmed -----------------------------------------------
+
+
+def test_a_choice_is_confirmed_before_it_is_sent(people):
+    todo = asking(people["mine"], "Drop the staging database", choices=["keep", "drop"])
+    client = logged_in(people["alice"])
+    page = client.get("/board/inbox/").content.decode()
+    buttons = re.findall(r'<button type="submit" class="([^"]+)" name="q', page)
+    assert buttons == ["button secondary", "button secondary"]
+
+    asked_to_confirm = client.post(
+        f"/board/todos/{todo.id}/answer/",
+        {answer_field(todo): "drop", "next": "/board/inbox/"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{todo.id}"},
+    )
+
+    html = asked_to_confirm.content.decode()
+    assert asked_to_confirm.status_code == 200
+    assert "Send “drop”" in html and 'href="/board/inbox/"' in html
+    assert store.get_todo_any_endpoint(todo.id).is_held
+    sent = client.post(f"/board/todos/{todo.id}/answer/", confirmed(todo, "drop"))
+    assert sent.status_code == 302
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "drop"
+
+
+def test_an_answer_link_confirms_a_choice_before_sending_it(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship", "hold"])
+    path = link_of(logged_in(people["alice"]), todo)
+
+    first = Client().post(path, {answer_field(todo): "ship"})
+
+    assert first.status_code == 200
+    assert "Send “ship”" in first.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).is_held
+    assert Client().post(path, confirmed(todo, "ship")).status_code == 200
+    assert store.get_todo_any_endpoint(todo.id).answer["value"] == "ship"
+
+
+def test_the_answer_form_keeps_the_schema_order_and_shows_required_and_bounds(people):
+    schema = {
+        "type": "object",
+        "properties": {
+            "zone": {"type": "string", "minLength": 2, "maxLength": 12},
+            "amount": {"type": "integer", "minimum": 1, "maximum": 500},
+            "region": {"enum": ["eu", "us"], "description": "Where it ships"},
+            "tags": {"type": "array", "maxItems": 3},
+        },
+        "required": ["amount"],
+    }
+    todo = asking(people["mine"], "Refund", answer_schema=schema)
+
+    html = logged_in(people["alice"]).get(f"/board/todos/{todo.id}/").content.decode()
+
+    names = re.findall(rf'name="{answer_field(todo, "")}(\w+)"', html)
+    assert names == ["zone", "amount", "region", "tags"]
+    assert re.search(r"Amount\s*\(required\)</label>", html)
+    assert not re.search(r"Zone\s*\(required\)", html)
+    assert "2 to 12 characters" in html
+    assert "1 to 500" in html
+    assert "Where it ships · one of: eu, us" in html
+    assert "at most 3 items" in html
+    assert store.get_todo_any_endpoint(todo.id).to_dict()["question"].keys() == {
+        "text",
+        "choices",
+        "answer_schema",
+        "return_to",
+        "asked_by",
+        "asked_at",
+        "deadline",
+        "expired",
+    }
+
+
+# --- A passed deadline, a revoked endpoint -------------------------------------------
+
+
+def test_an_answer_link_past_its_deadline_is_refused_before_the_sweep(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"], deadline_seconds=600)
+    path = link_of(logged_in(people["alice"]), todo)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE todos SET answer_deadline = now() - interval '1 second'"
+            " WHERE id = %s",
+            [todo.id],
+        )
+
+    page = Client().get(path)
+
+    assert page.status_code == 410
+    assert '<form class="q-form"' not in page.content.decode()
+    detail = logged_in(people["alice"]).get(f"/board/todos/{todo.id}/").content.decode()
+    assert "The deadline passed with no answer" in detail
+
+
+def test_a_revoked_endpoints_answer_link_is_refused_as_unknown(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    path = link_of(logged_in(people["alice"]), todo)
+    endpoints.revoke(people["mine"])
+
+    page = Client().get(path)
+    posted = Client().post(path, confirmed(todo, "ship"))
+
+    assert page.status_code == 404 and posted.status_code == 404
+    assert "not valid" in page.content.decode()
+    assert store.get_todo_any_endpoint(todo.id).answer is None

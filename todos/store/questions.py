@@ -41,6 +41,7 @@ from .rows import (
     MAX_DEADLINE_SECONDS,
     MAX_QUESTION_CHARS,
     MIN_DEADLINE_SECONDS,
+    PROPERTY_ORDER,
     TODO_COLUMNS,
     Conflict,
     InvalidAnswer,
@@ -173,12 +174,20 @@ def _question(
         check_answer_schema(answer_schema)
     if return_to not in RETURN_TO:
         raise ValueError("return_to must be 'me' or 'pool'")
-    return {
+    stored: JSONObject = {
         "text": text,
         "choices": choices,
         "answer_schema": answer_schema,
         "return_to": return_to,
     }
+    properties = (
+        answer_schema.get("properties") if isinstance(answer_schema, dict) else None
+    )
+    if isinstance(properties, dict):
+        # jsonb keeps no key order: the order the agent gave its fields in,
+        # for the Board's answer form (the API does not show it).
+        stored[PROPERTY_ORDER] = list(properties)
+    return stored
 
 
 def _deadline(deadline_seconds: object) -> int | None:

@@ -72,6 +72,9 @@ ANSWER_LINK_SECONDS = 7 * 24 * 3600
 # A finite date (psycopg cannot load 'infinity'), a year short of the calendar's
 # end so that no time zone or arithmetic overflows it.
 HELD_UNTIL_ANSWERED = "9998-12-31T00:00:00+00:00"
+# Where a stored question keeps its answer schema's property order (jsonb
+# keeps none); the Board's form reads it, the question's JSON leaves it out.
+PROPERTY_ORDER = "property_order"
 
 
 # --- Errors ---------------------------------------------------------------------
@@ -331,8 +334,9 @@ class Todo:
         """The question as the API renders it, or None when none was asked."""
         if self.question is None:
             return None
+        shown = {k: v for k, v in self.question.items() if k != PROPERTY_ORDER}
         return {
-            **self.question,
+            **shown,
             "asked_at": _iso(self.asked_at),
             "deadline": _iso(self.answer_deadline),
             "expired": self.question_status == "expired" or self.deadline_passed,

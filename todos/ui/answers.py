@@ -20,6 +20,8 @@ from todos.ui.forms import BoardForm
 
 # The field a single-value answer (no object schema) is posted in.
 VALUE = "answer"
+# The field that says a choice was confirmed (every choice is, before it is sent).
+CONFIRM = "confirm"
 SIMPLE_TYPES = ("string", "integer", "number", "boolean")
 
 
@@ -44,20 +46,76 @@ def _fields_of(schema):
     return properties
 
 
+JSON_HINT = "JSON: a string in double quotes, a number, a list…"
+
+
+class JsonField(forms.CharField):
+    """A field whose text is read as a JSON value (arrays, objects, anything)."""
+
+
 def _json_field(label, required, help_text=""):
-    return forms.CharField(
+    return JsonField(
         label=label,
         required=required,
-        help_text=help_text or "JSON: a string in double quotes, a number, a list…",
+        help_text=" · ".join(filter(None, [help_text, JSON_HINT])),
         widget=forms.Textarea(attrs={"rows": 3}),
     )
 
 
+def _number(schema, key):
+    value = schema.get(key)
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if is_number else None
+
+
+def _range(low, high, unit=""):
+    if low is not None and high is not None:
+        return f"{low} to {high}{unit}"
+    if low is not None:
+        return f"at least {low}{unit}"
+    if high is not None:
+        return f"at most {high}{unit}"
+    return None
+
+
+def bounds(schema):
+    """The limits a schema puts on one value, as a person reads them."""
+    parts = [
+        _range(_number(schema, "minimum"), _number(schema, "maximum")),
+        _range(
+            _number(schema, "minLength"), _number(schema, "maxLength"), " characters"
+        ),
+        _range(_number(schema, "minItems"), _number(schema, "maxItems"), " items"),
+    ]
+    if _number(schema, "exclusiveMinimum") is not None:
+        parts.append(f"more than {schema['exclusiveMinimum']}")
+    if _number(schema, "exclusiveMaximum") is not None:
+        parts.append(f"less than {schema['exclusiveMaximum']}")
+    if _number(schema, "multipleOf") is not None:
+        parts.append(f"a multiple of {schema['multipleOf']}")
+    if isinstance(schema.get("pattern"), str):
+        parts.append(f"matching {schema['pattern']}")
+    if isinstance(schema.get("format"), str):
+        parts.append(f"format: {schema['format']}")
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        shown = ", ".join(v if isinstance(v, str) else json.dumps(v) for v in enum[:10])
+        parts.append(f"one of: {shown}{' …' if len(enum) > 10 else ''}")
+    return " · ".join(part for part in parts if part)
+
+
 def _field_for(name, schema, required):
-    """A form field for one property (or the whole answer) of a schema."""
+    """A form field for one property (or the whole answer) of a schema: its
+    help text is the agent's description, then the schema's bounds (text,
+    never markup: board/field.html)."""
     schema = schema if isinstance(schema, dict) else {}
     label = schema.get("title") or name.replace("_", " ").capitalize()
-    help_text = schema.get("description", "")
+    description = schema.get("description")
+    help_text = " · ".join(
+        filter(
+            None, [description if isinstance(description, str) else "", bounds(schema)]
+        )
+    )
     if isinstance(schema.get("enum"), list) and all(
         isinstance(value, str | int | float | bool) for value in schema["enum"]
     ):
@@ -86,6 +144,15 @@ def _field_for(name, schema, required):
     return _json_field(label, required, help_text)
 
 
+def _ordered(todo, properties, required):
+    """The properties in the order the agent wrote them (kept by the store);
+    for a question stored without that order, the required ones first."""
+    order = (todo.question or {}).get(store.PROPERTY_ORDER)
+    if isinstance(order, list) and sorted(order) == sorted(properties):
+        return order
+    return sorted(properties, key=lambda name: name not in required)
+
+
 def _parse_json(text):
     try:
         return http.loads(text)
@@ -109,25 +176,28 @@ class AnswerForm(BoardForm):
         schema = _schema(todo)
         self.properties = None if self.choices else _fields_of(schema)
         if self.choices:
-            # One button per choice: the button posts it as the value.
+            # One button per choice: the button posts it as the value. The
+            # choice is sent once confirmed (the card's second step).
             self.fields[VALUE] = forms.ChoiceField(
                 choices=[(choice, choice) for choice in self.choices],
                 widget=forms.HiddenInput,
             )
+            self.fields[CONFIRM] = forms.BooleanField(
+                required=False, widget=forms.HiddenInput
+            )
         elif self.properties is not None:
             required = set(schema.get("required") or ())
-            # jsonb keeps no key order: the required fields come first.
-            ordered = sorted(self.properties, key=lambda name: name not in required)
-            for name in ordered:
-                self.fields[name] = _field_for(
-                    name, self.properties[name], name in required
-                )
+            for name in _ordered(todo, self.properties, required):
+                field = _field_for(name, self.properties[name], name in required)
+                if field.required:
+                    field.label_suffix = " (required)"
+                self.fields[name] = field
         elif schema is not None and schema.get("type") in SIMPLE_TYPES:
             self.fields[VALUE] = _field_for("answer", schema, True)
             self.fields[VALUE].label = "Answer"
         elif schema is not None:
             self.fields[VALUE] = _json_field(
-                "Answer", True, "JSON matching the schema below."
+                "Answer", True, "Matching the schema below."
             )
         else:
             self.fields[VALUE] = forms.CharField(
@@ -136,11 +206,18 @@ class AnswerForm(BoardForm):
                 widget=forms.Textarea(attrs={"rows": 3}),
             )
         self.json_fields = {
-            name
-            for name, field in self.fields.items()
-            if isinstance(field.widget, forms.Textarea)
-            and field.help_text.startswith("JSON")
+            name for name, field in self.fields.items() if isinstance(field, JsonField)
         }
+
+    @property
+    def awaits_confirmation(self):
+        """A valid choice not confirmed yet: the card asks before sending it."""
+        return self.layout == "choices" and not self.cleaned_data.get(CONFIRM)
+
+    @property
+    def chosen(self):
+        """The choice being confirmed."""
+        return self.cleaned_data.get(VALUE)
 
     @property
     def layout(self):

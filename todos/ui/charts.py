@@ -148,12 +148,9 @@ def transitions_chart(series, label, frame=WIDE):
     )
     legend = format_html_join(
         "",
-        '<li><span class="swatch" style="background:{}"></span>{} '
+        '<li><span class="swatch swatch-{}"></span>{} '
         '<strong class="series-total" data-series="{}">{}</strong></li>',
-        (
-            (colour, text, name, _number(series.total(name)))
-            for name, text, colour in LINES
-        ),
+        ((name, text, name, _number(series.total(name))) for name, text, _ in LINES),
     )
     return mark_safe(
         f'<figure class="chart-box">{svg}'

@@ -122,6 +122,17 @@ def todo_answer(request, todo_id):
     notices, status = [], 200
     if form is None:
         notices.append(_notice("warning", _not_open_text(todo)))
+    elif form.is_valid() and form.awaits_confirmation:
+        # The card asks "Send …?" in place: nothing is sent yet.
+        context = {
+            **card_context(request, todo, form),
+            "back_url": _next_url(request, reverse("board:todo", args=[todo.id])),
+        }
+        if not request.htmx:
+            return render(
+                request, "board/answer_page.html", {**context, "nav": "inbox"}
+            )
+        return _fragments(request, [("board/inbox.html#card", context)])
     elif form.is_valid():
         try:
             todo = request.board.answer(todo.id, form.answer())
@@ -189,6 +200,8 @@ def answer_link(request, token):
     form = AnswerForm(todo, request.POST if request.method == "POST" else None)
     status = 200
     if request.method == "POST":
+        if form.is_valid() and form.awaits_confirmation:
+            return _link_page(request, _link_context(todo, form))
         if form.is_valid():
             try:
                 todo = store.answer_by_link(token, form.answer())
@@ -199,17 +212,17 @@ def answer_link(request, token):
             else:
                 return _link_page(request, {"answered": todo, "todo": todo})
         status = 400
-    context = {
+    return _link_page(request, _link_context(todo, form), status=status)
+
+
+def _link_context(todo, form):
+    schema = todo.question.get("answer_schema")
+    return {
         "todo": todo,
         "question": todo.question_dict(),
         "form": form,
-        "schema_json": (
-            None
-            if todo.question.get("answer_schema") is None
-            else json.dumps(todo.question["answer_schema"], indent=2)
-        ),
+        "schema_json": None if schema is None else json.dumps(schema, indent=2),
     }
-    return _link_page(request, context, status=status)
 
 
 def link_url(request, todo):
