@@ -304,6 +304,10 @@ def post(client, endpoint):
             given["Mcp-Method"] = body.get("method")
             params = body.get("params")
             params = params if isinstance(params, dict) else {}
+            meta = params.get("_meta", {})
+            given["MCP-Protocol-Version"] = meta.get(
+                "io.modelcontextprotocol/protocolVersion", VERSION
+            )
             name = params.get("name") or params.get("uri")
             if name:
                 given["Mcp-Name"] = name
@@ -403,6 +407,26 @@ def test_a_base64_encoded_name_header_is_decoded(post):
     assert response.json()["result"]["isError"] is False
 
 
+def test_a_version_header_unlike_the_meta_version_is_a_header_mismatch(post):
+    """The header and the body are compared before the version is judged: an
+    intermediary may have routed on a header that the body contradicts."""
+    response = post(
+        message("server/discover", version="v999.0.0"),
+        **{"MCP-Protocol-Version": VERSION},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32020
+
+
+def test_initialize_sent_as_2026_07_28_is_404_method_not_found(post):
+    """The revision removed the handshake: an initialize that carries the
+    revision's _meta is a request for a method it does not have."""
+    response = post(message("initialize"))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == -32601
+    assert "Mcp-Session-Id" not in response.headers
+
+
 def test_an_unknown_method_is_404_method_not_found(post):
     for method in ("nope/nothing", "ping", "logging/setLevel"):
         response = post(message(method))
@@ -441,6 +465,15 @@ def test_another_client_program_is_another_worker(post, scope):
     other = message("tools/call", name="complete_todo", arguments={"todo_id": todo.id})
     other["params"]["_meta"]["io.modelcontextprotocol/clientInfo"]["name"] = "other"
     assert post(other).json()["result"]["isError"] is True
+
+
+def test_reading_a_queue_says_how_long_it_may_be_cached(post, scope):
+    store.create_todo(scope, queue="builds", title="one")
+    response = post(message("resources/read", uri="switchboard://queues/builds"))
+    result = response.json()["result"]
+    assert result["contents"][0]["uri"] == "switchboard://queues/builds"
+    assert isinstance(result["ttlMs"], int) and result["ttlMs"] >= 0
+    assert result["cacheScope"] == "private"
 
 
 def test_reading_a_queue_outside_the_grant_is_resource_not_found(client, make_endpoint):

@@ -9,8 +9,10 @@ restart of that process.
 import json
 import uuid
 
+import anyio
 import httpx2
 import pytest
+from django.db import connection
 
 from tests.support import database_url, start_gunicorn, stop
 from todos import store
@@ -42,20 +44,26 @@ def headers_for(body, token):
     }
     if body["method"] == "tools/call":
         headers["Mcp-Name"] = body["params"]["name"]
+    task_id = body["params"].get("taskId")
+    if body["method"].startswith("tasks/") and isinstance(task_id, str):
+        headers["Mcp-Name"] = task_id
     return headers
 
 
 @pytest.fixture
 def rpc(client, endpoint):
-    """rpc(method, token=..., capabilities=..., **params) -> (status, body)."""
+    """rpc(method, token=..., capabilities=..., headers=..., **params) ->
+    (status, body); ``headers`` replace the ones that follow the body (None
+    leaves one out)."""
 
-    def send(method, token=endpoint.token, capabilities=TASKS, **params):
+    def send(method, token=endpoint.token, capabilities=TASKS, headers=(), **params):
         body = message(method, capabilities, **params)
+        sent = {**headers_for(body, token), **dict(headers)}
         response = client.post(
             "/mcp",
             data=json.dumps(body),
             content_type="application/json",
-            headers=headers_for(body, token),
+            headers={key: value for key, value in sent.items() if value is not None},
         )
         return response.status_code, response.json()
 
@@ -154,13 +162,20 @@ def test_the_task_follows_the_todo_through_each_outcome(rpc, scope):
     assert done["result"]["structuredContent"]["todo"]["result"] == {"shipped": True}
 
 
-def test_a_dead_letter_is_a_failed_task_with_its_error(rpc, scope):
+def test_a_dead_letter_is_a_completed_task_whose_result_is_an_error(rpc, scope):
+    """The extension keeps ``failed`` for JSON-RPC errors: work that failed
+    is a completed task whose tool result says so."""
     task_id = create_task(rpc, max_attempts=1)["taskId"]
     store.claim_todo(scope, task_id, "w")
     store.fail_todo(scope, task_id, "w", error="disk full")
-    failed = task(rpc, task_id)
-    assert failed["status"] == "failed"
-    assert "disk full" in failed["error"]["message"]
+    dead = task(rpc, task_id)
+    assert dead["status"] == "completed"
+    assert "error" not in dead
+    assert dead["statusMessage"] == "disk full"
+    assert dead["result"]["isError"] is True
+    assert "disk full" in dead["result"]["content"][0]["text"]
+    todo = dead["result"]["structuredContent"]["todo"]
+    assert (todo["id"], todo["outcome"]) == (task_id, "dead_letter")
 
 
 def test_tasks_cancel_cancels_a_pending_todo(rpc, scope):
@@ -171,6 +186,25 @@ def test_tasks_cancel_cancels_a_pending_todo(rpc, scope):
     assert store.get_todo(scope, task_id).outcome == "canceled"
     # A terminal task's cancel is acknowledged all the same.
     assert rpc("tasks/cancel", taskId=task_id)[0] == 200
+
+
+def test_tasks_cancel_whose_name_header_names_another_task_cancels_nothing(rpc, scope):
+    """Mcp-Name must be the body's taskId: an intermediary may have routed
+    the request on it."""
+    task_id, other_id = create_task(rpc)["taskId"], create_task(rpc)["taskId"]
+    status, body = rpc("tasks/cancel", taskId=task_id, headers={"Mcp-Name": other_id})
+    assert (status, body["error"]["code"]) == (400, -32020)
+    assert store.get_todo(scope, task_id).outcome == "pending"
+    assert store.get_todo(scope, other_id).outcome == "pending"
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+def test_a_tasks_request_without_its_name_header_is_a_header_mismatch(rpc, method):
+    task_id = create_task(rpc)["taskId"]
+    status, body = rpc(
+        method, taskId=task_id, inputResponses={}, headers={"Mcp-Name": None}
+    )
+    assert (status, body["error"]["code"]) == (400, -32020)
 
 
 def test_tasks_cancel_of_a_claimed_todo_asks_its_worker(rpc, scope):
@@ -243,6 +277,21 @@ def test_update_needs_input_responses_as_an_object(rpc):
     task_id = create_task(rpc)["taskId"]
     status, body = rpc("tasks/update", taskId=task_id, inputResponses=[1])
     assert body["error"]["code"] == -32602
+
+
+def test_listen_for_tasks_without_the_extension_is_a_missing_capability(rpc):
+    task_id = create_task(rpc)["taskId"]
+    status, body = rpc(
+        "subscriptions/listen", capabilities={}, notifications={"taskIds": [task_id]}
+    )
+    assert (status, body["error"]["code"]) == (400, -32021)
+    assert body["error"]["data"]["requiredCapabilities"] == TASKS
+
+
+@pytest.mark.parametrize("task_ids", ["one", [1], [None]])
+def test_a_listen_whose_task_ids_are_no_list_of_ids_is_invalid_params(rpc, task_ids):
+    status, body = rpc("subscriptions/listen", notifications={"taskIds": task_ids})
+    assert (status, body["error"]["code"]) == (200, -32602)
 
 
 # --- Live: another process, and a restart -----------------------------------------
@@ -362,3 +411,117 @@ def test_a_question_answered_on_the_board_moves_the_task_on(
     assert rpc("tasks/update", taskId=task_id, inputResponses=late)[0] == 200
     answer = store.get_todo(scope, task_id).answer
     assert (answer["value"], answer["by"]) == ("yes", "operator:alice")
+
+
+# --- Live: task status pushed on subscriptions/listen -----------------------------
+
+
+def in_thread(step, *args):
+    """Run a store step from a worker thread, closing that thread's connection."""
+
+    def run():
+        try:
+            return step(*args)
+        finally:
+            connection.close()
+
+    return anyio.to_thread.run_sync(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listen_pushes_each_status_change_of_the_tasks_it_named(
+    asgi_server, endpoint, scope, other_scope
+):
+    """notifications/tasks, carrying the task as tasks/get has it, at once and
+    on each change: working, input_required, working, completed for one task,
+    cancelled for another; nothing for a task not named, none for another
+    endpoint's."""
+    base, token = asgi_server.url, endpoint.token
+    shipped, dropped, unnamed = (
+        mcp(base, token, "tools/call", name="delegate", arguments={"queue": "q"})[
+            "taskId"
+        ]
+        for _ in range(3)
+    )
+    foreign, _ = store.create_todo(other_scope, queue="q", title="theirs")
+    body = message(
+        "subscriptions/listen",
+        id=9,
+        notifications={"taskIds": [shipped, dropped, foreign.id, "no-such-task"]},
+    )
+    seen, steps = [], []
+
+    def ask():
+        store.claim_todo(scope, shipped, "w")
+        store.ask(scope, shipped, "w", question="Ship it?", choices=["yes"])
+
+    def answer():
+        store.answer_todo(scope, shipped, "yes")
+
+    def complete():
+        store.claim_todo(scope, unnamed, "w")
+        store.complete_todo(scope, unnamed, "w", result={})
+        store.claim_todo(scope, shipped, "w")
+        store.complete_todo(scope, shipped, "w", result={"shipped": True})
+
+    def cancel():
+        store.cancel_todo(scope, dropped, reason="not needed")
+
+    # After each expected notification, the next change.
+    script = {
+        (shipped, "working", 0): ask,
+        (dropped, "working", 0): None,
+        (shipped, "input_required", 0): answer,
+        (shipped, "working", 1): complete,
+        (shipped, "completed", 0): cancel,
+        (dropped, "cancelled", 0): None,
+    }
+
+    async def main():
+        async with (
+            httpx2.AsyncClient(base_url=base, timeout=20) as http,
+            http.stream(
+                "POST", "/mcp", headers=headers_for(body, token), json=body
+            ) as stream,
+        ):
+            lines = stream.aiter_lines()
+            with anyio.fail_after(15):
+                async for line in lines:
+                    if not line.startswith("data:"):
+                        continue
+                    event = json.loads(line[5:])
+                    seen.append(event)
+                    if event["method"] != "notifications/tasks":
+                        continue
+                    task = event["params"]
+                    key = (task["taskId"], task["status"])
+                    step = script.get((*key, steps.count(key)))
+                    steps.append(key)
+                    if step is not None:
+                        await in_thread(step)
+                    if ("cancelled" in dict(steps).values()) or len(steps) > 8:
+                        break
+
+    anyio.run(main)
+    ack = seen[0]
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"]["taskIds"] == [shipped, dropped]
+    assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 9
+    assert steps == [
+        (shipped, "working"),
+        (dropped, "working"),
+        (shipped, "input_required"),
+        (shipped, "working"),
+        (shipped, "completed"),
+        (dropped, "cancelled"),
+    ]
+    pushed = [event["params"] for event in seen[1:]]
+    assert all(
+        task["_meta"]["io.modelcontextprotocol/subscriptionId"] == 9 for task in pushed
+    )
+    asked = pushed[2]
+    [request] = asked["inputRequests"].values()
+    assert request["params"]["message"] == "Ship it?"
+    done = pushed[4]
+    assert done["result"]["structuredContent"]["todo"]["result"] == {"shipped": True}
+    assert pushed[5]["statusMessage"] == "not needed"

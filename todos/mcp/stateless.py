@@ -28,7 +28,7 @@ from django.http import HttpResponse
 from todos import store, waits
 from todos.api.operations import ClaimNext
 from todos.http import JsonResponse
-from todos.mcp import resources, tasks, transport
+from todos.mcp import listen, resources, tasks, transport
 from todos.mcp import tools as mcp_tools
 
 MODERN_VERSIONS = ("2026-07-28",)
@@ -38,8 +38,16 @@ META_CLIENT = "io.modelcontextprotocol/clientInfo"
 META_SERVER = "io.modelcontextprotocol/serverInfo"
 METHOD_HEADER = "Mcp-Method"
 NAME_HEADER = "Mcp-Name"
-# The methods whose Mcp-Name header mirrors a params field, and that field.
-NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+# The methods whose Mcp-Name header mirrors a params field, and that field
+# (the tasks extension names its task, for routing by task).
+NAMED = {
+    "tools/call": "name",
+    "resources/read": "uri",
+    "prompts/get": "name",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 BASE64_PREFIX, BASE64_SUFFIX = "=?base64?", "?="
 
 HEADER_MISMATCH = -32020
@@ -49,6 +57,8 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 # deploy; the queues (resources) come and go with use.
 TOOLS_TTL_MS = 300_000
 RESOURCES_TTL_MS = 10_000
+# A queue read is its live figures: not to be served from a cache.
+READ_TTL_MS = 0
 
 
 class ModernError(Exception):
@@ -72,22 +82,29 @@ def supported_versions():
 
 
 def speaks_stateless(request, message):
-    """Say whether this message is of the stateless revision (see above)."""
-    if message.get("method") == "initialize" or transport.SESSION_HEADER in (
-        request.headers
-    ):
+    """Say whether this message is of the stateless revision (see above).
+
+    An ``initialize`` is the older revision's handshake unless it carries this
+    revision's ``_meta``: then it asks for a method this revision removed
+    (404, as the conformance suite expects of a dual-era server).
+    """
+    if transport.SESSION_HEADER in request.headers:
         return False
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
+    names_version = isinstance(meta, dict) and META_VERSION in meta
+    if message.get("method") == "initialize":
+        return names_version
     return (
-        (isinstance(meta, dict) and META_VERSION in meta)
+        names_version
         or request.headers.get(transport.VERSION_HEADER) in MODERN_VERSIONS
         or message.get("method") == "server/discover"
     )
 
 
 def _meta(params):
-    """Return the request's (version, client info), or refuse it."""
+    """Return the request's (version, client info, capabilities), or refuse
+    it; the version is judged after the headers (``_supported``)."""
     meta = params.get("_meta")
     if not isinstance(meta, dict):
         raise ModernError(
@@ -100,13 +117,6 @@ def _meta(params):
             transport.INVALID_PARAMS,
             f"params._meta[{META_VERSION!r}]: is required",
         )
-    if version not in MODERN_VERSIONS:
-        raise ModernError(
-            400,
-            UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
-            {"supported": supported_versions(), "requested": version},
-        )
     if not isinstance(meta.get(META_CAPABILITIES), dict):
         raise ModernError(
             400,
@@ -115,6 +125,17 @@ def _meta(params):
         )
     client = meta.get(META_CLIENT)
     return version, client if isinstance(client, dict) else {}, meta[META_CAPABILITIES]
+
+
+def _supported(version):
+    """Refuse a protocol version this revision does not speak."""
+    if version not in MODERN_VERSIONS:
+        raise ModernError(
+            400,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            {"supported": supported_versions(), "requested": version},
+        )
 
 
 def _header_value(raw):
@@ -265,7 +286,11 @@ def _dispatch(request, method, params, caller, message_id, capabilities):
             "cacheScope": "private",
         }
     if method == "resources/read":
-        return {**resources.read(caller.scope, params), "cacheScope": "private"}
+        return {
+            **resources.read(caller.scope, params),
+            "ttlMs": READ_TTL_MS,
+            "cacheScope": "private",
+        }
     if method == "subscriptions/listen":
         if not transport._accepts(request, "text/event-stream"):
             raise ModernError(
@@ -274,7 +299,9 @@ def _dispatch(request, method, params, caller, message_id, capabilities):
                 "subscriptions/listen answers an event stream: accept "
                 "text/event-stream",
             )
-        return resources.Listen.of(request, caller.scope, params, message_id)
+        if listen.names_tasks(params):
+            _needs_tasks(capabilities)
+        return listen.Listen.of(request, caller.scope, params, message_id)
     raise ModernError(404, transport.METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
@@ -282,7 +309,7 @@ def answer(request, endpoint, message, kind):
     """Answer one POSTed message of this revision.
 
     A JSON response, a ``transport.Pending`` claim_next or wait_for_todo (the
-    transport waits for it) or a ``resources.Listen`` (the transport opens
+    transport waits for it) or a ``listen.Listen`` (the transport opens
     its stream).
     """
     if kind == "notification":
@@ -301,7 +328,10 @@ def answer(request, endpoint, message, kind):
                 400, transport.INVALID_PARAMS, "params: must be an object"
             )
         version, client, capabilities = _meta(params)
+        # Headers first: a version header unlike the body's is a mismatch
+        # (an intermediary may have routed on it), whatever the version.
         _check_headers(request, method, params, version)
+        _supported(version)
         caller = mcp_tools.Caller(
             endpoint,
             store.Scope.for_endpoint(endpoint),
@@ -326,7 +356,7 @@ def answer(request, endpoint, message, kind):
                 message_id, transport.INVALID_PARAMS, str(exc), {"uri": exc.uri}
             )
         )
-    if isinstance(result, resources.Listen):
+    if isinstance(result, listen.Listen):
         return result
     if isinstance(result, ClaimNext | waits.ResultWait):
         return transport.Pending(result, message_id, {}, caller.scope, completed)

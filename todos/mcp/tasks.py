@@ -14,7 +14,9 @@ asks that a task exist before its id is answered: the create committed).
   in ``inputRequests`` (keyed by the time it was asked: a new question is a
   new key, as the spec wants keys unique over a task's life);
 - done → ``completed``, with what ``get_todo`` answers as the tool result;
-- dead letter → ``failed``, its last error as the JSON-RPC error;
+- dead letter → ``completed`` with an error tool result (``isError``), its
+  last error as the text: the extension keeps ``failed`` for JSON-RPC
+  errors, and the work's failure is none;
 - canceled → ``cancelled``.
 
 ``tasks/update`` answers the question (the Board, an answer link or another
@@ -89,10 +91,12 @@ def created(tool_result):
     if tool_result.get("isError"):
         return tool_result
     todo = tool_result["structuredContent"]["todo"]
-    return {"resultType": "task", **_task(todo)}
+    return {"resultType": "task", **detailed(todo)}
 
 
-def _task(todo):
+def detailed(todo):
+    """The task of a todo (its JSON), as tasks/get and notifications/tasks
+    carry it."""
     outcome = todo["outcome"]
     task = {
         "taskId": todo["id"],
@@ -121,15 +125,22 @@ def _task(todo):
         error = todo.get("last_error") or "the todo failed"
         return {
             **task,
-            "status": "failed",
+            "status": "completed",
             "statusMessage": error,
-            "error": {
-                "code": -32603,
-                "message": f"dead letter: {error}",
-                "data": {"todo": todo},
-            },
+            "result": _dead_letter_result(todo, error),
         }
     return {**task, "status": "completed", "result": mcp_tools._ok({"todo": todo})}
+
+
+def _dead_letter_result(todo, error):
+    """The tool result of work that failed for good: an error result (the
+    extension keeps ``failed`` for JSON-RPC errors), the todo as its data."""
+    text = f"dead_letter: {error}. retry_todo runs the todo again."
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"todo": todo},
+        "isError": True,
+    }
 
 
 def _key(question):
@@ -172,7 +183,7 @@ def _todo(scope, task_id):
 
 
 def get(caller, params):
-    return _task(_todo(caller.scope, _task_id(params)).to_dict())
+    return detailed(_todo(caller.scope, _task_id(params)).to_dict())
 
 
 def update(caller, params):

@@ -42,7 +42,7 @@ from todos.api.events import same_access
 from todos.api.operations import ClaimNext
 from todos.api.plumbing import api_error_for, authenticate
 from todos.http import JsonResponse
-from todos.mcp import resources, sessions, stateless
+from todos.mcp import listen, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.models import McpSession
 
@@ -491,8 +491,8 @@ async def _post_waiting(request):
             raise
         result = mcp_tools.failure(post.pending.tool, exc)
     else:
-        if isinstance(post.response, resources.Listen):
-            return await resources.listen_stream(post.response, stateless.completed)
+        if isinstance(post.response, listen.Listen):
+            return await listen.listen_stream(post.response, stateless.completed)
         if post.pending is None:
             return post.response
         result = mcp_tools.finished(post.pending.work, outcome)

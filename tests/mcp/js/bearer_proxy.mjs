@@ -1,5 +1,6 @@
 // Forward every request to TARGET with "Authorization: Bearer TOKEN" added:
-// the conformance suite has no option to send a token. Prints its port.
+// the conformance suite has no option to send a token. Listens on PORT (any
+// free port when unset) and prints it.
 import http from "node:http";
 
 const target = new URL(process.env.TARGET);
@@ -17,4 +18,4 @@ const server = http.createServer((request, response) => {
   request.pipe(upstream);
   response.on("close", () => upstream.destroy());
 });
-server.listen(0, "127.0.0.1", () => console.log(server.address().port));
+server.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => console.log(server.address().port));
