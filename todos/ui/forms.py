@@ -92,7 +92,7 @@ class TodoFilterForm(BoardForm):
         self.fields["endpoint"].choices = endpoint_choices(
             "any endpoint", in_scope=in_scope
         )
-        self.fields["q"].widget.attrs["placeholder"] = "title or idempotency key"
+        self.fields["q"].widget.attrs["placeholder"] = "in a title or key"
 
     def clean_q(self):
         text = self.cleaned_data["q"]

@@ -21,7 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from todos import crypto, store
 from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
 from todos.ui.core import action_page, operator_view
-from todos.ui.forms import endpoint_choices
+from todos.ui.forms import BoardForm, endpoint_choices
 from todos.webhooks import deliveries, signatures, sources
 
 RECENT_DELIVERIES = 10
@@ -36,7 +36,7 @@ SOURCE_FIELDS = (
 )
 
 
-class SourceForm(forms.Form):
+class SourceForm(BoardForm):
     """A new source: its slug, signature scheme, secret and header overrides."""
 
     slug = forms.SlugField(
@@ -81,7 +81,7 @@ def _scheme_headers():
     }
 
 
-class RouteForm(forms.Form):
+class RouteForm(BoardForm):
     """One target of the source's deliveries; a blank row is no route."""
 
     endpoint = forms.ChoiceField(required=False)
