@@ -915,3 +915,69 @@ def test_message_actions_on_a_missing_queue_are_queue_does_not_exist(client, que
         assert isinstance(error_of(call), client.exceptions.QueueDoesNotExist)
     # The message in the real queue was not touched by any of them.
     client.delete_message(QueueUrl=queue_url, ReceiptHandle=handle)
+
+
+def test_a_malformed_handle_on_a_missing_queue_is_queue_does_not_exist(
+    client, queue_url
+):
+    """moto's test_delete_message_from_unknown_url: SQS names the missing
+    queue before it reads the handle."""
+    missing = queue_url.rsplit("/", 1)[0] + "/never-made"
+    for call in (
+        lambda: client.delete_message(QueueUrl=missing, ReceiptHandle="unknown"),
+        lambda: client.change_message_visibility(
+            QueueUrl=missing, ReceiptHandle="unknown", VisibilityTimeout=5
+        ),
+    ):
+        assert isinstance(error_of(call), client.exceptions.QueueDoesNotExist)
+    # On a queue that exists the same handle is still ReceiptHandleIsInvalid.
+    error = error_of(client.delete_message, QueueUrl=queue_url, ReceiptHandle="x")
+    assert error.response["Error"]["Code"] == "ReceiptHandleIsInvalid"
+
+
+def test_a_batch_with_one_message_over_the_limit_is_batch_request_too_long(
+    client, queue_url, sqs
+):
+    """moto's test_send_message_batch_errors: the batch is refused whole (400),
+    not answered 200 with the entry under Failed."""
+    error = error_of(
+        client.send_message_batch,
+        QueueUrl=queue_url,
+        Entries=[
+            {"Id": "small", "MessageBody": "x"},
+            {"Id": "big", "MessageBody": "b" * 1_048_577},
+        ],
+    )
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert (
+        error.response["Error"]["Code"] == "AWS.SimpleQueueService.BatchRequestTooLong"
+    )
+    assert error.response["Error"]["Message"] == (
+        "Batch requests cannot be longer than 1048576 bytes. "
+        "You have sent 1048578 bytes."
+    )
+    assert store.list_todos(scope_of(sqs[0]), queue="jobs").todos == []
+
+
+def test_a_queue_with_visibility_timeout_zero_shows_a_received_message_at_once(
+    client,
+):
+    """SQS allows a queue's VisibilityTimeout to be 0: a message received
+    without a timeout of its own is visible again at once (it was kept as 1)."""
+    url = client.create_queue(
+        QueueName="instant", Attributes={"VisibilityTimeout": "0"}
+    )["QueueUrl"]
+    attributes = client.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["VisibilityTimeout"]
+    )["Attributes"]
+    assert attributes == {"VisibilityTimeout": "0"}
+    sent = client.send_message(QueueUrl=url, MessageBody="x")
+    first = client.receive_message(QueueUrl=url)["Messages"]
+    again = client.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
+    assert [m["MessageId"] for m in first + again] == [sent["MessageId"]] * 2
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    # A later change of the visibility still extends the latest receive's lease.
+    client.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"], VisibilityTimeout=60
+    )
+    assert "Messages" not in client.receive_message(QueueUrl=url)

@@ -775,10 +775,24 @@ def test_update_queue_changes_only_the_settings_given(scope):
     assert info.lease_seconds == 300  # back to the server's default
 
 
+def test_a_queue_lease_of_zero_makes_a_claim_visible_at_once_not_a_heartbeat(scope):
+    """SQS's VisibilityTimeout 0 on a queue: a claim that names no lease is
+    claimable again at once; a heartbeat that names none gets the server's."""
+    store.ensure_queue(scope, "instant", lease_seconds=0)
+    todo = new(scope, queue="instant")
+    claimed = store.claim_next(scope, "w1")
+    assert claimed.id == todo.id
+    assert claimed.lease_expires_at == claimed.claimed_at
+
+    beat = store.heartbeat(scope, todo.id, None, lease_token=claimed.lease_token)
+
+    assert (beat.lease_expires_at - beat.updated_at).total_seconds() == 300
+
+
 @pytest.mark.parametrize(
     "settings_",
     [
-        {"lease_seconds": 0},
+        {"lease_seconds": -1},
         {"lease_seconds": 43_201},
         {"max_attempts": 0},
         {"delay_seconds": -1},

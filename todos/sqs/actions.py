@@ -200,10 +200,6 @@ def _settings_from_attributes(attributes):
             raise invalid("FIFO queues are not supported by Switchboard.")
         else:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
-    # A visibility timeout of 0 (visible again at once) is a lease of 1 s: a
-    # todo's lease is never empty.
-    if settings.get("lease_seconds") == 0:
-        settings["lease_seconds"] = 1
     return settings
 
 
@@ -460,12 +456,13 @@ def _deduplication_id(todo):
 
 
 def _outgoing(entry):
+    """Validate one message (SendMessage's, or a batch entry); its size is
+    checked by the caller: a batch checks the sum of its entries first."""
     body, size = messages.clean_body(entry.get("MessageBody"))
     attributes, attributes_size = messages.clean_attributes(
         entry.get("MessageAttributes")
     )
     size += attributes_size
-    messages.check_size(size)
     delay = _integer(entry, "DelaySeconds", 0, MAX_DELAY_SECONDS)
     dedup = _member(entry, "MessageDeduplicationId", str)
     if dedup is not None and not DEDUPLICATION_ID_RE.fullmatch(dedup):
@@ -491,6 +488,7 @@ def _create_failure(exc):
 def send_message(request, caller, body):
     queue = _addressed(caller, body)
     outgoing = _outgoing(body)
+    messages.check_size(outgoing.size)
     try:
         todo, _ = store.create_todo(
             queue.scope, **outgoing.create_args(queue), actor=_actor(caller)
@@ -571,6 +569,9 @@ def send_message_batch(request, caller, body):
             continue
         total += outgoing.size
         prepared.append((entry["Id"], outgoing))
+    # The whole batch is refused when its messages together are too long
+    # (one entry over the limit among them), as SQS does; each entry then
+    # fits on its own.
     if total > messages.MAX_MESSAGE_BYTES:
         raise SqsError(
             "BatchRequestTooLong",
@@ -730,8 +731,10 @@ class Receive:
 STALE = (store.NotFound, store.Conflict)
 
 
-def _handle_of(body):
-    """The todo id and lease token of a single call's ReceiptHandle."""
+def _handle_of(caller, queue, body):
+    """The todo id and lease token of a single call's ReceiptHandle. A
+    malformed one is a missing queue's error first, when the queue is missing
+    (as SQS answers)."""
     try:
         return messages.parse_receipt_handle(
             _member(body, "ReceiptHandle", str, required=True)
@@ -739,6 +742,7 @@ def _handle_of(body):
     except SqsError as error:
         if error.shape != "ReceiptHandleIsInvalid":
             raise
+        _check_exists(caller, queue.name)
         raise SqsError(
             "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
         ) from None
@@ -763,7 +767,7 @@ def _handle_of_another_queue():
 
 def delete_message(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = _handle_of(body)
+    todo_id, token = _handle_of(caller, queue, body)
     try:
         store.complete_todo(queue.scope, todo_id, None, lease_token=token)
     except store.NotFound:
@@ -852,7 +856,7 @@ def _visibility_ack(todo_id, token, timeout):
 
 def change_message_visibility(request, caller, body):
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = _handle_of(body)
+    todo_id, token = _handle_of(caller, queue, body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
     _integer(body, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
     try:

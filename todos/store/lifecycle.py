@@ -846,7 +846,8 @@ class Ack:
 #   doubling per attempt, capped at 15 min (the exponent is bounded so power()
 #   cannot overflow); at the cap, a dead letter with no window.
 # - heartbeat: the lease extended to now + the action's lease, else the
-#   queue's, else the server's; the token stays. Its progress and checkpoint,
+#   queue's (unless it is 0, SQS's "visible again at once", which extends
+#   nothing), else the server's; the token stays. Its progress and checkpoint,
 #   when given, replace the last ones.
 # - release: the lease handed back now, with the outcome its expiry would have
 #   had (pending below the cap, else a dead letter); its assignee (a handoff),
@@ -946,7 +947,7 @@ WITH action AS (
            lease_expires_at = CASE WHEN a.op = 'heartbeat'
                THEN now() + make_interval(secs => coalesce(
                    a.lease,
-                   (SELECT q.lease_seconds FROM queues q
+                   (SELECT NULLIF(q.lease_seconds, 0) FROM queues q
                      WHERE q.endpoint_id = t.endpoint_id AND q.name = t.queue),
                    %(default_lease)s::int)) END,
            next_retry_at = CASE WHEN a.op = 'fail' AND t.attempt < t.max_attempts

@@ -219,7 +219,9 @@ def _settings(
 ) -> dict[str, object]:
     """Validate the settings given (KEEP = not given, None = the server's)."""
     checks = {
-        "lease_seconds": (lease_seconds, 1, MAX_LEASE_SECONDS),
+        # 0: a claim that names no lease gets one that ends as it begins
+        # (SQS's VisibilityTimeout 0: received, and visible again at once).
+        "lease_seconds": (lease_seconds, 0, MAX_LEASE_SECONDS),
         "max_attempts": (max_attempts, 1, MAX_ATTEMPTS_CAP),
         "delay_seconds": (delay_seconds, 0, MAX_DELAY_SECONDS),
     }
