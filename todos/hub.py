@@ -23,9 +23,13 @@ tenant boundary — then by the waiter's queue grant:
 A waiter is a mailbox: it holds no thread and no connection. Rings sent while
 the hub was not listening are lost, and so are control notices: on every
 (re)connect each waiter is told to re-validate its caller and look again.
-Every few seconds one claim waiter per scope is asked to look again, for work
-that turns claimable without a ring (a lease that lapsed before the reaper's
-pass). Any failure of the hub is logged and the hub reconnects.
+Work also turns claimable without a ring: a lease lapses, a retry window or a
+delay ends. A claim waiter whose try found nothing learns when the next such
+instant of its scope is (``store.next_due``) and the hub sets one timer per
+scope for it (``due``), which asks one waiter to look again then. Every few
+seconds one claim waiter per scope is also asked to look again, for what no
+timer foresaw (a lease shortened after the look). Any failure of the hub is
+logged and the hub reconnects.
 
 A todo's events (``todo.done``, ...) are heard only while the process has a
 waiter for them, a stream or a result wait: every completion in the cluster
@@ -80,6 +84,9 @@ RECONNECT_CAP_SECONDS = 2.0
 # While the hub is not listening, claim waiters re-validate and try this often.
 UNHEARD_POLL_SECONDS = 1.0
 TICK_SECONDS = 0.5
+# A due re-check runs this long after the instant (a lease has lapsed only
+# once ``lease_expires_at < now()``, and the clocks tick apart).
+DUE_MARGIN_SECONDS = 0.005
 
 
 class Ring(TypedDict):
@@ -279,6 +286,9 @@ class Hub:
         self._events_wanted_at = 0.0
         self._rethink: asyncio.Event | None = None
         self._heard_events: list[asyncio.Future[None]] = []
+        # Per claim scope, the re-check set for when its next todo falls due
+        # with no ring (``due``): the loop time and its timer.
+        self._due: dict[Scope, tuple[float, asyncio.TimerHandle]] = {}
 
     # --- Waiters ----------------------------------------------------------------
 
@@ -397,6 +407,43 @@ class Hub:
                 same = other.kind == "claim" and other.scope == waiter.scope
                 if other is not waiter and same and not other.busy:
                     other._deliver(notice=TRY)
+                    return
+
+    def due(self, scope: Scope, delay: float) -> None:
+        """Have one claim waiter of ``scope`` look again in ``delay`` seconds,
+        when a todo there turns claimable with no ring (a lease lapses, a
+        retry window or a delay ends: ``store.next_due``). One timer per
+        scope, at the earliest instant asked for (any thread)."""
+        loop = self.loop
+        if loop is None:
+            return
+        deadline = time.monotonic() + max(delay, 0) + DUE_MARGIN_SECONDS
+        if threading.get_ident() == self._loop_thread:
+            self._set_due(scope, deadline)
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(self._set_due, scope, deadline)
+
+    def _set_due(self, scope: Scope, deadline: float) -> None:
+        # In the loop's thread, on the loop's clock (uvloop's is its own).
+        assert self.loop is not None  # due() read it
+        at = self.loop.time() + deadline - time.monotonic()
+        with self.lock:
+            current = self._due.get(scope)
+            if current is not None:
+                if current[0] <= at:
+                    return
+                current[1].cancel()
+            timer = self.loop.call_at(at, self._fire_due, scope)
+            self._due[scope] = (at, timer)
+
+    def _fire_due(self, scope: Scope) -> None:
+        with self.lock:
+            self._due.pop(scope, None)
+            for waiter in self.by_endpoint.get(str(scope.endpoint_id), ()):
+                if waiter.kind == "claim" and waiter.scope == scope:
+                    if not waiter.busy:
+                        waiter._deliver(notice=TRY)
                     return
 
     def shutdown(self) -> None:
@@ -642,6 +689,10 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._task = self._ticker = None
+        with self.lock:
+            for _, timer in self._due.values():
+                timer.cancel()
+            self._due.clear()
         self.connected = self.hearing = False
         auth.cache.listening(self, False)
         with self.lock:

@@ -9,12 +9,14 @@ The JSON API's ``POST /api/v1/todos/claim``, SQS ReceiveMessage and MCP's
    the first try: a todo that turns ready after the subscription rings it, so
    one try both answers at once and starts the wait.
 2. Between tries the poll is a mailbox on the hub: no thread, no connection.
-   A ring, or the hub's periodic re-check, makes one more try (one pooled
-   call). A control notice (revoked, re-keyed, re-granted, SQS key rotated),
-   a reconnect of the hub, and every try made while the hub is not listening
-   first re-validate the caller (``revalidate``), in the same pooled call:
-   a caller that may no longer claim gets its surface's refusal, a new grant
-   applies from then on.
+   A ring, the hub's re-check at the instant a todo of the scope falls due
+   with no ring (a lease lapses, a retry window or a delay ends: a try that
+   found nothing asks when, ``store.next_due``), or its periodic re-check
+   makes one more try (one pooled call). A control notice (revoked,
+   re-keyed, re-granted, SQS key rotated), a reconnect of the hub, and every
+   try made while the hub is not listening first re-validate the caller
+   (``revalidate``), in the same pooled call: a caller that may no longer
+   claim gets its surface's refusal, a new grant applies from then on.
 3. The client going away cancels the request's task: the wait ends where it
    is, a try is never started for a gone client, and what a try already
    running claims for it is handed back as it was found (``hand_back``:
@@ -27,6 +29,7 @@ The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import Callable
 
 from todos import aio, inloop, store
@@ -111,12 +114,14 @@ class _State:
         self.waiter: Waiter | None = None
         self.empty: store.NotFound | list[store.Todo] | None = None
         self.gone = False
+        self.until = 0.0  # when the wait ends (time.monotonic)
 
     def first(self) -> Claimed | None:
         self.scope = self.poll.start()
         if self.scope is None:
             return None
         if self.poll.wait > 0 and not self.gone:
+            self.until = time.monotonic() + self.poll.wait
             self.waiter = hub.subscribe(self._bell_scope(self.scope), "claim")
         return self._try()
 
@@ -172,11 +177,25 @@ class _State:
             # Without its traceback, which would hold this frame (and so the
             # request) in a reference cycle.
             self.empty = exc.with_traceback(None)
+            self._look_ahead()
             return None
         if isinstance(result, list) and not result:
             self.empty = result
+            self._look_ahead()
             return None
         return result
+
+    def _look_ahead(self) -> None:
+        """After a try that found nothing, while waiting: have the hub wake
+        the scope when its next todo turns claimable with no ring (a lease
+        lapses, a retry window or a delay ends), if that is before the wait
+        ends."""
+        if self.waiter is None:
+            return
+        scope = self.waiter.scope
+        delay = store.next_due(scope)
+        if delay is not None and time.monotonic() + delay < self.until:
+            hub.due(scope, delay)
 
     def nothing(self) -> list[store.Todo]:
         empty, self.empty = self.empty, None

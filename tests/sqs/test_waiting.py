@@ -85,3 +85,23 @@ def test_a_waiting_receive_wakes_on_a_create(server, make_endpoint):
     receive.join(timeout=15)
     assert receive.answer["Messages"][0]["MessageId"] == todo.id
     assert time.monotonic() < receive.deadline  # woken, not timed out
+
+
+def test_a_waiting_receive_gets_a_message_whose_visibility_lapses_meanwhile(
+    server, make_endpoint
+):
+    """moto's test_receive_message_that_becomes_visible_while_long_polling: the
+    message turns visible 1 s into a 2 s wait and is received then, not at the
+    periodic re-check (off here)."""
+    endpoint = make_endpoint("sqs-lapse")
+    client = sqs_client(server, endpoint)
+    url = client.create_queue(QueueName="lapse")["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="x")
+    first = client.receive_message(QueueUrl=url)["Messages"][0]
+    client.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=1
+    )
+    started = time.monotonic()
+    again = client.receive_message(QueueUrl=url, WaitTimeSeconds=2)
+    assert time.monotonic() - started < 2
+    assert [m["MessageId"] for m in again["Messages"]] == [first["MessageId"]]

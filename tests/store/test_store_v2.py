@@ -789,6 +789,27 @@ def test_a_queue_lease_of_zero_makes_a_claim_visible_at_once_not_a_heartbeat(sco
     assert (beat.lease_expires_at - beat.updated_at).total_seconds() == 300
 
 
+def test_next_due_is_when_a_todo_of_the_scope_turns_claimable_with_no_ring(
+    scope, other_scope, time_travel
+):
+    """What a waiting claim is woken for: the earliest lease to lapse, retry
+    window to end or delay to run out, in queues that are not paused."""
+    assert store.next_due(scope) is None
+    leased = new(scope)
+    store.claim_next(scope, "w1", lease_seconds=600)
+    assert 590 < store.next_due(scope) <= 600
+    new(scope, queue="later", delay_seconds=120)
+    assert 110 < store.next_due(scope) <= 120
+    assert 590 < store.next_due(store.Scope(scope.endpoint_id, ("q",))) <= 600
+    store.pause_queue(scope, "later")
+    assert 590 < store.next_due(scope) <= 600
+    store.fail_todo(scope, leased.id, "w1", error="flaky")
+    assert 25 < store.next_due(scope) <= 30  # the first retry window
+    time_travel(leased.id, next_retry_at=-60)
+    assert store.next_due(scope) is None  # due already: the claim scan's
+    assert store.next_due(other_scope) is None
+
+
 @pytest.mark.parametrize(
     "settings_",
     [

@@ -558,6 +558,49 @@ def test_a_waiting_claim_wakes_on_a_due_retry(server, endpoint, scope):
     assert poll.answered_at < poll.deadline
 
 
+def test_a_waiting_claim_takes_a_lease_that_lapses_during_its_wait(
+    server, endpoint, scope
+):
+    """SPEC: Crashed worker's todo is re-claimable: a lease that lapses while a
+    claim waits wakes it at that instant, as a new todo would, with no sweep
+    and no periodic re-check (off here)."""
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_next(scope, "crashed", lease_seconds=1)
+    poll = LongPoll(server, endpoint.token)
+    poll.join(timeout=15)
+    assert poll.status == 200 and poll.answer["todo"]["id"] == todo.id
+    assert poll.answer["todo"]["attempt"] == 2
+    assert poll.answered_at < poll.deadline - 7  # about 1 s of its 10
+
+
+def test_a_waiting_claim_takes_a_delayed_todo_when_it_comes_due(
+    server, endpoint, scope
+):
+    todo, _ = store.create_todo(scope, queue="q", delay_seconds=1)
+    poll = LongPoll(server, endpoint.token)
+    poll.join(timeout=15)
+    assert poll.status == 200 and poll.answer["todo"]["id"] == todo.id
+    assert poll.answered_at < poll.deadline - 7
+
+
+def test_a_waiting_mcp_claim_next_takes_a_lease_that_lapses_during_its_wait(
+    server, endpoint, scope
+):
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_next(scope, "crashed", lease_seconds=1)
+    started = time.monotonic()
+    call = McpCall(
+        server,
+        endpoint.token,
+        mcp_session(server, endpoint),
+        "claim_next",
+        {"queue": "q", "wait_seconds": 10},
+    )
+    call.join(timeout=15)
+    assert time.monotonic() - started < 3
+    assert call.answer["result"]["structuredContent"]["todo"]["id"] == todo.id
+
+
 def test_b_waiter_is_never_woken_by_a_todo_of_a(
     server, endpoint, other_endpoint, make_endpoint
 ):

@@ -722,6 +722,52 @@ def _claim_one(
     return Todo.from_row(row)
 
 
+# When a todo of a scope next turns claimable by itself, no transition ringing
+# for it: a lease lapsing (below the cap, no cancel request), a retry window
+# ending, a delayed or held todo of the pool coming due. Only instants still
+# ahead count (what is due already is the claim scan's, or the sweeps'), and
+# only queues that are not paused. Per queue of the scope (the queues table),
+# each branch reads one index range: the live rows' (endpoint, queue, state)
+# for the in-flight and parked rows (a FILTER, not a WHERE, keeps the planner
+# from walking the cluster-wide lease index in order instead), the claim
+# index's pool lane for the pending ones, whose first entry past now is its
+# minimum.
+NEXT_DUE_SQL = """
+SELECT extract(epoch FROM min(due.at) - statement_timestamp())::float8
+  FROM queues q
+ CROSS JOIN LATERAL (
+     SELECT min(t.lease_expires_at) FILTER (
+                WHERE t.lease_expires_at > statement_timestamp()
+                  AND t.attempt < t.max_attempts AND t.cancel_request IS NULL)
+            AS at
+       FROM todos t
+      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+        AND t.state = 'claimed'
+     UNION ALL
+     SELECT min(t.next_retry_at) FILTER (
+                WHERE t.next_retry_at > statement_timestamp())
+       FROM todos t
+      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+        AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
+     UNION ALL
+     SELECT min(t.available_at) FROM todos t
+      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+        AND t.state = 'pending' AND coalesce(t.assignee, '') = ''
+        AND t.available_at > statement_timestamp()
+ ) due
+ WHERE q.endpoint_id = %(endpoint_id)s
+   AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
+   AND q.paused_at IS NULL
+"""
+
+
+def next_due(scope: Scope) -> float | None:
+    """Seconds until a todo of this scope turns claimable with no ring (a
+    lease lapses, a retry window or a delay ends); None when none will."""
+    row = _run("next_due", NEXT_DUE_SQL, _scope_params(scope), fetch="one")
+    return row[0] if row is not None else None
+
+
 # A claim its client never received (it left while the claim ran), handed back
 # as the claim found the todo: claimed → pending with the attempt the claim
 # counted taken back, so work nobody was given never moves toward its dead
