@@ -332,11 +332,10 @@ def handed_back(todo, seconds=5.0):
     last history row."""
     deadline = time.monotonic() + seconds
     while True:
-        now = store.get_todo_any_endpoint(todo.id)
         events = store.todo_events_any_endpoint(todo.id)
         claimed = any(event.to_state == "claimed" for event in events)
-        if claimed and now.state != "claimed":
-            return now, events[-1]
+        if claimed and events[-1].to_state != "claimed":
+            return store.get_todo_any_endpoint(todo.id), events[-1]
         assert time.monotonic() < deadline, "the claim was never handed back"
         time.sleep(0.05)
 
