@@ -33,11 +33,12 @@ help: ## List the targets.
 		| sed -e 's/\$$(HOST)/$(HOST)/g' -e 's/\$$(PORT)/$(PORT)/g' \
 		| awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "Python 3.12 not found: install it or set PYTHON=/path/to/python3.12" >&2; exit 1; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e ./clients/python
 	@touch $@
 
 venv: $(STAMP) ## Create .venv and install Switchboard with its dev tools.
@@ -101,8 +102,9 @@ ha: system-deps ## Start a failover pair (Patroni + etcd: primary and synchronou
 ha-stop: ## Stop the failover pair (its data stays in .hadata or its temp folder).
 	@scripts/ha.sh stop
 
-lint: venv ## Check style with ruff; type-check the core strictly with mypy.
+lint: venv ## Check style with ruff; type-check the core and the Python client strictly with mypy.
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+	cd clients/python && $(abspath $(BIN))/mypy
 
 fmt: venv ## Format with ruff.
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .

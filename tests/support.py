@@ -50,13 +50,14 @@ def child_env(database=None, **extra):
     return {**os.environ, "DATABASE_URL": database or database_url(), **extra}
 
 
-def start_gunicorn(database, **env):
-    """Start gunicorn (the project's config) on a free port; return (process, port).
+def start_gunicorn(database, port=None, **env):
+    """Start gunicorn (the project's config) on ``port`` (default a free one);
+    return (process, port).
 
     One worker (uvicorn's event loop), keep-alives every second, a one-second
     database connect timeout (an outage is answered quickly).
     """
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [
             sys.executable,

@@ -1,0 +1,151 @@
+"""``AsyncClient``: the same calls as ``Client`` over an async httpx client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import httpx
+
+from switchboard_client import _core
+from switchboard_client._core import Call, EventParser, Retry, raise_error, wait_slice
+from switchboard_client.client import default_worker, user_agent
+from switchboard_client.errors import TransportError
+from switchboard_client.models import Event, Todo
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _method(
+    op: Callable[P, Call[T]],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """The core operation ``op`` as a coroutine method: build its call, send it."""
+
+    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.send(op(*args, **kwargs))
+
+    method.__name__ = op.__name__
+    method.__doc__ = op.__doc__
+    return method
+
+
+class AsyncClient:
+    """Switchboard's agent API for one endpoint token, for asyncio
+    (the arguments are ``Client``'s)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        worker: str | None = None,
+        timeout: float = 30.0,
+        retry: Retry | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.worker = worker or default_worker()
+        self.retry = retry or Retry()
+        self._timeout = httpx.Timeout(timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": user_agent()},
+            timeout=self._timeout,
+            transport=transport,
+        )
+
+    async def send(self, call: Call[T]) -> T:
+        """Send one call, retried as ``self.retry`` allows; read its answer."""
+        call = call.bind(self.worker)
+        started, tries = time.monotonic(), 0
+        while True:
+            tries += 1
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    params=call.params,
+                    timeout=call.timeout(self._timeout),
+                )
+            except httpx.TransportError as exc:
+                if not self.retry.again(call, exc, tries, time.monotonic() - started):
+                    raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+            else:
+                if not self.retry.again(
+                    call, response, tries, time.monotonic() - started
+                ):
+                    return call.answer(response)
+            await asyncio.sleep(self.retry.delay(tries))
+
+    create = _method(_core.create)
+    create_many = _method(_core.create_many)
+    get = _method(_core.get)
+    list_todos = _method(_core.list_todos)
+    claim = _method(_core.claim)
+    claim_many = _method(_core.claim_many)
+    claim_todo = _method(_core.claim_todo)
+    heartbeat = _method(_core.heartbeat)
+    complete = _method(_core.complete)
+    fail = _method(_core.fail)
+    release = _method(_core.release)
+    ask = _method(_core.ask)
+    answer = _method(_core.answer)
+    cancel = _method(_core.cancel)
+    retry_todo = _method(_core.retry)
+    batch = _method(_core.batch)
+    queues = _method(_core.queues)
+
+    async def wait(self, todo: Todo | str, *, timeout: float | None = None) -> Todo:
+        """Wait until the todo is done, canceled, dead-lettered or held for an
+        answer (or ``timeout`` seconds pass); return it as it is then."""
+        todo_id = todo.id if isinstance(todo, Todo) else todo
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = wait_slice(deadline)
+            current = await self.get(todo_id, wait_seconds=left)
+            if current.finished or current.held or left < _core.WAIT_SLICE_SECONDS:
+                return current
+
+    async def iter_todos(self, **filters: Any) -> AsyncIterator[Todo]:
+        """Every todo matching ``queue``/``state``, page after page."""
+        cursor = None
+        while True:
+            page = await self.list_todos(cursor=cursor, **filters)
+            for todo in page.todos:
+                yield todo
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def events(
+        self, *, read_timeout: float | None = 120.0
+    ) -> AsyncIterator[Event]:
+        """The endpoint's event stream, as ``Client.events``."""
+        timeout = httpx.Timeout(self._timeout.connect, read=read_timeout)
+        try:
+            async with self._http.stream(
+                "GET", "/api/v1/events", timeout=timeout
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise_error(resp)
+                parser = EventParser()
+                async for line in resp.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield event
+        except httpx.TransportError as exc:
+            raise TransportError(f"GET /api/v1/events: {exc}") from exc
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
