@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from todos import endpoints, store
-from todos.mcp import stateless
+from todos.mcp import listen, stateless
 
 live = pytest.mark.django_db(transaction=True)
 VERSION = "2026-07-28"
@@ -205,6 +205,19 @@ def test_listen_tells_a_subscribed_queue_that_a_todo_became_claimable(
     run(main)
     assert seen["honored"] == ["switchboard://queues/watched"]
     assert "switchboard://queues/watched" in repr(seen["event"])
+
+
+def test_listen_tells_a_subscribed_queue_of_claimable_todos_only(scope):
+    """The stream's waiter hears a todo ending or asking too; a queue's
+    subscriber is told only of work it can claim."""
+    uri = "switchboard://queues/watched"
+    params = {"notifications": {"resourceSubscriptions": [uri]}}
+    subscription = listen.Listen.of(None, scope, params, 7)
+    ring = {"id": "1", "endpoint_id": str(scope.endpoint_id), "queue": "watched"}
+    ended = [{**ring, "event": event} for event in ("todo.done", "todo.asked")]
+    assert subscription.updates(ended) == []
+    [update] = subscription.updates([*ended, ring])
+    assert update["params"]["uri"] == uri
 
 
 @live

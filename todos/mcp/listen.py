@@ -30,6 +30,8 @@ from todos.api.events import same_access
 from todos.mcp import resources, tasks
 
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+# A ring of a todo turned claimable names no event (the event channel's do).
+READY = "todo.ready"
 # A listen names at most this many tasks (each is read when the stream opens).
 MAX_TASK_IDS = store.MAX_ACK_BATCH
 
@@ -98,8 +100,12 @@ class Listen:
         }
 
     def updates(self, rings):
-        """The notifications/resources/updated of these rings, one per queue."""
-        queues = dict.fromkeys(ring["queue"] for ring in rings)
+        """The notifications/resources/updated of these rings, one per queue
+        where a todo became claimable: the stream hears the todos' other
+        events too (ended, asked), which are no work for a queue's workers."""
+        queues = dict.fromkeys(
+            ring["queue"] for ring in rings if ring.get("event", READY) == READY
+        )
         return [
             {
                 "jsonrpc": "2.0",
