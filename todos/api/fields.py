@@ -532,7 +532,10 @@ ASK = (
         "answer_schema",
         "object",
         "A JSON Schema object the answer must be valid against, at most "
-        f"{store.MAX_ANSWER_SCHEMA_BYTES // 1024} KiB.",
+        f"{store.MAX_ANSWER_SCHEMA_BYTES // 1024} KiB and "
+        f"{store.MAX_SCHEMA_DEPTH} levels deep. Its $refs must be local (#...): "
+        "the server fetches nothing. Its patterns run on RE2: no backreferences "
+        "or lookaround.",
     ),
     CHECKPOINT,
     Field(

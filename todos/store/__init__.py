@@ -189,7 +189,7 @@ from .rows import (
     TooLarge,
     Unavailable,
 )
-from .schemas import answer_errors
+from .schemas import MAX_SCHEMA_DEPTH, answer_errors
 from .sql import (
     OUTAGES,
     is_outage,
@@ -252,6 +252,7 @@ __all__ = [
     "MAX_PROGRESS_MESSAGE_CHARS",
     "MAX_QUESTION_CHARS",
     "MAX_REASON_CHARS",
+    "MAX_SCHEMA_DEPTH",
     "MIN_DEADLINE_SECONDS",
     "PROPERTY_ORDER",
     "Moved",
