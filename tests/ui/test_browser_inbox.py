@@ -167,6 +167,7 @@ def test_the_owner_answers_with_a_button_and_the_waiting_agent_gets_it(
         confirm = card.get_by_role("button", name="Send “Deploy”")
         confirm.wait_for()
         assert store.get_todo_any_endpoint(todo.id).is_held
+        page.screenshot(path=out / "inbox-confirm-laptop.png", full_page=True)
         clicked = time.monotonic()
         confirm.click()
         claim.join(timeout=5)
