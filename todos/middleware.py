@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
@@ -146,6 +147,10 @@ class RequestLogMiddleware:
             "todo_id": _todo_id(request, response),
             "duration_ms": round(seconds * 1000, 1),
         }
+        if match is None and request.path.startswith(settings.STATIC_URL):
+            # A static file has no route; its path names it (and holds no
+            # credential, unlike an answer link's).
+            fields["path"] = request.path
         if response.streaming:
             fields["streaming"] = True
         level = logging.WARNING if status >= 500 else logging.INFO

@@ -33,7 +33,14 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+)
 from typing import IO, Any
 
 import django
@@ -219,6 +226,11 @@ class Handler(ASGIHandler):
         response = await aio.run_in_thread(
             self.sync_chain.serve, request, get_script_prefix(request.scope)
         )
+        if response.streaming and not response.is_async:  # type: ignore[attr-defined]  # streaming: a StreamingHttpResponse
+            # A sync view's stream (a static file's, whitenoise's) is read
+            # where sync code runs: Django's async send would read it whole
+            # in one thread call and warn that it must.
+            response.streaming_content = read_in_threads(response.streaming_content)  # type: ignore[attr-defined]  # streaming: a StreamingHttpResponse
         with contextlib.suppress(asyncio.CancelledError):
             await self.send_response(response, send)
         if response.streaming:
@@ -297,6 +309,14 @@ def release(request: HttpRequest | None) -> None:
     """
     if request is not None:
         request.__dict__.clear()
+
+
+async def read_in_threads(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    """A sync stream's chunks, each read in the bounded pool (a file read may
+    block), as an async iterator: sent as read, never held whole."""
+    iterator = iter(chunks)
+    while (chunk := await aio.run_in_thread(next, iterator, None)) is not None:
+        yield chunk
 
 
 def close_resources(response: HttpResponseBase) -> None:

@@ -63,7 +63,11 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         server.handle_exit = handle_exit  # type: ignore[method-assign]  # the handler uvicorn installs, wrapped
         self._install_sigquit_handler()
         try:
-            await server.serve(sockets=self.sockets)
+            # The sockets themselves, not gunicorn's wrappers of them: uvloop
+            # detaches a socket whose descriptor it closes at the stop, but
+            # closes a wrapper, which closes that descriptor a second time
+            # (gunicorn then logs "Error while closing socket [Errno 9]").
+            await server.serve(sockets=[listener.sock for listener in self.sockets])
         finally:
             if collector is not None:
                 collector.stop()

@@ -5,6 +5,11 @@ the Board on Django's WSGI test server; these run it on the real one.
 """
 
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -17,7 +22,7 @@ from board.serving.pgbackend.base import (
     HEALTH_CHECK_AFTER_IDLE_SECONDS,
     check_after_idle,
 )
-from tests.support import database_url, serve_gunicorn
+from tests.support import child_env, database_url, free_port, serve_gunicorn
 from todos import endpoints
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -173,3 +178,55 @@ def test_a_waiting_views_answer_carries_the_skipped_middlewares_headers_once(
     assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
     assert headers["Content-Type"] == "application/json"
     assert int(headers["Content-Length"]) == len(claimed.content)
+
+
+def served_log(tmp_path, *paths):
+    """Serve with gunicorn (its own log at info), GET ``paths``, stop it with
+    SIGTERM as an operator would; return what it logged."""
+    log = tmp_path / "gunicorn.log"
+    port = free_port()
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
+            + ["--workers", "1", "--bind", f"127.0.0.1:{port}", "--log-level", "info"],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        for path in paths:
+            answer = requests.get(f"http://127.0.0.1:{port}{path}", timeout=10)
+            assert answer.status_code == 200, path
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    return log.read_text()
+
+
+def test_a_served_static_file_is_logged_with_its_path_and_no_warning(tmp_path):
+    """Its line said route=None and nothing else; and serving a file (a sync
+    stream) made Django warn once per worker that it read the stream whole."""
+    log = served_log(tmp_path, "/static/board/board.css", "/static/board/board.css")
+
+    lines = [line for line in log.splitlines() if "switchboard.request" in line]
+    assert len(lines) == 2
+    assert all("path=/static/board/board.css" in line for line in lines)
+    assert "StreamingHttpResponse" not in log
+    assert "Warning" not in log
+
+
+def test_a_clean_stop_logs_no_socket_error(tmp_path):
+    log = served_log(tmp_path, "/healthz")
+
+    assert "Shutting down: Master" in log
+    assert "Error while closing socket" not in log
+    assert "Errno" not in log
