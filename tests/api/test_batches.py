@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 
 from tests.api.test_api import Agent, assert_error
+from todos import store
 
 
 @pytest.fixture
@@ -311,6 +312,25 @@ def test_a_batch_body_over_the_size_limit_gets_413(agent, settings):
     }  # noqa: E501
     assert_error(agent.post("/api/v1/todos/batch", body), 413, "payload_too_large")
     assert todo_row(todo_id)["state"] == "claimed"
+
+
+def test_an_oversized_checkpoint_in_a_batch_heartbeat_is_413_as_in_a_single_one(agent):
+    (todo_id,) = _claimed_ids(agent, 1)
+    checkpoint = {"blob": "x" * (store.MAX_CHECKPOINT_BYTES + 1)}
+    action = {"worker": "w1", "checkpoint": checkpoint}
+
+    single = owner_call(agent, "heartbeat", todo_id, **action)
+    batch = agent.post(
+        "/api/v1/todos/batch",
+        {"actions": [{"op": "heartbeat", "id": todo_id, **action}]},
+    )
+
+    assert_error(single, 413, "payload_too_large")
+    assert batch.status_code == 200, batch.content
+    [result] = batch.json()["results"]
+    assert (result["status"], result["error"]) == (413, "payload_too_large")
+    assert result["detail"] == single.json()["detail"]
+    assert todo_row(todo_id)["checkpoint"] is None
 
 
 def test_batch_needs_a_token_and_post(agent, endpoint):

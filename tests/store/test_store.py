@@ -1018,11 +1018,18 @@ def test_a_store_call_stuck_past_the_timeout_raises_unavailable(make_endpoint):
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SET statement_timeout = 200")
-            with pytest.raises(store.Unavailable):
+            with pytest.raises(store.Unavailable) as raised:
                 store.heartbeat(scope, todo.id, "w1")
         finally:
+            # The connection goes back to the pool: the next user (the
+            # teardown's TRUNCATE) must not inherit 200 ms.
+            with connection.cursor() as cursor:
+                cursor.execute("RESET statement_timeout")
             connection.close()
         locker.rollback()
+    # It says what happened: the row was busy, the database is up.
+    assert isinstance(raised.value, store.TimedOut) and raised.value.lock_wait
+    assert raised.value.detail.startswith("the todo is busy")
     assert store.heartbeat(scope, todo.id, "w1").owner == "w1"
 
 

@@ -1,21 +1,33 @@
 """The answer and cancel paths as a user meets them, from outside: a served
 gunicorn, driven over HTTP and read back with SQL. Who acted is recorded as
-who acted, and an answer link's token never reaches a log line (CONTRACT §16).
+who acted, and an answer link's token never reaches a log line (CONTRACT §16);
+a todo held past the statement timeout says it was busy; concurrent replaces
+of one key each create their own todo.
 """
 
 import json
 import re
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.support import ROOT, child_env, free_port, stop
+from tests.support import (
+    ROOT,
+    child_env,
+    database_url,
+    free_port,
+    start_gunicorn,
+    stop,
+)
 from todos import endpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -263,3 +275,101 @@ def settle(log_path: Path) -> str:
             return again
         written = again
     return written
+
+
+# --- What a busy todo and a crowd of replacers answer ---------------------------
+
+
+@pytest.fixture
+def impatient(django_db_blocker):
+    """A second gunicorn whose statements time out after one second."""
+    with django_db_blocker.unblock():
+        # board.settings: the suite's own settings wait 30 s for a statement.
+        process, port = start_gunicorn(
+            database_url(),
+            DJANGO_SETTINGS_MODULE="board.settings",
+            SWITCHBOARD_STATEMENT_TIMEOUT_MS="1000",
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def row_lock():
+    """Hold a todo's row in a transaction of another connection (plain SQL)."""
+    held = []
+
+    def hold(todo_id):
+        conn = psycopg.connect(database_url(), autocommit=False)
+        conn.execute("SELECT 1 FROM todos WHERE id = %s FOR UPDATE", [todo_id])
+        held.append(conn)
+
+    yield hold
+    for conn in held:
+        conn.rollback()
+        conn.close()
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "cancel"])
+def test_a_todo_another_transaction_holds_answers_503_saying_it_is_busy(
+    agent, impatient, row_lock, verb
+):
+    """Not "database unavailable": the database is up, the todo was busy."""
+    created = agent.post("/todos", json={"queue": "reviews", "title": "Busy"})
+    todo_id = created.json()["todo"]["id"]
+    agent.post(f"/todos/{todo_id}/claim", json={"worker": "bot-1"})
+    row_lock(todo_id)
+
+    with httpx.Client(base_url=f"{impatient}/api/v1", timeout=30) as client:
+        answered = client.post(
+            f"/todos/{todo_id}/{verb}",
+            json={"worker": "bot-1"},
+            headers=dict(agent.headers),
+        )
+
+    assert answered.status_code == 503, answered.text
+    assert answered.json()["error"] == "unavailable"
+    assert answered.json()["detail"].startswith("the todo is busy")
+    assert "statement timeout" in answered.json()["detail"]
+    assert answered.headers["Retry-After"] == "1"
+
+
+def test_concurrent_replaces_of_one_key_each_create_their_todo_and_the_last_stays_live(
+    agent,
+):
+    """Replacers of one key take turns: each answers 201 with its own todo,
+    the ones before it end canceled as replaced, one todo holds the key."""
+    replacers = 12
+    start = threading.Barrier(replacers)
+
+    def replace(n):
+        start.wait()
+        return agent.post(
+            "/todos",
+            json={
+                "queue": "deploys",
+                "title": f"deploy {n}",
+                "idempotency_key": "deploy-main",
+                "replace": True,
+            },
+        )
+
+    with ThreadPoolExecutor(replacers) as pool:
+        answers = list(pool.map(replace, range(replacers)))
+
+    assert [a.status_code for a in answers] == [201] * replacers, [
+        a.text for a in answers if a.status_code != 201
+    ]
+    ids = {a.json()["todo"]["id"] for a in answers}
+    assert len(ids) == replacers and all(a.json()["created"] for a in answers)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT state, canceled_at IS NOT NULL, result->'canceled'->>'reason'"
+            " FROM todos WHERE idempotency_key = 'deploy-main'"
+        )
+        rows = cursor.fetchall()
+    assert sorted(rows) == sorted(
+        [("pending", False, None)] + [("done", True, "replaced")] * (replacers - 1)
+    )

@@ -9,7 +9,7 @@ acknowledge a batch.
 from todos import longpoll, store
 from todos.api import fields as table
 from todos.api.fields import ACK_OPS, Fields
-from todos.api.plumbing import ApiError, api_error_for, authenticate, bad_request
+from todos.api.plumbing import api_error_for, authenticate, bad_request
 
 
 def list_page(scope, fields):
@@ -102,11 +102,12 @@ class ClaimNext(longpoll.LongPoll):
 
 
 def _failure(exc):
-    """Render a per-item failure of a batch: its status, code and detail."""
-    if isinstance(exc, ValueError):
+    """Render a per-item failure of a batch: its status, code and detail,
+    as the single call would answer it (a field over its limit is 413)."""
+    error = api_error_for(exc)
+    if error is None and isinstance(exc, ValueError):
         # The store refused an item's arguments (the views check them first).
-        exc = bad_request(str(exc))
-    error = exc if isinstance(exc, ApiError) else api_error_for(exc)
+        error = bad_request(str(exc))
     if error is None:
         raise exc
     if error.status == 503:

@@ -48,8 +48,13 @@ class ApiError(Exception):
 
     @property
     def headers(self) -> dict[str, str]:
-        """A 401 names the scheme to authenticate with (RFC 6750)."""
-        return {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
+        """A 401 names the scheme to authenticate with (RFC 6750); a 503 says
+        when to try again."""
+        if self.status == 401:
+            return {"WWW-Authenticate": "Bearer"}
+        if self.status == 503:
+            return {"Retry-After": str(store.Unavailable.retry_after)}
+        return {}
 
 
 def bad_request(detail: str) -> ApiError:
@@ -70,6 +75,10 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         return ApiError(409, "conflict", exc.detail)
     if isinstance(exc, store.QueueNotGranted):
         return ApiError(403, "forbidden", exc.detail)
+    if isinstance(exc, store.Unavailable):
+        # What happened: the database is down, or a statement timed out (a
+        # todo another request held, or a slow statement).
+        return ApiError(503, "unavailable", exc.detail)
     if store.is_outage(exc):
         return ApiError(
             503, "unavailable", "the database is unavailable; try again shortly"

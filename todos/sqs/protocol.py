@@ -109,7 +109,10 @@ def error_for(exc):
         return exc
     if isinstance(exc, store.QueueNotGranted):
         return SqsError("AccessDenied", exc.detail)
-    if isinstance(exc, store.Unavailable | OperationalError | InterfaceError):
+    if isinstance(exc, store.Unavailable):
+        # What happened: the database is down, or a statement timed out.
+        return SqsError("ServiceUnavailable", exc.detail)
+    if isinstance(exc, OperationalError | InterfaceError):
         return SqsError(
             "ServiceUnavailable", "the database is unavailable; try again shortly"
         )

@@ -223,6 +223,22 @@ SELECT id FROM todos
    AND {LIVE_ROW}
 """
 
+# Replacers of one key take turns, for the rest of their transaction: each
+# finds the todo the one before it created (committed) and replaces it, as if
+# they had come one after another. Without the turn, two replacers each found
+# nothing to cancel, and the slower one's insert collapsed onto the faster
+# one's todo (200, created false, someone else's todo). The key is the
+# endpoint and idempotency key, hashed to the advisory lock's 64 bits.
+REPLACE_TURN_SQL = """
+SELECT pg_advisory_xact_lock(
+    hashtextextended(%(endpoint_id)s::text || '/' || %(idempotency_key)s::text, 0))
+"""
+
+# How often a replace cancels a live duplicate and tries to create before it
+# gives up: only a plain create of the same key (which takes no turn) can slip
+# in between, each time.
+REPLACE_TRIES = 3
+
 
 class ReplaceBlocked(Conflict):
     """Create with replace found a claimed duplicate: it got a cancel request."""
@@ -240,31 +256,35 @@ def create_replacing(
 
     One transaction: the duplicate ends canceled and the new todo takes the
     key. A claimed duplicate is not taken from its worker: it gets a cancel
-    request (kept), and ReplaceBlocked names it.
+    request (kept), and ReplaceBlocked names it. Concurrent replaces of one
+    key take turns, so each creates its todo and the last one's stays live.
     """
     if not idempotency_key:
         raise ValueError("replace needs an idempotency_key")
     endpoint_id = _uuid(scope.endpoint_id)
     if endpoint_id is None:
         raise NotFound()
-    blocked: Todo | None = None
+    key = {"endpoint_id": endpoint_id, "idempotency_key": idempotency_key}
     with transaction.atomic():
-        rows = _run(
-            "create_replacing",
-            LIVE_KEY_SQL,
-            {"endpoint_id": endpoint_id, "idempotency_key": idempotency_key},
-        )
-        for (duplicate_id,) in rows:
-            result = _cancel(scope, [(duplicate_id, "replaced")], actor or None)[0]
-            if isinstance(result, Todo) and result.state == "claimed":
-                blocked = result
-        if blocked is None:
-            return create_todo(
+        _run("create_replacing", REPLACE_TURN_SQL, key, fetch=None)
+        for _ in range(REPLACE_TRIES):
+            blocked = _replace_live_duplicates(scope, key, actor)
+            if blocked is not None:
+                break
+            created = create_todo(
                 scope,
                 queue=queue,
                 idempotency_key=idempotency_key,
                 actor=actor,
                 **fields,
+            )
+            if created[1]:
+                return created
+        else:
+            raise Conflict(
+                "other creates of this idempotency key kept coming: try again",
+                todo_id=created[0].id,
+                state=created[0].state,
             )
     raise ReplaceBlocked(
         f"todo {blocked.id} holds this idempotency key and is claimed: it was"
@@ -272,6 +292,18 @@ def create_replacing(
         todo_id=blocked.id,
         state=blocked.state,
     )
+
+
+def _replace_live_duplicates(
+    scope: Scope, key: dict[str, str], actor: str
+) -> Todo | None:
+    """Cancel the key's live duplicates; return one that is claimed, if any."""
+    blocked: Todo | None = None
+    for (duplicate_id,) in _run("create_replacing", LIVE_KEY_SQL, key):
+        result = _cancel(scope, [(duplicate_id, "replaced")], actor or None)[0]
+        if isinstance(result, Todo) and result.state == "claimed":
+            blocked = result
+    return blocked
 
 
 # --- Dismissing dead letters ----------------------------------------------------

@@ -172,12 +172,36 @@ class QueueNotGranted(StoreError):
 class Unavailable(StoreError):
     """The database could not be reached or did not answer in time."""
 
+    # Seconds a client should wait before it tries again (Retry-After).
+    retry_after = 1
+
     def __init__(self, operation: str, cause: BaseException) -> None:
         super().__init__(
             f"{operation}: database unavailable ({cause.__class__.__name__})"
         )
         self.detail = "the database is unavailable; try again shortly"
         self.operation = operation
+
+
+class TimedOut(Unavailable):
+    """A statement ran past the statement timeout: the database is up.
+
+    ``lock_wait`` says it waited all that time for a row another transaction
+    held (PostgreSQL names the tuple it waited for): the todo was busy.
+    """
+
+    def __init__(
+        self, operation: str, cause: BaseException, *, lock_wait: bool
+    ) -> None:
+        super().__init__(operation, cause)
+        self.lock_wait = lock_wait
+        if lock_wait:
+            self.detail = (
+                "the todo is busy: another request held it past the statement"
+                " timeout; try again shortly"
+            )
+        else:
+            self.detail = "the statement timed out; try again shortly"
 
 
 # --- Values ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ from .rows import (
     NotFound,
     Row,
     Scope,
+    TimedOut,
     Unavailable,
 )
 
@@ -109,11 +110,41 @@ def _run(
     try:
         return inloop.run(sql, params, fetch)
     except OUTAGES as exc:
+        timed_out = _timed_out(operation, exc)
+        if timed_out is not None:
+            logger.warning(
+                "store call timed out",
+                extra={
+                    "fields": {"operation": operation, "lock_wait": timed_out.lock_wait}
+                },
+            )
+            raise timed_out from exc
         logger.warning(
             "store call failed: database unavailable",
             extra={"fields": {"operation": operation, "error": type(exc).__name__}},
         )
         raise Unavailable(operation, exc) from exc
+
+
+# PostgreSQL's message when statement_timeout cancels a statement (a cancel by
+# an operator's pg_cancel_backend says "due to user request").
+STATEMENT_TIMEOUT = "canceling statement due to statement timeout"
+
+
+def _timed_out(operation: str, exc: BaseException) -> TimedOut | None:
+    """The TimedOut a statement timeout is, else None (a real outage).
+
+    A lock wait is told by the context PostgreSQL adds while it waits for a
+    row: "while updating tuple (0,1) in relation "todos"".
+    """
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if not isinstance(cause, psycopg.errors.QueryCanceled):
+        return None
+    if (cause.diag.message_primary or "") != STATEMENT_TIMEOUT:
+        return None
+    context = cause.diag.context or ""
+    lock_wait = " tuple " in context and " in relation " in context
+    return TimedOut(operation, exc, lock_wait=lock_wait)
 
 
 def ping() -> bool:
