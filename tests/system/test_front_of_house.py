@@ -153,6 +153,11 @@ def answer_link(board, todo_id):
     return found.group(1)
 
 
+def confirmed(field):
+    """A choice's form field, sent with its confirmation (the card's second step)."""
+    return {field.removesuffix("-answer") + "-confirm": "true"}
+
+
 def test_an_agent_that_signs_its_answer_as_an_operator_is_recorded_as_the_agent(
     agent,
 ):
@@ -213,15 +218,17 @@ def test_the_board_and_the_answer_link_record_the_operator_and_the_link(agent, s
 
     answered = board.post(
         f"/board/todos/{by_board}/answer/",
-        data={field: "no", "csrfmiddlewaretoken": csrf},
+        data={field: "no", **confirmed(field), "csrfmiddlewaretoken": csrf},
     )
     link = answer_link(board, by_link)
     with httpx.Client(timeout=30) as stranger:
         form = stranger.get(link)
+        field = re.search(r'name="([\w-]+-answer)"', form.text).group(1)
         stranger.post(
             link,
             data={
-                re.search(r'name="([\w-]+-answer)"', form.text).group(1): "yes",
+                field: "yes",
+                **confirmed(field),
                 "csrfmiddlewaretoken": stranger.cookies["csrftoken"],
             },
         )
@@ -247,10 +254,12 @@ def test_an_answer_links_token_never_reaches_a_log_line(agent, served):
         shown = stranger.get(link)
         forged = stranger.post(link, data={"x": "1"})  # no CSRF token: refused
         wrong = stranger.get(link + "tampered")
+        field = re.search(r'name="([\w-]+-answer)"', shown.text).group(1)
         used = stranger.post(
             link,
             data={
-                re.search(r'name="([\w-]+-answer)"', shown.text).group(1): "yes",
+                field: "yes",
+                **confirmed(field),
                 "csrfmiddlewaretoken": stranger.cookies["csrftoken"],
             },
         )
