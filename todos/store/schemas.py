@@ -194,7 +194,7 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=128)
 def _compiled(pattern: str) -> Any:
     """The pattern compiled by RE2 (re2.error when it cannot be)."""
     return re2.compile(pattern, _RE2_OPTIONS)
