@@ -849,3 +849,60 @@ def test_a_revoked_endpoints_answer_link_is_refused_as_unknown(people):
     assert page.status_code == 404 and posted.status_code == 404
     assert "not valid" in page.content.decode()
     assert store.get_todo_any_endpoint(todo.id).answer is None
+
+
+def test_what_an_agent_writes_is_text_on_every_board_page(people):
+    """Every field an agent fills (queue, title, key, payload, worker names,
+    progress, note, checkpoint, error, result, cancel reason, question) holds
+    markup; every Board page shows it as text."""
+    scope = store.Scope.for_endpoint(people["mine"])
+    queue = f"q{SCRIPT}"
+
+    def made(title=SCRIPT, **fields):
+        todo, _ = store.create_todo(
+            scope, queue=queue, title=title, payload={"x": SCRIPT}, **fields
+        )
+        return todo
+
+    worker = f"w{IMAGE}"
+    running = made(idempotency_key=SCRIPT)
+    store.claim_todo(scope, running.id, worker)
+    store.heartbeat(
+        scope,
+        running.id,
+        worker,
+        progress={"message": SCRIPT, "fraction": 0.5},
+        checkpoint={"at": SCRIPT},
+    )
+    store.cancel_todo(scope, running.id, reason=SCRIPT, worker=worker)
+    handed = made()
+    store.claim_todo(scope, handed.id, worker)
+    store.release_todo(scope, handed.id, worker, assignee=worker, note=SCRIPT)
+    dead = made(max_attempts=1)
+    store.claim_todo(scope, dead.id, worker)
+    store.fail_todo(scope, dead.id, worker, error=SCRIPT)
+    done = made()
+    store.claim_todo(scope, done.id, worker)
+    store.complete_todo(scope, done.id, worker, result={"r": SCRIPT})
+    asked = made()
+    store.claim_todo(scope, asked.id, worker)
+    store.ask(scope, asked.id, worker, question=SCRIPT, choices=[SCRIPT, IMAGE])
+    client = logged_in(people["alice"])
+
+    endpoint = people["mine"].id
+    pages = [
+        "/board/",
+        "/board/inbox/",
+        f"/board/todos/?queue={queue}",
+        f"/board/todos/?q={SCRIPT}",
+        "/board/dead-letters/",
+        f"/board/queues/{endpoint}/{queue}/",
+        "/board/endpoints/",
+        *(f"/board/todos/{todo.id}/" for todo in (running, handed, dead, done, asked)),
+    ]
+    for path in pages:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        text = response.content.decode()
+        for hostile in (SCRIPT, IMAGE):
+            assert hostile not in text, path
