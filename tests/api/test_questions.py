@@ -359,3 +359,12 @@ def test_a_batch_create_of_only_replacing_items(agent):
     assert response.status_code == 200, response.content
     assert [r["status"] for r in response.json()["results"]] == [201]
     assert store.get_todo_any_endpoint(old["id"]).outcome == "canceled"
+
+
+def test_an_answer_schema_nested_too_deep_is_400_naming_the_limit(agent):
+    todo = claimed(agent)
+    deep = {"type": "string"}
+    for _ in range(60):
+        deep = {"items": deep}
+    response = ask(agent, todo["id"], answer_schema=deep)
+    assert "deeper than 32 levels" in assert_error(response, 400, "bad_request")

@@ -95,12 +95,14 @@ def check_answer_schema(schema: object) -> None:
     """Refuse a schema the server would not apply safely; ValueError names where."""
     if not isinstance(schema, dict):
         raise ValueError("answer_schema must be a JSON Schema object")
-    if len(json.dumps(schema).encode()) > MAX_ANSWER_SCHEMA_BYTES:
-        raise TooLarge("answer_schema", MAX_ANSWER_SCHEMA_BYTES)
     uses: set[str] = set()
+    # The walk first: it bounds the depth that json.dumps and the meta-schema
+    # check below would recurse into.
     for path, node, is_schema in _walk(schema):
         uses.update(node)
         _check_node(path, node, is_schema)
+    if len(json.dumps(schema).encode()) > MAX_ANSWER_SCHEMA_BYTES:
+        raise TooLarge("answer_schema", MAX_ANSWER_SCHEMA_BYTES)
     if {"unevaluatedProperties", "patternProperties"} <= uses:
         # jsonschema's unevaluatedProperties matches patternProperties with
         # Python's backtracking engine, which RE2 cannot replace there.
