@@ -906,3 +906,15 @@ def test_what_an_agent_writes_is_text_on_every_board_page(people):
         text = response.content.decode()
         for hostile in (SCRIPT, IMAGE):
             assert hostile not in text, path
+
+
+def test_a_refused_form_is_a_board_page_that_needs_no_inline_style(people):
+    todo = asking(people["mine"], "Ship it?", choices=["ship"])
+    path = link_of(logged_in(people["alice"]), todo)
+
+    refused = Client(enforce_csrf_checks=True).post(path, confirmed(todo, "ship"))
+
+    assert refused.status_code == 403
+    page = refused.content.decode()
+    assert "This form was refused" in page and "<style" not in page
+    assert "script-src 'self'" in refused["Content-Security-Policy"]
