@@ -1,13 +1,18 @@
 """The answer form of a question, built from what the agent asked for.
 
-A question with ``choices`` is answered with one button per choice. With an
-``answer_schema`` the form has a field per property of an object schema
-(strings, numbers, integers, booleans and enums as their own inputs, anything
-else as JSON), or one field for a schema of a single value; a schema this
+A question with ``choices`` is answered with one button per choice, all alike;
+the chosen one is sent only once confirmed, in a second step of the form
+(``awaits_confirmation``), so it needs no script. With an ``answer_schema`` the
+form has a field per property of an object schema, in the order the agent
+gave them (strings, numbers, integers, booleans and enums as their own inputs,
+anything else as JSON), required ones marked and each with its description and
+bounds as help text; or one field for a schema of a single value; a schema this
 cannot lay out, or none at all with free text allowed, gets one text box
-(JSON when there is a schema). The posted form becomes the answer's JSON
-value, checked against the schema here so that every failing field shows its
-own error; the store validates it again when it stores the answer.
+(JSON when there is a schema). Every string of the schema is the agent's: it
+is shown as text (``board/field.html``). The posted form becomes the answer's
+JSON value, checked against the schema here (the store's bounded check) so
+that every failing field shows its own error; the store checks it again when
+it stores the answer.
 """
 
 import json
