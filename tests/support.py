@@ -50,12 +50,12 @@ def child_env(database=None, **extra):
     return {**os.environ, "DATABASE_URL": database or database_url(), **extra}
 
 
-def start_gunicorn(database, port=None, **env):
+def start_gunicorn(database, port=None, workers=1, **env):
     """Start gunicorn (the project's config) on ``port`` (default a free one);
     return (process, port).
 
-    One worker (uvicorn's event loop), keep-alives every second, a one-second
-    database connect timeout (an outage is answered quickly).
+    One worker (uvicorn's event loop) unless told, keep-alives every second, a
+    one-second database connect timeout (an outage is answered quickly).
     """
     port = port or free_port()
     process = subprocess.Popen(
@@ -68,7 +68,7 @@ def start_gunicorn(database, port=None, **env):
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
-            "1",
+            str(workers),
             "--log-level",
             "warning",
         ],

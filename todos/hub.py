@@ -1,4 +1,4 @@
-"""The doorbell hub: one LISTEN connection per server process, in its event loop.
+"""The doorbell hub: two LISTEN connections per server process, in its event loop.
 
 The store rings the doorbell with ``pg_notify`` inside each transition that
 makes a todo claimable, so a ring is sent exactly when the transition commits;
@@ -8,11 +8,14 @@ revoked, its token rotated, its grant changed or its SQS key rotated (which
 also drops its cached credentials, todos.auth, as every (re)connect and
 disconnect drops them all); an MCP session ended or its log level changed.
 
-The hub listens on its own connection (never a request's: LISTEN state is per
-connection and must bypass a transaction-mode pooler, see
-``SWITCHBOARD_LISTEN_DATABASE_URL``), as a task of the worker's event loop, and
-fans each ring out to that process's waiters, filtered by endpoint first — the
-tenant boundary — then by the waiter's queue grant:
+The hub listens on connections of its own (never a request's: LISTEN state is
+per connection and must bypass a transaction-mode pooler, see
+``SWITCHBOARD_LISTEN_DATABASE_URL``), as tasks of the worker's event loop: one
+hears the rings (and the todos' events), the other the control notices alone,
+so that a revocation is heard within milliseconds however many rings are
+queued before it (a burst of 100,000 takes the rings connection seconds to
+read). The hub fans each ring out to that process's waiters, filtered by
+endpoint first — the tenant boundary — then by the waiter's queue grant:
 
 - a *stream* waiter (``todos.streams``) hears every ring of its scope;
 - a *claim* waiter (``todos.longpoll``) competes for work: a ring wakes the
@@ -49,11 +52,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NotRequired, TypedDict, TypeGuard
+from typing import Any, NotRequired, TypedDict, TypeGuard
 
 import psycopg
 from django.conf import settings
 from django.db import connections
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from todos import auth
@@ -69,8 +73,14 @@ LOST = "lost"  # the LISTEN connection is gone: rings are missed until it is bac
 SESSION = "session"  # the MCP session ended or changed
 SHUTDOWN = "shutdown"  # the server is stopping: end now
 
-# The channels always heard; then the event channel's LISTEN or UNLISTEN.
-LISTEN = f"LISTEN {DOORBELL_CHANNEL}; LISTEN {CONTROL_CHANNEL}"
+# The hub's two connections: the rings (the doorbell, and the todos' events
+# when wanted) and the control notices, each heard on its own so that a
+# backlog of rings never holds a revocation back.
+RINGS, CONTROL = "rings", "control"
+ROLES = frozenset({RINGS, CONTROL})
+# The rings connection's channel always heard; then the event channel's
+# LISTEN or UNLISTEN.
+LISTEN = f"LISTEN {DOORBELL_CHANNEL}"
 # The waiters that hear a todo's events.
 EVENT_KINDS = frozenset({"stream", "todo"})
 # How long the event channel stays heard after its last waiter left.
@@ -126,17 +136,20 @@ KEEPALIVES: _Keepalives = {
 }
 
 
-async def _connect() -> psycopg.AsyncConnection[TupleRow]:
+async def _connect(role: str = RINGS) -> psycopg.AsyncConnection[TupleRow]:
+    """A LISTEN connection for ``role``: the control one's application name
+    is the doorbell's with ``-control`` after it."""
     url = settings.SWITCHBOARD_LISTEN_DATABASE_URL
     if url:
-        return await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=3, **KEEPALIVES
-        )
-    params = connections["default"].get_connection_params()
-    # Django's cursor class, adapters and pool are for its own connections.
-    for key in ("cursor_factory", "context", "prepare_threshold", "pool"):
-        params.pop(key, None)
+        params: dict[str, Any] = {"connect_timeout": 3, **conninfo_to_dict(url)}
+    else:
+        params = connections["default"].get_connection_params()
+        # Django's cursor class, adapters and pool are for its own connections.
+        for key in ("cursor_factory", "context", "prepare_threshold", "pool"):
+            params.pop(key, None)
     params.setdefault("application_name", "switchboard-doorbell")
+    if role == CONTROL:
+        params["application_name"] += "-control"
     return await psycopg.AsyncConnection.connect(
         autocommit=True, **{**KEEPALIVES, **params}
     )
@@ -270,10 +283,12 @@ class Hub:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.by_endpoint: dict[str, list[Waiter]] = {}
+        # Both connections listen (``_listening`` holds the roles that do).
         self.connected = False
+        self._listening: set[str] = set()
         self.shutting_down = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._ticker: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._batch: list[asyncio.Future[None]] = []
@@ -297,14 +312,18 @@ class Hub:
         loop = asyncio.get_running_loop()
         # Bound already: to this loop, or to the worker's while a request runs
         # in a loop of its own (a sync view's async_to_sync).
-        running = self._task is not None and not self._task.done()
+        running = any(not task.done() for task in self._tasks)
         if running and self.loop is not None and not self.loop.is_closed():
             return
         self.loop, self.connected = loop, False
+        self._listening.clear()
         auth.cache.listening(self, False)
         self._loop_thread = threading.get_ident()
         self._rethink = asyncio.Event()
-        self._task = loop.create_task(self._run(), name="switchboard-doorbell")
+        self._tasks = [
+            loop.create_task(self._run(RINGS), name="switchboard-doorbell"),
+            loop.create_task(self._run(CONTROL), name="switchboard-control"),
+        ]
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
 
     def subscribe(
@@ -559,50 +578,74 @@ class Hub:
             self._recheck_claims(self._ticks % parts, parts)
         self._ticks += 1
 
-    async def _run(self) -> None:
+    async def _run(self, role: str) -> None:
+        """Keep the ``role`` connection listening: connect, LISTEN, hear its
+        notices until it fails, reconnect."""
         delay = RECONNECT_FIRST_SECONDS
         while True:
             conn = None
             try:
-                conn = await _connect()
-                with self.lock:
-                    events = self._wants_events()
-                await conn.execute(_listen(events))
+                conn = await _connect(role)
+                if role == RINGS:
+                    with self.lock:
+                        events = self._wants_events()
+                    await conn.execute(_listen(events))
+                else:
+                    await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
                 delay = RECONNECT_FIRST_SECONDS
                 with self.lock:
-                    self.connected, self.hearing = True, events
-                    auth.cache.listening(self, True)
-                    # What was sent while nobody listened is lost: rings and
-                    # control notices alike. Everyone re-validates and looks.
-                    for group in self.by_endpoint.values():
-                        for waiter in group:
-                            waiter.notices.discard(LOST)
-                            waiter.unheard = waiter.unheard and not events
-                    self._tell_all(REVALIDATE, TRY)
-                    if events:
-                        self._events_heard()
-                await self._hear(conn)
+                    if role == RINGS:
+                        self.hearing = events
+                        for group in self.by_endpoint.values():
+                            for waiter in group:
+                                waiter.unheard = waiter.unheard and not events
+                        if events:
+                            self._events_heard()
+                    self._listened(role, True)
+                if role == RINGS:
+                    await self._hear(conn)
+                else:
+                    await self._notices(conn)
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
                 logger.warning(
                     "doorbell: not listening; reconnecting",
-                    extra={"fields": {"error": type(exc).__name__}},
+                    extra={"fields": {"error": type(exc).__name__, "role": role}},
                 )
             except Exception:
                 logger.exception("doorbell: the hub failed; restarting it")
             finally:
                 with self.lock:
-                    if self.connected:
-                        self._tell_all(LOST)
-                    self.connected = self.hearing = False
-                    auth.cache.listening(self, False)
-                    self._events_heard()
+                    if role == RINGS:
+                        self.hearing = False
+                        self._events_heard()
+                    self._listened(role, False)
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_CAP_SECONDS)
+
+    def _listened(self, role: str, listens: bool) -> None:
+        """Note that the ``role`` connection listens now, or stopped (lock
+        held). Whatever it was sent while it did not is lost, rings and
+        control notices alike: each change forgets the cached credentials,
+        and once both listen again every waiter re-validates and looks."""
+        was = self.connected
+        if listens:
+            self._listening.add(role)
+        else:
+            self._listening.discard(role)
+        self.connected = self._listening == ROLES
+        auth.cache.listening(self, self.connected)
+        if was and not self.connected:
+            self._tell_all(LOST)
+        elif self.connected and listens:
+            for group in self.by_endpoint.values():
+                for waiter in group:
+                    waiter.notices.discard(LOST)
+            self._tell_all(REVALIDATE, TRY)
 
     async def _hear(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
         """Hand on each notice; between notices, LISTEN to the event channel
@@ -684,16 +727,17 @@ class Hub:
         """Stop listening (tests; a server process just exits)."""
         if self._ticker is not None:
             self._ticker.cancel()
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = self._ticker = None
+                await task
+        self._tasks, self._ticker = [], None
         with self.lock:
             for _, timer in self._due.values():
                 timer.cancel()
             self._due.clear()
         self.connected = self.hearing = False
+        self._listening.clear()
         auth.cache.listening(self, False)
         with self.lock:
             self._events_heard()

@@ -314,3 +314,73 @@ def test_a_server_whose_hub_does_not_listen_reads_every_token(deaf_server, endpo
     assert status(deaf_server, endpoint.token) == 200
     revoke_unheard(endpoint)
     assert status(deaf_server, endpoint.token) == 401
+
+
+# --- Under a backlog of rings ---------------------------------------------------
+
+BURST = 100_000
+
+
+@pytest.fixture(scope="module")
+def two_workers(django_db_setup, django_db_blocker):
+    """A gunicorn of two workers whose hubs listen; yields its port."""
+    name = f"{APP_NAME}-2"
+    with django_db_blocker.unblock():
+        process, port = start_gunicorn(database_url(application_name=name), workers=2)
+
+        def both_listen():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+                    [name],
+                )
+                return cursor.fetchone()[0] == 2
+
+        assert eventually(both_listen, 20), "the workers' hubs never listened"
+    yield port
+    stop(process)
+
+
+def statuses(port, token, seconds, threads=4):
+    """Ask with ``token`` from ``threads`` threads for ``seconds``, a new
+    connection each time (gunicorn's workers take turns accepting): each
+    answer's status with the time its request was sent."""
+    answers = []
+
+    def ask():
+        deadline = time.monotonic() + seconds
+        while (sent := time.monotonic()) < deadline:
+            answers.append((sent, status(port, token)))
+
+    askers = [threading.Thread(target=ask) for _ in range(threads)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    return answers
+
+
+def test_a_revoke_is_refused_by_every_worker_within_200_ms_after_a_burst_of_rings(
+    two_workers, endpoint, other_endpoint
+):
+    """CONTRACT §16: a revoked credential is refused by every process within
+    200 ms of the commit, whatever the doorbell's backlog. Both workers have
+    the token cached; 100,000 rings are queued just before the revoke."""
+    assert all(code == 200 for _, code in statuses(two_workers, endpoint.token, 1))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_notify('switchboard_todo_ready', json_build_object("
+            "'id', gen_random_uuid(), 'endpoint_id', %s::text, 'queue', 'q')::text))"
+            " FROM generate_series(1, %s::int)",
+            [str(other_endpoint.id), BURST],
+        )
+    endpoints.revoke(endpoint)
+    committed = time.monotonic()
+    answers = statuses(two_workers, endpoint.token, 1.5)
+    late = [
+        round(sent - committed, 3)
+        for sent, code in answers
+        if code != 401 and sent > committed + 0.2
+    ]
+    assert len(answers) > 20 and late == []
