@@ -361,6 +361,7 @@ def statuses(port, token, seconds, threads=4):
     return answers
 
 
+@pytest.mark.slow
 def test_a_revoke_is_refused_by_every_worker_within_200_ms_after_a_burst_of_rings(
     two_workers, endpoint, other_endpoint
 ):
