@@ -206,6 +206,9 @@ def test_commands_exit_nonzero_with_a_clear_message_when_the_database_is_down(
 
     assert finished.returncode == 1
     assert "database unavailable" in finished.stderr
+    # It names where it looked, and what sets that.
+    assert "cannot reach the database 'switchboard' at 127.0.0.1:1" in finished.stderr
+    assert "SB_PG_PORT" in finished.stderr
     assert "Traceback" not in finished.stderr
 
 

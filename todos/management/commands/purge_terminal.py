@@ -3,9 +3,10 @@
 import argparse
 import logging
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from todos import store
+from todos.management.database import unreachable
 from todos.sweeper import batch_size_arg
 
 logger = logging.getLogger("switchboard.sweep")
@@ -66,7 +67,7 @@ class Command(BaseCommand):
                 if count < batch_size:
                     break
         except store.Unavailable as exc:
-            raise CommandError(f"purge_terminal: {exc}") from exc
+            raise unreachable("purge_terminal", exc) from exc
         logger.info(
             "purge_terminal done",
             extra={"fields": {"purged": purged, "older_than_days": older_than}},

@@ -2,9 +2,10 @@
 
 import logging
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from todos import store
+from todos.management.database import unreachable
 from todos.sweeper import batch_size_arg, drain
 
 logger = logging.getLogger("switchboard.sweep")
@@ -38,7 +39,7 @@ class Command(BaseCommand):
                 if moved:
                     self.stdout.write(f"batch {number}: {len(moved)} todos moved")
         except store.Unavailable as exc:
-            raise CommandError(f"requeue_due_retries: {exc}") from exc
+            raise unreachable("requeue_due_retries", exc) from exc
         logger.info(
             "requeue_due_retries done", extra={"fields": {"requeued": requeued}}
         )

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from todos import store
+from todos.management.database import unreachable
 from todos.sweeper import (
     Sweeper,
     batch_size_arg,
@@ -61,7 +62,7 @@ class Command(BaseCommand):
         try:
             result = sweep_once(batch_size=options["batch_size"])
         except store.Unavailable as exc:
-            raise CommandError(f"sweep: {exc}") from exc
+            raise unreachable("sweep", exc) from exc
         log_pass("sweep done", result)
         self.stdout.write(
             f"sweep: {result.moved} todos moved ({result.requeued} requeued after "
