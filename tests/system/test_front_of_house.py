@@ -268,7 +268,8 @@ def test_an_answer_links_token_never_reaches_a_log_line(agent, served):
     assert (wrong.status_code, used.status_code) == (404, 200)
     written = settle(log_path)
     assert "Forbidden (CSRF" in written, "the CSRF warning was not logged"
-    assert "/answer/[redacted]" in written
+    assert '"GET /answer/[redacted] HTTP/1.1" 200' in written, "no access log line"
+    assert '"POST /answer/[redacted] HTTP/1.1" 403' in written
     assert token not in written
     assert token[:20] not in written
 
