@@ -193,8 +193,8 @@ class _State:
         if self.waiter is None:
             return
         scope = self.waiter.scope
-        delay = store.next_due(scope)
-        if delay is not None and time.monotonic() + delay < self.until:
+        delay = store.next_due(scope, within=self.until - time.monotonic())
+        if delay is not None:
             hub.due(scope, delay)
 
     def nothing(self) -> list[store.Todo]:

@@ -724,47 +724,59 @@ def _claim_one(
 
 # When a todo of a scope next turns claimable by itself, no transition ringing
 # for it: a lease lapsing (below the cap, no cancel request), a retry window
-# ending, a delayed or held todo of the pool coming due. Only instants still
-# ahead count (what is due already is the claim scan's, or the sweeps'), and
-# only queues that are not paused. Per queue of the scope (the queues table),
-# each branch reads one index range: the live rows' (endpoint, queue, state)
-# for the in-flight and parked rows (a FILTER, not a WHERE, keeps the planner
-# from walking the cluster-wide lease index in order instead), the claim
-# index's pool lane for the pending ones, whose first entry past now is its
-# minimum.
+# ending, a delayed or held todo of the pool coming due; in a queue that is not
+# paused. Only instants ahead and within %(within)s seconds count (what is due
+# already is the claim scan's or the sweeps'; what is later than the caller
+# waits does not matter to it), so each branch reads a bounded index range:
+# the leases and retry windows that end within the horizon (their indexes, or
+# the endpoint's live rows), and per queue of the scope the claim index's pool
+# lane, whose first entry past now is its minimum.
 NEXT_DUE_SQL = """
-SELECT extract(epoch FROM min(due.at) - statement_timestamp())::float8
-  FROM queues q
- CROSS JOIN LATERAL (
-     SELECT min(t.lease_expires_at) FILTER (
-                WHERE t.lease_expires_at > statement_timestamp()
-                  AND t.attempt < t.max_attempts AND t.cancel_request IS NULL)
-            AS at
-       FROM todos t
-      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
-        AND t.state = 'claimed'
-     UNION ALL
-     SELECT min(t.next_retry_at) FILTER (
-                WHERE t.next_retry_at > statement_timestamp())
-       FROM todos t
-      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
-        AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
-     UNION ALL
-     SELECT min(t.available_at) FROM todos t
-      WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
-        AND t.state = 'pending' AND coalesce(t.assignee, '') = ''
-        AND t.available_at > statement_timestamp()
- ) due
- WHERE q.endpoint_id = %(endpoint_id)s
-   AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
-   AND q.paused_at IS NULL
+SELECT extract(epoch FROM least(
+    (SELECT min(t.lease_expires_at) FROM todos t
+      WHERE t.state = 'claimed'
+        AND t.lease_expires_at > statement_timestamp()
+        AND t.lease_expires_at <= statement_timestamp()
+                                  + make_interval(secs => %(within)s)
+        AND t.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))
+        AND t.attempt < t.max_attempts AND t.cancel_request IS NULL
+        AND NOT EXISTS (
+            SELECT 1 FROM queues p
+             WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
+               AND p.paused_at IS NOT NULL)),
+    (SELECT min(t.next_retry_at) FROM todos t
+      WHERE t.state = 'failed'
+        AND t.next_retry_at > statement_timestamp()
+        AND t.next_retry_at <= statement_timestamp()
+                               + make_interval(secs => %(within)s)
+        AND t.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR t.queue = ANY(%(queues)s::text[]))
+        AND NOT EXISTS (
+            SELECT 1 FROM queues p
+             WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
+               AND p.paused_at IS NOT NULL)),
+    (SELECT min(lane.at) FROM queues q
+      CROSS JOIN LATERAL (
+          SELECT min(t.available_at) AS at FROM todos t
+           WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+             AND t.state = 'pending' AND coalesce(t.assignee, '') = ''
+             AND t.available_at > statement_timestamp()
+             AND t.available_at <= statement_timestamp()
+                                   + make_interval(secs => %(within)s)) lane
+      WHERE q.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
+        AND q.paused_at IS NULL)
+) - statement_timestamp())::float8
 """
 
 
-def next_due(scope: Scope) -> float | None:
+def next_due(scope: Scope, within: float) -> float | None:
     """Seconds until a todo of this scope turns claimable with no ring (a
-    lease lapses, a retry window or a delay ends); None when none will."""
-    row = _run("next_due", NEXT_DUE_SQL, _scope_params(scope), fetch="one")
+    lease lapses, a retry window or a delay ends), if within ``within``
+    seconds; else None."""
+    params = {**_scope_params(scope), "within": float(within)}
+    row = _run("next_due", NEXT_DUE_SQL, params, fetch="one")
     return row[0] if row is not None else None
 
 
