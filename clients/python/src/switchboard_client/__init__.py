@@ -20,6 +20,7 @@ from switchboard_client.errors import (
     Unauthorized,
     Unavailable,
 )
+from switchboard_client.logs import JsonFormatter
 from switchboard_client.models import (
     ActionResult,
     Answer,
@@ -33,6 +34,7 @@ from switchboard_client.models import (
     Queue,
     Todo,
 )
+from switchboard_client.worker import Context, Worker
 
 __all__ = [
     "KEEP",
@@ -43,11 +45,13 @@ __all__ = [
     "BadRequest",
     "Client",
     "Conflict",
+    "Context",
     "CreateResult",
     "Created",
     "Event",
     "Forbidden",
     "ItemError",
+    "JsonFormatter",
     "LeaseSuperseded",
     "MethodNotAllowed",
     "NotFound",
@@ -64,4 +68,5 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "Unavailable",
+    "Worker",
 ]

@@ -11,7 +11,7 @@ import httpx
 
 from switchboard_client import _core
 from switchboard_client._core import Call, EventParser, Retry, raise_error, wait_slice
-from switchboard_client.client import default_worker, user_agent
+from switchboard_client.client import Client, default_worker, user_agent
 from switchboard_client.errors import TransportError
 from switchboard_client.models import Event, Todo
 
@@ -47,6 +47,7 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._token = token
         self.worker = worker or default_worker()
         self.retry = retry or Retry()
         self._timeout = httpx.Timeout(timeout)
@@ -56,6 +57,11 @@ class AsyncClient:
             timeout=self._timeout,
             transport=transport,
         )
+
+    @classmethod
+    def like(cls, client: Client | AsyncClient) -> AsyncClient:
+        """An async client with the same server, token, worker name and retries."""
+        return cls(client.url, client._token, worker=client.worker, retry=client.retry)
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, retried as ``self.retry`` allows; read its answer."""

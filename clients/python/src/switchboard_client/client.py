@@ -62,6 +62,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._token = token
         self.worker = worker or default_worker()
         self.retry = retry or Retry()
         self._timeout = httpx.Timeout(timeout)

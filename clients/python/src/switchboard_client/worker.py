@@ -1,0 +1,528 @@
+"""The worker runtime: handlers per queue, run with leases kept alive.
+
+``Worker`` long-polls each handled queue (a batch claim when it has several
+free slots), runs each todo's handler with a ``Context``, extends the lease in
+the background at a third of its length, and ends the attempt from what the
+handler did: a return completes, an exception fails, ``ctx.ask`` parks the todo
+on a question. On SIGTERM it stops claiming, gives in-flight handlers a grace
+period to finish, and releases what is still running with its last checkpoint.
+
+It runs on asyncio; a sync handler runs in a thread of its own (a daemon, so a
+handler that never returns cannot hold the process after its todo is given back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn, TypeVar
+
+from switchboard_client.aio import AsyncClient
+from switchboard_client.client import Client
+from switchboard_client.errors import (
+    APIError,
+    Conflict,
+    NotFound,
+    SwitchboardError,
+)
+from switchboard_client.models import JSON, Answer, Progress, Question, Todo
+
+log = logging.getLogger("switchboard_client.worker")
+
+Handler = Callable[["Context"], Any]
+H = TypeVar("H", bound=Handler)
+
+# A batch claim takes at most ten todos (the API's max_todos).
+MAX_BATCH = 10
+
+
+class EndAttempt(BaseException):
+    """Raised inside a handler to end its attempt other than by returning.
+
+    It derives from BaseException, as asyncio.CancelledError does, so that a
+    handler's ``except Exception`` does not swallow it."""
+
+
+class Ask(EndAttempt):
+    """``ctx.ask``: park the todo on a question."""
+
+    def __init__(self, question: str, options: dict[str, Any]) -> None:
+        super().__init__(question)
+        self.question = question
+        self.options = options
+
+
+class GiveBack(EndAttempt):
+    """``ctx.give_back``: release the todo now with the last checkpoint."""
+
+    def __init__(self, note: str | None) -> None:
+        super().__init__(note)
+        self.note = note
+
+
+@dataclass
+class _Route:
+    queue: str
+    handler: Handler
+    lease_seconds: int | None
+
+
+class Context:
+    """What a handler sees of its todo and does with it.
+
+    Read: ``todo``, ``payload``, ``checkpoint`` (the last one saved, by this
+    attempt or an earlier one), ``answer`` and ``question`` (after an answered
+    ask), ``attempt``, ``cancel_requested`` and ``stopping`` (the worker is
+    shutting down: save a checkpoint and return, or be given back).
+    Do: ``progress``, ``save_checkpoint``, ``ask``, ``give_back``.
+    """
+
+    def __init__(self, worker: Worker, todo: Todo, lease_seconds: int) -> None:
+        self.todo = todo
+        self.lease_seconds = lease_seconds
+        self.log = logging.LoggerAdapter(log, _fields(todo))
+        self._worker = worker
+        self._checkpoint: JSON = todo.checkpoint
+        self._progress: Progress | None = None
+        self._dirty = False
+        self._beat_now = asyncio.Event()
+        self._cancel = threading.Event()
+        self._lost = threading.Event()
+
+    @property
+    def payload(self) -> JSON:
+        return self.todo.payload
+
+    @property
+    def checkpoint(self) -> JSON:
+        """The last checkpoint: this attempt's, else the one it was delivered with."""
+        return self._checkpoint
+
+    @property
+    def answer(self) -> Answer | None:
+        """The answer to the question this todo asked (None before, or expired)."""
+        return self.todo.answer
+
+    @property
+    def question(self) -> Question | None:
+        return self.todo.question
+
+    @property
+    def attempt(self) -> int:
+        return self.todo.attempt
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether someone asked to cancel the todo (seen with each heartbeat):
+        stop, and return or ``give_back``."""
+        return self._cancel.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the lease was lost (another worker has the todo now)."""
+        return self._lost.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether to stop: a cancel request, a lost lease or a shutdown."""
+        return self._cancel.is_set() or self._lost.is_set() or self._worker.stopping
+
+    def progress(
+        self, message: str | None = None, fraction: float | None = None
+    ) -> None:
+        """Report progress; it goes with the next heartbeat."""
+        self._progress = Progress(message, fraction)
+        self._dirty = True
+
+    def save_checkpoint(self, checkpoint: JSON, *, now: bool = False) -> None:
+        """Keep ``checkpoint`` (any JSON, ≤ 64 KiB) for whoever takes the todo
+        next; it goes with the next heartbeat, a release or an ask. With
+        ``now``, a heartbeat carries it at once; a sync handler returns once
+        it is saved."""
+        self._checkpoint = checkpoint
+        self._dirty = True
+        if now:
+            self._worker._beat_now(self)
+
+    def ask(
+        self,
+        question: str,
+        *,
+        choices: Sequence[str] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        deadline_seconds: int | None = None,
+        return_to: Literal["me", "pool"] = "pool",
+    ) -> NoReturn:
+        """Ask a question and end this attempt: the todo is held with the last
+        checkpoint until it is answered; then a claim delivers it again with
+        ``ctx.answer`` and ``ctx.checkpoint``: to any worker of the queue
+        (``return_to="pool"``, the default here, as a worker's name may not
+        outlive its process), or to this worker's name (``"me"``)."""
+        options = {
+            "choices": choices,
+            "answer_schema": schema,
+            "deadline_seconds": deadline_seconds,
+            "return_to": return_to,
+        }
+        raise Ask(question, options)
+
+    def give_back(self, note: str | None = None) -> NoReturn:
+        """End this attempt by releasing the todo with the last checkpoint (a
+        cancel request then ends it canceled)."""
+        raise GiveBack(note)
+
+
+def _fields(todo: Todo) -> dict[str, Any]:
+    return {"todo_id": todo.id, "queue": todo.queue, "attempt": todo.attempt}
+
+
+def _describe(exc: BaseException) -> str:
+    """A failure as the todo's ``last_error``: its type and message."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:10_000]
+
+
+class Worker:
+    """Runs handlers for queues: ``@worker.handler("reviews")``, then
+    ``worker.run()``.
+
+    ``concurrency``: todos run at once. ``lease_seconds``: each claim's lease
+    (default the queue's); a heartbeat extends it every third of it.
+    ``wait_seconds``: a claim's long poll (≤ 20). ``grace_seconds``: after
+    SIGTERM, how long in-flight handlers may go on before their todos are
+    released with their last checkpoint.
+    """
+
+    def __init__(
+        self,
+        client: Client | AsyncClient | None = None,
+        *,
+        concurrency: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: int = 20,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.client = client
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.grace_seconds = grace_seconds
+        self.routes: dict[str, _Route] = {}
+        self.stopping = False
+        self._api: AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._give_back: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._running: set[asyncio.Task[None]] = set()
+
+    def handler(
+        self, queue: str, *, lease_seconds: int | None = None
+    ) -> Callable[[H], H]:
+        """Register the decorated function (sync or async, taking a Context)
+        for ``queue``."""
+
+        def register(fn: H) -> H:
+            self.routes[queue] = _Route(queue, fn, lease_seconds)
+            return fn
+
+        return register
+
+    def run(self) -> None:
+        """Run until SIGTERM or SIGINT (or ``stop``), then shut down gracefully."""
+        asyncio.run(self.serve())
+
+    def stop(self) -> None:
+        """Stop claiming and shut down (safe from any thread or a signal handler)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def serve(self) -> None:
+        """The worker's life in the running loop: claim and run until stopped."""
+        if not self.routes:
+            raise ValueError("the worker has no handler: add one with @worker.handler")
+        if self.client is None:
+            raise ValueError("the worker has no client: Worker(Client(url, token))")
+        self._loop = asyncio.get_running_loop()
+        self._stop, self._give_back = asyncio.Event(), asyncio.Event()
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self.stopping = False
+        owned = isinstance(self.client, Client)
+        self._api = (
+            self.client
+            if isinstance(self.client, AsyncClient)
+            else AsyncClient.like(self.client)
+        )
+        signals = self._handle_signals()
+        log.info(
+            "worker started",
+            extra={
+                "worker": self._api.worker,
+                "queues": sorted(self.routes),
+                "concurrency": self.concurrency,
+            },
+        )
+        pollers = [asyncio.create_task(self._poll(r)) for r in self.routes.values()]
+        try:
+            await self._stop.wait()
+        finally:
+            self.stopping = True
+            for task in pollers:
+                task.cancel()
+            await asyncio.gather(*pollers, return_exceptions=True)
+            await self._drain()
+            for signum in signals:
+                self._loop.remove_signal_handler(signum)
+            if owned:
+                await self._api.aclose()
+            log.info("worker stopped", extra={"worker": self._api.worker})
+
+    def _handle_signals(self) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        assert self._loop is not None and self._stop is not None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(signum, self._stop.set)
+        return [signal.SIGTERM, signal.SIGINT]
+
+    async def _drain(self) -> None:
+        """Let in-flight todos finish within the grace period, then give the
+        rest back."""
+        if not self._running:
+            return
+        log.info(
+            "worker stopping",
+            extra={
+                "in_flight": len(self._running),
+                "grace_seconds": self.grace_seconds,
+            },
+        )
+        await asyncio.wait(set(self._running), timeout=self.grace_seconds)
+        assert self._give_back is not None
+        self._give_back.set()
+        if self._running:
+            await asyncio.wait(set(self._running))
+
+    async def _poll(self, route: _Route) -> None:
+        """Claim for one queue whenever a slot is free: a batch when several are."""
+        assert self._slots is not None and self._api is not None
+        share = max(1, min(MAX_BATCH, self.concurrency // len(self.routes)))
+        # With fewer slots than queues a queue's long poll would hold a slot
+        # another queue may need: poll briefly instead.
+        wait = self.wait_seconds if self.concurrency >= len(self.routes) else 1
+        lease = route.lease_seconds or self.lease_seconds
+        while True:
+            await self._slots.acquire()
+            held = 1
+            while held < share and not self._slots.locked():
+                await self._slots.acquire()
+                held += 1
+            try:
+                todos = await self._claim(route.queue, held, lease, wait)
+            except asyncio.CancelledError:
+                self._free(held)
+                raise
+            self._free(held - len(todos))
+            for todo in todos:
+                task = asyncio.create_task(self._execute(route, todo))
+                self._running.add(task)
+                task.add_done_callback(self._finished)
+
+    async def _claim(
+        self, queue: str, count: int, lease: int | None, wait: int
+    ) -> list[Todo]:
+        assert self._api is not None
+        try:
+            if count == 1:
+                todo = await self._api.claim(
+                    queue=queue, lease_seconds=lease, wait_seconds=wait
+                )
+                return [] if todo is None else [todo]
+            return await self._api.claim_many(
+                count, queue=queue, lease_seconds=lease, wait_seconds=wait
+            )
+        except SwitchboardError as exc:
+            # An outage or a refusal (a revoked token): say so, wait, try again.
+            log.warning("claim failed", extra={"queue": queue, "error": _describe(exc)})
+            await asyncio.sleep(1.0)
+            return []
+
+    def _free(self, count: int) -> None:
+        assert self._slots is not None
+        for _ in range(count):
+            self._slots.release()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._free(1)
+
+    async def _execute(self, route: _Route, todo: Todo) -> None:
+        """Run one todo's handler with its lease kept alive; end the attempt."""
+        assert self._give_back is not None
+        ctx = Context(self, todo, _lease_of(todo))
+        ctx.log.info("todo started")
+        started = time.monotonic()
+        beating = asyncio.create_task(self._heartbeats(ctx))
+        run = asyncio.ensure_future(self._call(route.handler, ctx))
+        given_back = asyncio.create_task(self._give_back.wait())
+        try:
+            await asyncio.wait({run, given_back}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                run.cancel()
+                ctx.log.info("todo given back at shutdown")
+                await self._end(ctx, self._api_release(ctx, "the worker shut down"))
+                return
+            await self._settle(ctx, run)
+        finally:
+            given_back.cancel()
+            beating.cancel()
+            took = round(time.monotonic() - started, 3)
+            ctx.log.info("todo ended", extra={"seconds": took})
+
+    async def _call(self, handler: Handler, ctx: Context) -> Any:
+        if inspect.iscoroutinefunction(handler):
+            return await handler(ctx)
+        return await _in_thread(handler, ctx)
+
+    async def _settle(self, ctx: Context, run: asyncio.Future[Any]) -> None:
+        """End the attempt as the handler did."""
+        assert self._api is not None
+        api, todo, token = self._api, ctx.todo, ctx.todo.lease_token
+        error = run.exception()
+        if error is None:
+            await self._end(ctx, api.complete(todo, run.result(), lease_token=token))
+        elif isinstance(error, Ask):
+            options = {k: v for k, v in error.options.items() if v is not None}
+            ctx.log.info("todo asks", extra={"question": error.question[:200]})
+            await self._end(
+                ctx,
+                api.ask(
+                    todo,
+                    error.question,
+                    checkpoint=ctx.checkpoint,
+                    lease_token=token,
+                    **options,
+                ),
+            )
+        elif isinstance(error, GiveBack):
+            await self._end(ctx, self._api_release(ctx, error.note))
+        else:
+            ctx.log.warning("todo failed", extra={"error": _describe(error)})
+            await self._end(ctx, api.fail(todo, _describe(error), lease_token=token))
+
+    def _api_release(self, ctx: Context, note: str | None) -> Awaitable[Todo]:
+        assert self._api is not None
+        return self._api.release(
+            ctx.todo,
+            lease_token=ctx.todo.lease_token,
+            note=note,
+            checkpoint=ctx.checkpoint,
+        )
+
+    async def _end(self, ctx: Context, call: Awaitable[Todo]) -> None:
+        """Send the call that ends the attempt; a lost lease is logged, not raised."""
+        try:
+            todo = await call
+        except (Conflict, NotFound) as exc:
+            ctx.log.warning("todo lost", extra={"error": _describe(exc)})
+        except SwitchboardError as exc:
+            ctx.log.error("todo not acknowledged", extra={"error": _describe(exc)})
+        else:
+            ctx.log.debug("todo acknowledged", extra={"outcome": todo.outcome})
+
+    async def _heartbeats(self, ctx: Context) -> None:
+        """Extend the lease every third of it (or at once when asked), with
+        the progress and checkpoint saved since the last beat."""
+        interval = max(ctx.lease_seconds / 3, 0.2)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx._beat_now.wait(), timeout=interval)
+            ctx._beat_now.clear()
+            await self._beat(ctx)
+
+    async def _beat(self, ctx: Context) -> None:
+        assert self._api is not None
+        dirty, ctx._dirty = ctx._dirty, False
+        try:
+            todo = await self._api.heartbeat(
+                ctx.todo,
+                lease_token=ctx.todo.lease_token,
+                lease_seconds=ctx.lease_seconds,
+                progress=ctx._progress if dirty else None,
+                checkpoint=ctx.checkpoint if dirty else None,
+            )
+        except (Conflict, NotFound) as exc:
+            ctx._lost.set()
+            ctx.log.warning("lease lost", extra={"error": _describe(exc)})
+        except APIError as exc:
+            ctx._dirty = ctx._dirty or dirty
+            ctx.log.warning("heartbeat refused", extra={"error": _describe(exc)})
+        except SwitchboardError as exc:
+            ctx._dirty = ctx._dirty or dirty
+            ctx.log.warning("heartbeat failed", extra={"error": _describe(exc)})
+        else:
+            if todo.cancel_requested and not ctx._cancel.is_set():
+                ctx._cancel.set()
+                ctx.log.info("cancel requested")
+
+    def _beat_now(self, ctx: Context) -> None:
+        """A heartbeat now; from a handler's thread, wait until it is sent."""
+        assert self._loop is not None
+        if _in_loop(self._loop):
+            ctx._beat_now.set()
+            return
+        sent: Future[None] = asyncio.run_coroutine_threadsafe(
+            self._beat(ctx), self._loop
+        )
+        sent.result()
+
+
+def _lease_of(todo: Todo) -> int:
+    """The lease the claim granted, in whole seconds (at least one)."""
+    if todo.lease_expires_at is None or todo.claimed_at is None:
+        return 300
+    return max(1, round((todo.lease_expires_at - todo.claimed_at).total_seconds()))
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+async def _in_thread(handler: Handler, ctx: Context) -> Any:
+    """Run a sync handler in a daemon thread of its own; await its outcome."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if outcome.done():
+            return
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = handler(ctx)
+        except BaseException as exc:  # carried to the loop, which ends the attempt
+            error = exc
+        # The loop is gone when the todo was given back and the worker exited.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"handler-{ctx.todo.id}", daemon=True).start()
+    return await outcome

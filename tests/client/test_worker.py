@@ -1,0 +1,148 @@
+"""The worker runtime in this process (a thread runs Worker.serve) against the
+in-process server: how a handler's ending ends the attempt."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from switchboard_client import Client, Context, Worker
+
+from tests.client.conftest import QUICK_RETRY
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Running:
+    """A Worker serving in a thread of the test process until ``stop``."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.thread = threading.Thread(target=asyncio.run, args=(worker.serve(),))
+        self.thread.start()
+
+    def stop(self):
+        deadline = time.monotonic() + 5
+        while self.worker._loop is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+@pytest.fixture
+def make_worker(asgi_server, endpoint):
+    running = []
+
+    def make(name="rt", **options):
+        client = Client(asgi_server.url, endpoint.token, worker=name, retry=QUICK_RETRY)
+        worker = Worker(client, wait_seconds=1, **options)
+        return worker
+
+    def start(worker):
+        running.append(Running(worker))
+
+    make.start = start
+    yield make
+    for run in running:
+        run.stop()
+
+
+def test_a_return_completes_and_an_exception_fails_with_its_type(client, make_worker):
+    worker = make_worker(concurrency=2)
+
+    @worker.handler("jobs")
+    def handle(ctx: Context):
+        if ctx.payload == "bad":
+            raise ValueError("no good")
+        return {"doubled": ctx.payload * 2}
+
+    good = client.create("jobs", payload=21).todo
+    bad = client.create("jobs", payload="bad", max_attempts=1).todo
+    make_worker.start(worker)
+    assert client.wait(good, timeout=10).result == {"doubled": 42}
+    failed = client.wait(bad, timeout=10)
+    assert failed.outcome == "dead_letter"
+    assert failed.last_error == "ValueError: no good"
+
+
+def test_an_async_handler_reports_progress_and_a_checkpoint(client, make_worker):
+    worker = make_worker()
+    seen = {}
+
+    @worker.handler("async-jobs")
+    async def handle(ctx: Context):
+        ctx.progress("half", 0.5)
+        ctx.save_checkpoint({"half": True}, now=True)
+        await asyncio.sleep(0)
+        for _ in range(100):
+            current = await asyncio.to_thread(client.get, ctx.todo.id)
+            if current.checkpoint == {"half": True}:
+                seen["todo"] = current
+                break
+            await asyncio.sleep(0.05)
+        return "ok"
+
+    todo = client.create("async-jobs").todo
+    make_worker.start(worker)
+    assert client.wait(todo, timeout=10).result == "ok"
+    assert seen["todo"].progress.message == "half"
+
+
+def test_ask_parks_the_todo_and_the_answer_resumes_it_with_its_checkpoint(
+    client, other_client, make_worker
+):
+    worker = make_worker()
+
+    @worker.handler("approvals")
+    def handle(ctx: Context):
+        if ctx.answer is None:
+            ctx.save_checkpoint({"plan": "drop table"})
+            ctx.ask("Drop it?", choices=["drop", "keep"])
+        return {"plan": ctx.checkpoint["plan"], "decision": ctx.answer.value}
+
+    todo = client.create("approvals").todo
+    make_worker.start(worker)
+    held = client.wait(todo, timeout=10)
+    assert held.held and held.question.choices == ["drop", "keep"]
+    assert held.checkpoint == {"plan": "drop table"}
+    other_client.answer(held, "keep")
+    done = client.wait(todo, timeout=15)
+    assert done.result == {"plan": "drop table", "decision": "keep"}
+
+
+def test_a_cancel_request_stops_the_handler_cooperatively(client, make_worker):
+    worker = make_worker(lease_seconds=3)
+    started = threading.Event()
+
+    @worker.handler("long")
+    def handle(ctx: Context):
+        ctx.save_checkpoint({"at": 1})
+        started.set()
+        while not ctx.cancel_requested:
+            time.sleep(0.05)
+        ctx.give_back("canceled")
+
+    todo = client.create("long").todo
+    make_worker.start(worker)
+    assert started.wait(10)
+    assert client.cancel(todo).cancel_requested
+    ended = client.wait(todo, timeout=15)
+    assert ended.outcome == "canceled"
+    assert ended.checkpoint == {"at": 1}
+
+
+def test_a_handler_longer_than_its_lease_keeps_it(client, make_worker):
+    # A free slot would take the todo again (attempt 2) the moment its lease
+    # lapsed.
+    worker = make_worker(lease_seconds=1, concurrency=2)
+
+    @worker.handler("slowish")
+    def handle(ctx: Context):
+        time.sleep(2.5)
+        return ctx.attempt
+
+    todo = client.create("slowish").todo
+    make_worker.start(worker)
+    done = client.wait(todo, timeout=15)
+    assert done.outcome == "done" and done.result == 1 and done.attempt == 1
