@@ -358,10 +358,17 @@ def main():
             None,
         ),
         ("list, text search", client, "/board/todos/?q=delivery-4242", None),
+        ("list, text search matching nothing", client, "/board/todos/?q=zq9x", None),
         (
             "retry-matching preview (dead letters)",
             client,
             "/board/todos/retry-matching/?state=dead_letter",
+            None,
+        ),
+        (
+            "cancel-matching preview (pending)",
+            client,
+            "/board/todos/cancel-matching/?state=pending",
             None,
         ),
         ("/metrics (bearer token)", Client(HTTP_HOST="127.0.0.1"), "/metrics", bearer),
