@@ -215,7 +215,7 @@ def test_overview_shows_a_held_todo_as_held_not_as_the_oldest_pending(
     assert re.search(r'Pending</span><span class="card-value">0</span></a>', cards)
     assert re.search(r'Held</span><span class="card-value">1</span>', cards)
     assert "oldest" not in cards
-    assert 'data-label="Held"><span class="">1</span>' in html
+    assert 'data-label="Held"><span>1</span>' in html
     assert 'data-label="Oldest pending">\u2014</td>' in html
 
 

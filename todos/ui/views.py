@@ -139,12 +139,12 @@ def counts_row(counts, queue_url, todos_url, capped):
     link = f"{html.escape(todos_url)}?{html.escape(query)}"
 
     def cell(label, count, state=None, plus="", css=""):
+        style = f' class="{css}"' if css else ""
         if not count:
             inner = f'<span class="zero">0{plus}</span>'
         elif state is None:
-            inner = f'<span class="{css}">{count}</span>'
+            inner = f"<span{style}>{count}</span>"
         else:
-            style = f' class="{css}"' if css else ""
             inner = f'<a{style} href="{link}&amp;state={state}">{count}{plus}</a>'
         return f'<td class="num" data-label="{label}">{inner}</td>'
 
