@@ -305,6 +305,27 @@ def test_the_periodic_recheck_spreads_the_scopes_over_its_period():
         assert sorted(asked) == [0, 1]  # one waiter of the scope, not both
 
 
+def test_a_due_recheck_asks_one_waiter_of_its_scope_at_that_instant(scope, settings):
+    """What wakes a claim when a lease lapses with no ring: the hub's timer
+    for the scope's earliest due instant asks one idle claim waiter to look."""
+    settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = 600
+    other = store.Scope(scope.endpoint_id, ("elsewhere",))
+
+    async def test(hub):
+        first, second = hub.subscribe(scope, "claim"), hub.subscribe(scope, "claim")
+        bystander = hub.subscribe(other, "claim")
+        started = time.monotonic()
+        hub.due(scope, 0.3)
+        hub.due(scope, 5)  # a later instant keeps the earlier timer
+        _, notices = await first.wait(2)
+        woken_after = time.monotonic() - started
+        return notices, woken_after, second._take()[1], bystander._take()[1]
+
+    notices, woken_after, second, bystander = with_hub(test)
+    assert notices == {TRY} and 0.3 <= woken_after < 0.8
+    assert second == set() and bystander == set()
+
+
 def ring(scope, number):
     return {"endpoint_id": str(scope.endpoint_id), "queue": "q", "id": f"t{number}"}
 
