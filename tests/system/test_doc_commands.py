@@ -45,6 +45,10 @@ SKIPPED = {
     "(tests/bench covers their scaffolding)",
     ("board.md", "SWITCHBOARD_SCREENSHOTS=docs/screenshots"): "it runs the browser "
     "suite and rewrites docs/screenshots",
+    ("client.md", "pip install ./clients/python"): "it installs the client into "
+    "the running Python, which `make venv` has done (tests/client uses it)",
+    ("client.md", "SWITCHBOARD_URL="): "it runs the reader's own worker module "
+    "(myapp.workers) until stopped; tests/client runs the worker",
     ("mcp.md", "claude mcp add"): "it needs the Claude Code CLI, which the project "
     "does not install (tests/mcp drives /mcp with the MCP SDKs)",
     ("operations.md", "make ha"): "it starts a Patroni and etcd failover pair "
