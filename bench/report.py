@@ -38,6 +38,7 @@ NAMES = (
     "doorbell_latency",
     "failover_cost",
     "board",
+    "worker_runtime",
 )
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
@@ -334,6 +335,25 @@ def board(data):
     )
 
 
+def worker_runtime(data):
+    results = data["results"]
+    reps = results["reps"]
+    loads = ", ".join(
+        f"{rep['load_before'][0]:.1f}→{rep['load_after'][0]:.1f}" for rep in reps
+    )
+    params = data["parameters"]
+    rows = [
+        [name, row["rate"], ratio(row["ratio"]), row["client_cpu_ms_per_todo"]]
+        for name, row in results["median"].items()
+    ]
+    return (
+        f"{params['workers']} processes, {params['seconds']:g} s per path, median "
+        f"of {len(reps)} rep(s) (load average per rep: {loads}); the target is "
+        f"{params['target_ratio']}× the hand-written loop.\n\n"
+        + table(["path", "todos/s", "vs http", "client CPU ms/todo"], rows)
+    )
+
+
 RENDERERS = {
     "store_vs_sql": store_vs_sql,
     "claim_latency": claim_latency,
@@ -342,6 +362,7 @@ RENDERERS = {
     "doorbell_latency": doorbell_latency,
     "failover_cost": failover_cost,
     "board": board,
+    "worker_runtime": worker_runtime,
 }
 
 

@@ -146,3 +146,22 @@ def test_a_handler_longer_than_its_lease_keeps_it(client, make_worker):
     make_worker.start(worker)
     done = client.wait(todo, timeout=15)
     assert done.outcome == "done" and done.result == 1 and done.attempt == 1
+
+
+def test_a_result_that_is_not_json_fails_the_todo_and_others_complete(
+    client, make_worker
+):
+    worker = make_worker(concurrency=4)
+
+    @worker.handler("mixed")
+    def handle(ctx: Context):
+        return {1, 2} if ctx.payload == "set" else ctx.payload
+
+    made = [
+        client.create("mixed", payload=p, max_attempts=1).todo for p in (1, "set", 3)
+    ]
+    make_worker.start(worker)
+    ended = [client.wait(todo, timeout=10) for todo in made]
+    assert [t.outcome for t in ended] == ["done", "dead_letter", "done"]
+    assert ended[1].last_error.startswith("TypeError: the handler's result is not JSON")
+    assert [ended[0].result, ended[2].result] == [1, 3]

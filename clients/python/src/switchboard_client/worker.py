@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
@@ -29,19 +30,31 @@ from switchboard_client.aio import AsyncClient
 from switchboard_client.client import Client
 from switchboard_client.errors import (
     APIError,
+    BadRequest,
     Conflict,
     NotFound,
+    PayloadTooLarge,
     SwitchboardError,
 )
-from switchboard_client.models import JSON, Answer, Progress, Question, Todo
+from switchboard_client.models import (
+    JSON,
+    ActionResult,
+    Answer,
+    ItemError,
+    Progress,
+    Question,
+    Todo,
+)
 
 log = logging.getLogger("switchboard_client.worker")
 
 Handler = Callable[["Context"], Any]
 H = TypeVar("H", bound=Handler)
 
-# A batch claim takes at most ten todos (the API's max_todos).
+# A batch claim takes at most ten todos (the API's max_todos); a batch
+# acknowledgement at most a hundred actions.
 MAX_BATCH = 10
+MAX_ACK_BATCH = 100
 
 
 class EndAttempt(BaseException):
@@ -224,6 +237,7 @@ class Worker:
         self._stop: asyncio.Event | None = None
         self._give_back: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._acks: _Acknowledger | None = None
         self._running: set[asyncio.Task[None]] = set()
 
     def handler(
@@ -263,6 +277,7 @@ class Worker:
             if isinstance(self.client, AsyncClient)
             else AsyncClient.like(self.client)
         )
+        self._acks = _Acknowledger(self._api)
         signals = self._handle_signals()
         log.info(
             "worker started",
@@ -380,7 +395,7 @@ class Worker:
             if not run.done():
                 run.cancel()
                 ctx.log.info("todo given back at shutdown")
-                await self._end(ctx, self._api_release(ctx, "the worker shut down"))
+                await self._give_back_todo(ctx, "the worker shut down")
                 return
             await self._settle(ctx, run)
         finally:
@@ -397,48 +412,61 @@ class Worker:
     async def _settle(self, ctx: Context, run: asyncio.Future[Any]) -> None:
         """End the attempt as the handler did."""
         assert self._api is not None
-        api, todo, token = self._api, ctx.todo, ctx.todo.lease_token
         error = run.exception()
         if error is None:
-            await self._end(ctx, api.complete(todo, run.result(), lease_token=token))
-        elif isinstance(error, Ask):
-            options = {k: v for k, v in error.options.items() if v is not None}
+            result = run.result()
+            if _is_json(result):
+                await self._end(ctx, "complete", result=result)
+                return
+            error = TypeError(f"the handler's result is not JSON: {result!r:.200}")
+        if isinstance(error, Ask):
             ctx.log.info("todo asks", extra={"question": error.question[:200]})
-            await self._end(
-                ctx,
-                api.ask(
-                    todo,
-                    error.question,
-                    checkpoint=ctx.checkpoint,
-                    lease_token=token,
-                    **options,
-                ),
-            )
+            await self._asked(ctx, error)
         elif isinstance(error, GiveBack):
-            await self._end(ctx, self._api_release(ctx, error.note))
+            await self._give_back_todo(ctx, error.note)
         else:
             ctx.log.warning("todo failed", extra={"error": _describe(error)})
-            await self._end(ctx, api.fail(todo, _describe(error), lease_token=token))
+            await self._end(ctx, "fail", error=_describe(error))
 
-    def _api_release(self, ctx: Context, note: str | None) -> Awaitable[Todo]:
-        assert self._api is not None
-        return self._api.release(
-            ctx.todo,
-            lease_token=ctx.todo.lease_token,
-            note=note,
-            checkpoint=ctx.checkpoint,
-        )
+    async def _give_back_todo(self, ctx: Context, note: str | None) -> None:
+        await self._end(ctx, "release", note=note, checkpoint=ctx.checkpoint)
 
-    async def _end(self, ctx: Context, call: Awaitable[Todo]) -> None:
-        """Send the call that ends the attempt; a lost lease is logged, not raised."""
+    async def _end(self, ctx: Context, op: str, **fields: JSON) -> None:
+        """Send the action that ends the attempt (through the acknowledger,
+        with others that end meanwhile); a lost lease is logged, not raised."""
+        assert self._acks is not None
+        action = {"op": op, "id": ctx.todo.id, "lease_token": ctx.todo.lease_token}
+        action.update({k: v for k, v in fields.items() if v is not None})
         try:
-            todo = await call
+            done = await self._acks.send(action)
+        except SwitchboardError as exc:
+            ctx.log.error("todo not acknowledged", extra={"error": _describe(exc)})
+            return
+        if done.error is None:
+            ctx.log.debug("todo acknowledged", extra={"op": op})
+        elif done.status in (404, 409):
+            detail = f"{done.error.error}: {done.error.detail}"
+            ctx.log.warning("todo lost", extra={"error": detail})
+        else:
+            detail = f"{done.status} {done.error.error}: {done.error.detail}"
+            ctx.log.error("todo not acknowledged", extra={"error": detail})
+
+    async def _asked(self, ctx: Context, ask: Ask) -> None:
+        """Send the ask (a call of its own: the batch takes no ask)."""
+        assert self._api is not None
+        options = {k: v for k, v in ask.options.items() if v is not None}
+        try:
+            await self._api.ask(
+                ctx.todo,
+                ask.question,
+                checkpoint=ctx.checkpoint,
+                lease_token=ctx.todo.lease_token,
+                **options,
+            )
         except (Conflict, NotFound) as exc:
             ctx.log.warning("todo lost", extra={"error": _describe(exc)})
         except SwitchboardError as exc:
             ctx.log.error("todo not acknowledged", extra={"error": _describe(exc)})
-        else:
-            ctx.log.debug("todo acknowledged", extra={"outcome": todo.outcome})
 
     async def _heartbeats(self, ctx: Context) -> None:
         """Extend the lease every third of it (or at once when asked), with
@@ -485,6 +513,69 @@ class Worker:
             self._beat(ctx), self._loop
         )
         sent.result()
+
+
+class _Acknowledger:
+    """Sends the actions that end attempts (complete, fail, release). One goes
+    at once; those that end while it is in flight wait and go together in one
+    ``POST /api/v1/todos/batch``, so a busy worker sends one request for many
+    todos and an idle one no later than alone."""
+
+    def __init__(self, api: AsyncClient) -> None:
+        self.api = api
+        self.waiting: list[tuple[dict[str, JSON], asyncio.Future[ActionResult]]] = []
+        self.sending = False
+
+    async def send(self, action: dict[str, JSON]) -> ActionResult:
+        """Send ``action`` (with any that wait beside it); return its result."""
+        done: asyncio.Future[ActionResult] = asyncio.get_running_loop().create_future()
+        self.waiting.append((action, done))
+        if not self.sending:
+            # This caller sends until nothing waits; the others only await.
+            self.sending = True
+            try:
+                while self.waiting:
+                    batch = self.waiting[:MAX_ACK_BATCH]
+                    del self.waiting[:MAX_ACK_BATCH]
+                    await self._send(batch)
+            finally:
+                self.sending = False
+        return await done
+
+    async def _send(
+        self, batch: list[tuple[dict[str, JSON], asyncio.Future[ActionResult]]]
+    ) -> None:
+        try:
+            results = await self.api.batch([action for action, _ in batch])
+        except (BadRequest, PayloadTooLarge) as exc:
+            # One action the server refuses (a checkpoint over its limit)
+            # refuses the whole batch: send each alone, so only it fails.
+            if len(batch) > 1:
+                for item in batch:
+                    await self._send([item])
+                return
+            results = [
+                ActionResult(str(batch[0][0]["id"]), exc.status, error=_item(exc))
+            ]
+        except SwitchboardError as exc:
+            for _, done in batch:
+                done.set_exception(exc)
+            return
+        for (_, done), result in zip(batch, results, strict=True):
+            done.set_result(result)
+
+
+def _item(exc: APIError) -> ItemError:
+    return ItemError(exc.status, exc.error, exc.detail)
+
+
+def _is_json(value: Any) -> bool:
+    """Whether a handler's result can be sent as JSON."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _lease_of(todo: Todo) -> int:
