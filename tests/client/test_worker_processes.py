@@ -17,10 +17,11 @@ from tests.support import ROOT
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def start_worker(asgi_server, endpoint, name, *flags):
+def start_worker(asgi_server, endpoint, name, *flags, pythonpath=()):
+    """``python -m switchboard_client worker name`` on the served instance."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(CLIENT_SRC), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join(map(str, [CLIENT_SRC, ROOT, *pythonpath])),
         "SWITCHBOARD_URL": asgi_server.url,
         "SWITCHBOARD_TOKEN": endpoint.token,
     }
