@@ -65,3 +65,31 @@ def test_a_langgraph_interrupt_is_a_question_and_another_worker_resumes_it(
         "decision": "keep it",
         "done": "kept orders_2019",
     }
+
+
+@pytest.mark.parametrize(
+    ("answer", "tool_output"),
+    [
+        ("approve", "dropped orders_2019"),
+        # Rejected, the tool never runs: the model is told so instead.
+        ("reject", "Tool execution was not approved."),
+    ],
+)
+def test_an_openai_agents_approval_is_a_question_and_another_worker_resumes_it(
+    asgi_server, endpoint, client, answer, tool_output
+):
+    pytest.importorskip("agents")
+    todo = client.create("agents", payload={"table": "orders_2019"}).todo
+    spec = "openai_agents_approval:worker"
+    held = run_until(
+        client, todo, asgi_server, endpoint, spec, "first", lambda t: t.held
+    )
+    assert held.question.text == 'Allow drop_table({"name":"orders_2019"})?'
+    assert held.question.choices == ["approve", "reject"]
+    client.answer(held, answer)
+    done = run_until(
+        client, todo, asgi_server, endpoint, spec, "second", lambda t: t.finished
+    )
+    assert done.outcome == "done" and done.owner == "second"
+    assert done.result["final_output"] == "Done with orders_2019."
+    assert done.result["tool_outputs"] == [tool_output]
