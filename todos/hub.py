@@ -56,11 +56,11 @@ from typing import Any, NotRequired, TypedDict, TypeGuard
 
 import psycopg
 from django.conf import settings
-from django.db import connections
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from todos import auth
+from todos.db.params import listen_params
 from todos.store import DOORBELL_CHANNEL, TODO_EVENT_CHANNEL, Scope
 
 logger = logging.getLogger("switchboard.doorbell")
@@ -143,10 +143,7 @@ async def _connect(role: str = RINGS) -> psycopg.AsyncConnection[TupleRow]:
     if url:
         params: dict[str, Any] = {"connect_timeout": 3, **conninfo_to_dict(url)}
     else:
-        params = connections["default"].get_connection_params()
-        # Django's cursor class, adapters and pool are for its own connections.
-        for key in ("cursor_factory", "context", "prepare_threshold", "pool"):
-            params.pop(key, None)
+        params = listen_params()
     params.setdefault("application_name", "switchboard-doorbell")
     if role == CONTROL:
         params["application_name"] += "-control"

@@ -13,7 +13,7 @@ claim+complete pair made three (docs/benchmarks.md).
 The in-loop connections are made as Django makes its own (the same
 parameters, adapters, prepared statements and statement timeout, UTC,
 autocommit), are checked after idleness as Django's pool's are
-(board.serving.pgbackend), and turn a commit the synchronous standby did not
+(todos.db.idle), and turn a commit the synchronous standby did not
 confirm into an outage as Django's do. Errors leave as Django's database
 errors, so the store maps them exactly as it does in a thread.
 
@@ -31,7 +31,6 @@ command) ``call`` is ``aio.run_pooled``.
 import asyncio
 import contextlib
 import contextvars
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -42,8 +41,10 @@ from django.db import connection, connections, transaction
 from django.db.utils import DatabaseErrorWrapper
 from psycopg_pool import AsyncConnectionPool
 
-from board.serving.pgbackend.base import raise_if_unreplicated, watch_replication
 from todos import aio
+from todos.db.idle import due_for_check
+from todos.db.params import async_params
+from todos.db.replication import raise_if_unreplicated, watch_replication
 
 type Fetch = Literal["all", "one", "count", "rowcount"] | None
 type Rows = list[tuple[Any, ...]] | tuple[Any, ...] | None | int
@@ -54,9 +55,6 @@ type Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 serving: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "switchboard_inloop_serving", default=False
 )
-
-# A connection borrowed this long after its last borrow is checked first.
-CHECK_AFTER_IDLE_SECONDS = 1.0
 
 
 class _Call(greenlet.greenlet):  # type: ignore[misc]  # untyped base
@@ -205,17 +203,6 @@ _pool_loop: asyncio.AbstractEventLoop | None = None
 _opening: asyncio.Task[None] | None = None
 
 
-def connection_params() -> dict[str, Any]:
-    """Django's parameters for its connections, for an async connection."""
-    params = connections["default"].get_connection_params()
-    server_binding = params.pop("cursor_factory", None) is not psycopg.ClientCursor
-    params["cursor_factory"] = (
-        psycopg.AsyncCursor if server_binding else psycopg.AsyncClientCursor
-    )
-    params["autocommit"] = True
-    return params
-
-
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     watch_replication(conn)  # type: ignore[arg-type]  # it adds the flag
     # Django's time zone is UTC (its loaders' and the store's); set it as
@@ -225,11 +212,8 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
-    """psycopg_pool's check, only after ``CHECK_AFTER_IDLE_SECONDS`` of idleness."""
-    now = time.monotonic()
-    borrowed = getattr(conn, "_switchboard_borrowed_at", None)
-    conn._switchboard_borrowed_at = now  # type: ignore[attr-defined]  # ours, on the connection
-    if borrowed is None or now - borrowed >= CHECK_AFTER_IDLE_SECONDS:
+    """psycopg_pool's check, only after idleness (todos.db.idle)."""
+    if due_for_check(conn):
         await AsyncConnectionPool.check_connection(conn)
 
 
@@ -251,7 +235,7 @@ async def _make_pool() -> None:
     global _pool, _opening, _django_errors
     _django_errors = DatabaseErrorWrapper(connections["default"])
     pool: Pool = AsyncConnectionPool(
-        kwargs=connection_params(),
+        kwargs=async_params(),
         min_size=1,
         max_size=settings.SWITCHBOARD_DB_IN_LOOP_MAX,
         timeout=settings.DATABASES["default"]["OPTIONS"]["connect_timeout"],

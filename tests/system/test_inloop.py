@@ -12,6 +12,7 @@ from django.db import connection
 from tests.api.test_longpoll import post
 from tests.sqs.conftest import client_for
 from todos import aio, endpoints, inloop, store
+from todos.db.params import async_params
 from todos.sqs import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -167,7 +168,7 @@ def test_a_lost_in_loop_connection_answers_503_and_the_next_call_works(
 
 
 def test_in_loop_connections_are_made_as_djangos(db):
-    params = inloop.connection_params()
+    params = async_params()
     ours = connection.get_connection_params()
     assert params["autocommit"] is True
     assert params["cursor_factory"] is psycopg.AsyncCursor

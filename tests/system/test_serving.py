@@ -18,12 +18,10 @@ import requests
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from board.serving.pgbackend.base import (
-    HEALTH_CHECK_AFTER_IDLE_SECONDS,
-    check_after_idle,
-)
+from board.serving.pgbackend.base import check_after_idle
 from tests.support import child_env, database_url, free_port, serve_gunicorn
 from todos import endpoints
+from todos.db.idle import CHECK_AFTER_IDLE_SECONDS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -147,7 +145,7 @@ def test_the_pool_checks_a_connection_only_after_it_sat_idle(db):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
         check_after_idle(conn)  # borrowed a moment ago: trusted, no round trip
-        conn._switchboard_borrowed_at -= HEALTH_CHECK_AFTER_IDLE_SECONDS + 1
+        conn._switchboard_borrowed_at -= CHECK_AFTER_IDLE_SECONDS + 1
         with pytest.raises(psycopg.OperationalError):
             check_after_idle(conn)
     finally:

@@ -5,21 +5,14 @@ With ``CONN_HEALTH_CHECKS`` Django sends ``SELECT 1`` before the first query of
 every request that reuses a connection: one round trip more for each agent call,
 a third of a claim's queries (bench/profile_api.py). A connection that finished a
 request a moment ago is as good as proven: this backend skips the check when the
-connection's last request ended less than ``HEALTH_CHECK_AFTER_IDLE_SECONDS``
-ago and keeps it otherwise, so a connection that sat idle across a PostgreSQL
-restart is still replaced before it is used. One that breaks mid-burst fails
+connection's last request ended less than ``CHECK_AFTER_IDLE_SECONDS`` ago
+(todos.db.idle) and keeps it otherwise, so a connection that sat idle across a
+PostgreSQL restart is still replaced before it is used. One that breaks mid-burst fails
 its request (503) and Django closes it at the request's end, as it does for any
 connection that breaks during a request.
 
-With a synchronous standby, a commit waits until the standby has it (the
-statement timeout does not end that wait). When the wait is cancelled, by an
-operator's ``pg_cancel_backend`` on a commit stuck behind a stalled standby,
-PostgreSQL keeps the commit on the primary only and answers success with a
-warning: "canceling wait for synchronous replication". A failover then would
-lose it, so this backend turns that warning into an ``OperationalError``: the
-caller answers 503 and the client retries (creates carry idempotency keys,
-acknowledgements with a lease token are repeatable) instead of taking the write
-for one that two servers hold.
+A commit the synchronous standby did not confirm raises
+``UnreplicatedCommit`` (todos.db.replication).
 
 Django reads every ``timestamptz`` through a Python subclass of psycopg's pure
 Python loader, so that the value carries Django's time zone: about 5 µs a value
@@ -43,24 +36,22 @@ few dozen statements fit psycopg's cache of 128 parses.
 import datetime
 import functools
 import time
-import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
-from django.db import OperationalError
 from django.db.backends.postgresql import base
 from psycopg import _queries, adapt, adapters
 from psycopg.abc import AdaptContext, Loader
-from psycopg.errors import Diagnostic
 from psycopg.pq import Format
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from todos.db.idle import CHECK_AFTER_IDLE_SECONDS, due_for_check
+from todos.db.replication import raise_if_unreplicated, watch_replication
+
 # A connection as Django's PostgreSQL backend makes it.
 type Connection = psycopg.Connection[TupleRow]
-
-HEALTH_CHECK_AFTER_IDLE_SECONDS = 1.0
 
 # The longest statement whose parse psycopg keeps (its own bound is 4096).
 PARSED_STATEMENT_BYTES = 16384
@@ -101,49 +92,6 @@ def fast_adapters(template: adapt.AdaptersMap) -> adapt.AdaptersMap:
     context = adapt.AdaptersMap(template)
     context.register_loader(TIMESTAMPTZ_OID, UtcTimestampLoader)  # type: ignore[arg-type]  # its __new__ makes a Loader
     return context
-
-
-# The start of PostgreSQL's warning when a commit's wait for the synchronous
-# standby was cancelled (src/backend/replication/syncrep.c).
-SYNC_REP_CANCELLED = "canceling wait for synchronous replication"
-
-
-class UnreplicatedCommit(OperationalError):
-    """A commit the synchronous standby did not confirm: kept on the primary only."""
-
-
-class Watched(Protocol):
-    """A connection ``watch_replication`` flags (psycopg's, with our flag)."""
-
-    _switchboard_unreplicated: bool
-
-    def add_notice_handler(self, callback: Callable[[Diagnostic], None]) -> None: ...
-
-
-def watch_replication(conn: Watched) -> None:
-    """Flag the connection when a commit's wait for the standby is cancelled."""
-    if hasattr(conn, "_switchboard_unreplicated"):
-        return
-    conn._switchboard_unreplicated = False
-    # A weak reference: the handler lives on the connection it flags.
-    ref = weakref.ref(conn)
-
-    def on_notice(diagnostic: Diagnostic) -> None:
-        flagged = ref()
-        if flagged is not None and (diagnostic.message_primary or "").startswith(
-            SYNC_REP_CANCELLED
-        ):
-            flagged._switchboard_unreplicated = True
-
-    conn.add_notice_handler(on_notice)
-
-
-def raise_if_unreplicated(conn: Watched | None) -> None:
-    if conn is not None and getattr(conn, "_switchboard_unreplicated", False):
-        conn._switchboard_unreplicated = False
-        raise UnreplicatedCommit(
-            "the commit was not confirmed by the synchronous standby"
-        )
 
 
 def confirm_replicated(
@@ -187,7 +135,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if (
             self.connection is not None
             and ended is not None
-            and time.monotonic() - ended < HEALTH_CHECK_AFTER_IDLE_SECONDS
+            and time.monotonic() - ended < CHECK_AFTER_IDLE_SECONDS
         ):
             self.health_check_done = True
             return
@@ -217,14 +165,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
 
 def check_after_idle(conn: Connection) -> None:
-    """psycopg_pool's check, skipped for a connection borrowed a moment ago.
-
-    A connection borrowed less than ``HEALTH_CHECK_AFTER_IDLE_SECONDS`` ago
-    was working then; one idle longer (perhaps across a PostgreSQL restart)
-    gets the round trip, and the pool replaces it when that fails.
-    """
-    now = time.monotonic()
-    borrowed = getattr(conn, "_switchboard_borrowed_at", None)
-    conn._switchboard_borrowed_at = now  # type: ignore[attr-defined]  # ours, on the connection
-    if borrowed is None or now - borrowed >= HEALTH_CHECK_AFTER_IDLE_SECONDS:
+    """psycopg_pool's check, skipped for a connection borrowed a moment ago."""
+    if due_for_check(conn):
         ConnectionPool.check_connection(conn)
