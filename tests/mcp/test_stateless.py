@@ -556,7 +556,7 @@ def test_the_server_version_is_read_once_per_process(monkeypatch):
     # metadata on each call cost a third of a tools/call's CPU.
     import importlib.metadata
 
-    from todos.mcp import transport
+    from todos.mcp import jsonrpc
 
     reads = []
 
@@ -564,11 +564,11 @@ def test_the_server_version_is_read_once_per_process(monkeypatch):
         reads.append(name)
         return "9.9.9"
 
-    transport._server_version.cache_clear()
+    jsonrpc.server_version.cache_clear()
     monkeypatch.setattr(importlib.metadata, "version", version)
     try:
         versions = [stateless.server_meta()[stateless.META_SERVER] for _ in range(3)]
         assert [named["version"] for named in versions] == ["9.9.9"] * 3
         assert reads == ["switchboard"]
     finally:
-        transport._server_version.cache_clear()
+        jsonrpc.server_version.cache_clear()

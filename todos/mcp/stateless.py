@@ -28,7 +28,7 @@ from django.http import HttpResponse
 from todos import store, waits
 from todos.api.operations import ClaimNext
 from todos.http import JsonResponse
-from todos.mcp import listen, resources, tasks, transport
+from todos.mcp import jsonrpc, listen, resources, tasks
 from todos.mcp import tools as mcp_tools
 
 MODERN_VERSIONS = ("2026-07-28",)
@@ -78,7 +78,7 @@ class ModernError(Exception):
 
 def supported_versions():
     """Every revision ``/mcp`` speaks, newest first."""
-    return [*MODERN_VERSIONS, *transport.PROTOCOL_VERSIONS]
+    return [*MODERN_VERSIONS, *jsonrpc.PROTOCOL_VERSIONS]
 
 
 def speaks_stateless(request, message):
@@ -88,7 +88,7 @@ def speaks_stateless(request, message):
     revision's ``_meta``: then it asks for a method this revision removed
     (404, as the conformance suite expects of a dual-era server).
     """
-    if transport.SESSION_HEADER in request.headers:
+    if jsonrpc.SESSION_HEADER in request.headers:
         return False
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
@@ -97,7 +97,7 @@ def speaks_stateless(request, message):
         return names_version
     return (
         names_version
-        or request.headers.get(transport.VERSION_HEADER) in MODERN_VERSIONS
+        or request.headers.get(jsonrpc.VERSION_HEADER) in MODERN_VERSIONS
         or message.get("method") == "server/discover"
     )
 
@@ -108,19 +108,19 @@ def _meta(params):
     meta = params.get("_meta")
     if not isinstance(meta, dict):
         raise ModernError(
-            400, transport.INVALID_PARAMS, "params._meta: is required on 2026-07-28"
+            400, jsonrpc.INVALID_PARAMS, "params._meta: is required on 2026-07-28"
         )
     version = meta.get(META_VERSION)
     if not isinstance(version, str) or not version:
         raise ModernError(
             400,
-            transport.INVALID_PARAMS,
+            jsonrpc.INVALID_PARAMS,
             f"params._meta[{META_VERSION!r}]: is required",
         )
     if not isinstance(meta.get(META_CAPABILITIES), dict):
         raise ModernError(
             400,
-            transport.INVALID_PARAMS,
+            jsonrpc.INVALID_PARAMS,
             f"params._meta[{META_CAPABILITIES!r}]: is required (an object)",
         )
     client = meta.get(META_CLIENT)
@@ -155,7 +155,7 @@ def _mismatch(detail):
 
 def _check_headers(request, method, params, version):
     """Refuse a request whose headers are missing or disagree with its body."""
-    expected = {transport.VERSION_HEADER: version, METHOD_HEADER: method}
+    expected = {jsonrpc.VERSION_HEADER: version, METHOD_HEADER: method}
     if method in NAMED:
         value = params.get(NAMED[method])
         if isinstance(value, str):
@@ -175,7 +175,7 @@ def _check_headers(request, method, params, version):
 def default_worker(request, client):
     """The worker name of a sessionless client that names none (see above)."""
     token = request.headers.get("Authorization", "")
-    name = transport._storable(client.get("name") or "client", 60)
+    name = jsonrpc.storable(client.get("name") or "client", 60)
     digest = hashlib.sha256(f"{token}\0{name}".encode()).hexdigest()[:12]
     return f"mcp:{name}:{digest}"[: store.MAX_NAME_CHARS]
 
@@ -185,7 +185,7 @@ def server_meta():
         META_SERVER: {
             "name": "switchboard",
             "title": "Switchboard",
-            "version": transport._server_version(),
+            "version": jsonrpc.server_version(),
         }
     }
 
@@ -249,11 +249,11 @@ def _call_tool(params, caller, capabilities):
         _needs_tasks(capabilities)
         arguments = params.get("arguments")
         if not isinstance(arguments, dict):
-            raise transport.RpcError(
-                transport.INVALID_PARAMS, "params.arguments: must be an object"
+            raise jsonrpc.RpcError(
+                jsonrpc.INVALID_PARAMS, "params.arguments: must be an object"
             )
         return tasks.created(tasks.call_delegate(arguments, caller))
-    result = transport._call_tool(params, caller)
+    result = jsonrpc.call_tool(params, caller)
     if name in tasks.STARTS_WORK and tasks.declared(capabilities):
         return tasks.created(result)
     return result
@@ -292,23 +292,23 @@ def _dispatch(request, method, params, caller, message_id, capabilities):
             "cacheScope": "private",
         }
     if method == "subscriptions/listen":
-        if not transport._accepts(request, "text/event-stream"):
+        if not jsonrpc.accepts(request, "text/event-stream"):
             raise ModernError(
                 406,
-                transport.INVALID_REQUEST,
+                jsonrpc.INVALID_REQUEST,
                 "subscriptions/listen answers an event stream: accept "
                 "text/event-stream",
             )
         if listen.names_tasks(params):
             _needs_tasks(capabilities)
         return listen.Listen.of(request, caller.scope, params, message_id)
-    raise ModernError(404, transport.METHOD_NOT_FOUND, f"Method not found: {method}")
+    raise ModernError(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
 def answer(request, endpoint, message, kind):
     """Answer one POSTed message of this revision.
 
-    A JSON response, a ``transport.Pending`` claim_next or wait_for_todo (the
+    A JSON response, a ``jsonrpc.Pending`` claim_next or wait_for_todo (the
     transport waits for it) or a ``listen.Listen`` (the transport opens
     its stream).
     """
@@ -318,15 +318,13 @@ def answer(request, endpoint, message, kind):
     if kind == "response":
         return ModernError(
             400,
-            transport.INVALID_REQUEST,
+            jsonrpc.INVALID_REQUEST,
             "a client sends no JSON-RPC responses on 2026-07-28",
         ).response(None)
     method, params = message["method"], message.get("params", {})
     try:
         if not isinstance(params, dict):
-            raise ModernError(
-                400, transport.INVALID_PARAMS, "params: must be an object"
-            )
+            raise ModernError(400, jsonrpc.INVALID_PARAMS, "params: must be an object")
         version, client, capabilities = _meta(params)
         # Headers first: a version header unlike the body's is a mismatch
         # (an intermediary may have routed on it), whatever the version.
@@ -340,26 +338,26 @@ def answer(request, endpoint, message, kind):
         result = _dispatch(request, method, params, caller, message_id, capabilities)
     except ModernError as exc:
         return exc.response(message_id)
-    except transport.RpcError as exc:
-        return JsonResponse(transport._error_body(message_id, exc.code, exc.message))
+    except jsonrpc.RpcError as exc:
+        return JsonResponse(jsonrpc.error_body(message_id, exc.code, exc.message))
     except tasks.TaskError as exc:
         return JsonResponse(
-            transport._error_body(message_id, exc.code, exc.message, exc.data)
+            jsonrpc.error_body(message_id, exc.code, exc.message, exc.data)
         )
     except resources.BadParams as exc:
         return JsonResponse(
-            transport._error_body(message_id, transport.INVALID_PARAMS, str(exc))
+            jsonrpc.error_body(message_id, jsonrpc.INVALID_PARAMS, str(exc))
         )
     except resources.ResourceNotFound as exc:
         return JsonResponse(
-            transport._error_body(
-                message_id, transport.INVALID_PARAMS, str(exc), {"uri": exc.uri}
+            jsonrpc.error_body(
+                message_id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": exc.uri}
             )
         )
     if isinstance(result, listen.Listen):
         return result
     if isinstance(result, ClaimNext | waits.ResultWait):
-        return transport.Pending(result, message_id, {}, caller.scope, completed)
+        return jsonrpc.Pending(result, message_id, {}, caller.scope, completed)
     return JsonResponse(
         {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}
     )

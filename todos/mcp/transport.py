@@ -24,7 +24,6 @@ work fails is a result with ``isError`` (``todos.mcp.tools``).
 """
 
 import functools
-import importlib.metadata
 import json
 import logging
 import uuid
@@ -44,14 +43,27 @@ from todos.api.plumbing import api_error_for, authenticate
 from todos.http import JsonResponse
 from todos.mcp import listen, sessions, stateless
 from todos.mcp import tools as mcp_tools
+from todos.mcp.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PROTOCOL_VERSIONS,
+    SESSION_HEADER,
+    VERSION_HEADER,
+    Pending,
+    RpcError,
+    accepts,
+    call_tool,
+    error_body,
+    server_version,
+    storable,
+)
 from todos.models import McpSession
 
 logger = logging.getLogger("switchboard.mcp")
 
-# Newest first: offered when a client asks for a revision we do not speak.
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
 # A session unused for SWITCHBOARD_MCP_SESSION_IDLE_SECONDS is gone; its
 # client initializes a new one (todos.mcp.sessions).
 # last_seen_at is refreshed at most this often, so a request rarely writes.
@@ -67,12 +79,6 @@ LOG_LEVELS = (
     "emergency",
 )
 DOORBELL_LEVEL = "info"
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 INSTRUCTIONS = (
     "Switchboard is a durable work queue. Take work with claim_next: it leases one "
@@ -110,7 +116,7 @@ class TransportError(Exception):
         self.headers = headers or {}
 
     def response(self):
-        body = _error_body(
+        body = error_body(
             self.message_id,
             self.code,
             f"{self.error}: {self.detail}",
@@ -130,27 +136,6 @@ def error_response(status: int, detail: str | None = None) -> JsonResponse:
         detail or code.replace("_", " "),
         error=code,
     ).response()
-
-
-class RpcError(Exception):
-    """A well-formed request that cannot be served: a JSON-RPC error at 200."""
-
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _error_body(message_id, code, message, data=None):
-    error = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": message_id, "error": error}
-
-
-def _accepts(request, media_type):
-    accept = request.headers.get("Accept", "")
-    return not accept or media_type in accept or "*/*" in accept
 
 
 def _check_origin(request):
@@ -212,24 +197,6 @@ def _session(request, endpoint, message_id=None):
     return session
 
 
-@functools.cache
-def _server_version():
-    # Read once: the installed version does not change while the process runs,
-    # and reading the package metadata cost a third of an MCP call's CPU.
-    try:
-        return importlib.metadata.version("switchboard")
-    except importlib.metadata.PackageNotFoundError:
-        # Run from a checkout that was never pip-installed.
-        return "dev"
-
-
-def _storable(value, max_length):
-    """Return a client-given label as text PostgreSQL stores (no NUL, no lone
-    surrogates), cut to length: it is only shown, never matched."""
-    text = str(value)[:max_length].replace("\x00", "")
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
 def _initialize(endpoint, message):
     params = message.get("params")
     if not isinstance(params, dict) or not isinstance(
@@ -246,8 +213,8 @@ def _initialize(endpoint, message):
     session = McpSession.objects.create(
         endpoint=endpoint,
         protocol_version=version,
-        client_name=_storable(client.get("name", ""), 200),
-        client_version=_storable(client.get("version", ""), 100),
+        client_name=storable(client.get("name", ""), 200),
+        client_version=storable(client.get("version", ""), 100),
     )
     result = {
         "protocolVersion": version,
@@ -255,7 +222,7 @@ def _initialize(endpoint, message):
         "serverInfo": {
             "name": "switchboard",
             "title": "Switchboard",
-            "version": _server_version(),
+            "version": server_version(),
         },
         "instructions": INSTRUCTIONS,
     }
@@ -337,7 +304,7 @@ def _dispatch(method, params, caller, session):
     if method == "tools/list":
         return {"tools": mcp_tools.tool_list()}
     if method == "tools/call":
-        return _call_tool(params, caller)
+        return call_tool(params, caller)
     if method == "logging/setLevel":
         level = params.get("level")
         if level not in LOG_LEVELS:
@@ -349,23 +316,8 @@ def _dispatch(method, params, caller, session):
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def _call_tool(params, caller):
-    name = params.get("name")
-    if not isinstance(name, str):
-        raise RpcError(INVALID_PARAMS, "params.name: must be the name of a tool")
-    tool = mcp_tools.TOOLS.get(name)
-    if tool is None:
-        raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; tools/list names them")
-    arguments = params.get("arguments")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise RpcError(INVALID_PARAMS, "params.arguments: must be an object")
-    return mcp_tools.call(tool, arguments, caller)
-
-
 def _post(request, endpoint):
-    if not _accepts(request, "application/json"):
+    if not accepts(request, "application/json"):
         raise TransportError(
             406,
             INVALID_REQUEST,
@@ -381,7 +333,7 @@ def _post(request, endpoint):
         try:
             session, result = _initialize(endpoint, message)
         except RpcError as exc:
-            return JsonResponse(_error_body(message_id, exc.code, exc.message))
+            return JsonResponse(error_body(message_id, exc.code, exc.message))
         return JsonResponse(
             {"jsonrpc": "2.0", "id": message_id, "result": result},
             headers={SESSION_HEADER: str(session.id)},
@@ -404,24 +356,8 @@ def _post(request, endpoint):
             return Pending(result, message_id, headers, caller.scope)
         body = {"jsonrpc": "2.0", "id": message_id, "result": result}
     except RpcError as exc:
-        body = _error_body(message_id, exc.code, exc.message)
+        body = error_body(message_id, exc.code, exc.message)
     return JsonResponse(body, headers=headers)
-
-
-class Pending:
-    """A tools/call, read and checked, that is yet to wait: claim_next's long
-    poll (a ``ClaimNext``) or wait_for_todo's wait (a ``ResultWait``)."""
-
-    def __init__(self, work, message_id, headers, scope, finish=None):
-        self.work, self.message_id = work, message_id
-        self.headers, self.scope = headers, scope
-        # The revision's last touch on the tool result (2026-07-28 types it).
-        self.finish = finish or (lambda result: result)
-
-    @property
-    def tool(self):
-        waiting = "claim_next" if isinstance(self.work, ClaimNext) else "wait_for_todo"
-        return mcp_tools.TOOLS[waiting]
 
 
 # The tools whose calls are served from the event loop (``Post``): a claim
@@ -561,7 +497,7 @@ def _event(message):
 
 
 def _authorize_stream(request):
-    if not _accepts(request, "text/event-stream"):
+    if not accepts(request, "text/event-stream"):
         raise TransportError(
             406,
             INVALID_REQUEST,
