@@ -1,60 +1,120 @@
-"""How Switchboard is served, and every patch of a framework's private API.
+"""How Switchboard is served, and the one catalogue of private APIs it uses.
 
 gunicorn (gunicorn.conf.py) runs ``workers.Worker``: uvicorn's event loop
-serving ``asgi.application``. Everything here that reaches into Django,
-uvicorn, gunicorn or psycopg past their documented API is listed below, with
-what it touches, the versions it was verified with (Django 6.0.10, asgiref
-3.13.0, uvicorn 0.54.0, uvicorn-worker 0.4.0, gunicorn 27.0.1, httptools
-0.9.0, psycopg 3.3.9, Python 3.12) and the evidence that it pays. The pins in
-pyproject.toml keep each dependency inside the range verified here.
+serving ``asgi.application``. Every site in todos/ and board/ that reaches
+into Django, psycopg, psycopg_pool, uvicorn, uvicorn-worker, gunicorn or
+whitenoise past their documented API is listed here: where, the private
+name, the version verified (``pip show`` in the project's environment, with
+the tests named below passing on it) and the evidence that exists for it.
+pyproject.toml pins each of those packages to the verified minor, so an
+upgrade is a deliberate act that rereads this list.
 
+Verified with Django 6.0.10, psycopg 3.3.9, psycopg-pool 3.3.3, uvicorn
+0.55.0, uvicorn-worker 0.4.0, gunicorn 27.0.1, whitenoise 6.12.0, httptools
+0.9.0, Python 3.12. "Gain" cites a committed result
+(bench/results/profiles/cuts.md, bench/results/latest/); "no committed
+result" says none shows it.
+
+Django 6.0.10
 - ``asgi.Handler`` (subclass of ``django.core.handlers.asgi.ASGIHandler``):
-  overrides ``__call__``, ``read_body``, ``create_request``,
-  ``listen_for_disconnect`` and ``send_response`` (which reads the answer's
-  headers from ``ResponseHeaders._store``), calls ``_middleware_chain`` and
-  ``get_script_prefix``; ``asgi.SyncChain`` (a ``BaseHandler``) runs
-  ``load_middleware`` and sends ``request_started`` itself, as
-  ``WSGIHandler`` does. Pays: a request that does not wait costs one thread hop, not one
-  per sync middleware and signal — ``/healthz`` 4.2–5.1 → 1.4–1.5 ms of
-  server CPU (bench/request_cost.py, docs/scaling.md "How it is served").
-- ``middleware.WaitingViewsMiddleware``: resolves the path itself, calls a
-  waiting view directly (setting ``request.resolver_match``) and applies
-  ``SecurityMiddleware``/``XFrameOptionsMiddleware``'s ``process_response``
-  out of their chain, once per process on a probe answer, then copying what
-  they added into each answer's ``ResponseHeaders._store``. Pays: a waiting
-  request holds no thread (the waiting agents' figures, docs/scaling.md
-  "Waiting agents, measured").
+  overrides ``__call__``, ``read_body``, ``create_request`` and
+  ``listen_for_disconnect``; ``Handler.respond`` calls
+  ``_middleware_chain``; ``serve`` calls the module's ``get_script_prefix``.
+  ``asgi.SyncChain`` (a ``BaseHandler``) runs ``load_middleware`` and sends
+  ``request_started`` itself, as ``WSGIHandler`` does. Tests:
+  tests/system/test_inloop.py (a claim+complete pair makes no thread hop),
+  tests/system/test_garbage.py, tests/system/test_front_door.py. Gain:
+  cuts.md, claims and acknowledgements from the loop (HTTP single 461 → 690
+  pairs/s). The one-hop sync chain: no committed result.
+- ``HttpResponseBase._resource_closers``: ``asgi.Handler.respond``,
+  ``asgi.close_resources``, ``todos.aio.event_stream`` (closers run without
+  the ``request_finished`` signal). Tests: tests/system/test_garbage.py,
+  tests/api/test_events.py.
+- ``StreamingHttpResponse._iterator``: ``todos.aio.EventStreamResponse.__aiter__``
+  (the stream closed as soon as the server stops iterating). Tests:
+  tests/api/test_events.py.
+- ``middleware.Routes.resolve`` / ``_with_todo_id``: a ``ResolverMatch`` made
+  with ``object.__new__`` and its ``__dict__`` (``captured_kwargs``). Tests:
+  tests/api/test_api.py, tests/system/test_inloop.py. Gain: cuts.md, one
+  resolve 21 → 1.6 µs; a claim+complete pair 0.956 (quartiles 0.91–1.06).
+- ``middleware.WaitingViewsMiddleware``: calls ``SecurityMiddleware`` and
+  ``XFrameOptionsMiddleware``'s ``process_response`` outside their chain.
+  Tests: tests/system/test_serving.py (the skipped middlewares' headers,
+  each once). Gain: a waiting request holds no thread (4,000 waiters on 42
+  worker threads, bench/results/latest/waiting_agents.json).
+- ``templating.Template.render`` / ``let_go``: clears ``Context.dicts`` and
+  each form's ``BaseForm._bound_fields_cache``; calls the backend module's
+  ``reraise``. Tests: tests/system/test_garbage.py (no page leaves a
+  reference cycle).
 - ``pgbackend.base.DatabaseWrapper`` (subclass of Django's PostgreSQL
-  backend): overrides ``close_if_health_check_failed``,
-  ``close_if_unusable_or_obsolete``, ``_commit``, ``get_new_connection``,
-  ``get_connection_params`` and ``pool``; sets ``health_check_done`` and
-  psycopg_pool's private ``ConnectionPool._check`` (the pool check, skipped
-  for a connection borrowed under 1 s ago). Pays: the
-  ``SELECT 1`` health check runs only after 1 s idle, one query of three per
-  agent call (bench/profile_api.py: 4.93 → 4.49 ms of CPU per claim+complete
-  pair with the Board-middleware cut, docs/benchmarks.md "CPU per request").
-- ``pgbackend.base.UtcTimestampLoader``: gives each connection an adapters
-  map whose ``timestamptz`` loader is psycopg's compiled one, with the
-  ``timezone`` attribute Django's ``create_cursor`` compares. Evidence: 5.1 → 0.8 µs
-  a value in process, but SQS throughput within noise (docs/benchmarks.md,
-  "SQS surface"): a pure speed patch whose end-to-end gain is not shown.
-- ``templating.DjangoTemplates``: renders as Django's backend and then clears
-  ``context.dicts`` and each form's ``_bound_fields_cache``. Pays: a Board
-  page leaves no reference cycle (tests/system/test_garbage.py); the young
-  collections of 20 ms or more fell from 9 a run to 0–3 (docs/scaling.md,
-  "The Board's pages").
-- ``workers.Worker._serve`` (uvicorn-worker's private coroutine): starts the
-  hub and the collector in the worker's loop, wraps ``Server.handle_exit`` so
-  SIGTERM ends the waiters, calls ``_install_sigquit_handler`` and exits
-  with ``Arbiter.WORKER_BOOT_ERROR``. Not a speed patch: the hub has no other
-  place in the worker's loop (tests/system/test_serving.py).
-- ``frontdoor.FrontDoorProtocol`` (subclass of uvicorn's
-  ``HttpToolsProtocol``; the methods and attributes it uses are listed in
-  its module). Not a speed patch: bounded heads, a head timeout and a
-  connection cap (tests/system/test_front_door.py).
-- ``workers.ClockedCollector``: runs ``gc.collect(0/1/2)`` on the event
-  loop's clock beside Python's thresholds. Pays in pauses, not p99s: the
-  slowest young collection 30–110 → 10–23 ms of CPU with the waiters open,
-  create p99 unchanged (bench/waiters.py --gc-probe, docs/scaling.md
-  "Garbage collection").
+  backend): overrides ``_commit``, ``get_new_connection``,
+  ``close_if_health_check_failed``, ``close_if_unusable_or_obsolete``,
+  ``close`` and ``pool``; sets ``health_check_done``; appends to
+  ``execute_wrappers``. Tests: tests/system/test_failover.py (an
+  unconfirmed commit is a 503), tests/api/test_http.py::
+  test_a_connection_idle_across_a_backend_kill_is_replaced_before_use. The
+  health check skipped after a recent request: no committed result.
+- ``DatabaseWrapper.get_connection_params``: ``todos.db.params.django_params``
+  (the in-loop pool's and the hub's connections made as Django's). Tests:
+  tests/system/test_inloop.py::test_in_loop_connections_are_made_as_djangos,
+  tests/system/test_pgbackend.py, tests/system/test_hub.py.
+- ``django.db.utils.DatabaseErrorWrapper``: ``todos.inloop._make_pool`` (the
+  in-loop statements' errors leave as Django's). Tests:
+  tests/system/test_inloop.py::test_a_lost_in_loop_connection_answers_503_and_the_next_call_works.
+
+psycopg 3.3.9
+- ``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``, raised at import by
+  ``pgbackend.base`` to ``PARSED_STATEMENT_BYTES``. Tests:
+  tests/system/test_pgbackend.py::test_the_claim_and_the_acknowledgement_are_parsed_once
+  (which reads ``_queries._query2pg``'s cache). Gain: cuts.md, ~40 µs per
+  statement → cached.
+
+psycopg-pool 3.3.3
+- ``ConnectionPool._check``, replaced in ``pgbackend.base.DatabaseWrapper.pool``
+  by ``check_after_idle`` (Django makes the pool and passes it psycopg_pool's
+  own check). Tests: tests/system/test_serving.py::
+  test_the_pool_checks_a_connection_only_after_it_sat_idle. Gain: no
+  committed result.
+
+uvicorn 0.55.0 (httptools 0.9.0)
+- ``frontdoor.FrontDoorProtocol`` (subclass of
+  ``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``; the methods and
+  attributes it uses are listed in its module) and ``frontdoor.OneWrite``
+  (set as ``cycle.transport``). Tests: tests/system/test_front_door.py. Not a
+  speed patch (bounded heads, a head timeout, a connection cap), but for
+  ``OneWrite``: cuts.md, write calls per request 3.76 → 2.78.
+- ``uvicorn.server.Server.handle_exit`` (wrapped by assignment) and
+  ``Server.started``: ``workers.Worker._serve``. Tests:
+  tests/system/test_serving.py::test_a_clean_stop_logs_no_socket_error.
+
+uvicorn-worker 0.4.0
+- ``UvicornWorker._serve`` (overridden by ``workers.Worker._serve``: the hub
+  and the collector start in the worker's loop) and
+  ``_install_sigquit_handler``. Not a speed patch: the hub has no other place
+  in the worker's loop. Tests: tests/system/test_serving.py.
+
+gunicorn 27.0.1
+- ``gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR``: ``workers.Worker._serve``
+  exits with it when the server did not start, as uvicorn-worker does.
+  No test makes a worker fail its boot.
+
+whitenoise 6.12.0
+- ``WhiteNoiseMiddleware``'s ``autorefresh``, ``files``, ``find_file`` and
+  ``serve``: ``todos.middleware.StaticFilesMiddleware`` (whitenoise made
+  async capable). Tests: tests/system/test_serving.py::
+  test_a_static_file_is_served_whole,
+  test_a_served_static_file_is_logged_with_its_path_and_no_warning.
+
+Python's own, for completeness: ``logging._srcfile = None`` (board/settings.py;
+the logging HOWTO's "Optimization" switch). Gain: cuts.md, a request's log
+line 13–17 → 9–13 µs.
+
+History: the compiled ``timestamptz`` loader (``UtcTimestampLoader``) and the
+copies of headers through ``ResponseHeaders._store`` (the waiting views'
+security headers; ``Handler.send_response``) were removed: their own evidence
+was a microbenchmark whose end-to-end effect was within the noise. Django's
+loaders read the same instants in UTC (tests/system/test_pgbackend.py) and
+the skipped middlewares add the same headers (tests/system/test_serving.py).
+``workers.ClockedCollector`` is not a private API and left this list; it is
+measured in docs/scaling.md ("Garbage collection").
 """

@@ -200,26 +200,6 @@ class Handler(ASGIHandler):
         finally:
             body_file.close()
 
-    async def send_response(self, response: HttpResponseBase, send: Send) -> None:
-        """Django's ``send_response``; an answer held whole, with no cookie,
-        in one body message, its headers read as ResponseHeaders keeps them
-        (verified with 6.0.10), not looked up again one by one."""
-        if response.streaming or response.cookies:
-            await super().send_response(response, send)
-            return
-        content = response.content  # type: ignore[attr-defined]  # not streaming: an HttpResponse
-        if len(content) > self.chunk_size:
-            await super().send_response(response, send)
-            return
-        kept: dict[str, tuple[str, str]] = response.headers._store
-        headers = [
-            (name.encode("ascii"), value.encode("latin1"))
-            for name, value in kept.values()
-        ]
-        start = {"type": "http.response.start", "status": response.status_code}
-        await send({**start, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
-
     async def serve_in_thread(
         self, request: ASGIRequest, receive: Receive, send: Send
     ) -> None:

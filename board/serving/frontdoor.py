@@ -53,9 +53,10 @@ follows in that turn (a stream), it leaves at the start of the next turn.
 Writing the head on its own was a fifth of a worker's CPU on the agent API.
 
 uvicorn's private API used by ``FrontDoorProtocol`` (verified with uvicorn
-0.54.0 and httptools 0.9.0): the class ``uvicorn.protocols.http.
-httptools_impl.HttpToolsProtocol`` and its ``__init__`` signature; its
-protocol methods ``connection_made``, ``connection_lost`` and
+0.55.0 and httptools 0.9.0; catalogued in board.serving): the class
+``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`` and its
+``__init__`` signature; its protocol methods ``connection_made``,
+``connection_lost`` and
 ``data_received`` and parser callbacks ``on_headers_complete``, ``on_body``
 and ``on_message_complete``, each extended by calling the parent; its
 attributes ``url`` and ``headers`` (the head just parsed), ``connections``

@@ -78,20 +78,6 @@ def _with_todo_id(match: ResolverMatch, todo_id: str) -> ResolverMatch:
 routes = Routes()
 
 
-def _headers_added(
-    middlewares: tuple[SecurityMiddleware, XFrameOptionsMiddleware],
-) -> dict[str, tuple[str, str]]:
-    """The headers ``middlewares`` add to an empty answer of a plain-HTTP
-    request, as Django's ResponseHeaders keeps them (verified with 6.0.10:
-    ``_store`` maps each lowercased name to its name and value)."""
-    probe = HttpResponse()
-    kept: dict[str, tuple[str, str]] = probe.headers._store
-    before = set(kept)
-    for middleware in middlewares:
-        middleware.process_response(HttpRequest(), probe)
-    return {key: kept[key] for key in kept.keys() - before}
-
-
 class WaitingViewsMiddleware:
     """Take the waiting views (async views marked ``waits``) past the
     middleware below this one.
@@ -113,12 +99,10 @@ class WaitingViewsMiddleware:
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
-        security = SecurityMiddleware(get_response)
-        self.headers = (security, XFrameOptionsMiddleware(get_response))
-        # What those two add to an answer over plain HTTP, added as they are
-        # (set once, so not validated again each time: 4 µs an answer).
-        self.added = _headers_added(self.headers)
-        self.strict_transport = bool(security.sts_seconds)
+        self.headers = (
+            SecurityMiddleware(get_response),
+            XFrameOptionsMiddleware(get_response),
+        )
 
     def __call__(self, request: HttpRequest) -> MaybeAwaitable:
         if self.is_async:
@@ -144,15 +128,8 @@ class WaitingViewsMiddleware:
         else:
             response = await self.get_response(request)  # type: ignore[misc]  # is_async: an awaitable
             return response
-        if getattr(response, "xframe_options_exempt", False) or (
-            self.strict_transport and request.is_secure()
-        ):
-            for middleware in self.headers:
-                response = middleware.process_response(request, response)  # type: ignore[arg-type]  # stubs say HttpResponse; Django passes streams too
-        else:
-            kept = response.headers._store
-            for key, header in self.added.items():
-                kept.setdefault(key, header)
+        for middleware in self.headers:
+            response = middleware.process_response(request, response)  # type: ignore[arg-type]  # stubs say HttpResponse; Django passes streams too
         if isinstance(response, HttpResponse) and not response.has_header(
             "Content-Length"
         ):

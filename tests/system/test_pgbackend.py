@@ -1,33 +1,22 @@
-"""board.serving.pgbackend: timestamps read by psycopg's compiled loader, in UTC."""
+"""board.serving.pgbackend: timestamps read in UTC; the long statements parsed once."""
 
+import asyncio
 import datetime
 
+import psycopg
 import pytest
 from django.db import connection
 from psycopg import _queries
-from psycopg.pq import Format
 
 from board.serving.pgbackend import base
 from todos import store
+from todos.db.params import async_params
 from todos.models import Todo
 from todos.store import lifecycle
 
 pytestmark = pytest.mark.django_db
 
-needs_compiled = pytest.mark.skipif(
-    base.COMPILED_TIMESTAMPTZ is None, reason="psycopg's compiled part is absent"
-)
 
-
-@needs_compiled
-def test_timestamps_are_read_by_psycopgs_compiled_loader():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        loader = cursor.cursor._tx.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
-    assert type(loader) is base.COMPILED_TIMESTAMPTZ
-
-
-@needs_compiled
 def test_a_timestamp_read_is_the_same_instant_in_utc():
     with connection.cursor() as cursor:
         cursor.execute(
@@ -38,6 +27,21 @@ def test_a_timestamp_read_is_the_same_instant_in_utc():
     assert read.utcoffset() == datetime.timedelta(0)
     assert read.isoformat() == "2026-01-01T05:00:00.123456+00:00"
     assert empty is None
+
+
+def test_an_in_loop_connection_reads_a_timestamp_as_djangos_does():
+    """The event loop's connections (todos.inloop) read with Django's adapters."""
+
+    async def read():
+        async with await psycopg.AsyncConnection.connect(**async_params()) as conn:
+            cursor = await conn.execute(
+                "SELECT '2026-01-01 10:00:00.123456+05'::timestamptz"
+            )
+            return (await cursor.fetchone())[0]
+
+    read = asyncio.run(read())
+    assert read == datetime.datetime(2026, 1, 1, 5, 0, 0, 123456, tzinfo=datetime.UTC)
+    assert read.isoformat() == "2026-01-01T05:00:00.123456+00:00"
 
 
 def test_the_orm_and_the_store_read_aware_utc_datetimes(scope):
