@@ -30,6 +30,12 @@ Django 6.0.10
   ``asgi.close_resources``, ``todos.aio.event_stream`` (closers run without
   the ``request_finished`` signal). Tests: tests/system/test_garbage.py,
   tests/api/test_events.py.
+- ``asgi.release``: empties an answered request's ``__dict__`` (what Django's
+  request and its middleware hang on it). Tests: tests/system/test_garbage.py.
+- ``todos.http.JsonResponse``: calls ``HttpResponse.__init__`` in place of
+  ``django.http.JsonResponse.__init__``, which only encodes. Tests:
+  tests/api/test_api.py. Gain: cuts.md, orjson's answers, 9 → 0.4 µs a body,
+  a claim+complete pair 0.963.
 - ``StreamingHttpResponse._iterator``: ``todos.aio.EventStreamResponse.__aiter__``
   (the stream closed as soon as the server stops iterating). Tests:
   tests/api/test_events.py.
