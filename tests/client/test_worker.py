@@ -165,3 +165,62 @@ def test_a_result_that_is_not_json_fails_the_todo_and_others_complete(
     assert [t.outcome for t in ended] == ["done", "dead_letter", "done"]
     assert ended[1].last_error.startswith("TypeError: the handler's result is not JSON")
     assert [ended[0].result, ended[2].result] == [1, 3]
+
+
+def test_each_queue_goes_to_its_own_handler(client, make_worker):
+    worker = make_worker(concurrency=2)
+
+    @worker.handler("emails")
+    def email(ctx: Context):
+        return "emailed"
+
+    @worker.handler("reports")
+    async def report(ctx: Context):
+        return "reported"
+
+    made = [client.create(q).todo for q in ("emails", "reports", "emails")]
+    make_worker.start(worker)
+    assert [client.wait(t, timeout=10).result for t in made] == [
+        "emailed",
+        "reported",
+        "emailed",
+    ]
+
+
+def test_a_stop_gives_an_async_handlers_todo_back_with_its_checkpoint(
+    client, make_worker
+):
+    worker = make_worker(grace_seconds=0.2)
+    started = threading.Event()
+
+    @worker.handler("forever")
+    async def forever(ctx: Context):
+        ctx.save_checkpoint({"page": 7})
+        started.set()
+        await asyncio.Event().wait()
+
+    todo = client.create("forever").todo
+    running = Running(worker)
+    assert started.wait(10)
+    running.stop()
+    back = client.get(todo.id)
+    assert back.state == "pending" and back.checkpoint == {"page": 7}
+    assert back.note == "the worker shut down"
+
+
+def test_the_command_explains_itself_with_help():
+    import subprocess
+    import sys
+
+    from tests.client.conftest import CLIENT_SRC
+
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard_client", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(CLIENT_SRC), "PATH": ""},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "MODULE:ATTRIBUTE" in done.stdout and "SWITCHBOARD_URL" in done.stdout
+    assert "--grace" in done.stdout and "--log-format" in done.stdout
