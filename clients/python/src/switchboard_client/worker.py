@@ -106,7 +106,7 @@ class Context:
         self._checkpoint: JSON = todo.checkpoint
         self._progress: Progress | None = None
         self._dirty = False
-        self._beat_now = asyncio.Event()
+        self._beat_wanted = asyncio.Event()
         self._cancel = threading.Event()
         self._lost = threading.Event()
 
@@ -474,8 +474,8 @@ class Worker:
         interval = max(ctx.lease_seconds / 3, 0.2)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx._beat_now.wait(), timeout=interval)
-            ctx._beat_now.clear()
+                await asyncio.wait_for(ctx._beat_wanted.wait(), timeout=interval)
+            ctx._beat_wanted.clear()
             await self._beat(ctx)
 
     async def _beat(self, ctx: Context) -> None:
@@ -507,7 +507,7 @@ class Worker:
         """A heartbeat now; from a handler's thread, wait until it is sent."""
         assert self._loop is not None
         if _in_loop(self._loop):
-            ctx._beat_now.set()
+            ctx._beat_wanted.set()
             return
         sent: Future[None] = asyncio.run_coroutine_threadsafe(
             self._beat(ctx), self._loop
