@@ -2,6 +2,7 @@
 in-process server: how a handler's ending ends the attempt."""
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -224,3 +225,25 @@ def test_the_command_explains_itself_with_help():
     assert done.returncode == 0, done.stderr
     assert "MODULE:ATTRIBUTE" in done.stdout and "SWITCHBOARD_URL" in done.stdout
     assert "--grace" in done.stdout and "--log-format" in done.stdout
+
+
+def test_a_checkpoint_over_its_limit_does_not_cost_the_lease(
+    client, make_worker, caplog
+):
+    # A free slot would take the todo again the moment its lease lapsed.
+    worker = make_worker(lease_seconds=1, concurrency=2)
+
+    @worker.handler("big")
+    def handle(ctx: Context):
+        ctx.save_checkpoint("x" * 70_000)
+        time.sleep(2.5)
+        return ctx.attempt
+
+    caplog.set_level(logging.WARNING, logger="switchboard_client")
+    todo = client.create("big").todo
+    make_worker.start(worker)
+    done = client.wait(todo, timeout=15)
+    assert done.outcome == "done" and done.result == 1 and done.attempt == 1
+    refused = [r for r in caplog.records if r.getMessage() == "checkpoint refused"]
+    assert refused and "payload_too_large" in refused[0].error
+    assert refused[0].todo_id == todo.id and refused[0].queue == "big"

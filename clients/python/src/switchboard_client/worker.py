@@ -101,7 +101,7 @@ class Context:
     def __init__(self, worker: Worker, todo: Todo, lease_seconds: int) -> None:
         self.todo = todo
         self.lease_seconds = lease_seconds
-        self.log = logging.LoggerAdapter(log, _fields(todo))
+        self.log = TodoLog(log, _fields(todo))
         self._worker = worker
         self._checkpoint: JSON = todo.checkpoint
         self._progress: Progress | None = None
@@ -191,6 +191,15 @@ class Context:
         """End this attempt by releasing the todo with the last checkpoint (a
         cancel request then ends it canceled)."""
         raise GiveBack(note)
+
+
+class TodoLog(logging.LoggerAdapter[logging.Logger]):
+    """A logger whose records carry the todo's fields beside each call's own
+    ``extra`` (a plain LoggerAdapter replaces the call's with its own)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
 
 
 def _fields(todo: Todo) -> dict[str, Any]:
@@ -479,29 +488,40 @@ class Worker:
             await self._beat(ctx)
 
     async def _beat(self, ctx: Context) -> None:
-        assert self._api is not None
         dirty, ctx._dirty = ctx._dirty, False
         try:
-            todo = await self._api.heartbeat(
-                ctx.todo,
-                lease_token=ctx.todo.lease_token,
-                lease_seconds=ctx.lease_seconds,
-                progress=ctx._progress if dirty else None,
-                checkpoint=ctx.checkpoint if dirty else None,
-            )
+            todo = await self._heartbeat(ctx, dirty)
         except (Conflict, NotFound) as exc:
             ctx._lost.set()
             ctx.log.warning("lease lost", extra={"error": _describe(exc)})
+            return
         except APIError as exc:
-            ctx._dirty = ctx._dirty or dirty
-            ctx.log.warning("heartbeat refused", extra={"error": _describe(exc)})
+            if not dirty:
+                ctx.log.warning("heartbeat refused", extra={"error": _describe(exc)})
+                return
+            # The progress or checkpoint it carried was refused (a checkpoint
+            # over its limit): say so, and keep the lease without them.
+            ctx.log.warning("checkpoint refused", extra={"error": _describe(exc)})
+            await self._beat(ctx)
+            return
         except SwitchboardError as exc:
             ctx._dirty = ctx._dirty or dirty
             ctx.log.warning("heartbeat failed", extra={"error": _describe(exc)})
-        else:
-            if todo.cancel_requested and not ctx._cancel.is_set():
-                ctx._cancel.set()
-                ctx.log.info("cancel requested")
+            return
+        if todo.cancel_requested and not ctx._cancel.is_set():
+            ctx._cancel.set()
+            ctx.log.info("cancel requested")
+
+    async def _heartbeat(self, ctx: Context, dirty: bool) -> Todo:
+        """Extend the lease; with the progress and checkpoint when ``dirty``."""
+        assert self._api is not None
+        return await self._api.heartbeat(
+            ctx.todo,
+            lease_token=ctx.todo.lease_token,
+            lease_seconds=ctx.lease_seconds,
+            progress=ctx._progress if dirty else None,
+            checkpoint=ctx.checkpoint if dirty else None,
+        )
 
     def _beat_now(self, ctx: Context) -> None:
         """A heartbeat now; from a handler's thread, wait until it is sent."""
