@@ -84,8 +84,11 @@ def test_claim_many_takes_up_to_max_todos(client):
 def test_a_long_poll_claims_a_todo_created_while_it_waits(client, other_client):
     import threading
 
-    threading.Timer(0.3, lambda: other_client.create("lp", title="late")).start()
+    later = threading.Timer(0.3, lambda: other_client.create("lp", title="late"))
+    later.start()
     todo = client.claim(queue="lp", wait_seconds=5)
+    # Its answer may still be on its way when the claim has the todo.
+    later.join()
     assert todo is not None and todo.title == "late"
 
 
@@ -190,8 +193,11 @@ def test_get_and_wait_return_the_settled_todo(client, other_client):
     made = client.create("q").todo
     assert client.get(made.id).id == made.id
     todo = other_client.claim(queue="q")
-    threading.Timer(0.3, lambda: other_client.complete(todo, 42)).start()
+    later = threading.Timer(0.3, lambda: other_client.complete(todo, 42))
+    later.start()
     settled = client.wait(made, timeout=10)
+    # Its answer may still be on its way when the wait has the result.
+    later.join()
     assert settled.state == "done" and settled.result == 42
 
 
