@@ -152,7 +152,8 @@ def test_ask_holds_the_todo_and_the_answer_comes_with_the_next_claim(
     assert held.question.choices == ["drop", "keep"]
     assert client.claim(queue="q") is None
     answered = other_client.answer(held, "keep")
-    assert answered.answer.value == "keep" and answered.answer.by
+    assert answered.answer.value == "keep" and answered.answer.worker == "w2"
+    assert answered.answer.by.startswith("agent:")
     resumed = client.claim(queue="q")
     assert resumed.id == todo.id
     assert resumed.answer.value == "keep" and resumed.checkpoint == {"step": "drop"}

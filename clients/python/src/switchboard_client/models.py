@@ -53,15 +53,20 @@ class Question:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The answer a question got: its value, who gave it and when."""
+    """The answer a question got: its value, who gave it (``by``, as the server
+    knows them; ``worker``, the name the answering agent sent) and when."""
 
     value: JSON
     by: str | None = None
+    worker: str | None = None
     at: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
-        return cls(value=data.get("value"), by=data.get("by"), at=_time(data.get("at")))
+        known, extra = _split(cls, data)
+        known["at"] = _time(known.get("at"))
+        return cls(**known, extra=extra)
 
 
 @dataclass(frozen=True, slots=True)
