@@ -43,6 +43,8 @@ GUARDED = {
     "todos.longpoll": "the waiting claim of the API, SQS and MCP",
     "todos.streams": "the event streams of the API and MCP",
     "todos.waits": "waiting for a todo's result, for the API and MCP",
+    "todos.db": "the database floor: connection parameters, the replication "
+    "watch; reads no todo",
 }
 EXEMPT = {
     "todos.ui": "the Board: an operator's view across endpoints, narrowed by "
@@ -62,6 +64,7 @@ OWN_CONNECTION = {
     "todos.hub": "LISTENs on a connection of its own; reads no todo",
     "todos.aio": "hands each call's connection back to the pool",
     "todos.inloop": "runs the store's statements on async connections of its own",
+    "todos.db": "derives the connections' parameters and watches replication",
 }
 # Store functions a guarded module may call without a scope: none reads a row.
 UNSCOPED = {
@@ -182,7 +185,7 @@ def guard_problems(module_name):
     for module, name in set(imports(tree)):
         if module == "todos.models" and name in TODO_MODELS:
             problems.append(f"reads the model {name} past the store")
-        if module_name not in OWN_CONNECTION and (
+        if not entry(module_name, OWN_CONNECTION) and (
             module.startswith("psycopg")
             or (module == "django.db" and name in ("connection", "connections"))
         ):
