@@ -18,8 +18,9 @@ def test_the_stream_announces_claimable_todos_then_each_ring(client, other_clien
             "q",
         )
         later = other_client.create("q", title="after").todo
-        ready = next(stream)
-        assert (ready.event, ready.todo_id) == ("todo.ready", later.id)
+        # An event is a hint: the first todo may be announced again.
+        ready = next(e for e in stream if e.todo_id == later.id)
+        assert ready.event == "todo.ready"
         todo = other_client.claim_todo(later)
         other_client.complete(todo, 1)
         done = next(

