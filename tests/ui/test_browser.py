@@ -225,6 +225,7 @@ def test_pages_fit_a_laptop_and_a_phone(page, demo, tmp_path):
         "overview": "/board/",
         "list": "/board/todos/?state=failed",
         "detail": f"/board/todos/{detail.id}/",
+        "endpoints": "/board/endpoints/",
     }
     for size_name, size in (("laptop", LAPTOP), ("phone", PHONE)):
         page.set_viewport_size(size)
