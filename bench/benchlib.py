@@ -110,6 +110,19 @@ def apply_quick(args, parse, **sizes):
             setattr(args, name, value)
 
 
+def versions(*names):
+    """The installed version of each named package (None when it is absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def progress(message):
     """Print one progress line at once (make bench shows them as they come)."""
     print(message, flush=True)

@@ -836,18 +836,6 @@ def print_report(args, reps, median):
             )
 
 
-def versions():
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in ("pgqueuer", "procrastinate", "psycopg", "django", "gunicorn", "boto3"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
-
-
 def main():
     parse = benchlib.parser(__doc__)
     parse.add_argument(
@@ -924,7 +912,9 @@ def main():
             "reps": args.reps,
             "paths": paths,
             "server_workers": args.server_workers or "gunicorn.conf.py's",
-            "versions": versions(),
+            "versions": benchlib.versions(
+                "pgqueuer", "procrastinate", "psycopg", "django", "gunicorn", "boto3"
+            ),
         },
         benchlib.rounded({"median": median, "reps": reps}),
     )

@@ -157,18 +157,6 @@ def medians(reps):
     return out
 
 
-def versions():
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in ("httpx", "django", "gunicorn"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
-
-
 def main():
     parse = benchlib.parser(__doc__)
     parse.add_argument(
@@ -232,7 +220,7 @@ def main():
             "reps": args.reps,
             "server_workers": args.server_workers or "gunicorn.conf.py's",
             "target_ratio": TARGET_RATIO,
-            "versions": versions(),
+            "versions": benchlib.versions("httpx", "django", "gunicorn"),
         },
         benchlib.rounded({"median": median, "reps": reps}),
     )
