@@ -12,11 +12,15 @@ The waiting is ``todos.streams``'s: this view formats what it yields.
 
 import functools
 import json
+from collections.abc import AsyncGenerator
 
 from django.conf import settings
+from django.http import HttpRequest
 
 from todos import aio, store, streams
-from todos.api.plumbing import api_view, authenticate, prepare
+from todos.aio import EventStreamResponse
+from todos.api.plumbing import ApiRequest, api_view, authenticate, prepare
+from todos.hub import Ring, Waiter
 
 RECONNECT_MILLISECONDS = 3000
 ENDED = {
@@ -27,7 +31,9 @@ ENDED = {
 
 
 @functools.lru_cache(maxsize=4096)
-def _ready_event(todo_id, endpoint_id, queue, event="todo.ready"):
+def _ready_event(
+    todo_id: str, endpoint_id: str, queue: str, event: str = "todo.ready"
+) -> str:
     # One ring reaches every open stream of its scope: its text is made once.
     # A doorbell ring is todo.ready; the event channel names its own event
     # (store.TODO_EVENTS: todo.done, todo.failed, todo.asked, …).
@@ -35,7 +41,7 @@ def _ready_event(todo_id, endpoint_id, queue, event="todo.ready"):
     return f"event: {event}\ndata: {data}\n\n"
 
 
-def _event(ring):
+def _event(ring: Ring) -> str:
     return _ready_event(
         str(ring["id"]),
         str(ring["endpoint_id"]),
@@ -44,7 +50,7 @@ def _event(ring):
     )
 
 
-def same_access(request, scope):
+def same_access(request: HttpRequest, scope: store.Scope) -> bool:
     """Say whether the request's token still opens the same scope."""
     try:
         endpoint = authenticate(request)
@@ -53,12 +59,14 @@ def same_access(request, scope):
     return store.Scope.for_endpoint(endpoint) == scope
 
 
-def _authorize(request):
+def _authorize(request: ApiRequest) -> tuple[store.Scope, None]:
     prepare(request)
     return request.scope, None
 
 
-async def _body(request, waiter, first):
+async def _body(
+    request: HttpRequest, waiter: Waiter, first: list[Ring]
+) -> AsyncGenerator[str]:
     # "retry" tells an EventSource how long to wait before reconnecting.
     yield f": connected\nretry: {RECONNECT_MILLISECONDS}\n\n"
     scope = waiter.scope
@@ -77,7 +85,7 @@ async def _body(request, waiter, first):
 
 
 @api_view("GET")
-async def events(request):
+async def events(request: ApiRequest) -> EventStreamResponse:
     """Stream this endpoint's doorbell as ``todo.ready`` events."""
     waiter, first = await streams.open_stream(_authorize, request)
     # Each event must leave at once: the stream is never compressed (Django's

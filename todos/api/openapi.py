@@ -6,9 +6,12 @@ test_schemathesis.py checks the running API against it.
 """
 
 from dataclasses import replace
+from typing import Any
+
+from django.http import HttpRequest
 
 from todos.api import fields
-from todos.api.fields import NO_NUL, object_schema
+from todos.api.fields import NO_NUL, Operation, Schema, object_schema
 from todos.api.plumbing import api_view
 from todos.http import JsonResponse
 
@@ -238,30 +241,30 @@ ERRORS = {
 }
 
 
-def _json(schema):
+def _json(schema: Schema) -> Schema:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _ref(name):
+def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _errors(*codes):
+def _errors(*codes: str) -> Schema:
     return {
         code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in codes
     }
 
 
-def _todo_ok(description):
+def _todo_ok(description: str) -> Schema:
     return {"200": {"description": description, **_json(_ref("TodoEnvelope"))}}
 
 
-def _body(operation, **extra):
+def _body(operation: Operation, **extra: Any) -> Schema:
     schema = {**object_schema(operation, JSON_VALUE), **extra}
     return {"required": True, **_json(schema)}
 
 
-def _query(operation):
+def _query(operation: Operation) -> list[Schema]:
     """An operation's query parameters (a query string has no null)."""
     return [
         {
@@ -273,7 +276,7 @@ def _query(operation):
     ]
 
 
-def _present(name):
+def _present(name: str) -> Schema:
     """A schema saying that ``name`` is given as a string (not left out or null)."""
     return {"required": [name], "properties": {name: {"type": "string"}}}
 
@@ -301,7 +304,9 @@ JSON_VALUE_SCHEMA = {
 WRITE_ERRORS = ("400", "401", "404", "409", "413", "503")
 
 
-def _transition(summary, operation_id, operation, owner=True):
+def _transition(
+    summary: str, operation_id: str, operation: Operation, owner: bool = True
+) -> Schema:
     extra = {"anyOf": WORKER_OR_TOKEN} if owner else {}
     return {
         "post": {
@@ -317,7 +322,7 @@ def _transition(summary, operation_id, operation, owner=True):
     }
 
 
-def build_document():
+def build_document() -> Schema:
     """Return the OpenAPI document as a dict."""
     create_one = {
         **object_schema(fields.CREATE_TODO, JSON_VALUE),
@@ -660,6 +665,6 @@ def build_document():
 
 
 @api_view("GET", authenticated=False)
-def openapi_json(request):
+def openapi_json(request: HttpRequest) -> JsonResponse:
     """Serve the OpenAPI document; it needs no token."""
     return JsonResponse(build_document())

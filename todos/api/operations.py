@@ -6,13 +6,21 @@ batch, or replacing a duplicate), claim the next todo (a long poll), ask, and
 acknowledge a batch.
 """
 
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest
+
 from todos import longpoll, store
 from todos.api import fields as table
-from todos.api.fields import ACK_OPS, Fields
+from todos.api.fields import ACK_OPS, Fields, Operation
 from todos.api.plumbing import api_error_for, authenticate, bad_request
 
+# A response body, and one result of a batch: JSON values.
+type Body = dict[str, Any]
 
-def list_page(scope, fields):
+
+def list_page(scope: store.Scope, fields: Fields) -> Body:
     """List a scope's todos from validated fields (queue, state, limit, cursor).
 
     Shared by the JSON view and the MCP tool, so both accept the same input.
@@ -29,7 +37,7 @@ def list_page(scope, fields):
     }
 
 
-def create_arguments(fields):
+def create_arguments(fields: Fields) -> tuple[dict[str, Any], bool]:
     """Return store.create_todo's keyword arguments (but the actor) from fields,
     and whether to replace the key's duplicate (``replace``; without an
     ``idempotency_key`` there is no duplicate to replace)."""
@@ -38,7 +46,13 @@ def create_arguments(fields):
     return arguments, replace and arguments["idempotency_key"] is not None
 
 
-def transition(move, operation, scope, todo_id, fields):
+def transition(
+    move: Callable[..., store.Todo],
+    operation: Operation,
+    scope: store.Scope,
+    todo_id: str,
+    fields: Fields,
+) -> store.Todo:
     """Apply an owner transition (heartbeat, complete, fail, release, ask) with
     the operation's validated fields; shared by the JSON views and MCP tools."""
     arguments = fields.read(operation)
@@ -50,7 +64,9 @@ def transition(move, operation, scope, todo_id, fields):
         raise api_error_for(exc) or bad_request(str(exc)) from exc
 
 
-def create_todo(scope, fields, *, actor):
+def create_todo(
+    scope: store.Scope, fields: Fields, *, actor: str
+) -> tuple[store.Todo, bool]:
     """Enqueue a todo from validated fields; return (todo, created).
 
     With ``replace`` the key's pending live duplicate is canceled first (a
@@ -68,18 +84,21 @@ class ClaimNext(longpoll.LongPoll):
     scope (one queue, if given), one todo or up to ``max_todos``.
     ``read`` takes its fields; a surface's ``start`` authenticates first."""
 
-    def __init__(self, request):
-        self.request = request
-        self.limit = None
+    worker: str
+    lease: int | None
 
-    def read(self, fields):
+    def __init__(self, request: HttpRequest) -> None:
+        self.request = request
+        self.limit: int | None = None
+
+    def read(self, fields: Fields) -> "ClaimNext":
         claim = fields.read(table.CLAIM_NEXT)
         self.worker, self.queue = claim["worker"], claim["queue"]
         self.lease, self.wait = claim["lease_seconds"], claim["wait_seconds"]
         self.limit = claim["max_todos"]
         return self
 
-    def revalidate(self):
+    def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401); a new grant applies
         # from now on, and a named queue outside it ends the wait (403).
         scope = store.Scope.for_endpoint(authenticate(self.request))
@@ -87,7 +106,7 @@ class ClaimNext(longpoll.LongPoll):
             raise store.QueueNotGranted(self.queue)
         return scope
 
-    def attempt(self, scope):
+    def attempt(self, scope: store.Scope) -> longpoll.Claimed:
         if self.limit is not None:
             return store.claim_many(
                 scope,
@@ -101,7 +120,7 @@ class ClaimNext(longpoll.LongPoll):
         )
 
 
-def _failure(exc):
+def _failure(exc: Exception) -> Body:
     """Render a per-item failure of a batch: its status, code and detail,
     as the single call would answer it (a field over its limit is 413)."""
     error = api_error_for(exc)
@@ -116,7 +135,7 @@ def _failure(exc):
     return {"status": error.status, "error": error.code, "detail": error.detail}
 
 
-def create_batch(scope, fields, *, actor):
+def create_batch(scope: store.Scope, fields: Fields, *, actor: str) -> Body:
     """Enqueue 1..100 todos (``{"todos": [...]}``); return the results body.
 
     Every item is validated before any is created: a bad field answers 400 for
@@ -125,7 +144,8 @@ def create_batch(scope, fields, *, actor):
     store refuses for one item (a queue outside the grant, a held key) is that
     item's result.
     """
-    items, replacing = [], set()
+    items: list[dict[str, Any]] = []
+    replacing: set[int] = set()
     for index, item in enumerate(fields.read(table.CREATE_MANY)["todos"]):
         arguments, replace = create_arguments(Fields(item, prefix=f"todos[{index}]."))
         items.append(arguments)
@@ -133,8 +153,9 @@ def create_batch(scope, fields, *, actor):
             replacing.add(index)
     plain = [item for i, item in enumerate(items) if i not in replacing]
     ordered = iter(store.create_many(scope, plain, actor=actor) if plain else ())
-    results = []
+    results: list[Body] = []
     for index, item in enumerate(items):
+        outcome: tuple[store.Todo, bool] | Exception
         if index in replacing:
             try:
                 outcome = store.create_replacing(scope, **item, actor=actor)
@@ -165,7 +186,7 @@ ACK_USES = {
 }
 
 
-def _ack(action, fields):
+def _ack(action: dict[str, Any], fields: Fields) -> store.Ack:
     """Return the store.Ack of one owner action from its validated fields."""
     fields.owner(action)
     extra = {name: action[name] for name in ACK_USES[action["op"]]}
@@ -178,12 +199,12 @@ def _ack(action, fields):
     )
 
 
-def cancel_status(todo):
+def cancel_status(todo: store.Todo) -> int:
     """200 when the todo ended canceled now; 202 when its owner was asked."""
     return 202 if todo.state == "claimed" else 200
 
 
-def acknowledge_batch(scope, fields):
+def acknowledge_batch(scope: store.Scope, fields: Fields) -> Body:
     """Apply 1..100 owner transitions (``POST /api/v1/todos/batch``).
 
     Every action is validated before any is applied: an unknown ``op``, a bad
@@ -195,7 +216,8 @@ def acknowledge_batch(scope, fields):
     """
     batch = fields.read(table.BATCH)
     default_worker, actions = batch["worker"], batch["actions"]
-    acks, cancels = {}, {}
+    acks: dict[int, store.Ack] = {}
+    cancels: dict[int, tuple[str, str | None]] = {}
     for index, action in enumerate(actions):
         if action.get("op") not in ACK_OPS:
             raise bad_request(
@@ -212,14 +234,14 @@ def acknowledge_batch(scope, fields):
             cancels[index] = checked["id"], checked["reason"]
         else:
             acks[index] = _ack(checked, action_fields)
-    outcomes = {}
+    outcomes: dict[int, store.Todo | Exception] = {}
     if acks:
         moved = store.acknowledge_many(scope, list(acks.values()))
         outcomes.update(zip(acks, moved, strict=True))
     if cancels:
         moved = store.cancel_many(scope, list(cancels.values()), worker=default_worker)
         outcomes.update(zip(cancels, moved, strict=True))
-    results = []
+    results: list[Body] = []
     for index in range(len(actions)):
         # The id as the caller sent it: a foreign id and a never-minted one
         # answer alike.

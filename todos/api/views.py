@@ -5,9 +5,11 @@ caller's scope, and renders the todo; ``todos.api.plumbing.api_view`` does the t
 auth, the body parsing and the error mapping.
 """
 
+from collections.abc import Callable
+
 from todos import aio, inloop, longpoll, store, waits
 from todos.api import fields as table
-from todos.api.fields import Fields
+from todos.api.fields import Fields, Operation
 from todos.api.operations import (
     ClaimNext,
     acknowledge_batch,
@@ -18,6 +20,7 @@ from todos.api.operations import (
     transition,
 )
 from todos.api.plumbing import (
+    ApiRequest,
     api_view,
     authenticate,
     prepare,
@@ -26,16 +29,19 @@ from todos.api.plumbing import (
 )
 from todos.http import JsonResponse
 
+# An owner transition of the store (store.heartbeat, store.complete_todo, …).
+Move = Callable[..., store.Todo]
+
 
 @api_view("GET", "POST")
-def todos(request):
+def todos(request: ApiRequest) -> JsonResponse:
     """List this endpoint's todos (GET) or enqueue one (POST)."""
     if request.method == "POST":
         return create(request)
     return JsonResponse(list_page(request.scope, Fields(request.GET, from_query=True)))
 
 
-def create(request):
+def create(request: ApiRequest) -> JsonResponse:
     """Enqueue a todo: 201, or 200 when it collapsed onto a live duplicate.
 
     A body ``{"todos": [...]}`` enqueues up to 100 and answers 200 with one
@@ -51,19 +57,21 @@ def create(request):
 
 
 class ApiResultWait(waits.ResultWait):
-    def start(self):
+    request: ApiRequest
+
+    def start(self) -> store.Scope:
         prepare(self.request)
         query = Fields(self.request.GET, from_query=True)
         self.wait = query.read(table.GET_TODO)["wait_seconds"]
         return self.request.scope
 
-    def revalidate(self):
+    def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401).
         return store.Scope.for_endpoint(authenticate(self.request))
 
 
 @api_view("GET")
-async def detail(request, todo_id):
+async def detail(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Return one todo of this endpoint; with ``wait_seconds`` (≤ 20), once it
     is terminal or asking, or when the wait ends (todos.waits: no thread and no
     connection while it waits)."""
@@ -71,17 +79,19 @@ async def detail(request, todo_id):
 
 
 class ApiClaim(ClaimNext):
-    def start(self):
+    request: ApiRequest
+
+    def start(self) -> store.Scope:
         prepare(self.request)
         self.read(self.request.body_fields)
         return self.request.scope
 
-    def starts_in_loop(self):
+    def starts_in_loop(self) -> bool:
         return True
 
 
 @api_view("POST")
-async def claim_next(request):
+async def claim_next(request: ApiRequest) -> JsonResponse:
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
     A long poll (todos.longpoll): while it waits it holds no thread and no
@@ -91,25 +101,30 @@ async def claim_next(request):
     """
     poll = ApiClaim(request)
     claimed = await longpoll.claim(poll)
-    if poll.limit is not None:
+    assert claimed is not None  # ApiClaim.start always answers a scope
+    if isinstance(claimed, list):  # a max_todos claim (poll.limit)
         return JsonResponse({"todos": [todo.to_dict() for todo in claimed]})
     return todo_response(claimed)
 
 
 @api_view("POST")
-def claim(request, todo_id):
+def claim(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Claim one specific todo."""
     claim = request.body_fields.read(table.CLAIM_TODO)
     return todo_response(store.claim_todo(request.scope, todo_id, **claim))
 
 
-def _transition(request, todo_id, move, operation):
+def _transition(
+    request: ApiRequest, todo_id: str, move: Move, operation: Operation
+) -> JsonResponse:
     fields = request.body_fields
     todo = transition(move, operation, request.scope, todo_id, fields)
     return todo_response(todo)
 
 
-async def _acknowledge(request, todo_id, move, operation):
+async def _acknowledge(
+    request: ApiRequest, todo_id: str, move: Move, operation: Operation
+) -> JsonResponse:
     """An owner transition served in the event loop (todos.inloop): one statement."""
     await prepare_in_loop(request)
     fields = request.body_fields
@@ -120,14 +135,14 @@ async def _acknowledge(request, todo_id, move, operation):
 
 
 @api_view("POST")
-async def heartbeat(request, todo_id):
+async def heartbeat(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Extend the caller's lease on a claimed todo, with its progress and
     checkpoint; the answer says whether a cancel was requested."""
     return await _acknowledge(request, todo_id, store.heartbeat, table.HEARTBEAT)
 
 
 @api_view("POST")
-async def complete(request, todo_id):
+async def complete(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Mark the caller's claimed todo done with its result."""
     return await _acknowledge(
         request, todo_id, store.complete_todo, table.COMPLETE_TODO
@@ -135,25 +150,25 @@ async def complete(request, todo_id):
 
 
 @api_view("POST")
-async def fail(request, todo_id):
+async def fail(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
     return await _acknowledge(request, todo_id, store.fail_todo, table.FAIL_TODO)
 
 
 @api_view("POST")
-async def release(request, todo_id):
+async def release(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Give the caller's lease back now; a handoff with assignee, note, checkpoint."""
     return await _acknowledge(request, todo_id, store.release_todo, table.RELEASE_TODO)
 
 
 @api_view("POST")
-def ask(request, todo_id):
+def ask(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Ask a question as the lease holder: the lease ends, the todo is held."""
     return _transition(request, todo_id, store.ask, table.ASK)
 
 
 @api_view("POST")
-def answer(request, todo_id):
+def answer(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Answer a held todo of this endpoint; the hold ends and the doorbell rings."""
     answer = request.body_fields.read(table.ANSWER)
     return todo_response(
@@ -164,7 +179,7 @@ def answer(request, todo_id):
 
 
 @api_view("POST")
-def cancel(request, todo_id):
+def cancel(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Cancel a todo: 200 when it ended canceled, 202 when its owner was asked."""
     cancel = request.body_fields.read(table.CANCEL_TODO)
     todo = store.cancel_todo(
@@ -174,7 +189,7 @@ def cancel(request, todo_id):
 
 
 @api_view("POST")
-def retry(request, todo_id):
+def retry(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Requeue a failed todo of this endpoint now."""
     return todo_response(
         store.retry_todo(request.scope, todo_id, actor=f"agent:{request.endpoint.name}")
@@ -186,7 +201,7 @@ LOOP_OPS = frozenset({"complete", "fail", "heartbeat", "release"})
 
 
 @api_view("POST")
-async def batch(request):
+async def batch(request: ApiRequest) -> JsonResponse:
     """Apply up to 100 owner transitions; one result per action, in order.
 
     A batch of acknowledgements only is served in the event loop
@@ -204,7 +219,7 @@ async def batch(request):
 
 
 @api_view("GET")
-def queues(request):
+def queues(request: ApiRequest) -> JsonResponse:
     """List this endpoint's queues with their settings and live figures."""
     return JsonResponse(
         {"queues": [queue.to_dict() for queue in store.list_queues(request.scope)]}
