@@ -87,7 +87,8 @@ class ClaimNext(longpoll.LongPoll):
     worker: str
     lease: int | None
 
-    def __init__(self, request: HttpRequest) -> None:
+    def __init__(self, request: HttpRequest | None) -> None:
+        # None for an MCP tools/call: the transport sets it before the wait.
         self.request = request
         self.limit: int | None = None
 
@@ -101,6 +102,7 @@ class ClaimNext(longpoll.LongPoll):
     def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401); a new grant applies
         # from now on, and a named queue outside it ends the wait (403).
+        assert self.request is not None  # the surface set it before the wait
         scope = store.Scope.for_endpoint(authenticate(self.request))
         if self.queue is not None and not scope.covers(self.queue):
             raise store.QueueNotGranted(self.queue)

@@ -8,6 +8,7 @@ name percent-encoded): ``resources/list`` lists the queues in use,
 """
 
 import json
+from typing import Any
 from urllib.parse import quote, unquote
 
 from todos import store
@@ -26,7 +27,7 @@ TEMPLATE = {
 class ResourceNotFound(Exception):
     """A URI that names no queue of this endpoint's grant."""
 
-    def __init__(self, uri):
+    def __init__(self, uri: str) -> None:
         super().__init__(f"Resource not found: {uri}")
         self.uri = uri
 
@@ -35,11 +36,11 @@ class BadParams(ValueError):
     """A resources request or a ``subscriptions/listen`` whose params are wrong."""
 
 
-def uri_for(name):
+def uri_for(name: str) -> str:
     return PREFIX + quote(name, safe="")
 
 
-def queue_name(uri):
+def queue_name(uri: object) -> str | None:
     """The queue a URI names, or None when it is no queue URI."""
     if not isinstance(uri, str) or not uri.startswith(PREFIX):
         return None
@@ -47,7 +48,7 @@ def queue_name(uri):
     return name or None
 
 
-def _resource(queue):
+def _resource(queue: store.QueueInfo) -> dict[str, Any]:
     return {
         "uri": uri_for(queue.name),
         "name": queue.name,
@@ -60,11 +61,11 @@ def _resource(queue):
     }
 
 
-def resource_list(scope):
+def resource_list(scope: store.Scope) -> dict[str, Any]:
     return {"resources": [_resource(queue) for queue in store.list_queues(scope)]}
 
 
-def read(scope, params):
+def read(scope: store.Scope, params: dict[str, Any]) -> dict[str, Any]:
     """The contents of one queue resource, or ``ResourceNotFound``."""
     uri = params.get("uri")
     if not isinstance(uri, str):

@@ -11,26 +11,27 @@ open event stream of a deleted session ends.
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from todos.models import McpSession
+from todos.models import Endpoint, McpSession
 
 
-def idle_limit():
+def idle_limit() -> timedelta:
     return timedelta(seconds=settings.SWITCHBOARD_MCP_SESSION_IDLE_SECONDS)
 
 
-def live():
+def live() -> QuerySet[McpSession]:
     """The sessions that have not expired."""
     return McpSession.objects.filter(last_seen_at__gte=Now() - idle_limit())
 
 
-def expired():
+def expired() -> QuerySet[McpSession]:
     """The sessions idle past the limit (gone for their clients already)."""
     return McpSession.objects.filter(last_seen_at__lt=Now() - idle_limit())
 
 
-def forget_expired(endpoint=None):
+def forget_expired(endpoint: Endpoint | None = None) -> int:
     """Delete the expired sessions (of one endpoint, or of all); return how many."""
     sessions = expired() if endpoint is None else expired().filter(endpoint=endpoint)
     deleted, _ = sessions.delete()

@@ -11,27 +11,33 @@ what to do next; only an outage or a bug leaves the tool as a transport error.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from django.conf import settings
 
 from todos import http, store, waits
 from todos.api import fields
 from todos.api import operations as api
-from todos.api.fields import TODO_ID, Fields, Operation, object_schema
+from todos.api.fields import TODO_ID, Field, Fields, Operation, Schema, object_schema
 from todos.api.plumbing import api_error_for, authenticate, bad_request
+from todos.models import Endpoint
+
+# A tool result (content, structuredContent, isError): JSON values.
+type Result = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Caller:
     """Who calls a tool: the token's endpoint, its scope, and the MCP session."""
 
-    endpoint: object
+    endpoint: Endpoint
     scope: store.Scope
     session_id: str
 
     @property
-    def actor(self):
+    def actor(self) -> str:
         return f"agent:{self.endpoint.name}"
 
 
@@ -67,7 +73,7 @@ NO_WORK_HINT = (
 )
 
 
-def _ok(data):
+def _ok(data: dict[str, Any]) -> Result:
     return {
         "content": [{"type": "text", "text": json.dumps(data, indent=2)}],
         "structuredContent": data,
@@ -75,7 +81,7 @@ def _ok(data):
     }
 
 
-def _tool_error(code, detail, hint):
+def _tool_error(code: str, detail: str, hint: str) -> Result:
     return {
         "content": [{"type": "text", "text": f"{code}: {detail}. {hint}"}],
         "structuredContent": http.error_body(code, detail),
@@ -83,47 +89,47 @@ def _tool_error(code, detail, hint):
     }
 
 
-def _todo(todo, **extra):
+def _todo(todo: store.Todo, **extra: Any) -> Result:
     return _ok({"todo": todo.to_dict(), **extra})
 
 
 # --- Handlers: one store call each, like the JSON views -------------------------
 
 
-def list_todos(args, caller):
+def list_todos(args: Fields, caller: Caller) -> Result:
     return _ok(api.list_page(caller.scope, args))
 
 
-def get_todo(args, caller):
+def get_todo(args: Fields, caller: Caller) -> Result:
     return _todo(store.get_todo(caller.scope, args.value(TODO_ID)))
 
 
-def create_todo(args, caller):
+def create_todo(args: Fields, caller: Caller) -> Result:
     todo, created = api.create_todo(caller.scope, args, actor=caller.actor)
     return _todo(todo, created=created)
 
 
-def claim_next(args, caller):
+def claim_next(args: Fields, caller: Caller) -> api.ClaimNext:
     """Read the claim; the transport makes it, a long poll (todos.longpoll)."""
     return api.ClaimNext(None).read(args)
 
 
-def claim_todo(args, caller):
+def claim_todo(args: Fields, caller: Caller) -> Result:
     todo_id, claim = args.value(TODO_ID), args.read(fields.CLAIM_TODO)
     return _todo(store.claim_todo(caller.scope, todo_id, **claim))
 
 
-def _transition(move, operation):
+def _transition(move: Callable[..., store.Todo], operation: Operation) -> "Handler":
     """The handler of an owner transition: ``operations.transition``."""
 
-    def handler(args, caller):
+    def handler(args: Fields, caller: Caller) -> Result:
         todo_id = args.value(TODO_ID)
         return _todo(api.transition(move, operation, caller.scope, todo_id, args))
 
     return handler
 
 
-def answer(args, caller):
+def answer(args: Fields, caller: Caller) -> Result:
     todo_id, answer = args.value(TODO_ID), args.read(fields.ANSWER)
     worker = answer["worker"]
     return _todo(
@@ -131,7 +137,7 @@ def answer(args, caller):
     )
 
 
-def cancel_todo(args, caller):
+def cancel_todo(args: Fields, caller: Caller) -> Result:
     todo_id, cancel = args.value(TODO_ID), args.read(fields.CANCEL_TODO)
     worker = cancel["worker"]
     todo = store.cancel_todo(
@@ -144,16 +150,17 @@ class TodoWait(waits.ResultWait):
     """A wait_for_todo, read and checked; the transport awaits it
     (``todos.waits``), as it makes claim_next's long poll."""
 
-    def __init__(self, scope, todo_id, wait):
+    def __init__(self, scope: store.Scope, todo_id: str, wait: float) -> None:
         super().__init__(None, todo_id)  # the transport sets the request
         self.scope, self.wait = scope, wait
 
-    def start(self):
+    def start(self) -> store.Scope:
         # The POST's own database call authenticated the caller already.
         return self.scope
 
-    def revalidate(self):
+    def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401).
+        assert self.request is not None  # the transport set it before the wait
         return store.Scope.for_endpoint(authenticate(self.request))
 
 
@@ -164,31 +171,38 @@ WAIT_FOR_TODO = replace(
 )
 
 
-def wait_for_todo(args, caller):
+# What a tool's handler answers: its result, or the wait the transport makes
+# for it (claim_next's long poll, wait_for_todo's wait).
+type Outcome = Result | api.ClaimNext | TodoWait
+type Handler = Callable[[Fields, Caller], Outcome]
+
+
+def wait_for_todo(args: Fields, caller: Caller) -> TodoWait:
     """Read the wait; the transport waits, holding no thread or connection."""
     todo_id, wait = args.value(TODO_ID), args.value(WAIT_FOR_TODO)
     return TodoWait(caller.scope, todo_id, wait)
 
 
-def finished(work, outcome):
+def finished(outcome: store.Todo | list[store.Todo]) -> Result:
     """The tool result of a tool whose waiting the transport did: a claim_next
-    that claimed ``outcome``, or a wait_for_todo that ended on it."""
-    if isinstance(work, api.ClaimNext) and work.limit is not None:
+    that claimed ``outcome`` (a list with max_todos), or a wait_for_todo that
+    ended on it."""
+    if isinstance(outcome, list):
         return _ok({"todos": [todo.to_dict() for todo in outcome]})
     return _todo(outcome)
 
 
-def batch(args, caller):
+def batch(args: Fields, caller: Caller) -> Result:
     return _ok(api.acknowledge_batch(caller.scope, args))
 
 
-def list_queues(args, caller):
+def list_queues(args: Fields, caller: Caller) -> Result:
     return _ok(
         {"queues": [queue.to_dict() for queue in store.list_queues(caller.scope)]}
     )
 
 
-def retry_todo(args, caller):
+def retry_todo(args: Fields, caller: Caller) -> Result:
     todo_id = args.value(TODO_ID)
     return _todo(store.retry_todo(caller.scope, todo_id, actor=caller.actor))
 
@@ -202,14 +216,14 @@ SESSION_WORKER = (
 )
 
 
-def _for_session(field):
+def _for_session(field: Field) -> Field:
     if field.kind != "worker":
         return field
     description = field.description + SESSION_WORKER
     return replace(field, required=False, description=description)
 
 
-def input_schema(operation):
+def input_schema(operation: Operation) -> Schema:
     """A tool's inputSchema: its fields' table, any JSON left open, and null
     only where it means something (a model leaves an optional field out)."""
     operation = tuple(_for_session(field) for field in operation)
@@ -224,7 +238,7 @@ class Tool:
     name: str
     title: str
     description: str
-    handler: object
+    handler: "Handler"
     # The tool's arguments; each call reads them, so a bound that is a setting
     # is the one in force.
     fields: Operation = ()
@@ -232,10 +246,10 @@ class Tool:
     idempotent: bool = False
     destructive: bool = False
 
-    def schema(self):
+    def schema(self) -> Schema:
         return input_schema(self.fields)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "title": self.title,
@@ -420,12 +434,12 @@ TOOLS = {
 }
 
 
-def tool_list():
+def tool_list() -> list[dict[str, Any]]:
     """Return the tools as tools/list describes them."""
     return [tool.to_dict() for tool in TOOLS.values()]
 
 
-def call(tool, arguments, caller):
+def call(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Outcome:
     """Run a tool; return its result, with domain failures as ``isError`` results.
 
     An unavailable database is raised, for the transport to answer 503.
@@ -440,7 +454,7 @@ def call(tool, arguments, caller):
         return failure(tool, exc)
 
 
-def failure(tool, exc):
+def failure(tool: Tool, exc: Exception) -> Result:
     """A tool's failure as an ``isError`` result; an outage, a refused token
     (for the transport to answer 503 or 401) or a bug is raised."""
     error = api_error_for(exc)

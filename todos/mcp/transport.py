@@ -431,7 +431,7 @@ async def _post_waiting(request):
             return await listen.listen_stream(post.response, stateless.completed)
         if post.pending is None:
             return post.response
-        result = mcp_tools.finished(post.pending.work, outcome)
+        result = mcp_tools.finished(outcome)
     result = post.pending.finish(result)
     body = {"jsonrpc": "2.0", "id": post.pending.message_id, "result": result}
     return JsonResponse(body, headers=post.pending.headers)
