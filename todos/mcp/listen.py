@@ -21,13 +21,22 @@ access gone) is the listen request's own result, as the spec asks.
 """
 
 import json
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Self
 
 from django.conf import settings
+from django.http import HttpRequest
 
 from todos import aio, store, streams
+from todos.aio import EventStreamResponse
 from todos.api.events import same_access
+from todos.hub import Ring, Waiter
 from todos.mcp import resources, tasks
+from todos.mcp.tasks import Json
+
+# How a revision finishes a result (stateless.completed).
+type Completed = Callable[[Json], Json]
 
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 # A ring of a todo turned claimable names no event (the event channel's do).
@@ -36,21 +45,21 @@ READY = "todo.ready"
 MAX_TASK_IDS = store.MAX_ACK_BATCH
 
 
-def _strings(wanted, field):
+def _strings(wanted: Json, field: str) -> list[str]:
     value = wanted.get(field, [])
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise resources.BadParams(f"params.notifications.{field}: must be a list")
     return value
 
 
-def _filter(params):
+def _filter(params: Json) -> Json:
     wanted = params.get("notifications", {})
     if not isinstance(wanted, dict):
         raise resources.BadParams("params.notifications: must be an object")
     return wanted
 
 
-def names_tasks(params):
+def names_tasks(params: Json) -> bool:
     """Say whether a listen asks for task notifications (the extension's)."""
     wanted = params.get("notifications")
     return isinstance(wanted, dict) and "taskIds" in wanted
@@ -61,18 +70,20 @@ class Listen:
     """A ``subscriptions/listen`` to open: the queues it hears (by URI) and
     the tasks it asked for (honoured when the stream opens: the endpoint's)."""
 
-    request: object
+    request: HttpRequest
     scope: store.Scope
     subscription_id: object
-    uris: dict  # queue name -> the URI the client gave
-    task_ids: tuple | None  # as the client gave them; None: not asked for
+    uris: dict[str, str]  # queue name -> the URI the client gave
+    task_ids: tuple[str, ...] | None  # as the client gave them; None: not asked for
 
     @classmethod
-    def of(cls, request, scope, params, message_id):
+    def of(
+        cls, request: HttpRequest, scope: store.Scope, params: Json, message_id: object
+    ) -> Self:
         wanted = _filter(params)
         # Honoured: the queue URIs the grant covers; the rest are left out of
         # the acknowledgement, as the spec has it.
-        uris = {}
+        uris: dict[str, str] = {}
         for uri in _strings(wanted, "resourceSubscriptions"):
             name = resources.queue_name(uri)
             if name is not None and scope.covers(name):
@@ -86,10 +97,10 @@ class Listen:
                 )
         return cls(request, scope, message_id, uris, task_ids)
 
-    def _meta(self):
+    def _meta(self) -> Json:
         return {META_SUBSCRIPTION: self.subscription_id}
 
-    def acknowledgement(self, honoured_tasks):
+    def acknowledgement(self, honoured_tasks: dict[str, str]) -> Json:
         notifications = {"resourceSubscriptions": list(self.uris.values())}
         if self.task_ids is not None:
             notifications["taskIds"] = list(honoured_tasks.values())
@@ -99,7 +110,7 @@ class Listen:
             "params": {"_meta": self._meta(), "notifications": notifications},
         }
 
-    def updates(self, rings):
+    def updates(self, rings: list[Ring]) -> list[Json]:
         """The notifications/resources/updated of these rings, one per queue
         where a todo became claimable: the stream hears the todos' other
         events too (ended, asked), which are no work for a queue's workers."""
@@ -116,23 +127,23 @@ class Listen:
             if queue in self.uris
         ]
 
-    def task_notification(self, task):
+    def task_notification(self, task: Json) -> Json:
         return {
             "jsonrpc": "2.0",
             "method": "notifications/tasks",
             "params": {**task, "_meta": self._meta()},
         }
 
-    def closing(self, completed):
+    def closing(self, completed: Completed) -> Json:
         """The listen request's own result: the subscription ended gracefully."""
         result = completed({"_meta": self._meta()})
         return {"jsonrpc": "2.0", "id": self.subscription_id, "result": result}
 
 
-def read_tasks(scope, task_ids):
+def read_tasks(scope: store.Scope, task_ids: Iterable[str]) -> dict[str, Json]:
     """The task of each id that names a todo of the scope, by the id it was
     read by (the others are not the endpoint's, or not tasks at all)."""
-    found = {}
+    found: dict[str, Json] = {}
     for task_id in task_ids:
         try:
             found[task_id] = tasks.detailed(store.get_todo(scope, task_id).to_dict())
@@ -144,21 +155,21 @@ def read_tasks(scope, task_ids):
 class TaskWatch:
     """The named tasks of one stream, and what was last pushed of each."""
 
-    def __init__(self, found):
+    def __init__(self, found: dict[str, Json]) -> None:
         # taskId (the todo's id) -> the id as the client gave it, for the ack
-        self.honoured = {}
+        self.honoured: dict[str, str] = {}
         for given, task in found.items():
             self.honoured.setdefault(task["taskId"], given)
-        self.pushed = {}
+        self.pushed: dict[str, tuple[Any, tuple[str, ...]]] = {}
 
-    def named(self, rings):
+    def named(self, rings: list[Ring]) -> set[str]:
         """The honoured tasks these rings are about."""
         return {ring["id"] for ring in rings if ring["id"] in self.honoured}
 
-    def changed(self, tasks_now):
+    def changed(self, tasks_now: Iterable[Json]) -> list[Json]:
         """Those of ``tasks_now`` whose status, or the questions they wait
         on, moved since they were last pushed."""
-        moved = []
+        moved: list[Json] = []
         for task in tasks_now:
             signature = (task["status"], tuple(task.get("inputRequests", ())))
             if self.pushed.get(task["taskId"]) != signature:
@@ -167,15 +178,17 @@ class TaskWatch:
         return moved
 
 
-def _event(message):
+def _event(message: Json) -> str:
     return f"event: message\ndata: {json.dumps(message)}\n\n"
 
 
-async def _body(listen, waiter, first, completed):
-    def refresh(notices):
+async def _body(
+    listen: Listen, waiter: Waiter, first: list[Ring], completed: Completed
+) -> AsyncGenerator[str]:
+    def refresh(notices: set[str]) -> bool:
         return same_access(listen.request, listen.scope)
 
-    found = {}
+    found: dict[str, Json] = {}
     if listen.task_ids:
         # After the waiter subscribed: a change from now on rings.
         found = await aio.run_pooled(read_tasks, listen.scope, listen.task_ids)
@@ -201,7 +214,7 @@ async def _body(listen, waiter, first, completed):
         yield "".join(map(_event, messages)) if messages else ": keep-alive\n\n"
 
 
-async def listen_stream(listen, completed):
+async def listen_stream(listen: Listen, completed: Completed) -> EventStreamResponse:
     """The event-stream response of an accepted ``subscriptions/listen``."""
     waiter, first = await streams.open_stream(lambda: (listen.scope, None))
     return aio.event_stream(_body(listen, waiter, first, completed), waiter.close)

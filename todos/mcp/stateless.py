@@ -23,13 +23,15 @@ import base64
 import binascii
 import hashlib
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 
 from todos import store, waits
 from todos.api.operations import ClaimNext
 from todos.http import JsonResponse
 from todos.mcp import jsonrpc, listen, resources, tasks
 from todos.mcp import tools as mcp_tools
+from todos.mcp.tasks import Json
+from todos.models import Endpoint
 
 MODERN_VERSIONS = ("2026-07-28",)
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -64,24 +66,26 @@ READ_TTL_MS = 0
 class ModernError(Exception):
     """A request this revision refuses: an HTTP status and a JSON-RPC error."""
 
-    def __init__(self, status, code, message, data=None):
+    def __init__(
+        self, status: int, code: int, message: str, data: object = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.data = status, code, message, data
 
-    def response(self, message_id):
-        error = {"code": self.code, "message": self.message}
+    def response(self, message_id: object) -> JsonResponse:
+        error: Json = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         body = {"jsonrpc": "2.0", "id": message_id, "error": error}
         return JsonResponse(body, status=self.status)
 
 
-def supported_versions():
+def supported_versions() -> list[str]:
     """Every revision ``/mcp`` speaks, newest first."""
     return [*MODERN_VERSIONS, *jsonrpc.PROTOCOL_VERSIONS]
 
 
-def speaks_stateless(request, message):
+def speaks_stateless(request: HttpRequest, message: Json) -> bool:
     """Say whether this message is of the stateless revision (see above).
 
     An ``initialize`` is the older revision's handshake unless it carries this
@@ -102,7 +106,7 @@ def speaks_stateless(request, message):
     )
 
 
-def _meta(params):
+def _meta(params: Json) -> tuple[str, Json, Json]:
     """Return the request's (version, client info, capabilities), or refuse
     it; the version is judged after the headers (``_supported``)."""
     meta = params.get("_meta")
@@ -127,7 +131,7 @@ def _meta(params):
     return version, client if isinstance(client, dict) else {}, meta[META_CAPABILITIES]
 
 
-def _supported(version):
+def _supported(version: str) -> None:
     """Refuse a protocol version this revision does not speak."""
     if version not in MODERN_VERSIONS:
         raise ModernError(
@@ -138,7 +142,7 @@ def _supported(version):
         )
 
 
-def _header_value(raw):
+def _header_value(raw: str) -> str:
     """Decode a header value that may use the Base64 sentinel form."""
     if raw.startswith(BASE64_PREFIX) and raw.endswith(BASE64_SUFFIX):
         encoded = raw[len(BASE64_PREFIX) : -len(BASE64_SUFFIX)]
@@ -149,11 +153,13 @@ def _header_value(raw):
     return raw
 
 
-def _mismatch(detail):
+def _mismatch(detail: str) -> ModernError:
     return ModernError(400, HEADER_MISMATCH, f"Header mismatch: {detail}")
 
 
-def _check_headers(request, method, params, version):
+def _check_headers(
+    request: HttpRequest, method: str, params: Json, version: str
+) -> None:
     """Refuse a request whose headers are missing or disagree with its body."""
     expected = {jsonrpc.VERSION_HEADER: version, METHOD_HEADER: method}
     if method in NAMED:
@@ -172,7 +178,7 @@ def _check_headers(request, method, params, version):
             )
 
 
-def default_worker(request, client):
+def default_worker(request: HttpRequest, client: Json) -> str:
     """The worker name of a sessionless client that names none (see above)."""
     token = request.headers.get("Authorization", "")
     name = jsonrpc.storable(client.get("name") or "client", 60)
@@ -180,7 +186,7 @@ def default_worker(request, client):
     return f"mcp:{name}:{digest}"[: store.MAX_NAME_CHARS]
 
 
-def server_meta():
+def server_meta() -> Json:
     return {
         META_SERVER: {
             "name": "switchboard",
@@ -190,7 +196,7 @@ def server_meta():
     }
 
 
-def completed(result):
+def completed(result: Json) -> Json:
     """``result`` as this revision answers it: typed, naming the server."""
     return {
         "resultType": "complete",
@@ -199,7 +205,7 @@ def completed(result):
     }
 
 
-def capabilities():
+def capabilities() -> Json:
     return {
         "tools": {"listChanged": False},
         "resources": {"subscribe": True, "listChanged": False},
@@ -207,7 +213,7 @@ def capabilities():
     }
 
 
-def discover():
+def discover() -> Json:
     return {
         "supportedVersions": supported_versions(),
         "capabilities": capabilities(),
@@ -232,7 +238,7 @@ INSTRUCTIONS = (
 )
 
 
-def _needs_tasks(capabilities):
+def _needs_tasks(capabilities: Json) -> None:
     if not tasks.declared(capabilities):
         raise ModernError(
             400,
@@ -242,7 +248,9 @@ def _needs_tasks(capabilities):
         )
 
 
-def _call_tool(params, caller, capabilities):
+def _call_tool(
+    params: Json, caller: mcp_tools.Caller, capabilities: Json
+) -> mcp_tools.Outcome:
     """A tools/call: a tool that starts work answers a task when it may."""
     name = params.get("name")
     if name == "delegate":
@@ -255,11 +263,19 @@ def _call_tool(params, caller, capabilities):
         return tasks.created(tasks.call_delegate(arguments, caller))
     result = jsonrpc.call_tool(params, caller)
     if name in tasks.STARTS_WORK and tasks.declared(capabilities):
+        assert isinstance(result, dict)  # create_todo answers its result
         return tasks.created(result)
     return result
 
 
-def _dispatch(request, method, params, caller, message_id, capabilities):
+def _dispatch(
+    request: HttpRequest,
+    method: str,
+    params: Json,
+    caller: mcp_tools.Caller,
+    message_id: object,
+    capabilities: Json,
+) -> mcp_tools.Outcome | listen.Listen:
     if method == "server/discover":
         return discover()
     if method == "tools/list":
@@ -305,7 +321,9 @@ def _dispatch(request, method, params, caller, message_id, capabilities):
     raise ModernError(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
-def answer(request, endpoint, message, kind):
+def answer(
+    request: HttpRequest, endpoint: Endpoint, message: Json, kind: str
+) -> HttpResponse | jsonrpc.Pending | listen.Listen:
     """Answer one POSTed message of this revision.
 
     A JSON response, a ``jsonrpc.Pending`` claim_next or wait_for_todo (the

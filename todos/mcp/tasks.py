@@ -26,6 +26,8 @@ gets a cancel request its worker sees). The task ids are the endpoint's todo
 ids: another endpoint's id is not found, like one never minted.
 """
 
+from typing import Any
+
 from todos import store
 from todos.api.plumbing import api_error_for
 from todos.mcp import tools as mcp_tools
@@ -39,22 +41,25 @@ ANSWER_FIELD = "answer"
 
 WORKING = ("pending", "claimed", "retry_scheduled")
 
+# A todo, a task, a request's params or a result, as JSON: JSON values.
+type Json = dict[str, Any]
+
 
 class TaskError(Exception):
     """A tasks/* request that cannot be served: a JSON-RPC error at 200."""
 
-    def __init__(self, code, message, data=None):
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(message)
         self.code, self.message, self.data = code, message, data
 
 
-def declared(capabilities):
+def declared(capabilities: Json) -> bool:
     """Say whether these client capabilities declare the extension."""
     extensions = capabilities.get("extensions")
     return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
 
 
-def missing_capability():
+def missing_capability() -> Json:
     """The data of a -32021 error naming the extension."""
     return {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
 
@@ -68,7 +73,7 @@ DELEGATE_DESCRIPTION = (
 )
 
 
-def tool_list():
+def tool_list() -> list[Json]:
     """The tools of 2026-07-28: the shared ones and ``delegate`` (create_todo's
     arguments, answered as a task)."""
     delegate = {
@@ -80,13 +85,15 @@ def tool_list():
     return [*mcp_tools.tool_list(), delegate]
 
 
-def call_delegate(arguments, caller):
+def call_delegate(arguments: Json, caller: mcp_tools.Caller) -> mcp_tools.Result:
     """Run ``delegate``: the create_todo tool under its own name."""
     tool = mcp_tools.TOOLS["create_todo"]
-    return mcp_tools.call(tool, arguments, caller)
+    result = mcp_tools.call(tool, arguments, caller)
+    assert isinstance(result, dict)  # create_todo answers its result
+    return result
 
 
-def created(tool_result):
+def created(tool_result: mcp_tools.Result) -> mcp_tools.Result:
     """The CreateTaskResult of a create's tool result (an error stays one)."""
     if tool_result.get("isError"):
         return tool_result
@@ -94,7 +101,7 @@ def created(tool_result):
     return {"resultType": "task", **detailed(todo)}
 
 
-def detailed(todo):
+def detailed(todo: Json) -> Json:
     """The task of a todo (its JSON), as tasks/get and notifications/tasks
     carry it."""
     outcome = todo["outcome"]
@@ -132,7 +139,7 @@ def detailed(todo):
     return {**task, "status": "completed", "result": mcp_tools._ok({"todo": todo})}
 
 
-def _dead_letter_result(todo, error):
+def _dead_letter_result(todo: Json, error: str) -> mcp_tools.Result:
     """The tool result of work that failed for good: an error result (the
     extension keeps ``failed`` for JSON-RPC errors), the todo as its data."""
     text = f"dead_letter: {error}. retry_todo runs the todo again."
@@ -143,11 +150,11 @@ def _dead_letter_result(todo, error):
     }
 
 
-def _key(question):
+def _key(question: Json) -> str:
     return f"question-{question['asked_at']}"
 
 
-def _elicitation(question):
+def _elicitation(question: Json) -> Json:
     if question.get("answer_schema"):
         answer = question["answer_schema"]
     elif question.get("choices"):
@@ -168,25 +175,25 @@ def _elicitation(question):
     }
 
 
-def _task_id(params):
+def _task_id(params: Json) -> str:
     task_id = params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise TaskError(-32602, "params.taskId: must be a task id")
     return task_id
 
 
-def _todo(scope, task_id):
+def _todo(scope: store.Scope, task_id: str) -> store.Todo:
     try:
         return store.get_todo(scope, task_id)
     except store.NotFound:
         raise TaskError(-32602, f"Task not found: {task_id}") from None
 
 
-def get(caller, params):
+def get(caller: mcp_tools.Caller, params: Json) -> Json:
     return detailed(_todo(caller.scope, _task_id(params)).to_dict())
 
 
-def update(caller, params):
+def update(caller: mcp_tools.Caller, params: Json) -> Json:
     """Answer the open question from the response to its key; ignore the rest."""
     task_id = _task_id(params)
     responses = params.get("inputResponses")
@@ -216,7 +223,7 @@ def update(caller, params):
     return {}
 
 
-def cancel(caller, params):
+def cancel(caller: mcp_tools.Caller, params: Json) -> Json:
     """Cancel the todo; a terminal one is acknowledged all the same."""
     task_id = _task_id(params)
     try:

@@ -27,20 +27,23 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import AsyncGenerator, Callable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db.models.functions import Now
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import aio, http, longpoll, store, streams, waits
+from todos.aio import EventStreamResponse
 from todos.api.events import same_access
 from todos.api.operations import ClaimNext
 from todos.api.plumbing import api_error_for, authenticate
 from todos.http import JsonResponse
+from todos.hub import Ring, Waiter
 from todos.mcp import listen, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.mcp.jsonrpc import (
@@ -60,7 +63,8 @@ from todos.mcp.jsonrpc import (
     server_version,
     storable,
 )
-from todos.models import McpSession
+from todos.mcp.tasks import Json
+from todos.models import Endpoint, McpSession
 
 logger = logging.getLogger("switchboard.mcp")
 
@@ -79,6 +83,21 @@ LOG_LEVELS = (
     "emergency",
 )
 DOORBELL_LEVEL = "info"
+
+
+class McpRequest(HttpRequest):
+    """What the transport adds to a request: its endpoint, the session of a
+    GET stream, and the POST's message and kind (read once)."""
+
+    endpoint: Endpoint
+    mcp_session: McpSession
+    mcp_message: tuple[Json, str]
+
+
+# What the transport answers a message: a response, or the wait or the stream
+# that ``endpoint`` goes on to (a claim_next or wait_for_todo, a listen).
+type Answer = HttpResponse | Pending | listen.Listen
+
 
 INSTRUCTIONS = (
     "Switchboard is a durable work queue. Take work with claim_next: it leases one "
@@ -99,14 +118,14 @@ class TransportError(Exception):
 
     def __init__(
         self,
-        status,
-        code,
-        detail,
+        status: int,
+        code: int,
+        detail: str,
         *,
-        error="bad_request",
-        message_id=None,
-        headers=None,
-    ):
+        error: str = "bad_request",
+        message_id: object = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
@@ -115,19 +134,19 @@ class TransportError(Exception):
         self.message_id = message_id
         self.headers = headers or {}
 
-    def response(self):
+    def response(self) -> http.ErrorResponse:
         body = error_body(
             self.message_id,
             self.code,
             f"{self.error}: {self.detail}",
             http.error_body(self.error, self.detail),
         )
-        response = JsonResponse(body, status=self.status, headers=self.headers)
+        response = http.ErrorResponse(body, status=self.status, headers=self.headers)
         response.error_code = self.error
         return response
 
 
-def error_response(status: int, detail: str | None = None) -> JsonResponse:
+def error_response(status: int, detail: str | None = None) -> http.ErrorResponse:
     """A transport error of an HTTP status, for the request middleware."""
     code = http.code_for(status)
     return TransportError(
@@ -138,7 +157,7 @@ def error_response(status: int, detail: str | None = None) -> JsonResponse:
     ).response()
 
 
-def _check_origin(request):
+def _check_origin(request: HttpRequest) -> None:
     """Refuse a browser page of another site (DNS rebinding): 403."""
     origin = request.headers.get("Origin")
     if origin is None:
@@ -158,7 +177,9 @@ def _check_origin(request):
 # --- Sessions -------------------------------------------------------------------
 
 
-def _session(request, endpoint, message_id=None):
+def _session(
+    request: HttpRequest, endpoint: Endpoint, message_id: object = None
+) -> McpSession:
     """Return the live session named by the request, of this endpoint."""
     version = request.headers.get(VERSION_HEADER)
     if version is not None and version not in PROTOCOL_VERSIONS:
@@ -197,15 +218,15 @@ def _session(request, endpoint, message_id=None):
     return session
 
 
-def _initialize(endpoint, message):
+def _initialize(endpoint: Endpoint, message: Json) -> tuple[McpSession, Json]:
     params = message.get("params")
     if not isinstance(params, dict) or not isinstance(
         params.get("protocolVersion"), str
     ):
         raise RpcError(INVALID_PARAMS, "params.protocolVersion: is required")
-    client = (
-        params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
-    )
+    client = params.get("clientInfo")
+    if not isinstance(client, dict):
+        client = {}
     requested = params["protocolVersion"]
     version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
     # Forget this endpoint's long-idle sessions while minting a new one.
@@ -232,11 +253,11 @@ def _initialize(endpoint, message):
 # --- Requests -------------------------------------------------------------------
 
 
-def _is_id(value):
+def _is_id(value: object) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
 
-def _parse(request):
+def _parse(request: McpRequest) -> tuple[Json, str]:
     """Return the one JSON-RPC message of a POST and its kind (read once)."""
     parsed = getattr(request, "mcp_message", None)
     if parsed is None:
@@ -244,7 +265,7 @@ def _parse(request):
     return parsed
 
 
-def _read_message(request):
+def _read_message(request: HttpRequest) -> tuple[Json, str]:
     content_type = request.content_type or ""
     if content_type != "application/json":
         raise TransportError(
@@ -298,7 +319,9 @@ def _read_message(request):
     )
 
 
-def _dispatch(method, params, caller, session):
+def _dispatch(
+    method: str, params: Json, caller: mcp_tools.Caller, session: McpSession
+) -> mcp_tools.Outcome:
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -316,7 +339,7 @@ def _dispatch(method, params, caller, session):
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def _post(request, endpoint):
+def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
     if not accepts(request, "application/json"):
         raise TransportError(
             406,
@@ -331,11 +354,11 @@ def _post(request, endpoint):
     params = message.get("params", {})
     if kind == "request" and message["method"] == "initialize":
         try:
-            session, result = _initialize(endpoint, message)
+            session, initialized = _initialize(endpoint, message)
         except RpcError as exc:
             return JsonResponse(error_body(message_id, exc.code, exc.message))
         return JsonResponse(
-            {"jsonrpc": "2.0", "id": message_id, "result": result},
+            {"jsonrpc": "2.0", "id": message_id, "result": initialized},
             headers={SESSION_HEADER: str(session.id)},
         )
     session = _session(request, endpoint, message_id if kind == "request" else None)
@@ -373,11 +396,12 @@ class Post(longpoll.LongPoll):
     claims as a long poll, and one of wait_for_todo, which ``_post_waiting``
     then awaits (``todos.waits``)."""
 
-    def __init__(self, request):
+    def __init__(self, request: McpRequest) -> None:
         self.request = request
-        self.pending = self.response = None
+        self.pending: Pending | None = None
+        self.response: HttpResponseBase | listen.Listen | None = None
 
-    def starts_in_loop(self):
+    def starts_in_loop(self) -> bool:
         """A 2026-07-28 tools/call of one of ``LOOP_TOOLS``: the store's
         statements only, made from the loop (todos.inloop)."""
         request = self.request
@@ -396,7 +420,7 @@ class Post(longpoll.LongPoll):
             and stateless.speaks_stateless(request, message)
         )
 
-    def start(self):
+    def start(self) -> store.Scope | None:
         answer = _answer(self.request)
         if not isinstance(answer, Pending):
             self.response = answer
@@ -408,14 +432,19 @@ class Post(longpoll.LongPoll):
         self.queue, self.wait = work.queue, work.wait
         return answer.scope
 
-    def revalidate(self):
-        return self.pending.work.revalidate()
+    def _claim(self) -> ClaimNext:
+        work = self.pending.work if self.pending is not None else None
+        assert isinstance(work, ClaimNext)  # start gave a scope for a claim only
+        return work
 
-    def attempt(self, scope):
-        return self.pending.work.attempt(scope)
+    def revalidate(self) -> store.Scope:
+        return self._claim().revalidate()
+
+    def attempt(self, scope: store.Scope) -> longpoll.Claimed:
+        return self._claim().attempt(scope)
 
 
-async def _post_waiting(request):
+async def _post_waiting(request: McpRequest) -> HttpResponseBase:
     post = Post(request)
     try:
         outcome = await longpoll.claim(post)
@@ -430,7 +459,9 @@ async def _post_waiting(request):
         if isinstance(post.response, listen.Listen):
             return await listen.listen_stream(post.response, stateless.completed)
         if post.pending is None:
+            assert post.response is not None  # start answered the message
             return post.response
+        assert outcome is not None  # the claim or the wait answered
         result = mcp_tools.finished(outcome)
     result = post.pending.finish(result)
     body = {"jsonrpc": "2.0", "id": post.pending.message_id, "result": result}
@@ -440,7 +471,7 @@ async def _post_waiting(request):
 # --- The session's event stream -------------------------------------------------
 
 
-def doorbell_notification(ring):
+def doorbell_notification(ring: Ring) -> Json:
     """Return the notifications/message that announces a claimable todo (or
     another event of a todo: ``todo.done``, ``todo.asked``, …).
 
@@ -463,7 +494,7 @@ def doorbell_notification(ring):
     }
 
 
-def _doorbell_event(ring):
+def _doorbell_event(ring: Ring) -> str:
     return _doorbell_text(
         str(ring["id"]),
         str(ring["endpoint_id"]),
@@ -473,17 +504,22 @@ def _doorbell_event(ring):
 
 
 @functools.lru_cache(maxsize=4096)
-def _doorbell_text(todo_id, endpoint_id, queue, event):
+def _doorbell_text(todo_id: str, endpoint_id: str, queue: str, event: str) -> str:
     # One ring reaches every open stream of its scope: its text is made once.
-    ring = {"id": todo_id, "endpoint_id": endpoint_id, "queue": queue, "event": event}
+    ring: Ring = {
+        "id": todo_id,
+        "endpoint_id": endpoint_id,
+        "queue": queue,
+        "event": event,
+    }
     return _event(doorbell_notification(ring))
 
 
-def _wants_doorbell(log_level):
+def _wants_doorbell(log_level: str) -> bool:
     return LOG_LEVELS.index(log_level) <= LOG_LEVELS.index(DOORBELL_LEVEL)
 
 
-def session_level(session_id):
+def session_level(session_id: uuid.UUID) -> str | None:
     """Return the session's log level, or None when the session has ended."""
     return (
         McpSession.objects.filter(pk=session_id)
@@ -492,11 +528,11 @@ def session_level(session_id):
     )
 
 
-def _event(message):
+def _event(message: Json) -> str:
     return f"event: message\ndata: {json.dumps(message)}\n\n"
 
 
-def _authorize_stream(request):
+def _authorize_stream(request: McpRequest) -> tuple[store.Scope, uuid.UUID]:
     if not accepts(request, "text/event-stream"):
         raise TransportError(
             406,
@@ -510,7 +546,9 @@ def _authorize_stream(request):
     return store.Scope.for_endpoint(request.endpoint), request.mcp_session.pk
 
 
-async def session_stream(request, waiter, first):
+async def session_stream(
+    request: McpRequest, waiter: Waiter, first: list[Ring]
+) -> AsyncGenerator[str]:
     """The body of a session's GET stream (``todos.streams`` waits for it).
 
     Besides the streams' own ends, it ends when its session ends (a DELETE,
@@ -521,11 +559,14 @@ async def session_stream(request, waiter, first):
     scope, session = waiter.scope, request.mcp_session
     level = [session.log_level]
 
-    def refresh(notices):
+    def refresh(notices: set[str]) -> bool:
         if not same_access(request, scope):
             return False
-        level[0] = session_level(session.pk)
-        return level[0] is not None
+        now = session_level(session.pk)
+        if now is None:
+            return False
+        level[0] = now
+        return True
 
     yield ": connected\n\n"
     async for said in streams.watch(
@@ -539,24 +580,27 @@ async def session_stream(request, waiter, first):
             yield ": keep-alive\n\n"
 
 
-async def _stream(request):
+async def _stream(request: McpRequest) -> EventStreamResponse:
     waiter, first = await streams.open_stream(_authorize_stream, request)
     response = aio.event_stream(session_stream(request, waiter, first), waiter.close)
     response[SESSION_HEADER] = str(request.mcp_session.id)
     return response
 
 
-def _delete(request, endpoint):
+def _delete(request: HttpRequest, endpoint: Endpoint) -> HttpResponse:
     session = _session(request, endpoint)
     McpSession.objects.filter(pk=session.pk).delete()
     return HttpResponse(status=204)
 
 
-HANDLERS = {"POST": _post, "DELETE": _delete}
+HANDLERS: dict[str, Callable[[McpRequest, Endpoint], Answer]] = {
+    "POST": _post,
+    "DELETE": _delete,
+}
 
 
 @csrf_exempt
-async def endpoint(request):
+async def endpoint(request: McpRequest) -> HttpResponseBase:
     """Serve the MCP Streamable HTTP transport for the token's endpoint.
 
     An async view: the GET stream and a waiting claim_next wait in the event
@@ -569,17 +613,19 @@ async def endpoint(request):
             return await _stream(request)
         if request.method == "POST":
             return await _post_waiting(request)
-        return await aio.run_pooled(_answer, request)
+        answered = await aio.run_pooled(_answer, request)
+        assert isinstance(answered, HttpResponseBase)  # only a POST waits or listens
+        return answered
     except Exception as exc:
         return _failure(exc)
 
 
-endpoint.waits = True
+endpoint.waits = True  # type: ignore[attr-defined]  # read by board/serving/middleware
 
 
-def _answer(request):
+def _answer(request: McpRequest) -> Answer:
     try:
-        handler = HANDLERS.get(request.method)
+        handler = HANDLERS.get(request.method or "")
         if handler is None:
             raise TransportError(
                 405,
@@ -596,7 +642,7 @@ def _answer(request):
         return _failure(exc)
 
 
-def _failure(exc):
+def _failure(exc: Exception) -> http.ErrorResponse:
     """Answer a known failure as the transport does; re-raise an unknown one."""
     if isinstance(exc, TransportError):
         return exc.response()
