@@ -38,7 +38,7 @@ class DecryptionFailed(Exception):
     """A stored ciphertext does not open with any configured key."""
 
 
-def derived_key(secret_key=None):
+def derived_key(secret_key: str | None = None) -> str:
     """Return the Fernet key derived from SECRET_KEY (the default key)."""
     material = (secret_key or settings.SECRET_KEY).encode("utf-8")
     raw = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=HKDF_INFO).derive(
@@ -47,14 +47,14 @@ def derived_key(secret_key=None):
     return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
-def configured_keys(configured=None):
+def configured_keys(configured: str | None = None) -> list[str]:
     """Return the keys of SWITCHBOARD_ENCRYPTION_KEY, in order (maybe none)."""
     if configured is None:
         configured = settings.SWITCHBOARD_ENCRYPTION_KEY
     return [key.strip() for key in configured.split(",") if key.strip()]
 
 
-def configuration_error():
+def configuration_error() -> str | None:
     """Return why SWITCHBOARD_ENCRYPTION_KEY is unusable, or None when it is fine."""
     for key in configured_keys():
         try:
@@ -65,7 +65,9 @@ def configuration_error():
 
 
 @functools.lru_cache(maxsize=4)
-def _keyring(configured, secret_key, fallbacks):
+def _keyring(
+    configured: str, secret_key: str, fallbacks: tuple[str, ...]
+) -> tuple[MultiFernet, Fernet]:
     """Return (the MultiFernet of every key, the Fernet of the key that encrypts)."""
     keys = configured_keys(configured)
     for secret in (secret_key, *fallbacks):
@@ -79,7 +81,7 @@ def _keyring(configured, secret_key, fallbacks):
     return MultiFernet(fernets), fernets[0]
 
 
-def _current():
+def _current() -> tuple[MultiFernet, Fernet]:
     return _keyring(
         settings.SWITCHBOARD_ENCRYPTION_KEY,
         settings.SECRET_KEY,
@@ -87,22 +89,22 @@ def _current():
     )
 
 
-def fernet():
+def fernet() -> MultiFernet:
     """Return the MultiFernet of every key: the first encrypts, all decrypt."""
     return _current()[0]
 
 
-def encrypt(plaintext):
+def encrypt(plaintext: str) -> str:
     """Return the ciphertext (text) of a secret string."""
     return fernet().encrypt(plaintext.encode("utf-8")).decode("ascii")
 
 
-def decrypt(ciphertext):
+def decrypt(ciphertext: str) -> str:
     """Return the secret string of a ciphertext, or raise DecryptionFailed."""
     return _decrypt(fernet(), ciphertext)
 
 
-def is_current(ciphertext):
+def is_current(ciphertext: str) -> bool:
     """Say whether a ciphertext is under the key that encrypts (no rewrite due)."""
     try:
         _current()[1].decrypt(ciphertext.encode("ascii"))
@@ -111,7 +113,7 @@ def is_current(ciphertext):
     return True
 
 
-def reencrypt(ciphertext):
+def reencrypt(ciphertext: str) -> str:
     """Return the ciphertext rewritten under the key that encrypts.
 
     Raises DecryptionFailed when no configured key opens it.
@@ -126,7 +128,7 @@ def reencrypt(ciphertext):
 # a call's CPU): the last ones are remembered, per key set, as they would be
 # in any process that holds the keys anyway. A failure is never remembered.
 @functools.lru_cache(maxsize=1024)
-def _decrypt(keys, ciphertext):
+def _decrypt(keys: MultiFernet, ciphertext: str) -> str:
     try:
         return keys.decrypt(ciphertext.encode("ascii")).decode("utf-8")
     except (InvalidToken, UnicodeError, AttributeError) as exc:

@@ -8,12 +8,13 @@ the key pair and keeps the account id, so queue URLs stay valid.
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from todos import crypto
-from todos.models import SqsCredential
+from todos.models import Endpoint, SqsCredential
 
 ACCESS_KEY_PREFIX = "SBIA"
 # Uppercase letters and digits, as AWS key ids: some tools check the shape.
@@ -28,7 +29,7 @@ class Issued:
     secret_access_key: str
     account_id: str
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sqs_access_key_id": self.access_key_id,
             "sqs_secret_access_key": self.secret_access_key,
@@ -36,19 +37,19 @@ class Issued:
         }
 
 
-def _access_key_id():
+def _access_key_id() -> str:
     return ACCESS_KEY_PREFIX + "".join(secrets.choice(KEY_ALPHABET) for _ in range(16))
 
 
-def _secret():
+def _secret() -> str:
     return secrets.token_urlsafe(30)
 
 
-def _account_id():
+def _account_id() -> str:
     return str(secrets.randbelow(9 * 10**11) + 10**11)
 
 
-def issue(endpoint):
+def issue(endpoint: Endpoint) -> Issued:
     """Give an endpoint SQS credentials (new, or rotated); return them once."""
     for _ in range(5):
         secret = _secret()
@@ -75,6 +76,6 @@ def issue(endpoint):
     raise RuntimeError("could not mint unique SQS credentials")
 
 
-def shown(endpoint):
+def shown(endpoint: Endpoint) -> SqsCredential | None:
     """Return the endpoint's credential without its secret, or None."""
     return SqsCredential.objects.filter(endpoint=endpoint).first()

@@ -18,7 +18,9 @@ import json
 import re
 import struct
 import uuid
+from typing import Any
 
+from todos import store
 from todos.sqs.protocol import SqsError, invalid
 
 PAYLOAD_KEY = "sqs_message"
@@ -36,16 +38,19 @@ INVALID_CHARACTER_RE = re.compile(
 )
 TITLE_LENGTH = 120
 
+# Message attributes by name, each {"DataType", "StringValue" | "BinaryValue"}.
+type Attributes = dict[str, dict[str, str]]
 
-def md5_hex(data):
+
+def md5_hex(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
-def md5_of_body(body):
+def md5_of_body(body: str) -> str:
     return md5_hex(body.encode("utf-8"))
 
 
-def md5_of_attributes(attributes):
+def md5_of_attributes(attributes: Attributes) -> str:
     """The MD5 of message attributes, as AWS documents it and SDKs check it.
 
     For each attribute by name: the name, the data type and the value, each
@@ -54,7 +59,7 @@ def md5_of_attributes(attributes):
     """
     digest = hashlib.md5(usedforsecurity=False)
 
-    def part(data):
+    def part(data: bytes) -> None:
         digest.update(struct.pack(">I", len(data)))
         digest.update(data)
 
@@ -72,7 +77,7 @@ def md5_of_attributes(attributes):
     return digest.hexdigest()
 
 
-def check_text(value, what):
+def check_text(value: str, what: str) -> None:
     if INVALID_CHARACTER_RE.search(value):
         raise SqsError(
             "InvalidMessageContents",
@@ -81,7 +86,7 @@ def check_text(value, what):
         )
 
 
-def clean_attributes(raw):
+def clean_attributes(raw: object) -> tuple[Attributes, int]:
     """Validate MessageAttributes; return them in a canonical form and their size."""
     if raw is None:
         return {}, 0
@@ -92,7 +97,8 @@ def clean_attributes(raw):
             f"Number of message attributes [{len(raw)}] exceeds the allowed "
             f"maximum [{MAX_ATTRIBUTES}]."
         )
-    cleaned, size = {}, 0
+    cleaned: Attributes = {}
+    size = 0
     for name, attribute in raw.items():
         if (
             not isinstance(name, str)
@@ -152,9 +158,9 @@ def clean_attributes(raw):
     return cleaned, size
 
 
-def _check_number(name, text):
+def _check_number(name: str, text: str) -> None:
     try:
-        number = float(text)
+        number: float | None = float(text)
     except ValueError:
         number = None
     if number is None or number != number or abs(number) == float("inf"):
@@ -163,7 +169,7 @@ def _check_number(name, text):
         )
 
 
-def clean_body(body):
+def clean_body(body: object) -> tuple[str, int]:
     """Validate a MessageBody; return it and its size in bytes."""
     if body is None:
         raise SqsError(
@@ -177,7 +183,7 @@ def clean_body(body):
     return body, len(body.encode("utf-8"))
 
 
-def check_size(size):
+def check_size(size: int) -> None:
     if size > MAX_MESSAGE_BYTES:
         raise invalid(
             "One or more parameters are invalid. Reason: Message must be shorter "
@@ -185,20 +191,20 @@ def check_size(size):
         )
 
 
-def payload_of(body, attributes):
-    message = {"body": body}
+def payload_of(body: str, attributes: Attributes) -> dict[str, Any]:
+    message: dict[str, Any] = {"body": body}
     if attributes:
         message["message_attributes"] = attributes
     return {PAYLOAD_KEY: message}
 
 
-def title_of(body):
+def title_of(body: str) -> str:
     """A short, readable title for the Board: the body's first line."""
     first = " ".join(body.strip().split("\n", 1)[0].split())
     return first[: TITLE_LENGTH - 1] + "…" if len(first) > TITLE_LENGTH else first
 
 
-def sqs_message(payload):
+def sqs_message(payload: object) -> dict[str, Any] | None:
     """Return the {"body", "message_attributes"} of an SQS payload, or None."""
     if not isinstance(payload, dict) or set(payload) != {PAYLOAD_KEY}:
         return None
@@ -211,7 +217,7 @@ def sqs_message(payload):
     return {"body": message["body"], "message_attributes": attributes}
 
 
-def body_and_attributes(payload):
+def body_and_attributes(payload: object) -> tuple[str, dict[str, Any]]:
     """The Body and MessageAttributes a todo is received with."""
     message = sqs_message(payload)
     if message is not None:
@@ -222,12 +228,12 @@ def body_and_attributes(payload):
     return compact, {}
 
 
-def readable_body(payload):
+def readable_body(payload: object) -> str | None:
     """The body of an SQS todo for a person (pretty JSON when it parses), or None."""
     message = sqs_message(payload)
     if message is None:
         return None
-    body = message["body"]
+    body: str = message["body"]
     try:
         parsed = json.loads(body)
     except ValueError:
@@ -240,12 +246,12 @@ def readable_body(payload):
 # --- Receipt handles ------------------------------------------------------------
 
 
-def receipt_handle(todo):
+def receipt_handle(todo: store.Todo) -> str:
     raw = f"{todo.id}:{todo.lease_token}".encode("ascii")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def parse_receipt_handle(handle):
+def parse_receipt_handle(handle: object) -> tuple[str, str]:
     """Return (todo id, lease token) of a handle, or raise ReceiptHandleIsInvalid."""
     if not isinstance(handle, str) or not handle or len(handle) > 1024:
         raise _invalid_handle(handle)
@@ -260,7 +266,7 @@ def parse_receipt_handle(handle):
     return todo_id, token
 
 
-def _invalid_handle(handle):
+def _invalid_handle(handle: object) -> SqsError:
     shown = handle if isinstance(handle, str) and len(handle) <= 100 else "…"
     return SqsError(
         "ReceiptHandleIsInvalid",

@@ -10,15 +10,18 @@ QueueDoesNotExist``) while ``Error.Code`` keeps the legacy query-protocol code
 import json
 import logging
 import uuid
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from todos import auth, crypto, http, store
+from todos.models import Endpoint
 from todos.sqs import sigv4
 
 logger = logging.getLogger("switchboard.sqs")
@@ -64,16 +67,24 @@ ERRORS = {
 }
 
 
+class SqsRequest(HttpRequest):
+    """What the SQS surface adds to a request, for the request log: the
+    endpoint its signature authenticated and the action it named."""
+
+    endpoint: Endpoint
+    sqs_action: str
+
+
 class SqsError(Exception):
     """A failure answered in SQS's error shape; ``shape`` is a key of ERRORS."""
 
-    def __init__(self, shape, message):
+    def __init__(self, shape: str, message: str) -> None:
         super().__init__(message)
         self.shape = shape
         self.message = message
 
 
-def invalid(message):
+def invalid(message: str) -> SqsError:
     return SqsError("InvalidParameterValue", message)
 
 
@@ -87,11 +98,11 @@ def error_response(shape: str, message: str) -> HttpResponse:
     fault = "Receiver" if status >= 500 else "Sender"
     response["x-amzn-query-error"] = f"{query_code};{fault}"
     response["x-amzn-RequestId"] = str(uuid.uuid4())
-    response.error_code = shape
+    response.error_code = shape  # type: ignore[attr-defined]  # the request log's
     return response
 
 
-def json_response(data):
+def json_response(data: dict[str, Any]) -> HttpResponse:
     """The answer's JSON as UTF-8; it cannot fail to encode.
 
     An answer may echo what a caller sent (a batch entry's error names the
@@ -103,7 +114,7 @@ def json_response(data):
     return response
 
 
-def error_for(exc):
+def error_for(exc: BaseException) -> SqsError | None:
     """Map a store or database failure to its SqsError, or None when unknown."""
     if isinstance(exc, SqsError):
         return exc
@@ -119,7 +130,7 @@ def error_for(exc):
     return None
 
 
-def check_host(request):
+def check_host(request: HttpRequest) -> None:
     """Refuse a Host outside ALLOWED_HOSTS before anything else runs.
 
     Queue URLs are made of the request's Host, so an action must not run
@@ -133,7 +144,7 @@ def check_host(request):
         ) from None
 
 
-def read_body(request):
+def read_body(request: HttpRequest) -> bytes:
     """Return the raw body, bounded by SWITCHBOARD_SQS_MAX_REQUEST_BYTES."""
     try:
         return http.read_body(request, settings.SWITCHBOARD_SQS_MAX_REQUEST_BYTES)
@@ -143,7 +154,7 @@ def read_body(request):
         raise SqsError("SerializationException", exc.detail) from None
 
 
-def parse_body(raw):
+def parse_body(raw: bytes) -> dict[str, Any]:
     """Decode a JSON object body ({} when empty), or raise SerializationException."""
     if not raw.strip():
         return {}
@@ -156,9 +167,9 @@ def parse_body(raw):
     return data
 
 
-def _headers(meta):
+def _headers(meta: Mapping[str, Any]) -> dict[str, str]:
     """The request's headers by lowercase name, as a WSGI server combined them."""
-    headers = {}
+    headers: dict[str, str] = {}
     for key, value in meta.items():
         if key.startswith("HTTP_"):
             headers[key[5:].replace("_", "-").lower()] = value
@@ -167,10 +178,10 @@ def _headers(meta):
     return headers
 
 
-def _raw_path(request):
+def _raw_path(request: HttpRequest) -> str:
     # gunicorn keeps the request line as sent; elsewhere PATH_INFO is decoded
     # and its encoding is redone the way a client would have sent it.
-    raw = request.META.get("RAW_URI")
+    raw: str | None = request.META.get("RAW_URI")
     if raw:
         return raw.split("?", 1)[0]
     return quote(request.path, safe="/-_.~")
@@ -179,7 +190,9 @@ def _raw_path(request):
 class Caller:
     """The authenticated SQS caller: endpoint, scope, account id, signing region."""
 
-    def __init__(self, endpoint, account_id, region, access_key_id):
+    def __init__(
+        self, endpoint: Endpoint, account_id: str, region: str, access_key_id: str
+    ) -> None:
         self.endpoint = endpoint
         self.account_id = account_id
         self.region = region
@@ -187,7 +200,7 @@ class Caller:
         self.scope = store.Scope.for_endpoint(endpoint)
 
 
-def authenticate(request, raw_body):
+def authenticate(request: SqsRequest, raw_body: bytes) -> Caller:
     """Verify the request's SigV4 signature; return its Caller or raise SqsError."""
     headers = _headers(request.META)
     try:
@@ -226,7 +239,7 @@ def authenticate(request, raw_body):
         sigv4.check_signature(
             authorization=authorization,
             secret=secret,
-            method=request.method,
+            method=request.method or "",
             raw_path=_raw_path(request),
             query_string=request.META.get("QUERY_STRING", ""),
             headers=headers,

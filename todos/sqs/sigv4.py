@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import hmac
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, unquote
@@ -35,7 +36,7 @@ AUTHORIZATION_RE = re.compile(
 class SignatureError(Exception):
     """A request that cannot be authenticated; ``code`` is the AWS error code."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -53,11 +54,11 @@ class Authorization:
     signature: str
 
     @property
-    def scope(self):
+    def scope(self) -> str:
         return f"{self.date}/{self.region}/{self.service}/aws4_request"
 
 
-def parse_authorization(header):
+def parse_authorization(header: str | None) -> Authorization:
     """Parse the Authorization header, or raise SignatureError."""
     if not header:
         raise SignatureError(
@@ -84,10 +85,11 @@ def parse_authorization(header):
         raise SignatureError(
             "IncompleteSignature", "SignedHeaders must be lowercase and sorted"
         )
-    return Authorization(*parts[:4], signed, match["signature"])
+    key_id, date, region, service = parts[:4]
+    return Authorization(key_id, date, region, service, signed, match["signature"])
 
 
-def _raw_bytes(text):
+def _raw_bytes(text: str) -> bytes:
     # A WSGI server hands the raw request line over as latin-1 text; a caller
     # holding a real string (a test vector) has UTF-8 in mind.
     try:
@@ -96,10 +98,10 @@ def _raw_bytes(text):
         return text.encode("utf-8")
 
 
-def canonical_uri(raw_path):
+def canonical_uri(raw_path: str) -> str:
     """Normalize the path and URI-encode each segment (again), as non-S3 services."""
     path = raw_path.split("?", 1)[0]
-    segments = []
+    segments: list[str] = []
     for segment in path.split("/"):
         if segment in ("", "."):
             continue
@@ -113,7 +115,7 @@ def canonical_uri(raw_path):
     return "/" + encoded + trailing
 
 
-def canonical_query(query_string):
+def canonical_query(query_string: str) -> str:
     """Sort the decoded query parameters and encode them as SigV4 does."""
     pairs = []
     for item in query_string.split("&") if query_string else ():
@@ -129,11 +131,18 @@ def canonical_query(query_string):
     return "&".join(f"{key}={value}" for key, value in sorted(pairs))
 
 
-def canonical_header_value(value):
+def canonical_header_value(value: str) -> str:
     return " ".join(value.split())
 
 
-def canonical_request(method, raw_path, query_string, headers, signed, payload):
+def canonical_request(
+    method: str,
+    raw_path: str,
+    query_string: str,
+    headers: Mapping[str, str],
+    signed: Iterable[str],
+    payload: bytes,
+) -> str:
     """Return the canonical request; ``headers`` maps lowercase names to values."""
     lines = [method.upper(), canonical_uri(raw_path), canonical_query(query_string)]
     for name in signed:
@@ -149,23 +158,25 @@ def canonical_request(method, raw_path, query_string, headers, signed, payload):
     return "\n".join(lines)
 
 
-def string_to_sign(amz_date, scope, creq):
+def string_to_sign(amz_date: str, scope: str, creq: str) -> str:
     digest = hashlib.sha256(creq.encode("utf-8")).hexdigest()
     return "\n".join([ALGORITHM, amz_date, scope, digest])
 
 
-def _hmac(key, text):
+def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
 
 
-def signing_key(secret, date, region, service):
+def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     key = _hmac(("AWS4" + secret).encode("utf-8"), date)
     key = _hmac(key, region)
     key = _hmac(key, service)
     return _hmac(key, "aws4_request")
 
 
-def signature(secret, authorization, amz_date, creq):
+def signature(
+    secret: str, authorization: Authorization, amz_date: str, creq: str
+) -> str:
     key = signing_key(
         secret, authorization.date, authorization.region, authorization.service
     )
@@ -177,12 +188,13 @@ def signature(secret, authorization, amz_date, creq):
 AMZ_DATE = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z", re.ASCII)
 
 
-def parse_amz_date(value):
+def parse_amz_date(value: str | None) -> datetime:
     matched = AMZ_DATE.fullmatch(value or "")
     if matched is not None:
         # The right shape may still be no date (month 13, hour 24).
         with contextlib.suppress(ValueError):
-            return datetime(*map(int, matched.groups()), tzinfo=UTC)
+            year, month, day, hour, minute, second = map(int, matched.groups())
+            return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     raise SignatureError(
         "IncompleteSignature",
         "the X-Amz-Date header must be a date like 20150830T123600Z",
@@ -191,16 +203,16 @@ def parse_amz_date(value):
 
 def check_signature(
     *,
-    authorization,
-    secret,
-    method,
-    raw_path,
-    query_string,
-    headers,
-    payload,
-    now,
-    service,
-):
+    authorization: Authorization,
+    secret: str,
+    method: str,
+    raw_path: str,
+    query_string: str,
+    headers: Mapping[str, str],
+    payload: bytes,
+    now: datetime,
+    service: str,
+) -> None:
     """Raise SignatureError unless the request is signed by ``secret`` in time.
 
     ``headers`` maps lowercase header names to their (combined) values.
@@ -226,7 +238,7 @@ def check_signature(
             "There were headers present in the request which were not signed: "
             + ", ".join(unsigned),
         )
-    amz_date = headers.get("x-amz-date")
+    amz_date = headers.get("x-amz-date", "")
     signed_at = parse_amz_date(amz_date)
     if amz_date[:8] != authorization.date:
         raise SignatureError(
