@@ -10,12 +10,15 @@ import base64
 import json
 import logging
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
 from todos import auth, http, inloop, store
 from todos.sqs import messages
-from todos.sqs.protocol import SqsError, invalid
+from todos.sqs.protocol import Caller, SqsError, SqsRequest, invalid
 
 logger = logging.getLogger("switchboard.sqs")
 
@@ -63,11 +66,28 @@ MESSAGE_SYSTEM_ATTRIBUTES = (
 )
 CLAIMANT = "sqs"
 
+# A request's or a response's members: JSON values.
+type Body = dict[str, Any]
+
 
 # --- Members ----------------------------------------------------------------
 
 
-def _member(body, name, kind, *, required=False):
+@overload
+def _member[T](
+    body: Body, name: str, kind: type[T], *, required: Literal[True]
+) -> T: ...
+
+
+@overload
+def _member[T](
+    body: Body, name: str, kind: type[T], *, required: bool = False
+) -> T | None: ...
+
+
+def _member[T](
+    body: Body, name: str, kind: type[T], *, required: bool = False
+) -> T | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -79,19 +99,19 @@ def _member(body, name, kind, *, required=False):
         raise SqsError(
             "SerializationException", f"{name}: expected {kind.__name__} value"
         )
-    if kind is str:
+    if isinstance(value, str):  # kind is str
         _check_storable(name, value)
     return value
 
 
-def _check_storable(name, value):
+def _check_storable(name: str, value: str) -> None:
     # The JSON API's text check: what PostgreSQL could not store is a 400.
     problem = http.text_problem(value)
     if problem:
         raise invalid(f"{name} {problem}")
 
 
-def _integer(body, name, minimum, maximum):
+def _integer(body: Body, name: str, minimum: int, maximum: int) -> int | None:
     value = _member(body, name, int)
     if value is not None and not minimum <= value <= maximum:
         raise invalid(
@@ -101,14 +121,14 @@ def _integer(body, name, minimum, maximum):
     return value
 
 
-def _string_list(body, name):
-    values = _member(body, name, list) or []
+def _string_list(body: Body, name: str) -> list[str]:
+    values: list[Any] = _member(body, name, list) or []
     if not all(isinstance(value, str) for value in values):
         raise SqsError("SerializationException", f"{name}: expected strings")
     return values
 
 
-def _queue_name(name):
+def _queue_name(name: object) -> str:
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise invalid(
             "Can only include alphanumeric characters, hyphens, or underscores. "
@@ -125,19 +145,19 @@ class Queue:
     scope: store.Scope
 
 
-def _no_such_queue():
+def _no_such_queue() -> SqsError:
     return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
 
 
-def _queue_scope(caller, name):
+def _queue_scope(caller: Caller, name: str) -> store.Scope:
     return store.Scope(caller.scope.endpoint_id, (name,))
 
 
-def queue_url(request, caller, name):
+def queue_url(request: SqsRequest, caller: Caller, name: str) -> str:
     return f"{request.scheme}://{request.get_host()}/{caller.account_id}/{name}"
 
 
-def _addressed(caller, body, *, must_exist=True):
+def _addressed(caller: Caller, body: Body, *, must_exist: bool = True) -> Queue:
     """Resolve QueueUrl: the caller's account, a granted name, an existing queue.
 
     Another endpoint's queue URL, a name outside the grant and a queue that
@@ -157,13 +177,13 @@ def _addressed(caller, body, *, must_exist=True):
     return queue
 
 
-def _check_exists(caller, name):
+def _check_exists(caller: Caller, name: str) -> None:
     # One index probe: the figures get_queue computes are not needed here.
     if not store.queue_exists(caller.scope, name):
         raise _no_such_queue()
 
 
-def _existing(caller, name):
+def _existing(caller: Caller, name: str) -> store.QueueInfo:
     try:
         return store.get_queue(caller.scope, name)
     except store.NotFound:
@@ -173,11 +193,11 @@ def _existing(caller, name):
 # --- Queue attributes -------------------------------------------------------
 
 
-def _settings_from_attributes(attributes):
+def _settings_from_attributes(attributes: object) -> dict[str, int]:
     """Turn SQS queue attributes into §10 queue settings (validated)."""
     if not isinstance(attributes, dict):
         raise SqsError("SerializationException", "Attributes: expected a map")
-    settings = {}
+    settings: dict[str, int] = {}
     for raw_name, value in attributes.items():
         # SQS takes "VisibilityTimeout " as "VisibilityTimeout".
         name = raw_name.strip()
@@ -203,9 +223,9 @@ def _settings_from_attributes(attributes):
     return settings
 
 
-def _attribute_int(name, value, minimum, maximum):
+def _attribute_int(name: str, value: str, minimum: int, maximum: int) -> int:
     try:
-        number = int(value, 10)
+        number: int | None = int(value, 10)
     except ValueError:
         number = None
     if number is None or not minimum <= number <= maximum:
@@ -215,7 +235,7 @@ def _attribute_int(name, value, minimum, maximum):
     return number
 
 
-def _check_fixed(name, value):
+def _check_fixed(name: str, value: str) -> None:
     limits = {
         "MaximumMessageSize": (1024, 1_048_576),
         "MessageRetentionPeriod": (60, 1_209_600),
@@ -229,7 +249,7 @@ def _check_fixed(name, value):
         )
 
 
-def _max_receive_count(value):
+def _max_receive_count(value: str) -> int:
     if value == "":
         # SQS's way to remove a queue's RedrivePolicy.
         return store.UNLIMITED_ATTEMPTS
@@ -259,11 +279,11 @@ def _max_receive_count(value):
     return count
 
 
-def _arn(caller, name):
+def _arn(caller: Caller, name: str) -> str:
     return f"arn:aws:sqs:{caller.region}:{caller.account_id}:{name}"
 
 
-def _epoch_seconds(moment):
+def _epoch_seconds(moment: datetime) -> str:
     return str(int(moment.timestamp()))
 
 
@@ -274,7 +294,9 @@ COUNTED_ATTRIBUTES = (
 )
 
 
-def _queue_attributes(caller, info, wanted):
+def _queue_attributes(
+    caller: Caller, info: store.QueueInfo, wanted: Sequence[str]
+) -> dict[str, str]:
     attributes = {
         "CreatedTimestamp": _epoch_seconds(info.created_at),
         "LastModifiedTimestamp": _epoch_seconds(info.updated_at),
@@ -301,7 +323,7 @@ def _queue_attributes(caller, info, wanted):
     return attributes
 
 
-def _differs(info, settings):
+def _differs(info: store.QueueInfo, settings: dict[str, int]) -> bool:
     current = {
         "lease_seconds": info.lease_seconds,
         "delay_seconds": info.delay_seconds,
@@ -313,7 +335,7 @@ def _differs(info, settings):
 # --- Queue actions ----------------------------------------------------------
 
 
-def create_queue(request, caller, body):
+def create_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
     name = _queue_name(_member(body, "QueueName", str, required=True))
     settings = _settings_from_attributes(_member(body, "Attributes", dict) or {})
     _member(body, "tags", dict)  # Tags are accepted and not kept (docs/sqs.md).
@@ -333,7 +355,7 @@ def create_queue(request, caller, body):
     return {"QueueUrl": queue_url(request, caller, name)}
 
 
-def get_queue_url(request, caller, body):
+def get_queue_url(request: SqsRequest, caller: Caller, body: Body) -> Body:
     name = _member(body, "QueueName", str, required=True)
     owner = _member(body, "QueueOwnerAWSAccountId", str)
     if owner is not None and owner != caller.account_id:
@@ -344,7 +366,7 @@ def get_queue_url(request, caller, body):
     return {"QueueUrl": queue_url(request, caller, name)}
 
 
-def list_queues(request, caller, body):
+def list_queues(request: SqsRequest, caller: Caller, body: Body) -> Body:
     prefix = _member(body, "QueueNamePrefix", str) or ""
     limit = _integer(body, "MaxResults", 1, 1000)
     after = _member(body, "NextToken", str)
@@ -361,7 +383,7 @@ def list_queues(request, caller, body):
     if after is not None:
         names = [name for name in names if name > after]
     page = names[: limit or 1000]
-    out = {}
+    out: Body = {}
     if page:
         out["QueueUrls"] = [queue_url(request, caller, name) for name in page]
     if limit is not None and len(names) > len(page):
@@ -369,7 +391,7 @@ def list_queues(request, caller, body):
     return out
 
 
-def get_queue_attributes(request, caller, body):
+def get_queue_attributes(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body, must_exist=False)
     wanted = _string_list(body, "AttributeNames")
     for name in wanted:
@@ -382,7 +404,7 @@ def get_queue_attributes(request, caller, body):
     return {"Attributes": attributes} if attributes else {}
 
 
-def set_queue_attributes(request, caller, body):
+def set_queue_attributes(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     attributes = _member(body, "Attributes", dict, required=True)
     settings = _settings_from_attributes(attributes)
@@ -391,13 +413,13 @@ def set_queue_attributes(request, caller, body):
     return {}
 
 
-def purge_queue(request, caller, body):
+def purge_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     store.purge_queue(caller.scope, queue.name)
     return {}
 
 
-def delete_queue(request, caller, body):
+def delete_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     store.delete_queue(caller.scope, queue.name)
     return {}
@@ -411,12 +433,12 @@ class Outgoing:
     """A validated message to send, with its MD5s."""
 
     body: str
-    attributes: dict
+    attributes: messages.Attributes
     size: int
     delay_seconds: int | None
     deduplication_id: str | None
 
-    def create_args(self, queue):
+    def create_args(self, queue: Queue) -> dict[str, Any]:
         return {
             "queue": queue.name,
             "title": messages.title_of(self.body),
@@ -425,7 +447,7 @@ class Outgoing:
             "delay_seconds": self.delay_seconds,
         }
 
-    def sent(self, todo):
+    def sent(self, todo: store.Todo) -> dict[str, str]:
         out = {
             "MessageId": todo.id,
             "MD5OfMessageBody": messages.md5_of_body(self.body),
@@ -435,27 +457,27 @@ class Outgoing:
         return out
 
 
-def _actor(caller):
+def _actor(caller: Caller) -> str:
     return f"sqs:{caller.endpoint.name}"
 
 
 # A MessageDeduplicationId is scoped to its queue, as in SQS, while a todo's
 # idempotency key is scoped to its endpoint: the key is stored under the
 # queue's name (no queue name holds a ":").
-def _idempotency_key(queue, deduplication_id):
+def _idempotency_key(queue: str, deduplication_id: str | None) -> str | None:
     if deduplication_id is None:
         return None
     return f"sqs:{queue}:{deduplication_id}"
 
 
-def _deduplication_id(todo):
+def _deduplication_id(todo: store.Todo) -> str | None:
     key = todo.idempotency_key
     if key is None:
         return None
     return key.removeprefix(f"sqs:{todo.queue}:")
 
 
-def _outgoing(entry):
+def _outgoing(entry: Body) -> Outgoing:
     """Validate one message (SendMessage's, or a batch entry); its size is
     checked by the caller: a batch checks the sum of its entries first."""
     body, size = messages.clean_body(entry.get("MessageBody"))
@@ -474,7 +496,7 @@ def _outgoing(entry):
     return Outgoing(body, attributes, size, delay, dedup)
 
 
-def _create_failure(exc):
+def _create_failure(exc: Exception) -> Exception:
     if isinstance(exc, store.KeyHeld):
         # Only a key made outside SQS can be held by another queue's todo.
         return invalid(
@@ -485,7 +507,7 @@ def _create_failure(exc):
     return exc
 
 
-def send_message(request, caller, body):
+def send_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     outgoing = _outgoing(body)
     messages.check_size(outgoing.size)
@@ -498,7 +520,7 @@ def send_message(request, caller, body):
     return outgoing.sent(todo)
 
 
-def _entries(body, entry_shape):
+def _entries(body: Body, entry_shape: str) -> list[Body]:
     """Validate a batch's Entries: 1 to 10, well-formed and distinct ids."""
     entries = _member(body, "Entries", list, required=True)
     if not entries:
@@ -512,7 +534,7 @@ def _entries(body, entry_shape):
             f"Maximum number of entries per request are {MAX_BATCH_ENTRIES}. "
             f"You have sent {len(entries)}.",
         )
-    seen = set()
+    seen: set[str] = set()
     for entry in entries:
         if not isinstance(entry, dict):
             raise SqsError("SerializationException", "Entries: expected structures")
@@ -529,7 +551,7 @@ def _entries(body, entry_shape):
     return entries
 
 
-def _failed(entry_id, error):
+def _failed(entry_id: str, error: SqsError) -> Body:
     return {
         "Id": entry_id,
         "SenderFault": True,
@@ -538,7 +560,7 @@ def _failed(entry_id, error):
     }
 
 
-def _entry_failure(entry_id, result):
+def _entry_failure(entry_id: str, result: Exception) -> Body:
     """The Failed item of an entry the store refused (never raised: by then
     other entries may be applied, and a 500 would make the client send them
     all again)."""
@@ -556,10 +578,11 @@ def _entry_failure(entry_id, result):
     }
 
 
-def send_message_batch(request, caller, body):
+def send_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     entries = _entries(body, "SendMessageBatchRequestEntry")
-    prepared, failed = [], []
+    prepared: list[tuple[str, Outgoing]] = []
+    failed: list[Body] = []
     total = 0
     for entry in entries:
         try:
@@ -578,7 +601,7 @@ def send_message_batch(request, caller, body):
             f"Batch requests cannot be longer than {messages.MAX_MESSAGE_BYTES} "
             f"bytes. You have sent {total} bytes.",
         )
-    successful = []
+    successful: list[Body] = []
     if prepared:
         # Every entry was validated above; the answer is built before the
         # commit, so nothing that follows the commit can fail.
@@ -599,13 +622,16 @@ def send_message_batch(request, caller, body):
 # --- Receive ----------------------------------------------------------------
 
 
-def _epoch_millis(moment):
+def _epoch_millis(moment: datetime) -> str:
     return str(int(moment.timestamp() * 1000))
 
 
-def _system_attributes(caller, todo, wanted):
+def _system_attributes(
+    caller: Caller, todo: store.Todo, wanted: set[str]
+) -> dict[str, str]:
     if not wanted:
         return {}
+    assert todo.claimed_at is not None  # a received todo is claimed
     values = {
         "SenderId": caller.account_id,
         "SentTimestamp": _epoch_millis(todo.created_at),
@@ -613,14 +639,17 @@ def _system_attributes(caller, todo, wanted):
         # The first receive's time is not kept apart: this receive's time.
         "ApproximateFirstReceiveTimestamp": _epoch_millis(todo.claimed_at),
     }
-    if todo.idempotency_key is not None:
-        values["MessageDeduplicationId"] = _deduplication_id(todo)
+    deduplication_id = _deduplication_id(todo)
+    if deduplication_id is not None:
+        values["MessageDeduplicationId"] = deduplication_id
     if "All" in wanted:
         return values
     return {name: values[name] for name in wanted if name in values}
 
 
-def _selected_attributes(attributes, wanted):
+def _selected_attributes(
+    attributes: dict[str, Any], wanted: set[str]
+) -> dict[str, Any]:
     if not wanted or not attributes:
         return {}
     if "All" in wanted or ".*" in wanted:
@@ -634,9 +663,14 @@ def _selected_attributes(attributes, wanted):
     }
 
 
-def _received(caller, todo, system_wanted, attributes_wanted):
+def _received(
+    caller: Caller,
+    todo: store.Todo,
+    system_wanted: set[str],
+    attributes_wanted: set[str],
+) -> Body:
     body, attributes = messages.body_and_attributes(todo.payload)
-    message = {
+    message: Body = {
         "MessageId": todo.id,
         "ReceiptHandle": messages.receipt_handle(todo),
         "MD5OfBody": messages.md5_of_body(body),
@@ -652,7 +686,7 @@ def _received(caller, todo, system_wanted, attributes_wanted):
     return message
 
 
-def receive_message(request, caller, body):
+def receive_message(request: SqsRequest, caller: Caller, body: Body) -> "Receive":
     """ReceiveMessage: a batch claim that may wait (``Receive``, a long poll)."""
     queue = _addressed(caller, body, must_exist=False)
     return Receive(
@@ -672,19 +706,19 @@ class Receive:
     """A ReceiveMessage, read and checked; the view claims it as a long poll
     (todos.longpoll) and renders what it claimed."""
 
-    caller: object
+    caller: Caller
     queue: Queue
     limit: int
     visibility: int | None
     wait: int
-    system_wanted: set
-    attributes_wanted: set
+    system_wanted: set[str]
+    attributes_wanted: set[str]
     # The queue's existence is checked only when nothing is claimed: a claim
     # in a queue that does not exist claims nothing, and the hot path (work
     # to take) saves a statement.
     checked: bool = False
 
-    def attempt(self, scope):
+    def attempt(self, scope: store.Scope) -> list[store.Todo]:
         claimed = store.claim_many(
             scope,
             CLAIMANT,
@@ -700,7 +734,7 @@ class Receive:
             self.checked = True
         return claimed
 
-    def revalidate(self):
+    def revalidate(self) -> store.Scope:
         """A revoked endpoint or a rotated key ends the wait; so does a grant
         that no longer covers the queue."""
         found = auth.endpoint_for_access_key(self.caller.access_key_id)
@@ -713,7 +747,7 @@ class Receive:
             raise _no_such_queue()
         return self.queue.scope
 
-    def render(self, claimed):
+    def render(self, claimed: Iterable[store.Todo]) -> Body:
         if not claimed:
             return {}
         return {
@@ -731,7 +765,7 @@ class Receive:
 STALE = (store.NotFound, store.Conflict)
 
 
-def _handle_of(caller, queue, body):
+def _handle_of(caller: Caller, queue: Queue, body: Body) -> tuple[str, str]:
     """The todo id and lease token of a single call's ReceiptHandle. A
     malformed one is a missing queue's error first, when the queue is missing
     (as SQS answers)."""
@@ -748,7 +782,7 @@ def _handle_of(caller, queue, body):
         ) from None
 
 
-def _in_another_queue(caller, todo_id):
+def _in_another_queue(caller: Caller, todo_id: str) -> bool:
     """Say whether a todo not found in the addressed queue is in another one of
     the endpoint (its handle is then invalid here, not stale)."""
     try:
@@ -758,14 +792,14 @@ def _in_another_queue(caller, todo_id):
     return True
 
 
-def _handle_of_another_queue():
+def _handle_of_another_queue() -> SqsError:
     return SqsError(
         "ReceiptHandleIsInvalid",
         "The input receipt handle is of a message in another queue.",
     )
 
 
-def delete_message(request, caller, body):
+def delete_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body, must_exist=False)
     todo_id, token = _handle_of(caller, queue, body)
     try:
@@ -781,12 +815,12 @@ def delete_message(request, caller, body):
     return {}
 
 
-def delete_message_batch(request, caller, body):
-    def action(entry):
+def delete_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
+    def action(entry: Body) -> store.Ack:
         todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
         return store.Ack("complete", todo_id, lease_token=token)
 
-    def failure(result, todo_id):
+    def failure(result: store.Todo | Exception, todo_id: str) -> Exception | None:
         if isinstance(result, store.NotFound) and _in_another_queue(caller, todo_id):
             return _handle_of_another_queue()
         # A stale handle deletes nothing and succeeds, as DeleteMessage does.
@@ -799,7 +833,13 @@ def delete_message_batch(request, caller, body):
     )
 
 
-def _acknowledge_batch(caller, body, member, action, failure):
+def _acknowledge_batch(
+    caller: Caller,
+    body: Body,
+    member: str,
+    action: Callable[[Body], store.Ack],
+    failure: Callable[[store.Todo | Exception, str], Exception | None],
+) -> Body:
     """The batch acknowledgements' shared run: one store action per entry
     (``action(entry)``, or the entry fails with its SqsError), applied in one
     statement; ``failure(result, todo_id)`` returns what an entry fails with
@@ -808,7 +848,9 @@ def _acknowledge_batch(caller, body, member, action, failure):
     the commit, so nothing that follows the commit can fail.
     """
     queue = _addressed(caller, body, must_exist=False)
-    actions, ids, failed = [], [], []
+    actions: list[store.Ack] = []
+    ids: list[str] = []
+    failed: list[Body] = []
     for entry in _entries(body, member):
         try:
             actions.append(action(entry))
@@ -816,7 +858,7 @@ def _acknowledge_batch(caller, body, member, action, failure):
             failed.append(_failed(entry["Id"], error))
             continue
         ids.append(entry["Id"])
-    successful = []
+    successful: list[Body] = []
     if not actions:
         _check_exists(caller, queue.name)
         return {"Successful": successful, "Failed": failed}
@@ -824,21 +866,23 @@ def _acknowledge_batch(caller, body, member, action, failure):
         results = store.acknowledge_many(queue.scope, actions)
         _check_exists_when_missed(caller, queue, results)
         for entry_id, ack, result in zip(ids, actions, results, strict=True):
-            error = failure(result, ack.todo_id)
-            if error is None:
+            refused = failure(result, ack.todo_id)
+            if refused is None:
                 successful.append({"Id": entry_id})
             else:
-                failed.append(_entry_failure(entry_id, error))
+                failed.append(_entry_failure(entry_id, refused))
     return {"Successful": successful, "Failed": failed}
 
 
-def _check_exists_when_missed(caller, queue, results):
+def _check_exists_when_missed(
+    caller: Caller, queue: Queue, results: Iterable[store.Todo | Exception]
+) -> None:
     """A todo not found may mean no such queue: look once, only then."""
     if any(isinstance(result, store.NotFound) for result in results):
         _check_exists(caller, queue.name)
 
 
-def _visibility_error(exc):
+def _visibility_error(exc: Exception) -> Exception:
     if isinstance(exc, store.NotFound):
         return SqsError(
             "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
@@ -848,13 +892,13 @@ def _visibility_error(exc):
     return exc
 
 
-def _visibility_ack(todo_id, token, timeout):
+def _visibility_ack(todo_id: str, token: str, timeout: int) -> store.Ack:
     if timeout == 0:
         return store.Ack("release", todo_id, lease_token=token)
     return store.Ack("heartbeat", todo_id, lease_token=token, lease_seconds=timeout)
 
 
-def change_message_visibility(request, caller, body):
+def change_message_visibility(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body, must_exist=False)
     todo_id, token = _handle_of(caller, queue, body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
@@ -873,14 +917,16 @@ def change_message_visibility(request, caller, body):
     return {}
 
 
-def change_message_visibility_batch(request, caller, body):
-    def action(entry):
+def change_message_visibility_batch(
+    request: SqsRequest, caller: Caller, body: Body
+) -> Body:
+    def action(entry: Body) -> store.Ack:
         todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
         timeout = _member(entry, "VisibilityTimeout", int, required=True)
         _integer(entry, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
         return _visibility_ack(todo_id, token, timeout)
 
-    def failure(result, todo_id):
+    def failure(result: store.Todo | Exception, todo_id: str) -> Exception | None:
         if not isinstance(result, Exception):
             return None
         return _visibility_error(result)
@@ -902,7 +948,10 @@ LOOP_ACTIONS = frozenset(
         "ChangeMessageVisibilityBatch",
     }
 )
-ACTIONS = {
+# An action: its response members, or the Receive the view claims (a long poll).
+type Action = Callable[[SqsRequest, Caller, Body], "Body | Receive"]
+
+ACTIONS: dict[str, Action] = {
     "CreateQueue": create_queue,
     "GetQueueUrl": get_queue_url,
     "ListQueues": list_queues,

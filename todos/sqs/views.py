@@ -7,19 +7,24 @@ page; authentication comes first, so an unsigned caller learns nothing else.
 """
 
 import logging
+from collections.abc import Callable
+from typing import NoReturn
 
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
 from todos import longpoll, store
 from todos.sqs import actions, protocol
-from todos.sqs.protocol import SqsError
+from todos.sqs.protocol import Caller, SqsError, SqsRequest
+
+# What a call runs in its first database call: ``handle``, or ``misaddressed``.
+type Handler = Callable[[SqsRequest], actions.Body | actions.Receive]
 
 logger = logging.getLogger("switchboard.sqs")
 
 
 @csrf_exempt
-async def root(request):
+async def root(request: SqsRequest) -> HttpResponse:
     """Answer an SQS call (POST), or lead a browser to the Board.
 
     An async view: a receive's and an acknowledgement's statements run from
@@ -32,14 +37,16 @@ async def root(request):
     return await _answer(request, handle)
 
 
-async def _answer(request, handler):
+async def _answer(request: SqsRequest, handler: Handler) -> HttpResponse:
     """Run ``handler(request)`` and answer its outcome, or its failure in SQS's
     error shape."""
     call = Call(request, handler)
     try:
         claimed = await longpoll.claim(call)
         if call.receive is not None:
+            assert isinstance(claimed, list)  # a receive claims a batch
             return protocol.json_response(call.receive.render(claimed))
+        assert call.outcome is not None  # start answered the call
         return protocol.json_response(call.outcome)
     except Exception as exc:
         error = protocol.error_for(exc)
@@ -54,7 +61,7 @@ async def _answer(request, handler):
 
 # board/serving/asgi.py serves POST / outside the per-request thread context, and
 # board.serving.middleware.WaitingViewsMiddleware takes it past the sync middleware.
-root.waits = True
+root.waits = True  # type: ignore[attr-defined]  # read by board/serving/middleware
 
 
 class Call(longpoll.LongPoll):
@@ -62,11 +69,12 @@ class Call(longpoll.LongPoll):
     for the actions of ``actions.LOOP_ACTIONS``), but a ReceiveMessage, which
     claims as a long poll."""
 
-    def __init__(self, request, handler):
+    def __init__(self, request: SqsRequest, handler: Handler) -> None:
         self.request, self.handler = request, handler
-        self.receive = self.outcome = None
+        self.receive: actions.Receive | None = None
+        self.outcome: actions.Body | None = None
 
-    def starts_in_loop(self):
+    def starts_in_loop(self) -> bool:
         # The action ``handle`` will run is the one the header names.
         target = self.request.META.get("HTTP_X_AMZ_TARGET", "")
         return (
@@ -75,7 +83,7 @@ class Call(longpoll.LongPoll):
             and target.removeprefix(protocol.TARGET_PREFIX) in actions.LOOP_ACTIONS
         )
 
-    def start(self):
+    def start(self) -> store.Scope | None:
         outcome = self.handler(self.request)
         if not isinstance(outcome, actions.Receive):
             self.outcome = outcome
@@ -83,13 +91,17 @@ class Call(longpoll.LongPoll):
         self.receive, self.queue, self.wait = outcome, outcome.queue.name, outcome.wait
         return outcome.queue.scope
 
-    def revalidate(self):
-        return self.receive.revalidate()
+    def _receive(self) -> actions.Receive:
+        assert self.receive is not None  # start gave a scope for a receive only
+        return self.receive
 
-    def attempt(self, scope):
-        return self.receive.attempt(scope)
+    def revalidate(self) -> store.Scope:
+        return self._receive().revalidate()
 
-    def hand_back(self, scope, todo):
+    def attempt(self, scope: store.Scope) -> list[store.Todo]:
+        return self._receive().attempt(scope)
+
+    def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
         """SQS's rule: a ReceiveMessage whose answer was lost still counts a
         receive (``ApproximateReceiveCount``). The message is visible again at
         once, with the receive spent."""
@@ -97,7 +109,7 @@ class Call(longpoll.LongPoll):
 
 
 @csrf_exempt
-async def queue_path(request, account_id, queue):
+async def queue_path(request: SqsRequest, account_id: str, queue: str) -> HttpResponse:
     """Answer an SQS call sent to a queue URL in SQS's error shape.
 
     The AWS JSON protocol posts every action to the endpoint URL (``/``); a
@@ -108,7 +120,7 @@ async def queue_path(request, account_id, queue):
     return await _answer(request, misaddressed)
 
 
-def misaddressed(request):
+def misaddressed(request: SqsRequest) -> NoReturn:
     _verified(request)
     raise SqsError(
         "InvalidAddress",
@@ -117,14 +129,14 @@ def misaddressed(request):
     )
 
 
-def _verified(request):
+def _verified(request: SqsRequest) -> tuple[bytes, Caller]:
     """The request's raw body and its authenticated Caller."""
     protocol.check_host(request)
     raw = protocol.read_body(request)
     return raw, protocol.authenticate(request, raw)
 
 
-def handle(request):
+def handle(request: SqsRequest) -> actions.Body | actions.Receive:
     raw, caller = _verified(request)
     target = request.headers.get("X-Amz-Target", "")
     name = target.removeprefix(protocol.TARGET_PREFIX)
