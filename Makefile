@@ -25,7 +25,7 @@ SECRET_KEY_FILE := .switchboard-secret-key
 SECRET_KEY ?= $(shell [ -s $(SECRET_KEY_FILE) ] || (umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n=+/' > $(SECRET_KEY_FILE)); cat $(SECRET_KEY_FILE))
 export SECRET_KEY
 
-.PHONY: help venv db db-stop migrate demo run test lint fmt system-deps clean bench bench-peers resilience ha ha-stop
+.PHONY: help venv db db-stop migrate demo run test test-long lint fmt system-deps clean bench bench-peers resilience ha ha-stop
 
 # A target's text may name HOST and PORT: it shows their values.
 help: ## List the targets.
@@ -72,8 +72,11 @@ run: demo ## Serve the Board and the agent API with gunicorn on $(HOST):$(PORT).
 	@echo "Serving http://$(HOST):$(PORT)/ (the Board at /board/, the API at /api/v1/), with the sweep loop beside it."
 	@scripts/serve.sh $(BIN) $(HOST):$(PORT)
 
-test: system-deps venv db ## Run the whole test suite against a real PostgreSQL.
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: system-deps venv db ## Run the test suite against a real PostgreSQL (all but the minutes-long soaks).
+	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
+
+test-long: system-deps venv db ## Run the minutes-long soaks (marked long) that CI runs after make test.
+	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 # QUICK=1: a smoke run of each at tiny sizes (a minute or two; the result files
 # say quick). BENCH_ARGS go to every script (e.g. --database-url); a script's own

@@ -11,7 +11,12 @@ from switchboard_client import Client, Context, Worker
 from tests.client.conftest import QUICK_RETRY
 from tests.client.test_worker import Running
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# Four and a half minutes: `make test-long` (and CI) runs it, `make test` does not.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.long,
+]
 
 TODOS = 1_000
 # Two seconds: a heartbeat every 0.67 s, each with 1.3 s to arrive on a busy
