@@ -50,14 +50,25 @@ def child_env(database=None, **extra):
     return {**os.environ, "DATABASE_URL": database or database_url(), **extra}
 
 
-def start_gunicorn(database, port=None, workers=1, **env):
+def start_gunicorn(
+    database,
+    port=None,
+    workers=1,
+    log=None,
+    log_level="warning",
+    access_log=False,
+    **env,
+):
     """Start gunicorn (the project's config) on ``port`` (default a free one);
     return (process, port).
 
     One worker (uvicorn's event loop) unless told, keep-alives every second, a
-    one-second database connect timeout (an outage is answered quickly).
+    one-second database connect timeout (an outage is answered quickly). With
+    ``log`` (an open file), everything the server writes goes there, and
+    with ``access_log`` a line for each request too.
     """
     port = port or free_port()
+    access = ["--access-logfile", "-"] if access_log else []
     process = subprocess.Popen(
         [
             sys.executable,
@@ -70,7 +81,8 @@ def start_gunicorn(database, port=None, workers=1, **env):
             "--workers",
             str(workers),
             "--log-level",
-            "warning",
+            log_level,
+            *access,
         ],
         cwd=ROOT,
         env=child_env(
@@ -79,7 +91,8 @@ def start_gunicorn(database, port=None, workers=1, **env):
             SWITCHBOARD_DB_CONNECT_TIMEOUT="1",
             **env,
         ),
-        stdout=subprocess.DEVNULL,
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log else None,
     )
     deadline = time.monotonic() + 20
     while True:

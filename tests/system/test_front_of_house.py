@@ -7,8 +7,6 @@ of one key each create their own todo.
 
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from tests.support import (
-    ROOT,
-    child_env,
     database_url,
-    free_port,
     start_gunicorn,
     stop,
 )
@@ -40,38 +35,15 @@ def served(django_db_setup, django_db_blocker, tmp_path_factory):
     """A gunicorn on the test database with its access log on, every line it
     and Django write kept in one file; yields (url, log path)."""
     log_path = tmp_path_factory.mktemp("served") / "gunicorn.log"
-    port = free_port()
     with django_db_blocker.unblock(), log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "-c",
-                "gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--access-logfile",
-                "-",
-                "--log-level",
-                "info",
-            ],
-            cwd=ROOT,
-            env=child_env(LOG_LEVEL="INFO", SWITCHBOARD_DB_CONNECT_TIMEOUT="1"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        process, port = start_gunicorn(
+            database_url(),
+            log=log,
+            log_level="info",
+            access_log=True,
+            LOG_LEVEL="INFO",
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(f"{url}/healthz", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
     try:
         yield url, log_path
     finally:

@@ -6,10 +6,6 @@ the Board on Django's WSGI test server; these run it on the real one.
 
 import re
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -19,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from board.serving.pgbackend.base import check_after_idle
-from tests.support import child_env, database_url, free_port, serve_gunicorn
+from tests.support import database_url, serve_gunicorn, start_gunicorn
 from todos import endpoints
 from todos.db.idle import CHECK_AFTER_IDLE_SECONDS
 
@@ -182,25 +178,9 @@ def served_log(tmp_path, *paths):
     """Serve with gunicorn (its own log at info), GET ``paths``, stop it with
     SIGTERM as an operator would; return what it logged."""
     log = tmp_path / "gunicorn.log"
-    port = free_port()
     with log.open("w") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
-            + ["--workers", "1", "--bind", f"127.0.0.1:{port}", "--log-level", "info"],
-            cwd=ROOT,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
+        process, port = start_gunicorn(database_url(), log=sink, log_level="info")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
         for path in paths:
             answer = requests.get(f"http://127.0.0.1:{port}{path}", timeout=10)
             assert answer.status_code == 200, path
