@@ -5,12 +5,14 @@ functions live here (``from tests.support import free_port``).
 """
 
 import contextlib
+import http.server
 import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from io import StringIO
 from pathlib import Path
@@ -229,3 +231,29 @@ def claims_held_back(application_name=None):
 
         yield one_waits
         holder.execute("COMMIT")
+
+
+class _CountingHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.hits += 1
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"type": "string"}')
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def counting_server():
+    """A server the server under test must never call: it answers any GET with
+    a JSON schema and counts them. Yields it, with ``.url`` and ``.hits``."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _CountingHandler)
+    server.hits = 0
+    server.url = f"http://127.0.0.1:{server.server_port}/schema.json"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,14 +3,13 @@
 Real PostgreSQL; time moves by editing timestamps (``time_travel``).
 """
 
-import http.server
-import threading
 import time
 
 import pytest
 from django.core import signing
 from django.db import connection
 
+from tests.support import counting_server
 from todos import endpoints, store
 
 NEVER_MINTED = "00000000-0000-4000-8000-000000000000"
@@ -460,42 +459,22 @@ def test_an_answer_schema_may_only_reference_itself(scope, schema, path):
     assert store.get_todo(scope, todo.id).state == "claimed"
 
 
-class Listener(http.server.BaseHTTPRequestHandler):
-    """Counts the requests the server under test would make to it."""
-
-    hits = 0
-
-    def do_GET(self):
-        type(self).hits += 1
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b'{"type": "string"}')
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_stored_schema_with_a_remote_ref_fetches_nothing_when_answered(scope):
     """A schema stored before refs were checked at ask time: still nothing is
     retrieved, and the answer is refused in the store's own terms."""
-    listener = http.server.HTTPServer(("127.0.0.1", 0), Listener)
-    threading.Thread(target=listener.serve_forever, daemon=True).start()
-    try:
+    with counting_server() as remote:
         todo = asked(scope, answer_schema={"type": "string"})
-        remote = f"http://127.0.0.1:{listener.server_port}/schema.json"
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE todos SET question = jsonb_set(question, '{answer_schema}',"
                 " jsonb_build_object('$ref', %s::text)) WHERE id = %s",
-                [remote, todo.id],
+                [remote.url, todo.id],
             )
         with pytest.raises(store.InvalidAnswer) as caught:
             store.answer_todo(scope, todo.id, "yes", worker="lead")
         assert "only a local reference" in str(caught.value)
-        assert Listener.hits == 0
+        assert remote.hits == 0
         assert store.get_todo(scope, todo.id).is_held
-    finally:
-        listener.shutdown()
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.support import serve_gunicorn
+from tests.support import counting_server, serve_gunicorn
 from todos import endpoints
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -150,31 +150,14 @@ def test_a_script_an_agent_writes_is_text_on_the_board_and_the_answer_link(
     assert SCRIPT not in page and escaped in page
 
 
-class Listener(http.server.BaseHTTPRequestHandler):
-    """A server the server under test must never call."""
-
-    hits = 0
-
-    def do_GET(self):
-        type(self).hits += 1
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b'{"type": "string"}')
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def listener():
-    server = http.server.HTTPServer(("127.0.0.1", 0), Listener)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/schema.json"
-    server.shutdown()
+    with counting_server() as server:
+        yield server
 
 
 def test_an_answer_schema_makes_the_server_fetch_nothing(agent, listener):
-    (status, body), _ = agent.asks("remote", answer_schema={"$ref": listener})
+    (status, body), _ = agent.asks("remote", answer_schema={"$ref": listener.url})
     assert status == 400, body
     assert body["detail"].startswith("answer_schema.$ref: only a local reference")
 
@@ -186,11 +169,11 @@ def test_an_answer_schema_makes_the_server_fetch_nothing(agent, listener):
         cursor.execute(
             "UPDATE todos SET question = jsonb_set(question, '{answer_schema}',"
             " jsonb_build_object('$ref', %s::text)) WHERE id = %s",
-            [listener, todo_id],
+            [listener.url, todo_id],
         )
     status, body = agent.post(f"/api/v1/todos/{todo_id}/answer", {"answer": "x"})
     assert status == 400, body
-    assert Listener.hits == 0
+    assert listener.hits == 0
 
 
 def healthz_seconds(server):
