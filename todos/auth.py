@@ -50,7 +50,7 @@ def bearer_token(request: HttpRequest) -> str | None:
 
 # Every agent request needs this: one index probe on the unique token_hash (when
 # not cached), as raw SQL because building the ORM query cost more CPU than the
-# rest of a claim (bench/profile_api.py).
+# rest of a claim (a served claim's profile: bench/profile_served.py).
 ENDPOINT_FIELDS = (
     "id",
     "name",

@@ -234,7 +234,7 @@ def board_only(dotted_path: str | type[_Middleware]) -> type:
     The agent API authenticates every request by its bearer token and answers
     JSON: sessions, CSRF, the auth user, messages, static files, frame options
     and htmx are the Board's, and cost each agent request CPU for nothing
-    (bench/profile_api.py). The subclass passes API requests straight on and
+    (bench/profile_served.py shows it). The subclass passes API requests straight on and
     keeps every hook of its parent (``process_view`` and the rest) for all other
     paths, so the Board keeps them all; being a subclass, Django's system
     checks still find the middleware they require.

@@ -80,7 +80,9 @@ psycopg-pool 3.3.3
   by ``check_after_idle`` (Django makes the pool and passes it psycopg_pool's
   own check). Tests: tests/system/test_serving.py::
   test_the_pool_checks_a_connection_only_after_it_sat_idle. Gain: no
-  committed result.
+  committed result. ``todos.db.idle.due_for_check`` stamps each borrowed
+  connection with an attribute of ours, ``_switchboard_borrowed_at`` (psycopg's
+  connections take attributes; a rename there would only check more often).
 
 uvicorn 0.55.0 (httptools 0.9.0)
 - ``frontdoor.FrontDoorProtocol`` (subclass of

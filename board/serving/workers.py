@@ -108,7 +108,7 @@ class ClockedCollector:
     deallocations by its first threshold. A process of waiters in its steady
     state frees about as much as it allocates (a long poll ends, its agent
     polls again), so that count barely moves while the young generation fills
-    with every waiter opened since: the census of bench/waiters.py's server
+    with every waiter opened since: the census of bench/waiting_agents.py's server
     found 46 000 young objects, 80 % of them alive, and each collection of
     the middle generation took 30–110 ms of CPU with the event loop stopped.
 
