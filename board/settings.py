@@ -287,7 +287,7 @@ SWITCHBOARD_DB_THREADS = env_int(
 # loop on a pool of async connections of their own (todos/inloop.py), with no
 # thread: at most this many more connections per process.
 SWITCHBOARD_DB_IN_LOOP = env_bool("SWITCHBOARD_DB_IN_LOOP", True)
-SWITCHBOARD_DB_IN_LOOP_MAX = env_int("SWITCHBOARD_DB_IN_LOOP_MAX", 4, 1)
+SWITCHBOARD_DB_ASYNC_POOL_MAX = env_int("SWITCHBOARD_DB_ASYNC_POOL_MAX", 4, 1)
 # The served processes' garbage collector (board/serving/workers.py, tune_gc): Python's
 # thresholds are (700, 10, 10); "python" keeps them and skips the freeze.
 SWITCHBOARD_GC_THRESHOLDS = env_gc_thresholds(

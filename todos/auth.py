@@ -31,6 +31,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from todos import inloop, tokens
+from todos.db.pool import db
 from todos.models import Endpoint, SqsCredential
 
 Row = tuple[Any, ...]
@@ -73,11 +74,32 @@ def endpoint_for_token(token: str | None) -> Endpoint | None:
     The lookup is by the token's hash (an index probe, or the cache); the match
     is then confirmed with a constant-time comparison.
     """
+    digest = _token_digest(token)
+    if digest is None:
+        return None
+    return _token_endpoint(
+        token, _row(("token", digest), ENDPOINT_BY_TOKEN_HASH_SQL, digest)
+    )
+
+
+async def aendpoint_for_token(token: str | None) -> Endpoint | None:
+    """``endpoint_for_token`` for async code: the lookup awaited in the loop."""
+    digest = _token_digest(token)
+    if digest is None:
+        return None
+    return _token_endpoint(
+        token, await _arow(("token", digest), ENDPOINT_BY_TOKEN_HASH_SQL, digest)
+    )
+
+
+def _token_digest(token: str | None) -> str | None:
     if not token or len(token) > 200:
         return None
-    digest = tokens.hash_token(token)
-    row = _row(("token", digest), ENDPOINT_BY_TOKEN_HASH_SQL, digest)
-    if row is None or not tokens.token_matches(token, row[4]):
+    return tokens.hash_token(token)
+
+
+def _token_endpoint(token: str | None, row: Row | None) -> Endpoint | None:
+    if token is None or row is None or not tokens.token_matches(token, row[4]):
         return None
     return _endpoint(row)
 
@@ -85,6 +107,11 @@ def endpoint_for_token(token: str | None) -> Endpoint | None:
 def endpoint_for_request(request: HttpRequest) -> Endpoint | None:
     """Return the active endpoint named by the request's bearer token, or None."""
     return endpoint_for_token(bearer_token(request))
+
+
+async def aendpoint_for_request(request: HttpRequest) -> Endpoint | None:
+    """``endpoint_for_request`` for async code: the lookup awaited in the loop."""
+    return await aendpoint_for_token(bearer_token(request))
 
 
 # The SQS surface's lookup (SigV4 names the key in the clear; the signature is
@@ -109,7 +136,19 @@ def endpoint_for_access_key(
     """
     if not access_key_id or len(access_key_id) > 32:
         return None
-    row = _row(("sqs", access_key_id), SQS_KEY_SQL, access_key_id)
+    return _sqs_key(_row(("sqs", access_key_id), SQS_KEY_SQL, access_key_id))
+
+
+async def aendpoint_for_access_key(
+    access_key_id: str | None,
+) -> tuple[Endpoint, str, str] | None:
+    """``endpoint_for_access_key`` for async code: awaited in the loop."""
+    if not access_key_id or len(access_key_id) > 32:
+        return None
+    return _sqs_key(await _arow(("sqs", access_key_id), SQS_KEY_SQL, access_key_id))
+
+
+def _sqs_key(row: Row | None) -> tuple[Endpoint, str, str] | None:
     if row is None:
         return None
     width = len(ENDPOINT_FIELDS)
@@ -209,6 +248,19 @@ def _row(key: Hashable, sql: str, param: str) -> Row | None:
     row = cast(Row | None, inloop.run(sql, [param], "one"))
     # Read inside a transaction, a row may be one that never commits.
     if row is not None and not inloop.in_atomic_block():
+        cache.put(key, row[0], row, generation)
+    return row
+
+
+async def _arow(key: Hashable, sql: str, param: str) -> Row | None:
+    """``_row`` awaited on the async pool (todos.db.pool): in autocommit, so a
+    row found is a committed one and is kept."""
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    generation = cache.generation()
+    row = await db.fetch_one(sql, [param])
+    if row is not None:
         cache.put(key, row[0], row, generation)
     return row
 

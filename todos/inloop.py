@@ -237,7 +237,7 @@ async def _make_pool() -> None:
     pool: Pool = AsyncConnectionPool(
         kwargs=async_params(),
         min_size=1,
-        max_size=settings.SWITCHBOARD_DB_IN_LOOP_MAX,
+        max_size=settings.SWITCHBOARD_DB_ASYNC_POOL_MAX,
         timeout=settings.DATABASES["default"]["OPTIONS"]["connect_timeout"],
         max_idle=120,
         name="switchboard-inloop",

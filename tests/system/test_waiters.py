@@ -65,7 +65,7 @@ def start_server(**env):
             "LOG_LEVEL": "WARNING",
             "SWITCHBOARD_DB_POOL_MAX": str(POOL_MAX),
             "SWITCHBOARD_DB_POOL_MIN": "1",
-            "SWITCHBOARD_DB_IN_LOOP_MAX": str(IN_LOOP_MAX),
+            "SWITCHBOARD_DB_ASYNC_POOL_MAX": str(IN_LOOP_MAX),
             "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
             # A ring, not the periodic re-check, must be what wakes the waiters.
             "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS": "600",

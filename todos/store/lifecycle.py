@@ -43,6 +43,8 @@ from .sql import (
     DOORBELL,
     ENDED_RING,
     LIVE_ROW,
+    Statement,
+    Steps,
     _defaults,
     _lease,
     _run,
@@ -50,6 +52,9 @@ from .sql import (
     _scope_params,
     _todo_id,
     _uuid,
+    on_django,
+    on_pool,
+    run_steps,
 )
 
 # A release that leaves the assignment as it was (None hands it to the pool).
@@ -151,7 +156,7 @@ class BatchItem(CreateItem):
 Created = tuple[Todo, bool]
 
 
-def create_todo(
+def create_todo_steps(
     scope: Scope,
     *,
     queue: str,
@@ -162,7 +167,7 @@ def create_todo(
     max_attempts: int | None = None,
     delay_seconds: int | None = None,
     actor: str = "",
-) -> Created:
+) -> Steps[Created]:
     """Enqueue a todo; return (todo, created).
 
     A live duplicate (same endpoint and idempotency key) returns created=False;
@@ -174,7 +179,11 @@ def create_todo(
     item = _create_item(
         queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
     )
-    return _create(_scope_params(scope)["endpoint_id"], scope, item, actor)
+    return (yield from _create(_scope_params(scope)["endpoint_id"], scope, item, actor))
+
+
+create_todo = on_django(create_todo_steps)
+acreate_todo = on_pool(create_todo_steps)
 
 
 def create_todo_any_endpoint(
@@ -196,7 +205,7 @@ def create_todo_any_endpoint(
     item = _create_item(
         queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
     )
-    return _create(endpoint, None, item, actor)
+    return run_steps(_create(endpoint, None, item, actor))
 
 
 def _create_item(
@@ -254,7 +263,7 @@ def bind_create(
 
 def _create(
     endpoint_id: str, scope: Scope | None, item: CreateItem, actor: str
-) -> Created:
+) -> Steps[Created]:
     params: dict[str, object] = {
         **item,
         **_defaults(),
@@ -265,13 +274,14 @@ def _create(
     # of the winner; then the slot is free again and the next insert wins.
     for _ in range(3):
         params["id"] = str(uuid.uuid4())
-        row = _run("create_todo", CREATE_SQL, params, fetch="one")
+        row = yield Statement("create_todo", CREATE_SQL, params, "one")
         if row is not None:
             return Todo.from_row(row), True
-        row = _run("create_todo", LIVE_DUPLICATE_SQL, params, fetch="one")
+        row = yield Statement("create_todo", LIVE_DUPLICATE_SQL, params, "one")
         if row is not None:
             return _duplicate(scope, Todo.from_row(row))
-        if _run("create_todo", ENDPOINT_EXISTS_SQL, params, fetch="one") is None:
+        exists = yield Statement("create_todo", ENDPOINT_EXISTS_SQL, params, "one")
+        if exists is None:
             raise NotFound("no such endpoint")
     raise Conflict("the idempotency key is contended; try again")
 
@@ -330,9 +340,9 @@ CREATE_FIELDS = {
 }
 
 
-def create_many(
+def create_many_steps(
     scope: Scope, items: Iterable[Mapping[str, Any]], *, actor: str = ""
-) -> list[Created | Exception]:
+) -> Steps[list[Created | Exception]]:
     """Enqueue 1–100 todos in one statement; return one result per item, in order.
 
     Each result is ``(todo, created)`` or the exception the single create would
@@ -373,7 +383,7 @@ def create_many(
         "max_attempts": [item["max_attempts"] for item in batch],
         "delays": [item["delay_seconds"] for item in batch],
     }
-    rows = _run("create_many", CREATE_MANY_SQL, params)
+    rows = yield Statement("create_many", CREATE_MANY_SQL, params)
     created = {todo.id: todo for todo in map(Todo.from_row, rows)}
     keys = [
         item["idempotency_key"]
@@ -382,7 +392,7 @@ def create_many(
     ]
     live: dict[str | None, Todo] = {}
     if keys:
-        rows = _run(
+        rows = yield Statement(
             "create_many",
             LIVE_DUPLICATES_SQL,
             {"endpoint_id": endpoint_id, "keys": keys},
@@ -400,10 +410,14 @@ def create_many(
             else:
                 # The winner turned terminal meanwhile (or the endpoint is
                 # gone): the single create's loop settles it.
-                results[index] = _create(endpoint_id, scope, item, actor)
+                results[index] = yield from _create(endpoint_id, scope, item, actor)
         except (Conflict, NotFound) as exc:
             results[index] = exc
     return _settled(results)
+
+
+create_many = on_django(create_many_steps)
+acreate_many = on_pool(create_many_steps)
 
 
 def _settled[T](results: list[T | None]) -> list[T]:
@@ -566,7 +580,7 @@ SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
 """
 
 
-def claim_many(
+def claim_many_steps(
     scope: Scope,
     worker: str,
     *,
@@ -574,7 +588,7 @@ def claim_many(
     queue: str | None = None,
     lease_seconds: int | None = None,
     visible_at_once: bool = False,
-) -> list[Todo]:
+) -> Steps[list[Todo]]:
     """Claim up to ``limit`` (1–10) todos of this scope in one statement; [] if none.
 
     Due redeliveries first, then the oldest due pending todos of queues that
@@ -591,7 +605,12 @@ def claim_many(
         lease_seconds=lease_seconds,
         visible_at_once=visible_at_once,
     )
-    return [Todo.from_row(row) for row in _run("claim", CLAIM_SQL, params)]
+    rows = yield Statement("claim", CLAIM_SQL, params)
+    return [Todo.from_row(row) for row in rows]
+
+
+claim_many = on_django(claim_many_steps)
+aclaim_many = on_pool(claim_many_steps)
 
 
 def bind_claim(
@@ -620,20 +639,24 @@ def bind_claim(
     }
 
 
-def claim_next(
+def claim_next_steps(
     scope: Scope,
     worker: str,
     *,
     queue: str | None = None,
     lease_seconds: int | None = None,
-) -> Todo:
+) -> Steps[Todo]:
     """Claim the next claimable todo of this scope (optionally of one queue)."""
-    claimed = claim_many(
+    claimed = yield from claim_many_steps(
         scope, worker, limit=1, queue=queue, lease_seconds=lease_seconds
     )
     if not claimed:
         raise NotFound("no claimable todo")
     return claimed[0]
+
+
+claim_next = on_django(claim_next_steps)
+aclaim_next = on_pool(claim_next_steps)
 
 
 # Claim one named todo: pending and due, or a due redelivery; assigned to
@@ -771,13 +794,17 @@ SELECT extract(epoch FROM least(
 """
 
 
-def next_due(scope: Scope, within: float) -> float | None:
+def next_due_steps(scope: Scope, within: float) -> Steps[float | None]:
     """Seconds until a todo of this scope turns claimable with no ring (a
     lease lapses, a retry window or a delay ends), if within ``within``
     seconds; else None."""
     params = {**_scope_params(scope), "within": float(within)}
-    row = _run("next_due", NEXT_DUE_SQL, params, fetch="one")
+    row = yield Statement("next_due", NEXT_DUE_SQL, params, "one")
     return row[0] if row is not None else None
+
+
+next_due = on_django(next_due_steps)
+anext_due = on_pool(next_due_steps)
 
 
 # A claim its client never received (it left while the claim ran), handed back
@@ -817,7 +844,7 @@ SELECT {TODO_COLUMNS}, {DOORBELL}, {ENDED_RING} FROM moved
 NOT_RECEIVED = "claim not received: the client left before its answer"
 
 
-def unclaim(scope: Scope, todo: Todo) -> Todo:
+def unclaim_steps(scope: Scope, todo: Todo) -> Steps[Todo]:
     """Hand back a claim its client never received: pending, attempt restored.
 
     ``todo`` is the claim's answer (its owner and lease token guard the
@@ -831,15 +858,19 @@ def unclaim(scope: Scope, todo: Todo) -> Todo:
         "token": todo.lease_token,
         "event_error": NOT_RECEIVED,
     }
-    row = _run("unclaim", UNCLAIM_SQL, params, fetch="one")
+    row = yield Statement("unclaim", UNCLAIM_SQL, params, "one")
     if row is None:
-        now = _lookup(Scope(scope.endpoint_id), todo_id)
+        now = yield from _lookup_steps(Scope(scope.endpoint_id), todo_id)
         raise Conflict(
             f"todo is {now.state}; the claim was taken over",
             todo_id=todo_id,
             state=now.state,
         )
     return Todo.from_row(row)
+
+
+unclaim = on_django(unclaim_steps)
+aunclaim = on_pool(unclaim_steps)
 
 
 LOOKUP_SQL = f"""
@@ -850,19 +881,24 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def _lookup(scope: Scope | None, todo_id: str) -> Todo:
+def _lookup_steps(scope: Scope | None, todo_id: str) -> Steps[Todo]:
     """After a zero-row transition: the todo as it is now, or NotFound."""
-    found = _lookup_many(scope, [todo_id])
+    found = yield from _lookup_many_steps(scope, [todo_id])
     if todo_id not in found:
         raise NotFound(todo_id=todo_id)
     return found[todo_id]
 
 
-def _lookup_many(scope: Scope | None, todo_ids: Iterable[str]) -> dict[str, Todo]:
+def _lookup_many_steps(
+    scope: Scope | None, todo_ids: Iterable[str]
+) -> Steps[dict[str, Todo]]:
     params = {**_scope(scope), "ids": list(todo_ids)}
-    return {
-        str(row[0]): Todo.from_row(row) for row in _run("classify", LOOKUP_SQL, params)
-    }
+    rows = yield Statement("classify", LOOKUP_SQL, params)
+    return {str(row[0]): Todo.from_row(row) for row in rows}
+
+
+_lookup = on_django(_lookup_steps)
+_lookup_many = on_django(_lookup_many_steps)
 
 
 # --- Owner transitions and acknowledgements -------------------------------------
@@ -1184,7 +1220,9 @@ def bind_acks(scope: Scope, actions: Iterable[Ack]) -> tuple[str, dict[str, obje
     return _ack_statement(scope, [_bind_ack(action) for action in actions])
 
 
-def acknowledge_many(scope: Scope, actions: Iterable[Ack]) -> list[Todo | Exception]:
+def acknowledge_many_steps(
+    scope: Scope, actions: Iterable[Ack]
+) -> Steps[list[Todo | Exception]]:
     """Apply 1–100 owner actions; return one Todo or exception per action, in order.
 
     One statement moves every action that holds its lease; one lookup then
@@ -1196,10 +1234,14 @@ def acknowledge_many(scope: Scope, actions: Iterable[Ack]) -> list[Todo | Except
     batch = list(actions)
     if not 1 <= len(batch) <= MAX_ACK_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_ACK_BATCH} actions")
-    return _acknowledge(scope, batch)
+    return (yield from _acknowledge(scope, batch))
 
 
-def _acknowledge(scope: Scope, actions: list[Ack]) -> list[Todo | Exception]:
+acknowledge_many = on_django(acknowledge_many_steps)
+aacknowledge_many = on_pool(acknowledge_many_steps)
+
+
+def _acknowledge(scope: Scope, actions: list[Ack]) -> Steps[list[Todo | Exception]]:
     results: list[Todo | Exception | None] = [None] * len(actions)
     bound: list[tuple[int, BoundAck]] = []
     for index, action in enumerate(actions):
@@ -1211,10 +1253,13 @@ def _acknowledge(scope: Scope, actions: list[Ack]) -> list[Todo | Exception]:
         return _settled(results)
     statement, params = _ack_statement(scope, [values for _, values in bound])
     moved: dict[int, Todo] = {}
-    for row in _run("acknowledge", statement, params):
+    for row in (yield Statement("acknowledge", statement, params)):
         moved[row[len(row) - 2] - 1] = Todo.from_row(row)
     missed = [(i, values) for i, (_, values) in enumerate(bound) if i not in moved]
-    found = _lookup_many(scope, [values[0] for _, values in missed]) if missed else {}
+    found: dict[str, Todo] = {}
+    if missed:
+        ids = [values[0] for _, values in missed]
+        found = yield from _lookup_many_steps(scope, ids)
     for position, (index, _) in enumerate(bound):
         if position in moved:
             results[index] = moved[position]
@@ -1245,14 +1290,14 @@ def _ack_miss(action: Ack, todo_id: str, todo: Todo | None) -> Todo | StoreError
     return Conflict(f"todo is {todo.state}; {OWNED}", todo_id=todo_id, state=todo.state)
 
 
-def _one_ack(scope: Scope, action: Ack) -> Todo:
-    (result,) = _acknowledge(scope, [action])
+def _one_ack(scope: Scope, action: Ack) -> Steps[Todo]:
+    (result,) = yield from _acknowledge(scope, [action])
     if isinstance(result, Exception):
         raise result
     return result
 
 
-def heartbeat(
+def heartbeat_steps(
     scope: Scope,
     todo_id: str,
     worker: str | None,
@@ -1261,55 +1306,65 @@ def heartbeat(
     lease_token: str | None = None,
     progress: JSONObject | None = None,
     checkpoint: object = None,
-) -> Todo:
+) -> Steps[Todo]:
     """Extend the lease to now + lease_seconds (default: the queue's, the server's).
 
     ``progress`` ({"message", "fraction"}) and ``checkpoint`` (JSON, at most
     64 KiB), when given, replace the last ones; the answer carries
     ``cancel_requested`` so the owner learns of a cancel request.
     """
-    return _one_ack(
-        scope,
-        Ack(
-            "heartbeat",
-            todo_id,
-            worker,
-            lease_token,
-            lease_seconds=lease_seconds,
-            progress=progress,
-            checkpoint=checkpoint,
-        ),
+    return (
+        yield from _one_ack(
+            scope,
+            Ack(
+                "heartbeat",
+                todo_id,
+                worker,
+                lease_token,
+                lease_seconds=lease_seconds,
+                progress=progress,
+                checkpoint=checkpoint,
+            ),
+        )
     )
 
 
-def complete_todo(
+def complete_todo_steps(
     scope: Scope,
     todo_id: str,
     worker: str | None,
     *,
     result: object = None,
     lease_token: str | None = None,
-) -> Todo:
+) -> Steps[Todo]:
     """Mark the lease holder's claimed todo done, storing its result."""
-    return _one_ack(scope, Ack("complete", todo_id, worker, lease_token, result=result))
+    return (
+        yield from _one_ack(
+            scope, Ack("complete", todo_id, worker, lease_token, result=result)
+        )
+    )
 
 
-def fail_todo(
+def fail_todo_steps(
     scope: Scope,
     todo_id: str,
     worker: str | None,
     *,
     error: str = "",
     lease_token: str | None = None,
-) -> Todo:
+) -> Steps[Todo]:
     """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap.
 
     Under a cancel request the todo ends canceled instead.
     """
-    return _one_ack(scope, Ack("fail", todo_id, worker, lease_token, error=error))
+    return (
+        yield from _one_ack(
+            scope, Ack("fail", todo_id, worker, lease_token, error=error)
+        )
+    )
 
 
-def release_todo(
+def release_todo_steps(
     scope: Scope,
     todo_id: str,
     worker: str | None,
@@ -1318,7 +1373,7 @@ def release_todo(
     assignee: object = KEEP_ASSIGNEE,
     note: str | None = None,
     checkpoint: object = None,
-) -> Todo:
+) -> Steps[Todo]:
     """Give the lease back now: pending below the cap, else dead-letter.
 
     A handoff in the same transition: ``assignee`` names the worker that may
@@ -1326,18 +1381,30 @@ def release_todo(
     next claimant why, ``checkpoint`` is where to resume. Under a cancel
     request the todo ends canceled instead.
     """
-    return _one_ack(
-        scope,
-        Ack(
-            "release",
-            todo_id,
-            worker,
-            lease_token,
-            assignee=assignee,
-            note=note,
-            checkpoint=checkpoint,
-        ),
+    return (
+        yield from _one_ack(
+            scope,
+            Ack(
+                "release",
+                todo_id,
+                worker,
+                lease_token,
+                assignee=assignee,
+                note=note,
+                checkpoint=checkpoint,
+            ),
+        )
     )
+
+
+heartbeat = on_django(heartbeat_steps)
+aheartbeat = on_pool(heartbeat_steps)
+complete_todo = on_django(complete_todo_steps)
+acomplete_todo = on_pool(complete_todo_steps)
+fail_todo = on_django(fail_todo_steps)
+afail_todo = on_pool(fail_todo_steps)
+release_todo = on_django(release_todo_steps)
+arelease_todo = on_pool(release_todo_steps)
 
 
 # An operator's release of a stuck claim, whoever holds it.

@@ -26,7 +26,16 @@ from .rows import (
     Scope,
     _iso,
 )
-from .sql import _run, _scope, _scope_params, _uuid
+from .sql import (
+    Statement,
+    Steps,
+    _run,
+    _scope,
+    _scope_params,
+    _uuid,
+    on_django,
+    on_pool,
+)
 
 MAX_ATTEMPTS_CAP = 1000
 # An attempt cap no todo reaches (PostgreSQL's largest integer): a queue with
@@ -418,11 +427,16 @@ SELECT 1 FROM queues
 """
 
 
-def queue_exists(scope: Scope, name: str) -> bool:
+def queue_exists_steps(scope: Scope, name: str) -> Steps[bool]:
     """Say whether this endpoint has the queue (one index probe, no figures)."""
     _granted(scope, name)
     params = {**_scope_params(scope), "name": name}
-    return _run("queue_exists", QUEUE_EXISTS_SQL, params, fetch="one") is not None
+    row = yield Statement("queue_exists", QUEUE_EXISTS_SQL, params, "one")
+    return row is not None
+
+
+queue_exists = on_django(queue_exists_steps)
+aqueue_exists = on_pool(queue_exists_steps)
 
 
 @dataclass(frozen=True)

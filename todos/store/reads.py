@@ -15,7 +15,20 @@ from .rows import (
     Scope,
     Todo,
 )
-from .sql import REDELIVERABLE, SCOPED, _run, _scope, _scope_params, _todo_id, _uuid
+from .sql import (
+    REDELIVERABLE,
+    SCOPED,
+    Statement,
+    Steps,
+    _run,
+    _scope,
+    _scope_params,
+    _todo_id,
+    _uuid,
+    on_django,
+    on_pool,
+    run_steps,
+)
 
 # --- Read -----------------------------------------------------------------------
 
@@ -28,20 +41,24 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def get_todo(scope: Scope, todo_id: str) -> Todo:
+def get_todo_steps(scope: Scope, todo_id: str) -> Steps[Todo]:
     """Return one todo of this scope."""
-    return _get(scope, todo_id)
+    return (yield from _get(scope, todo_id))
+
+
+get_todo = on_django(get_todo_steps)
+aget_todo = on_pool(get_todo_steps)
 
 
 def get_todo_any_endpoint(todo_id: str) -> Todo:
     """Return one todo of any endpoint (operator Board)."""
-    return _get(None, todo_id)
+    return run_steps(_get(None, todo_id))
 
 
-def _get(scope: Scope | None, todo_id: str) -> Todo:
+def _get(scope: Scope | None, todo_id: str) -> Steps[Todo]:
     canonical_id = _todo_id(todo_id)
     params = {**_scope(scope), "id": canonical_id}
-    row = _run("get_todo", GET_SQL, params, fetch="one")
+    row = yield Statement("get_todo", GET_SQL, params, "one")
     if row is None:
         raise NotFound(todo_id=canonical_id)
     return Todo.from_row(row)
@@ -306,13 +323,17 @@ SELECT {TODO_COLUMNS} FROM todos
 """
 
 
-def pending_doorbell_todos(scope: Scope, *, limit: int = 100) -> list[Todo]:
+def pending_doorbell_todos_steps(
+    scope: Scope, *, limit: int = 100
+) -> Steps[list[Todo]]:
     """Return this scope's claimable todos, oldest first (the doorbell's backlog)."""
     try:
         params = {**_scope_params(scope), "limit": int(limit)}
     except NotFound:
         return []
-    return [
-        Todo.from_row(row)
-        for row in _run("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
-    ]
+    rows = yield Statement("pending_doorbell_todos", PENDING_DOORBELL_SQL, params)
+    return [Todo.from_row(row) for row in rows]
+
+
+pending_doorbell_todos = on_django(pending_doorbell_todos_steps)
+apending_doorbell_todos = on_pool(pending_doorbell_todos_steps)

@@ -1,9 +1,11 @@
 """Plumbing every store statement shares: binding, running, the scope predicate,
 the scope, the live-row predicate and the server's defaults."""
 
+import functools
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, overload
 
 import psycopg
@@ -11,6 +13,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from todos import inloop
+from todos.db.pool import Runner, db
 
 from .rows import (
     DOORBELL_CHANNEL,
@@ -82,6 +85,9 @@ def is_outage(exc: BaseException) -> bool:
 Params = Mapping[str, Any]
 
 
+type Fetch = Literal["all", "one", "count", "rowcount"] | None
+
+
 @overload
 def _run(
     operation: str, sql: str, params: Params, fetch: Literal["all"] = "all"
@@ -98,10 +104,7 @@ def _run(
     fetch: Literal["count", "rowcount"] | None,
 ) -> int: ...
 def _run(
-    operation: str,
-    sql: str,
-    params: Params,
-    fetch: Literal["all", "one", "count", "rowcount"] | None = "all",
+    operation: str, sql: str, params: Params, fetch: Fetch = "all"
 ) -> list[Row] | Row | None | int:
     """Execute one statement; turn connection trouble into ``Unavailable``.
 
@@ -110,20 +113,140 @@ def _run(
     try:
         return inloop.run(sql, params, fetch)
     except OUTAGES as exc:
-        timed_out = _timed_out(operation, exc)
-        if timed_out is not None:
-            logger.warning(
-                "store call timed out",
-                extra={
-                    "fields": {"operation": operation, "lock_wait": timed_out.lock_wait}
-                },
-            )
-            raise timed_out from exc
+        raise _outage(operation, exc) from exc
+
+
+@overload
+async def _arun(
+    operation: str,
+    sql: str,
+    params: Params,
+    fetch: Literal["all"] = "all",
+    on: Runner = db,
+) -> list[Row]: ...
+@overload
+async def _arun(
+    operation: str, sql: str, params: Params, fetch: Literal["one"], on: Runner = db
+) -> Row | None: ...
+@overload
+async def _arun(
+    operation: str,
+    sql: str,
+    params: Params,
+    fetch: Literal["count", "rowcount"] | None,
+    on: Runner = db,
+) -> int: ...
+async def _arun(
+    operation: str, sql: str, params: Params, fetch: Fetch = "all", on: Runner = db
+) -> list[Row] | Row | None | int:
+    """``_run``'s twin for async code: the statement awaited in the event loop
+    on the process's async pool (todos.db.pool), or on the transaction ``on``;
+    the same outage and timeout mapping."""
+    try:
+        if fetch == "one":
+            return await on.fetch_one(sql, params)
+        if fetch == "all":
+            return await on.fetch_all(sql, params)
+        return await on.execute(sql, params)
+    except OUTAGES as exc:
+        raise _outage(operation, exc) from exc
+
+
+def _outage(operation: str, exc: BaseException) -> Unavailable:
+    """What a failed statement raises: TimedOut or Unavailable, logged."""
+    timed_out = _timed_out(operation, exc)
+    if timed_out is not None:
         logger.warning(
-            "store call failed: database unavailable",
-            extra={"fields": {"operation": operation, "error": type(exc).__name__}},
+            "store call timed out",
+            extra={
+                "fields": {"operation": operation, "lock_wait": timed_out.lock_wait}
+            },
         )
-        raise Unavailable(operation, exc) from exc
+        return timed_out
+    logger.warning(
+        "store call failed: database unavailable",
+        extra={"fields": {"operation": operation, "error": type(exc).__name__}},
+    )
+    return Unavailable(operation, exc)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement of a store operation written as steps (``Steps``)."""
+
+    operation: str
+    sql: str
+    params: Params
+    fetch: Fetch = "all"
+
+
+# A store operation whose statements both runners make: a generator that
+# yields each Statement, is sent its rows (as ``_run`` returns them), and
+# returns the operation's result. The SQL and every rule about the rows are
+# written once; ``run_steps`` runs them on Django's connection of the thread,
+# ``arun_steps`` awaits them in the event loop.
+type Steps[T] = Generator[Statement, Any, T]
+
+
+def run_steps[T](steps: Steps[T]) -> T:
+    """Run an operation's statements here, on Django's connection."""
+    try:
+        statement = next(steps)
+        while True:
+            rows = _run(
+                statement.operation, statement.sql, statement.params, statement.fetch
+            )
+            statement = steps.send(rows)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        steps.close()
+
+
+async def arun_steps[T](steps: Steps[T], on: Runner = db) -> T:
+    """Await an operation's statements in the event loop, on the async pool
+    (todos.db.pool) or the transaction ``on``."""
+    try:
+        statement = next(steps)
+        while True:
+            rows = await _arun(
+                statement.operation,
+                statement.sql,
+                statement.params,
+                statement.fetch,
+                on,
+            )
+            statement = steps.send(rows)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        steps.close()
+
+
+def on_django[**P, T](steps: Callable[P, Steps[T]]) -> Callable[P, T]:
+    """The operation ``steps`` as a sync function: its statements made here,
+    on Django's connection (the Board, webhooks, commands, sweeps)."""
+
+    @functools.wraps(steps)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_steps(steps(*args, **kwargs))
+
+    return run
+
+
+def on_pool[**P, T](
+    steps: Callable[P, Steps[T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """The operation ``steps`` as an async function: its statements awaited in
+    the event loop, on the async pool (the agent surfaces' async views)."""
+
+    @functools.wraps(steps)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await arun_steps(steps(*args, **kwargs))
+
+    return run
 
 
 # PostgreSQL's message when statement_timeout cancels a statement (a cancel by
