@@ -5,6 +5,7 @@ functions live here (``from tests.support import free_port``).
 """
 
 import contextlib
+import datetime
 import http.server
 import importlib.util
 import os
@@ -257,3 +258,61 @@ def counting_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+class DatabaseClock:
+    """PostgreSQL's ``now()`` at a time the test sets, for the connections that
+    ask for it: a schema whose ``now()`` reads a one-row table, put before
+    ``pg_catalog`` on the search path. The store's statements name ``now()``
+    unqualified, so they read this clock; column defaults and
+    ``clock_timestamp()`` still read the real one.
+
+    ``install`` makes it (in the test's transaction, or committed for a
+    transactional test); ``use`` turns it on for Django's connection;
+    ``database_url`` is a child process's, on the clock; ``remove`` drops it.
+    """
+
+    SCHEMA = "switchboard_test_clock"
+
+    def install(self, at):
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE SCHEMA {self.SCHEMA}")
+            cursor.execute(f"CREATE TABLE {self.SCHEMA}.clock (at timestamptz)")
+            cursor.execute(f"INSERT INTO {self.SCHEMA}.clock VALUES (%s)", [at])
+            cursor.execute(
+                f"CREATE FUNCTION {self.SCHEMA}.now() RETURNS timestamptz"
+                f" LANGUAGE sql STABLE AS 'SELECT at FROM {self.SCHEMA}.clock'"
+            )
+        return self
+
+    @property
+    def search_path(self):
+        return f"{self.SCHEMA}, pg_catalog, public"
+
+    def database_url(self, application_name):
+        """The test database as a child's DATABASE_URL, on this clock."""
+        options = quote(f"-c search_path={self.SCHEMA},pg_catalog,public")
+        return f"{database_url(application_name=application_name)}&options={options}"
+
+    def use(self):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET search_path = {self.search_path}")
+        return self
+
+    def set(self, at):
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {self.SCHEMA}.clock SET at = %s", [at])
+
+    def advance(self, **delta):
+        """Move the clock on by timedelta's keywords (seconds=…, hours=…)."""
+        self.set(self.now() + datetime.timedelta(**delta))
+
+    def now(self):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT at FROM {self.SCHEMA}.clock")
+            return cursor.fetchone()[0]
+
+    def remove(self):
+        with connection.cursor() as cursor:
+            cursor.execute("RESET search_path")
+            cursor.execute(f"DROP SCHEMA IF EXISTS {self.SCHEMA} CASCADE")

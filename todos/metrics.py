@@ -5,7 +5,11 @@ delayed, held = the open questions, claimed, retry_scheduled, dead_letter),
 the age of the oldest pending todo and of the oldest open question, and the
 counters ``switchboard_cancels_total`` and
 ``switchboard_transitions_total{transition=…}`` (created, claimed, completed,
-failed, dead_lettered, retried). The gauges are read from
+failed, dead_lettered, retried). Per schedule: the counters
+``switchboard_schedule_fires_total``, ``switchboard_schedule_skips_total`` and
+``switchboard_schedule_lateness_seconds_total`` (slot time to todo created,
+summed over the fires: divided by the fires, the mean lateness), kept on each
+schedule's row by the sweep that fires it. The gauges are read from
 the partial indexes of live rows and of dead letters (never the done backlog);
 the counters from the sweep loop's rollup (``todos.store_stats``), so they
 advance once per sweep pass.
@@ -107,6 +111,40 @@ class QueueCollector:
         yield transitions
 
 
+class ScheduleCollector:
+    """The schedules' counters, read once per scrape."""
+
+    def __init__(self, figures):
+        self.figures = figures
+
+    def collect(self):
+        labels = ["endpoint_id", "endpoint", "schedule", "queue"]
+        fires = CounterMetricFamily(
+            "switchboard_schedule_fires",
+            "Slots of a schedule that made their todo (fire now not counted).",
+            labels=labels,
+        )
+        skips = CounterMetricFamily(
+            "switchboard_schedule_skips",
+            "Slots of a schedule skipped: missed (the missed-slot policy) or "
+            "overlapping a live todo (overlap skip).",
+            labels=labels,
+        )
+        lateness = CounterMetricFamily(
+            "switchboard_schedule_lateness_seconds",
+            "Seconds from each fired slot's time to its todo's creation, summed.",
+            labels=labels,
+        )
+        for figure in self.figures:
+            values = [figure.endpoint_id, figure.endpoint, figure.name, figure.queue]
+            fires.add_metric(values, figure.fires)
+            skips.add_metric(values, figure.skips)
+            lateness.add_metric(values, figure.lateness_seconds)
+        yield fires
+        yield skips
+        yield lateness
+
+
 def _bearer(request):
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -146,6 +184,7 @@ def metrics(request):
         return _refusal(refused)
     try:
         figures = store_stats.metrics_figures()
+        schedules = store.schedule_figures()
         names = {
             str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
         }
@@ -155,6 +194,7 @@ def metrics(request):
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(figures, names))
+    registry.register(ScheduleCollector(schedules))
     response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response

@@ -472,3 +472,126 @@ class RollupState(models.Model):
 
     def __str__(self):
         return f"folded through {self.folded_through}"
+
+
+# --- Schedules ------------------------------------------------------------------
+
+SCHEDULE_OVERLAP = ("allow", "skip")
+SCHEDULE_MISSED = ("skip", "one", "all")
+
+
+class Schedule(models.Model):
+    """A recurring todo of one endpoint: fired by the sweep, one todo per slot.
+
+    ``next_slot_at`` is the next slot not yet fired or skipped (UTC); the sweep
+    locks a due row, creates its slots' todos and advances it in one
+    transaction (``todos.store.schedules``). ``fires``, ``skips`` and
+    ``lateness_seconds`` are the /metrics counters, kept on the row so every
+    sweep process adds to the same ones.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # The unique (endpoint_id, name) index serves the foreign key.
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, db_column="endpoint_id", db_index=False
+    )
+    name = models.TextField()
+    queue = models.TextField()
+    # Exactly one of the two: a five-field cron expression (read in time_zone)
+    # or a fixed interval counted from the Unix epoch.
+    cron = models.TextField(null=True, blank=True)
+    every_seconds = models.IntegerField(null=True, blank=True)
+    time_zone = models.TextField(db_default="UTC")
+    # The create body of each slot's todo (title, payload, max_attempts, …).
+    todo = models.JSONField(default=dict)
+    overlap = models.TextField(
+        db_default="allow", choices=[(o, o) for o in SCHEDULE_OVERLAP]
+    )
+    missed = models.TextField(
+        db_default="skip", choices=[(m, m) for m in SCHEDULE_MISSED]
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    next_slot_at = models.DateTimeField()
+    last_slot_at = models.DateTimeField(null=True, blank=True)
+    # The todo of the last slot fired (overlap "skip" asks whether it is live);
+    # no foreign key: purging terminal todos leaves the schedule alone.
+    last_todo_id = models.UUIDField(null=True, blank=True)
+    fires = models.BigIntegerField(db_default=0)
+    skips = models.BigIntegerField(db_default=0)
+    # The sum, over the slots fired by the sweep, of slot time to todo created.
+    lateness_seconds = models.FloatField(db_default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "schedules"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "name"], name="schedules_endpoint_name_key"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(cron__isnull=False, every_seconds__isnull=True)
+                    | models.Q(cron__isnull=True, every_seconds__isnull=False)
+                ),
+                name="schedules_cron_or_every_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(every_seconds__gte=1),
+                name="schedules_every_seconds_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(overlap__in=SCHEDULE_OVERLAP),
+                name="schedules_overlap_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(missed__in=SCHEDULE_MISSED),
+                name="schedules_missed_check",
+            ),
+        ]
+        indexes = [
+            # The sweep's scan: the running schedules, the most overdue first.
+            models.Index(
+                fields=["next_slot_at"],
+                condition=models.Q(paused_at__isnull=True),
+                name="schedules_due_idx",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class ScheduleFire(models.Model):
+    """One slot of a schedule that made its todo: the unique key on
+    (schedule, slot) is what makes a slot fire once, whatever runs at once."""
+
+    id = models.BigAutoField(primary_key=True)
+    # ON DELETE CASCADE is added in SQL by the migration: deleting a schedule
+    # takes its fires with it, in one statement. The unique (schedule_id,
+    # slot) index serves the cascade.
+    schedule = models.ForeignKey(
+        Schedule,
+        on_delete=models.CASCADE,
+        db_column="schedule_id",
+        db_constraint=False,
+        db_index=False,
+        related_name="fire_rows",
+    )
+    slot = models.DateTimeField()
+    # No foreign key: purging a terminal todo keeps the record of the slot.
+    todo_id = models.UUIDField(null=True, blank=True)
+    # A "fire now" of the API, not a slot of the recurrence.
+    manual = models.BooleanField(db_default=False)
+    fired_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "schedule_fires"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "slot"], name="schedule_fires_once"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.schedule_id}@{self.slot:%Y-%m-%d %H:%M}"

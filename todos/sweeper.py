@@ -6,9 +6,10 @@ wakeup or not at all; stopping between batches never leaves one half-moved.
 The commands build on the two pieces here:
 
 - ``drain`` runs one sweep batch after batch until a batch comes back short.
-- ``sweep_once`` also rolls the history up into the Board's per-minute
-  statistics (``store.stats.roll_up_minutes``): the charts and /metrics read
-  those, so they are as fresh as the last pass.
+- ``sweep_once`` fires the schedules whose slots came due first (one todo
+  per slot, ``store.fire_due_schedules``), and also rolls the history up into
+  the Board's per-minute statistics (``store.stats.roll_up_minutes``): the
+  charts and /metrics read those, so they are as fresh as the last pass.
 - ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
   SIGTERM/SIGINT once ``install_signal_handlers()`` was called). It sleeps in
   short slices so a stop takes effect within a fraction of a second, and it
@@ -92,6 +93,9 @@ class PassResult:
     sessions_expired: int = 0
     # Delayed todos that came due: their doorbells rung (not moved).
     woken: int = 0
+    # Schedule slots that made their todo, and slots skipped (missed, overlap).
+    fired: int = 0
+    fire_skips: int = 0
     # The database time the next pass's delayed-todo window starts from.
     delayed_until: object = None
     rolled_up: bool = False
@@ -132,6 +136,8 @@ def log_pass(message, result):
                 "questions_expired": result.questions_expired,
                 "sessions_expired": result.sessions_expired,
                 "woken": result.woken,
+                "fired": result.fired,
+                "fire_skips": result.fire_skips,
                 "endpoints": len(result.endpoints),
                 "ms": round(result.seconds * 1000, 1),
             }
@@ -140,8 +146,9 @@ def log_pass(message, result):
 
 
 def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=None):
-    """Reap expired leases, requeue due retries, expire questions past their
-    deadline, ring delayed todos that came due, roll up the Board's minutes.
+    """Fire due schedules, reap expired leases, requeue due retries, expire
+    questions past their deadline, ring delayed todos that came due, roll up
+    the Board's minutes.
 
     ``delayed_since`` is the previous pass's ``delayed_until`` (None: look back
     a minute); a delayed todo's ring is a wakeup only, the claim scan takes
@@ -149,6 +156,16 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
     """
     started = time.monotonic()
     result = PassResult()
+    # First, so a slot's todo is made as soon after its time as the pass allows.
+    while True:
+        fired = store.fire_due_schedules(limit=store.FIRE_BATCH)
+        result.fired += fired.fired
+        result.fire_skips += fired.skipped
+        result.endpoints.update(todo.endpoint_id for todo in fired.todos or ())
+        if fired.schedules < store.FIRE_BATCH or (
+            should_stop is not None and should_stop()
+        ):
+            break
     for moved in drain(
         store.reap_expired, batch_size=batch_size, should_stop=should_stop
     ):
@@ -287,7 +304,7 @@ class Sweeper:
             return None
         self.passes += 1
         self.delayed_since = result.delayed_until
-        if result.moved:
+        if result.moved or result.fired or result.fire_skips:
             log_pass("sweep pass", result)
         return result
 

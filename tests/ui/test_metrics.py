@@ -160,3 +160,23 @@ def test_metrics_pass_promtool_check_metrics(staff, scope, other_scope):
 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert b"switchboard_todos{" in exposition
+
+
+def test_metrics_count_schedule_fires_skips_and_lateness(staff, scope):
+    from tests.support import DatabaseClock
+
+    clock = DatabaseClock().install("2026-03-27T00:00:00Z").use()
+    store.create_schedule(
+        scope, name="nightly", queue="q", every_seconds=60, missed="one"
+    )
+    clock.advance(seconds=181)
+    store.fire_due_schedules()
+
+    found = samples(staff.get("/metrics"))
+
+    labels = frozenset(
+        {("endpoint", "agent-a"), ("schedule", "nightly"), ("queue", "q")}
+    )
+    assert found[("switchboard_schedule_fires_total", labels)] == 1
+    assert found[("switchboard_schedule_skips_total", labels)] == 2
+    assert found[("switchboard_schedule_lateness_seconds_total", labels)] > 0

@@ -1,4 +1,5 @@
-"""Run both sweeps: once, or as a long-running loop that stops on SIGTERM/SIGINT."""
+"""Run the sweeps (and fire due schedules): once, or as a long-running loop that
+stops on SIGTERM/SIGINT."""
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -18,7 +19,8 @@ class Command(BaseCommand):
     help = (
         "Run the lease reaper (expired leases back to pending, or dead-lettered at "
         "the attempt cap) and then the retry scheduler (failed todos whose backoff "
-        "elapsed back to pending). Without --loop: one pass, printing the counts. "
+        "elapsed back to pending), and fire the schedules whose slots came due "
+        "(one todo per slot). Without --loop: one pass, printing the counts. "
         "With --loop: a pass every --interval seconds until SIGTERM or SIGINT, which "
         "stop it within a second with exit status 0; database outages are logged "
         "and the loop reconnects and keeps going."
@@ -67,5 +69,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"sweep: {result.moved} todos moved ({result.requeued} requeued after "
             f"lease expiry, {result.dead_lettered} dead-lettered at the attempt cap, "
-            f"{result.retried} retries requeued) in {result.seconds * 1000:.0f} ms"
+            f"{result.retried} retries requeued) in {result.seconds * 1000:.0f} ms; "
+            f"{result.fired} schedule slots fired, {result.fire_skips} skipped"
         )
