@@ -602,3 +602,100 @@ BATCH = (
         items=ACTION,
     ),
 )
+
+# --- Schedules (CONTRACT §20) ------------------------------------------------------
+
+SCHEDULE_ID = Field(
+    "schedule_id",
+    description="The schedule's id, as list_schedules or create_schedule give it.",
+    required=True,
+)
+CRON = Field(
+    "cron",
+    description="When each slot is: five fields (minute hour day-of-month month "
+    "day-of-week) read in time_zone, or @hourly, @daily, @weekly, @monthly. Give "
+    "cron or every_seconds.",
+    maximum=store.MAX_CRON_CHARS,
+)
+EVERY_SECONDS = Field(
+    "every_seconds",
+    "integer",
+    "A slot every this many seconds, counted from the Unix epoch (3600: on the "
+    "hour). Give cron or every_seconds.",
+    minimum=store.MIN_EVERY_SECONDS,
+    maximum=store.MAX_EVERY_SECONDS,
+)
+TIME_ZONE = Field(
+    "time_zone",
+    description="The IANA time zone cron is read in, e.g. Europe/Berlin (default UTC).",
+)
+TEMPLATE = Field(
+    "todo",
+    "object",
+    "The todo each slot makes: title (default: the schedule's name), payload, "
+    "max_attempts.",
+)
+OVERLAP = Field(
+    "overlap",
+    "enum",
+    "allow: every slot makes its todo; skip: a slot is skipped while the last "
+    "todo the schedule made is still live (pending, claimed or waiting to retry).",
+    choices=store.SCHEDULE_OVERLAP,
+)
+MISSED = Field(
+    "missed",
+    "enum",
+    "Slots that came and went while no sweep ran (or while paused): skip fires "
+    "none of them; one fires one todo for the latest; all fires each, up to "
+    f"the latest {store.MAX_MISSED_SLOTS}.",
+    choices=store.SCHEDULE_MISSED,
+)
+CREATE_SCHEDULE = (
+    Field(
+        "name",
+        description="The schedule's name, unique in this endpoint.",
+        required=True,
+    ),
+    replace(QUEUE, required=True, description="The queue each slot's todo goes to."),
+    CRON,
+    EVERY_SECONDS,
+    replace(TIME_ZONE, default="UTC"),
+    TEMPLATE,
+    replace(OVERLAP, default="allow"),
+    replace(MISSED, default="skip"),
+    Field(
+        "paused",
+        "boolean",
+        "Create it paused: nothing fires until it is resumed.",
+        default=False,
+    ),
+)
+UPDATE_SCHEDULE = (
+    Field("name", description="A new name, unique in this endpoint."),
+    replace(QUEUE, description="The queue each slot's todo goes to from now on."),
+    CRON,
+    EVERY_SECONDS,
+    TIME_ZONE,
+    TEMPLATE,
+    OVERLAP,
+    MISSED,
+)
+LIST_SCHEDULES = (LIST_TODOS[2], LIST_TODOS[3])
+NEXT_SLOTS = (
+    Field(
+        "n",
+        "integer",
+        "How many slots to list.",
+        minimum=1,
+        maximum=store.MAX_NEXT_SLOTS,
+        default=5,
+    ),
+)
+FIRE_SCHEDULE = (
+    Field(
+        "idempotency_key",
+        description="Makes the call safe to repeat: while the todo this key made "
+        "is live, firing again returns it with created=false.",
+        maximum=store.MAX_KEY_CHARS,
+    ),
+)

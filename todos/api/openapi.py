@@ -10,6 +10,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from todos import store
 from todos.api import fields
 from todos.api.fields import NO_NUL, Operation, Schema, object_schema
 from todos.api.plumbing import api_view
@@ -207,6 +208,84 @@ QUEUE_SCHEMA = {
     },
 }
 
+SCHEDULE_ID = {
+    "name": "schedule_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "format": "uuid"},
+}
+
+# A schedule's todo template: the create fields each slot's todo takes.
+TEMPLATE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "The todo each slot makes.",
+    "properties": {
+        "title": {
+            "type": "string",
+            "maxLength": store.MAX_TITLE_CHARS,
+            "pattern": NO_NUL,
+            "description": "Default: the schedule's name.",
+        },
+        "payload": {"$ref": "#/components/schemas/JsonValue"},
+        "max_attempts": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": store.MAX_ATTEMPTS_CAP,
+        },
+    },
+}
+
+SCHEDULE_SCHEMA = {
+    "type": "object",
+    "required": [
+        "id",
+        "name",
+        "queue",
+        "cron",
+        "every_seconds",
+        "time_zone",
+        "todo",
+        "overlap",
+        "missed",
+        "paused",
+        "paused_at",
+        "next_slot_at",
+        "last_slot_at",
+        "last_todo_id",
+        "created_at",
+        "updated_at",
+    ],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "name": {"type": "string"},
+        "queue": {"type": "string"},
+        "cron": {"type": ["string", "null"]},
+        "every_seconds": {"type": ["integer", "null"]},
+        "time_zone": {"type": "string"},
+        "todo": {"type": "object"},
+        "overlap": {"type": "string", "enum": list(store.SCHEDULE_OVERLAP)},
+        "missed": {"type": "string", "enum": list(store.SCHEDULE_MISSED)},
+        "paused": {"type": "boolean"},
+        "paused_at": NULLABLE_TIME,
+        "next_slot_at": {
+            **NULLABLE_TIME,
+            "description": "The next slot to fire (null while paused).",
+        },
+        "last_slot_at": {
+            **NULLABLE_TIME,
+            "description": "The last slot that made its todo.",
+        },
+        "last_todo_id": {
+            "type": ["string", "null"],
+            "format": "uuid",
+            "description": "The last todo the schedule made (a slot or fire now).",
+        },
+        "created_at": {"type": "string", "format": "date-time"},
+        "updated_at": {"type": "string", "format": "date-time"},
+    },
+}
+
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["error", "detail"],
@@ -319,6 +398,179 @@ def _transition(
                 **_errors(*WRITE_ERRORS),
             },
         }
+    }
+
+
+def _schedule_ok(description: str, status: str = "200") -> Schema:
+    return {status: {"description": description, **_json(_ref("ScheduleEnvelope"))}}
+
+
+SCHEDULE_NOT_FOUND = {
+    "404": {
+        "description": "No such schedule in this endpoint (absent, foreign, "
+        "outside the grant, or a malformed id).",
+        **_json(_ref("Error")),
+    }
+}
+NAME_TAKEN = {
+    "409": {
+        "description": "A schedule of this name exists in this endpoint.",
+        **_json(_ref("Error")),
+    }
+}
+
+
+def _schedule_body(operation: Operation) -> Schema:
+    body = _body(operation)
+    schema = body["content"]["application/json"]["schema"]
+    schema["properties"]["todo"] = {
+        **TEMPLATE_SCHEMA,
+        "type": ["object", "null"],
+        "description": schema["properties"]["todo"]["description"],
+    }
+    return body
+
+
+def _schedule_paths() -> Schema:
+    """The schedules' paths (CONTRACT §20)."""
+    on_one = [SCHEDULE_ID]
+    return {
+        "/api/v1/schedules": {
+            "get": {
+                "summary": "List this endpoint's schedules by name.",
+                "operationId": "list_schedules",
+                "parameters": _query(fields.LIST_SCHEDULES),
+                "responses": {
+                    "200": {
+                        "description": "A page of schedules.",
+                        **_json(_ref("SchedulePage")),
+                    },
+                    **_errors("400", "401", "503"),
+                },
+            },
+            "post": {
+                "summary": "Create a schedule: a todo from its template at each "
+                "slot of its cron (in its time zone) or interval.",
+                "operationId": "create_schedule",
+                "requestBody": _schedule_body(fields.CREATE_SCHEDULE),
+                "responses": {
+                    **_schedule_ok("Created.", "201"),
+                    **_errors("400", "401", "403", "413", "503"),
+                    **NAME_TAKEN,
+                },
+            },
+        },
+        "/api/v1/schedules/{schedule_id}": {
+            "get": {
+                "summary": "Return one schedule.",
+                "operationId": "get_schedule",
+                "parameters": on_one,
+                "responses": {
+                    **_schedule_ok("The schedule."),
+                    **_errors("401", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            },
+            "put": {
+                "summary": "Change the fields given; a new cron, interval or time "
+                "zone starts at its first slot after now.",
+                "operationId": "update_schedule",
+                "parameters": on_one,
+                "requestBody": _schedule_body(fields.UPDATE_SCHEDULE),
+                "responses": {
+                    **_schedule_ok("The changed schedule."),
+                    **_errors("400", "401", "403", "413", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                    **NAME_TAKEN,
+                },
+            },
+            "delete": {
+                "summary": "Delete a schedule; the todos it made stay.",
+                "operationId": "delete_schedule",
+                "parameters": on_one,
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    **_errors("401", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            },
+        },
+        "/api/v1/schedules/{schedule_id}/pause": {
+            "post": {
+                "summary": "Pause a schedule: no slot fires until it is resumed.",
+                "operationId": "pause_schedule",
+                "parameters": on_one,
+                "responses": {
+                    **_schedule_ok("The paused schedule."),
+                    **_errors("401", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            }
+        },
+        "/api/v1/schedules/{schedule_id}/resume": {
+            "post": {
+                "summary": "Resume a schedule: with missed skip from its next "
+                "slot; with one or all the slots of the pause fire as that says.",
+                "operationId": "resume_schedule",
+                "parameters": on_one,
+                "responses": {
+                    **_schedule_ok("The resumed schedule."),
+                    **_errors("401", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            }
+        },
+        "/api/v1/schedules/{schedule_id}/fire": {
+            "post": {
+                "summary": "Fire now: one todo from the template per call, paused "
+                "or not; the schedule's slots are not touched.",
+                "operationId": "fire_schedule",
+                "parameters": on_one,
+                "requestBody": {**_body(fields.FIRE_SCHEDULE), "required": False},
+                "responses": {
+                    "201": {
+                        "description": "The todo made.",
+                        **_json(_ref("CreatedEnvelope")),
+                    },
+                    "200": {
+                        "description": "The live todo an earlier call with this "
+                        "idempotency_key made.",
+                        **_json(_ref("CreatedEnvelope")),
+                    },
+                    **_errors("400", "401", "403", "409", "413", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            }
+        },
+        "/api/v1/schedules/{schedule_id}/next": {
+            "get": {
+                "summary": "The schedule's next n slots, in UTC.",
+                "operationId": "next_slots",
+                "parameters": [*on_one, *_query(fields.NEXT_SLOTS)],
+                "responses": {
+                    "200": {
+                        "description": "The slots, earliest first.",
+                        **_json(
+                            {
+                                "type": "object",
+                                "required": ["slots"],
+                                "properties": {
+                                    "slots": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "string",
+                                            "format": "date-time",
+                                        },
+                                    }
+                                },
+                            }
+                        ),
+                    },
+                    **_errors("400", "401", "503"),
+                    **SCHEDULE_NOT_FOUND,
+                },
+            }
+        },
     }
 
 
@@ -522,6 +774,7 @@ def build_document() -> Schema:
                 },
             }
         },
+        **_schedule_paths(),
         "/api/v1/events": {
             "get": {
                 "summary": "The endpoint's doorbell as Server-Sent Events.",
@@ -592,6 +845,20 @@ def build_document() -> Schema:
                     },
                 },
                 "Queue": QUEUE_SCHEMA,
+                "Schedule": SCHEDULE_SCHEMA,
+                "ScheduleEnvelope": {
+                    "type": "object",
+                    "required": ["schedule"],
+                    "properties": {"schedule": _ref("Schedule")},
+                },
+                "SchedulePage": {
+                    "type": "object",
+                    "required": ["schedules", "next_cursor"],
+                    "properties": {
+                        "schedules": {"type": "array", "items": _ref("Schedule")},
+                        "next_cursor": {"type": ["string", "null"]},
+                    },
+                },
                 "TodoList": {
                     "type": "object",
                     "required": ["todos"],

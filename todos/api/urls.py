@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.api import events, openapi, views
+from todos.api import events, openapi, schedules, views
 
 # "todos/claim" and "todos/batch" come before "todos/<todo_id>" so that neither
 # is ever read as an id.
@@ -21,6 +21,24 @@ urlpatterns = [
     path("todos/<str:todo_id>/answer", views.answer, name="api-answer"),
     path("todos/<str:todo_id>/cancel", views.cancel, name="api-cancel"),
     path("queues", views.queues, name="api-queues"),
+    path("schedules", schedules.schedules, name="api-schedules"),
+    path("schedules/<str:schedule_id>", schedules.schedule, name="api-schedule"),
+    path(
+        "schedules/<str:schedule_id>/pause",
+        schedules.pause,
+        name="api-schedule-pause",
+    ),
+    path(
+        "schedules/<str:schedule_id>/resume",
+        schedules.resume,
+        name="api-schedule-resume",
+    ),
+    path("schedules/<str:schedule_id>/fire", schedules.fire, name="api-schedule-fire"),
+    path(
+        "schedules/<str:schedule_id>/next",
+        schedules.next_slots,
+        name="api-schedule-next",
+    ),
     path("events", events.events, name="api-events"),
     path("openapi.json", openapi.openapi_json, name="api-openapi"),
 ]

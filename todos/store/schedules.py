@@ -85,8 +85,8 @@ CRON_NAMES = {
     "@weekly": "0 0 * * 0",
     "@monthly": "0 0 1 * *",
 }
-OVERLAP = ("allow", "skip")
-MISSED = ("skip", "one", "all")
+SCHEDULE_OVERLAP = ("allow", "skip")
+SCHEDULE_MISSED = ("skip", "one", "all")
 # What a schedule's todo template may hold, and the create fields this
 # server does not have yet (a template naming one is refused, not dropped).
 TEMPLATE_FIELDS = ("title", "payload", "max_attempts")
@@ -428,8 +428,8 @@ def _validated(scope: Scope, **given: Any) -> dict[str, Any]:
         "every_seconds": recurrence.every_seconds,
         "time_zone": recurrence.time_zone,
         "todo": json.dumps(_template(given["todo"])),
-        "overlap": _choice("overlap", given["overlap"], OVERLAP),
-        "missed": _choice("missed", given["missed"], MISSED),
+        "overlap": _choice("overlap", given["overlap"], SCHEDULE_OVERLAP),
+        "missed": _choice("missed", given["missed"], SCHEDULE_MISSED),
         "recurrence": recurrence,
     }
 
