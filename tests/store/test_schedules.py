@@ -476,6 +476,38 @@ def test_a_revoked_endpoints_schedules_do_not_fire(clock, endpoint, scope):
     assert fire() == []
 
 
+def test_a_slot_whose_todo_cannot_be_made_is_skipped_and_holds_up_no_other(
+    clock, scope
+):
+    broken = store.create_schedule(scope, name="a", queue="q", every_seconds=60)
+    store.create_schedule(scope, name="b", queue="q", every_seconds=60)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE schedules SET todo = '{\"max_attempts\": 0}' WHERE id = %s",
+            [broken.id],
+        )
+    clock.advance(seconds=61)
+
+    [made] = fire()
+
+    assert slot_of(made).startswith("schedule b,")
+    after = refreshed(scope, broken)
+    assert (after.fires, after.skips) == (0, 1)
+    assert after.next_slot_at == utc(2026, 3, 27, 0, 2)
+
+
+def test_a_queue_the_grant_no_longer_covers_skips_its_slots(clock, endpoint, scope):
+    schedule = store.create_schedule(scope, name="s", queue="q", every_seconds=60)
+    endpoint.queues = ["other"]
+    endpoint.save()
+    clock.advance(seconds=61)
+
+    assert fire() == []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT skips FROM schedules WHERE id = %s", [schedule.id])
+        assert cursor.fetchone()[0] == 1
+
+
 # --- Exactly once, concurrently ------------------------------------------------
 
 

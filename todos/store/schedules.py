@@ -36,6 +36,7 @@ Time is PostgreSQL's (``now()``), as everywhere in the store.
 
 import base64
 import json
+import logging
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -45,7 +46,7 @@ from typing import Any, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from .lifecycle import Created, create_todo
 from .queues import MAX_ATTEMPTS_CAP
@@ -59,10 +60,13 @@ from .rows import (
     QueueNotGranted,
     Row,
     Scope,
+    StoreError,
     Todo,
     _iso,
 )
-from .sql import LIVE_ROW, _run, _scope_params, _uuid
+from .sql import LIVE_ROW, _run, _scope_params, _uuid, is_outage
+
+logger = logging.getLogger("switchboard.schedules")
 
 # ``all`` fires at most this many missed slots (the latest); older ones are skipped.
 MAX_MISSED_SLOTS = 100
@@ -689,12 +693,23 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
     due: deque[datetime] = deque(maxlen=MAX_MISSED_SLOTS)
     count = 0
     next_slot = NEVER
-    for slot in _from(schedule.recurrence, schedule.next_slot_at):
-        if slot > now:
-            next_slot = slot
-            break
-        due.append(slot)
-        count += 1
+    first = schedule.next_slot_at
+    if schedule.every_seconds is not None and first <= now:
+        # An interval's slots are counted, not walked: a year down is
+        # half a million slots of a one-minute schedule.
+        step = timedelta(seconds=schedule.every_seconds)
+        count = (now - first) // step + 1
+        last = first + (count - 1) * step
+        due.extend(last - back * step for back in range(min(count, due.maxlen or 0)))
+        due.reverse()
+        next_slot = last + step
+    else:
+        for slot in _from(schedule.recurrence, first):
+            if slot > now:
+                next_slot = slot
+                break
+            due.append(slot)
+            count += 1
     if not due:
         return Plan((), 0, next_slot)
     latest = due[-1]
@@ -792,8 +807,8 @@ def _fire_slot(
     idempotency_key: str | None = None,
 ) -> Todo | None:
     """Create one slot's todo with its fire row (a savepoint: a slot that
-    cannot fire, one already fired or a queue outside the grant, leaves
-    nothing behind); None when it did not fire."""
+    cannot fire leaves nothing behind); None when it did not fire: fired
+    already, or its todo could not be made (a fire now raises why)."""
     template = schedule.todo
     when = _iso(slot)
     try:
@@ -825,7 +840,26 @@ def _fire_slot(
                 {"id": fire[0], "todo_id": todo.id},
                 fetch=None,
             )
-    except QueueNotGranted:
+    except (StoreError, ValueError, DatabaseError) as exc:
+        # A slot whose todo cannot be made (a queue the grant no longer
+        # covers, a template the server now refuses) is skipped: it must not
+        # hold up the other schedules of the batch, pass after pass. An
+        # outage is not this slot's fault: the whole pass fails and retries.
+        if is_outage(exc):
+            raise
+        logger.warning(
+            "schedule slot skipped: its todo could not be made",
+            extra={
+                "fields": {
+                    "schedule_id": schedule.id,
+                    "slot": when,
+                    "error": type(exc).__name__,
+                    "detail": str(exc)[:200],
+                }
+            },
+        )
+        if manual:
+            raise
         return None
     return todo
 
@@ -868,8 +902,7 @@ def fire_schedule(
             )
         except _Collapsed as collapsed:
             return collapsed.todo, False
-        if todo is None:
-            raise QueueNotGranted(schedule.queue)
+        assert todo is not None  # a fire now's slot is new, its failure raised
         _run(
             "fire_schedule",
             "UPDATE schedules SET last_todo_id = %(todo)s WHERE id = %(id)s",
