@@ -60,7 +60,7 @@ SKIPPED = {
     "(tests/commands/test_create_webhook.py runs each form)",
 }
 # The pages whose blocks a test below runs.
-RUN_PAGES = {"README.md", "api.md", "board.md", "sqs.md"}
+RUN_PAGES = {"README.md", "api.md", "board.md", "schedules.md", "sqs.md"}
 PLAYED = "make run"
 STREAM = "curl -sN "
 
@@ -208,6 +208,24 @@ def test_the_api_pages_commands_work_as_written(own):
         "lead",
     )
     assert resumed["todo"]["checkpoint"] == {"step": "drop", "tables_done": 12}
+
+
+def test_the_schedules_pages_worked_example_works_as_written(own):
+    output = run_page("schedules.md", own)
+
+    created, slots, fired, paused, resumed = json_lines(output)
+    schedule = created["schedule"]
+    assert (schedule["name"], schedule["time_zone"]) == (
+        "review-open-prs",
+        "Europe/Berlin",
+    )
+    assert len(slots["slots"]) == 3 and slots["slots"][0] == schedule["next_slot_at"]
+    assert fired["created"] is True
+    assert fired["todo"]["title"] == "Review the open PRs"
+    assert (paused["schedule"]["paused"], resumed["schedule"]["paused"]) == (
+        True,
+        False,
+    )
 
 
 def test_the_board_pages_demo_data_command_works_as_written(own):
