@@ -148,6 +148,13 @@ class Todo(models.Model):
     note = models.TextField(null=True, blank=True)
     # A dead letter an operator dismissed from its group.
     dismissed_at = models.DateTimeField(null=True, blank=True)
+    # Admission (CONTRACT §17): 1 is claimed first; the group whose limit
+    # and turn it shares (``group`` is an SQL keyword, hence the column's
+    # name); what it counts against a rate limit; a fair queue's start time.
+    priority = models.SmallIntegerField(db_default=3)
+    group = models.TextField(db_column="group_key", null=True, blank=True)
+    cost = models.FloatField(db_default=1.0)
+    fair_tag = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "todos"
@@ -193,6 +200,9 @@ class TodoEvent(models.Model):
     actor = models.TextField(default="", blank=True)
     error = models.TextField(default="", blank=True)
     at = models.DateTimeField(db_default=Now())
+    # A claim admitted under a limit: the group, its limit, the cost, the
+    # admission's clock and the rate limits in force (the checker reads it).
+    admission = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "todo_events"
@@ -223,6 +233,14 @@ class Queue(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # Admission (CONTRACT §17): at most this many claimed todos per group
+    # (NULL = no limit), groups served in turn, rate limits
+    # ({"count", "per_seconds", "burst"}), a level gained per so many seconds.
+    group_concurrency = models.IntegerField(null=True, blank=True)
+    fair = models.BooleanField(db_default=False)
+    rate_limit = models.JSONField(null=True, blank=True)
+    group_rate_limit = models.JSONField(null=True, blank=True)
+    priority_aging_seconds = models.IntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "queues"

@@ -37,6 +37,8 @@ LIVE_ONLY_INDEXES = {
     "todos_claimed_lease_idx",
     "todos_retry_window_idx",
     "todos_live_overview_idx",
+    "todos_fair_claim_idx",
+    "todos_group_claimed_idx",
 }
 # The most rows and pages a claim may read: the lanes' heads and the few
 # redeliveries in flight, plus per todo claimed its row, index entries and

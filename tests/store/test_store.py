@@ -1059,10 +1059,10 @@ def test_claim_index_holds_only_pending_rows(db):
     """SPEC: Claim never scans terminal rows
 
     It leads with the lane a claim reads (endpoint, queue, assignee or ''),
-    then available_at: a claim never walks another lane's backlog.
+    then priority and available_at: a claim never walks another lane's backlog.
     """
     assert index_definition("todos_pending_claim_idx").endswith(
-        "(endpoint_id, queue, COALESCE(assignee, ''::text), available_at)"
+        "(endpoint_id, queue, COALESCE(assignee, ''::text), priority, available_at)"
         " WHERE (state = 'pending'::text)"
     )
 

@@ -20,12 +20,17 @@ from typing import Any, TypedDict
 from django.db import IntegrityError, transaction
 
 from .rows import (
+    DEFAULT_PRIORITY,
     MAX_ACK_BATCH,
     MAX_CHECKPOINT_BYTES,
     MAX_CLAIM_BATCH,
     MAX_CREATE_BATCH,
+    MAX_COST,
     MAX_DELAY_SECONDS,
+    MAX_GROUP_CHARS,
     MAX_NOTE_CHARS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     MAX_PROGRESS_MESSAGE_CHARS,
     TODO_COLUMNS,
     Conflict,
@@ -96,6 +101,8 @@ SELECT {TODO_COLUMNS},
 #    surface at COMMIT). The wall clock, read once, not the transaction's
 #    start: todos created in one transaction (a webhook fan-out) keep their
 #    order, and a new todo's updated_at equals its created_at.
+#    In a fair queue the todo gets its group's next start time (fair_tag,
+#    switchboard_fair_tag): claims take the least first.
 # 4. history, then the ring, unless the todo is delayed: the sweep rings when
 #    it becomes due (ring_due_delayed).
 CREATE_SQL = f"""
@@ -106,16 +113,21 @@ WITH queue_row AS (
 ), defaults AS (
     SELECT coalesce(%(max_attempts)s::int, q.max_attempts,
                     %(default_max_attempts)s::int) AS max_attempts,
-           coalesce(%(delay_seconds)s::int, q.delay_seconds, 0) AS delay_seconds
+           coalesce(%(delay_seconds)s::int, q.delay_seconds, 0) AS delay_seconds,
+           coalesce(q.fair, FALSE) AS fair
       FROM (SELECT 1) one
       LEFT JOIN queues q ON q.endpoint_id = %(endpoint_id)s AND q.name = %(queue)s
 ), moved AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
-                       created_at, updated_at, available_at)
+                       created_at, updated_at, available_at, priority, group_key,
+                       cost, fair_tag)
     SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb, 'pending',
            %(assignee)s, 0, d.max_attempts, %(idempotency_key)s, '',
-           clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds)
+           clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds),
+           %(priority)s::smallint, %(group)s::text, %(cost)s::float8,
+           CASE WHEN d.fair THEN switchboard_fair_tag(
+               e.id, %(queue)s, %(group)s::text, %(cost)s::float8) END
       FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
 {CREATED}"""
@@ -143,6 +155,9 @@ class CreateItem(TypedDict):
     max_attempts: int | None
     delay_seconds: int | None
     idempotency_key: str | None
+    priority: int
+    group: str | None
+    cost: float
 
 
 class BatchItem(CreateItem):
@@ -167,17 +182,31 @@ def create_todo_steps(
     max_attempts: int | None = None,
     delay_seconds: int | None = None,
     actor: str = "",
+    priority: int | None = None,
+    group: str | None = None,
+    cost: float | None = None,
 ) -> Steps[Created]:
     """Enqueue a todo; return (todo, created).
 
     A live duplicate (same endpoint and idempotency key) returns created=False;
     one in a queue outside the grant raises KeyHeld. ``max_attempts`` and
     ``delay_seconds`` default to the queue's settings, then the server's.
+    ``priority`` (1–5, default 3), ``group`` and ``cost`` (default 1) are
+    what admission control decides by (CONTRACT §17).
     """
     if not scope.covers(queue):
         raise QueueNotGranted(queue)
     item = _create_item(
-        queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
+        queue,
+        title,
+        payload,
+        idempotency_key,
+        assignee,
+        max_attempts,
+        delay_seconds,
+        priority,
+        group,
+        cost,
     )
     return (yield from _create(_scope_params(scope)["endpoint_id"], scope, item, actor))
 
@@ -197,13 +226,25 @@ def create_todo_any_endpoint(
     max_attempts: int | None = None,
     delay_seconds: int | None = None,
     actor: str = "",
+    priority: int | None = None,
+    group: str | None = None,
+    cost: float | None = None,
 ) -> Created:
     """Enqueue a todo for any endpoint (the Board); no grant check."""
     endpoint = _uuid(endpoint_id)
     if endpoint is None:
         raise NotFound("no such endpoint")
     item = _create_item(
-        queue, title, payload, idempotency_key, assignee, max_attempts, delay_seconds
+        queue,
+        title,
+        payload,
+        idempotency_key,
+        assignee,
+        max_attempts,
+        delay_seconds,
+        priority,
+        group,
+        cost,
     )
     return run_steps(_create(endpoint, None, item, actor))
 
@@ -216,6 +257,9 @@ def _create_item(
     assignee: str | None,
     max_attempts: int | None,
     delay_seconds: int | None,
+    priority: object = None,
+    group: object = None,
+    cost: object = None,
 ) -> CreateItem:
     """Validate one create and bind it (ValueError names the bad field)."""
     if not isinstance(queue, str) or not queue:
@@ -236,7 +280,47 @@ def _create_item(
         "max_attempts": max_attempts,
         "delay_seconds": delay_seconds,
         "idempotency_key": idempotency_key,
+        "priority": validate_priority(priority),
+        "group": validate_group(group),
+        "cost": validate_cost(cost),
     }
+
+
+def validate_priority(priority: object) -> int:
+    """A todo's priority: 1 (claimed first) to 5; None is the default, 3."""
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    return priority
+
+
+def validate_group(group: object) -> str | None:
+    """A todo's group: null (none) or a name of 1 to 200 characters."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP_CHARS:
+        raise ValueError(
+            f"group must be null or a string of 1 to {MAX_GROUP_CHARS} characters"
+        )
+    return group
+
+
+def validate_cost(cost: object) -> float:
+    """A todo's cost against a rate limit: a number above 0; None is 1."""
+    if cost is None:
+        return 1.0
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise ValueError("cost must be a number greater than 0")
+    if not 0 < cost <= MAX_COST:
+        raise ValueError(f"cost must be a number greater than 0, at most {MAX_COST}")
+    return float(cost)
 
 
 def _duplicate(scope: Scope | None, todo: Todo) -> Created:
@@ -297,9 +381,12 @@ WITH item AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(queue_names)s::text[],
                          %(titles)s::text[], %(payloads)s::jsonb[],
                          %(assignees)s::text[], %(keys)s::text[],
-                         %(max_attempts)s::int[], %(delays)s::int[])
+                         %(max_attempts)s::int[], %(delays)s::int[],
+                         %(priorities)s::smallint[], %(groups)s::text[],
+                         %(costs)s::float8[])
            WITH ORDINALITY AS i (id, queue, title, payload, assignee,
-                                 idempotency_key, max_attempts, delay_seconds, ord)
+                                 idempotency_key, max_attempts, delay_seconds,
+                                 priority, group_key, cost, ord)
 ), queue_row AS (
     INSERT INTO queues (endpoint_id, name)
     SELECT DISTINCT e.id, i.queue FROM endpoints e, item i
@@ -308,12 +395,16 @@ WITH item AS (
 ), moved AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
-                       created_at, updated_at, available_at)
+                       created_at, updated_at, available_at, priority, group_key,
+                       cost, fair_tag)
     SELECT i.id, e.id, i.queue, i.title, i.payload, 'pending', i.assignee, 0,
            coalesce(i.max_attempts, q.max_attempts, %(default_max_attempts)s::int),
            i.idempotency_key, '', at.created, at.created,
            at.created + make_interval(
-               secs => coalesce(i.delay_seconds, q.delay_seconds, 0))
+               secs => coalesce(i.delay_seconds, q.delay_seconds, 0)),
+           i.priority, i.group_key, i.cost,
+           CASE WHEN q.fair THEN switchboard_fair_tag(e.id, i.queue, i.group_key,
+                                                      i.cost) END
       FROM item i
       JOIN endpoints e ON e.id = %(endpoint_id)s
       LEFT JOIN queues q ON q.endpoint_id = e.id AND q.name = i.queue
@@ -337,6 +428,9 @@ CREATE_FIELDS = {
     "assignee",
     "max_attempts",
     "delay_seconds",
+    "priority",
+    "group",
+    "cost",
 }
 
 
@@ -382,6 +476,9 @@ def create_many_steps(
         "keys": [item["idempotency_key"] for item in batch],
         "max_attempts": [item["max_attempts"] for item in batch],
         "delays": [item["delay_seconds"] for item in batch],
+        "priorities": [item["priority"] for item in batch],
+        "groups": [item["group"] for item in batch],
+        "costs": [item["cost"] for item in batch],
     }
     rows = yield Statement("create_many", CREATE_MANY_SQL, params)
     created = {todo.id: todo for todo in map(Todo.from_row, rows)}
@@ -437,6 +534,9 @@ def _item_args(fields: Mapping[str, Any]) -> dict[str, Any]:
         "assignee": args.get("assignee"),
         "max_attempts": args.get("max_attempts"),
         "delay_seconds": args.get("delay_seconds"),
+        "priority": args.get("priority"),
+        "group": args.get("group"),
+        "cost": args.get("cost"),
     }
 
 
@@ -460,21 +560,32 @@ CLAIM_STEPS = """
 #    have pending rows, found by skipping through todos_pending_claim_idx one
 #    queue at a time (one index descent per queue, however long its backlog).
 # 2. lane: each queue that is not paused, times the pool ('' = assigned to
-#    nobody) and the worker's own assignments. todos_pending_claim_idx leads
-#    with exactly (endpoint_id, queue, assignee or ''), then available_at.
+#    nobody) and the worker's own assignments, with the queue's admission
+#    settings. todos_pending_claim_idx leads with exactly (endpoint_id, queue,
+#    assignee or ''), then priority and available_at.
 # 3. due: first the due redeliveries (a lapsed lease below the cap, an elapsed
 #    retry window), oldest first, through the small lease and retry-window
 #    indexes (the sweeps move them within seconds, so they are few).
-# 4. fresh: then the oldest due pending rows, lane by lane: each lane is a
-#    range of the claim index from its oldest row up to the statement's
-#    clock (not now(): a todo created later in the caller's own transaction is
-#    due too), so a claim
+# 4. fresh: then the due pending rows, lane by lane, the highest priority
+#    first and the oldest within it: each lane is a range of the claim index
+#    read in order and cut at the statement's clock (not now(): a todo
+#    created later in the caller's own transaction is due too), so a claim
 #    never reads another lane's backlog (another queue's, another endpoint's,
-#    another worker's assignments) nor a delayed row before it is due. SKIP
-#    LOCKED makes concurrent claimants pass over each other's rows; a row
-#    locked here but not taken (another lane's rows were older) is free again
-#    when this statement commits.
-# 5. moved: claim them, with a fresh lease token each; the lease is the call's,
+#    another worker's assignments). SKIP LOCKED makes concurrent claimants
+#    pass over each other's rows; a row locked here but not taken (another
+#    lane's rows came first) is free again when this statement commits.
+#    A queue with priority aging reads each level apart (fresh_aged): within a
+#    level the oldest row has aged most, so each level's head is its best.
+#    A fair queue reads its lane by start time (fresh_fair, todos_fair_claim_
+#    idx); its order key is the running latest available_at of the lane, so
+#    that the lane's own order survives the sort across lanes.
+#    A todo of a group with no room (as this statement's snapshot sees it) is
+#    passed over here; switchboard_admit decides under the group's lock.
+# 5. admitted: a candidate with no group in a queue with no rate limit is
+#    taken as it is; the others go, in claim order, through switchboard_admit
+#    (group limits counted under the group's lock, token buckets), which
+#    returns those admitted and what admitted them.
+# 6. moved: claim them, with a fresh lease token each; the lease is the call's,
 #    else the queue's, else the server's. The rows are fetched by primary key
 #    (id = ANY(...)): the planner cannot know how few candidates there are,
 #    and a join it guesses at could hash the whole table.
@@ -484,7 +595,8 @@ CLAIM_STEPS = """
 #    claim marks the question expired (the sweep does so for the rest).
 #    A lapsed lease under a cancel request is not redelivered: the reaper
 #    ends it canceled.
-# 6. history, and the rows in claim order (redeliveries first).
+# 7. history (a limited claim's row carries its admission), and the rows in
+#    claim order (redeliveries first).
 # Every value is read through a one-row subquery, (SELECT %(x)s): the planner
 # then cannot see the values, so a custom plan costs exactly what the generic
 # one does, and a prepared claim settles on the generic plan after five runs
@@ -506,8 +618,9 @@ WITH RECURSIVE pending_queue (name) AS (
              LIMIT 1)
       FROM pending_queue p
      WHERE p.name IS NOT NULL
-), lane (queue, assignee_key) AS (
-    SELECT q.name, k.assignee_key
+), lane (queue, assignee_key, group_limit, fair, aging, rated) AS (
+    SELECT q.name, k.assignee_key, p.group_concurrency, coalesce(p.fair, FALSE),
+           p.priority_aging_seconds, p.rate_limit IS NOT NULL
       FROM (SELECT name FROM pending_queue WHERE name IS NOT NULL
             UNION
             SELECT unnest((SELECT %(queues)s::text[]))) q (name)
@@ -515,13 +628,16 @@ WITH RECURSIVE pending_queue (name) AS (
                  UNION
                  SELECT (SELECT %(worker)s::text)
                   WHERE (SELECT %(worker)s::text) <> '') k (assignee_key)
-     WHERE NOT EXISTS (
-         SELECT 1 FROM queues p
-          WHERE p.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND p.name = q.name
-            AND p.paused_at IS NOT NULL)
+      LEFT JOIN queues p
+        ON p.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND p.name = q.name
+     WHERE p.paused_at IS NULL
 ), due AS (
-    SELECT t.id, t.state AS from_state, 0 AS rank, t.created_at AS rank_at
+    SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
+           t.created_at AS rank_at, NULL::float8 AS tag, t.queue, t.group_key,
+           t.cost, t.state = 'claimed' AS transfer,
+           p.rate_limit IS NOT NULL AS rated
       FROM todos t
+      LEFT JOIN queues p ON p.endpoint_id = t.endpoint_id AND p.name = t.queue
      WHERE ((t.state = 'claimed' AND t.lease_expires_at < now()
              AND t.attempt < t.max_attempts AND t.cancel_request IS NULL)
          OR (t.state = 'failed' AND t.next_retry_at <= now()))
@@ -529,29 +645,104 @@ WITH RECURSIVE pending_queue (name) AS (
        AND ((SELECT %(queues)s::text[]) IS NULL
             OR t.queue = ANY((SELECT %(queues)s::text[])::text[]))
        AND (t.assignee IS NULL OR t.assignee = (SELECT %(worker)s::text))
-       AND NOT EXISTS (
-           SELECT 1 FROM queues p
-            WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
-              AND p.paused_at IS NOT NULL)
+       AND p.paused_at IS NULL
+       AND (t.group_key IS NULL OR t.state = 'claimed'
+            OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
+                                          p.group_concurrency))
      ORDER BY t.created_at
      LIMIT (SELECT %(limit)s::int)
        FOR UPDATE OF t SKIP LOCKED
-), fresh AS (
-    SELECT c.id, 'pending'::text AS from_state, 1 AS rank, c.available_at AS rank_at
+), fresh_plain AS (
+    SELECT lane.queue, lane.rated, c.*
       FROM lane
      CROSS JOIN LATERAL (
-         SELECT t.id, t.available_at FROM todos t
+         SELECT t.id, t.priority::int AS level, t.available_at AS rank_at,
+                NULL::float8 AS tag, t.group_key, t.cost FROM todos t
           WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
             AND t.state = 'pending' AND t.queue = lane.queue
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.available_at <= statement_timestamp()
+            AND (t.group_key IS NULL
+                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
+                                               lane.group_limit))
+          ORDER BY t.priority, t.available_at
+          LIMIT (SELECT %(limit)s::int)
+            FOR UPDATE SKIP LOCKED) c
+     WHERE NOT lane.fair AND lane.aging IS NULL
+), fresh_aged AS (
+    SELECT lane.queue, lane.rated, c.*
+      FROM lane
+     CROSS JOIN generate_series(1, 5) AS level (p)
+     CROSS JOIN LATERAL (
+         SELECT t.id,
+                greatest(1, t.priority - floor(extract(epoch FROM
+                    statement_timestamp() - t.available_at) / lane.aging))::int
+                    AS level,
+                t.available_at AS rank_at, NULL::float8 AS tag, t.group_key, t.cost
+           FROM todos t
+          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+            AND t.state = 'pending' AND t.queue = lane.queue
+            AND coalesce(t.assignee, '') = lane.assignee_key
+            AND t.priority = level.p
+            AND t.available_at <= statement_timestamp()
+            AND (t.group_key IS NULL
+                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
+                                               lane.group_limit))
           ORDER BY t.available_at
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
-     ORDER BY c.available_at
+     WHERE NOT lane.fair AND lane.aging IS NOT NULL
+), fresh_fair AS (
+    SELECT lane.queue, lane.rated, c.id, c.level,
+           max(c.available_at) OVER (PARTITION BY lane.queue, lane.assignee_key
+                                     ORDER BY c.level, c.tag) AS rank_at,
+           c.tag, c.group_key, c.cost
+      FROM lane
+     CROSS JOIN LATERAL (
+         SELECT t.id, t.priority::int AS level, t.available_at, t.fair_tag AS tag,
+                t.group_key, t.cost FROM todos t
+          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+            AND t.state = 'pending' AND t.queue = lane.queue
+            AND coalesce(t.assignee, '') = lane.assignee_key
+            AND t.fair_tag IS NOT NULL
+            AND t.available_at <= statement_timestamp()
+            AND (t.group_key IS NULL
+                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
+                                               lane.group_limit))
+          ORDER BY t.priority, t.fair_tag
+          LIMIT (SELECT %(limit)s::int)
+            FOR UPDATE SKIP LOCKED) c
+     WHERE lane.fair
+), fresh AS (
+    SELECT f.id, 'pending'::text AS from_state, 1 AS rank, f.level, f.rank_at,
+           f.tag, f.queue, f.group_key, f.cost, FALSE AS transfer, f.rated
+      FROM (SELECT * FROM fresh_plain
+            UNION ALL SELECT * FROM fresh_aged
+            UNION ALL SELECT * FROM fresh_fair) f
+     ORDER BY f.level, f.rank_at, f.tag
      LIMIT (SELECT %(limit)s::int) - (SELECT count(*) FROM due)
 ), candidate AS (
     SELECT * FROM due UNION ALL SELECT * FROM fresh
+), admitted AS (
+    SELECT c.id, NULL::jsonb AS admission FROM candidate c
+     WHERE c.group_key IS NULL AND NOT c.rated
+    UNION ALL
+    SELECT a.id, a.admission
+      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
+                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS queues,
+                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS groups,
+                   array_agg(c.cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS costs,
+                   array_agg(c.transfer ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS transfers
+              FROM candidate c
+             WHERE c.group_key IS NOT NULL OR c.rated
+            HAVING count(*) > 0) b
+     CROSS JOIN LATERAL switchboard_admit((SELECT %(endpoint_id)s::uuid), b.ids,
+                                          b.queues, b.groups, b.costs,
+                                          b.transfers) a
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = (SELECT %(worker)s::text),
@@ -566,17 +757,20 @@ WITH RECURSIVE pending_queue (name) AS (
            question_status = CASE WHEN t.question_status = 'open' THEN 'expired'
                                   ELSE t.question_status END
       FROM candidate c
-     WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM candidate))
- RETURNING {T_COLUMNS}, c.from_state, c.rank, c.rank_at
+      JOIN admitted a ON a.id = c.id
+     WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM admitted))
+ RETURNING {T_COLUMNS}, c.from_state, c.rank, c.level, c.rank_at, c.tag,
+           a.admission
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
-                             actor, error, at)
+                             actor, error, at, admission)
     SELECT m.id, m.endpoint_id, step.from_state, step.to_state, step.attempt,
-           coalesce((SELECT %(worker)s::text), ''), '', now()
+           coalesce((SELECT %(worker)s::text), ''), '', now(),
+           CASE WHEN step.to_state = 'claimed' THEN m.admission END
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, rank_at
+SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, level, rank_at, tag
 """
 
 
@@ -661,10 +855,15 @@ aclaim_next = on_pool(claim_next_steps)
 
 # Claim one named todo: pending and due, or a due redelivery; assigned to
 # nobody or to this worker; its queue not paused. ``operator`` is TRUE for
-# the Board (no endpoint or grant check).
+# the Board (no endpoint or grant check). A todo of a group, or of a queue
+# with a rate limit, is claimed only if switchboard_admit admits it.
 CLAIM_ONE_SQL = f"""
 WITH candidate AS (
-    SELECT id, state AS from_state FROM todos t
+    SELECT id, state AS from_state, endpoint_id, queue, group_key, cost,
+           state = 'claimed' AS transfer,
+           (SELECT p.rate_limit IS NOT NULL FROM queues p
+             WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue) AS rated
+      FROM todos t
      WHERE id = %(id)s
        AND (%(operator)s OR (endpoint_id = %(endpoint_id)s
             AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))))
@@ -678,6 +877,16 @@ WITH candidate AS (
             WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
               AND p.paused_at IS NOT NULL)
        FOR UPDATE SKIP LOCKED
+), admitted AS (
+    SELECT c.id, NULL::jsonb AS admission FROM candidate c
+     WHERE c.group_key IS NULL AND c.rated IS NOT TRUE
+    UNION ALL
+    SELECT a.id, a.admission
+      FROM candidate c
+     CROSS JOIN LATERAL switchboard_admit(c.endpoint_id, ARRAY[c.id], ARRAY[c.queue],
+                                          ARRAY[c.group_key], ARRAY[c.cost],
+                                          ARRAY[c.transfer]) a
+     WHERE c.group_key IS NOT NULL OR c.rated
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
@@ -692,13 +901,15 @@ WITH candidate AS (
            question_status = CASE WHEN t.question_status = 'open' THEN 'expired'
                                   ELSE t.question_status END
       FROM candidate c
+      JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = %(id)s
- RETURNING {T_COLUMNS}, c.from_state
+ RETURNING {T_COLUMNS}, c.from_state, a.admission
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
-                             actor, error, at)
+                             actor, error, at, admission)
     SELECT m.id, m.endpoint_id, step.from_state, step.to_state, step.attempt,
-           coalesce(%(worker)s, ''), '', now()
+           coalesce(%(worker)s, ''), '', now(),
+           CASE WHEN step.to_state = 'claimed' THEN m.admission END
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
@@ -707,7 +918,8 @@ SELECT {TODO_COLUMNS} FROM moved
 
 CLAIMABLE = (
     "only a due pending todo (or a lapsed or due one) of a queue that is not"
-    " paused, assigned to nobody or to this worker, can be claimed"
+    " paused, assigned to nobody or to this worker, and admitted by its group's"
+    " limit and the rate limits, can be claimed"
 )
 
 

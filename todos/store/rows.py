@@ -35,6 +35,13 @@ TODO_EVENTS = (
 )
 # The field limits every surface reads (API, MCP, webhooks, SQS, Board forms).
 MAX_NAME_CHARS = 200
+# Admission (CONTRACT §17): priority levels (1 is claimed first), a group's
+# name, and a todo's cost (what it counts against a rate limit).
+MIN_PRIORITY = 1
+MAX_PRIORITY = 5
+DEFAULT_PRIORITY = 3
+MAX_GROUP_CHARS = 200
+MAX_COST = 1_000_000_000
 MAX_TITLE_CHARS = 1000
 # The dedupe index is a btree: a key must stay far below its ~2.7 kB row limit.
 MAX_KEY_CHARS = 200
@@ -227,7 +234,8 @@ TODO_COLUMNS = (
     " max_attempts, lease_expires_at, claimed_at, next_retry_at, idempotency_key,"
     " last_error, result, created_at, updated_at, lease_token, available_at,"
     " question, question_status, asked_at, answer_deadline, answer, answer_nonce,"
-    " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at"
+    " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at,"
+    " priority, group_key, cost"
 )
 # The jsonb columns, by position: payload, result, question, answer,
 # cancel_request, progress, checkpoint.
@@ -284,6 +292,11 @@ class Todo:
     checkpoint: object = None
     note: str | None = None
     dismissed_at: datetime | None = None
+    # Admission (CONTRACT §17): 1 (highest) to 5, the group (column
+    # group_key), what the todo counts against a rate limit.
+    priority: int = 3
+    group: str | None = None
+    cost: float = 1.0
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
