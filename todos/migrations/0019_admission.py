@@ -90,7 +90,8 @@ BEGIN
     FOR k IN SELECT DISTINCT u.queue, u.grp
                FROM unnest(p_queues, p_groups) AS u (queue, grp)
               WHERE u.grp IS NOT NULL ORDER BY 1, 2 LOOP
-        PERFORM pg_advisory_xact_lock(switchboard_group_lock(p_endpoint, k.queue, k.grp));
+        PERFORM pg_advisory_xact_lock(
+            switchboard_group_lock(p_endpoint, k.queue, k.grp));
     END LOOP;
     -- 2. The buckets, made on first use (full), then locked in one order.
     INSERT INTO rate_buckets (endpoint_id, queue, group_key, tokens, refilled_at)
@@ -163,12 +164,14 @@ BEGIN
             grate := q.group_rate_limit;
         END IF;
         IF rate IS NOT NULL THEN
-            UPDATE rate_buckets b SET tokens = qb.level - p_costs[i], refilled_at = clock
+            UPDATE rate_buckets b
+               SET tokens = qb.level - p_costs[i], refilled_at = clock
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = '';
         END IF;
         IF grate IS NOT NULL THEN
-            UPDATE rate_buckets b SET tokens = gb.level - p_costs[i], refilled_at = clock
+            UPDATE rate_buckets b
+               SET tokens = gb.level - p_costs[i], refilled_at = clock
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = p_groups[i];
         END IF;
