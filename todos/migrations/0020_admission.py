@@ -364,7 +364,7 @@ BACKWARD = [
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0018_text_search_trigrams")]
+    dependencies = [("todos", "0019_schedules")]
 
     operations = [
         migrations.AddField(
