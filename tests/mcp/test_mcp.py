@@ -46,6 +46,10 @@ TOOL_NAMES = {
     "answer",
     "cancel_todo",
     "wait_for_todo",
+    "create_schedule",
+    "list_schedules",
+    "pause_schedule",
+    "resume_schedule",
 }
 
 

@@ -79,6 +79,32 @@ def create_todo(
     return store.create_todo(scope, **arguments, actor=actor)
 
 
+def checked[R](call: Callable[..., R], *args: object, **kwargs: object) -> R:
+    """Run a store call; a ValueError it raises (it names the field) is a 400."""
+    try:
+        return call(*args, **kwargs)
+    except ValueError as exc:
+        raise api_error_for(exc) or bad_request(str(exc)) from exc
+
+
+def create_schedule(scope: store.Scope, fields: Fields) -> store.Schedule:
+    """Create a schedule from validated fields (the JSON view and the MCP tool)."""
+    values = fields.read(table.CREATE_SCHEDULE)
+    return checked(store.create_schedule, scope, **values)
+
+
+def schedule_page(scope: store.Scope, fields: Fields) -> Body:
+    """A page of a scope's schedules by name: ``{"schedules", "next_cursor"}``."""
+    query = fields.read(table.LIST_SCHEDULES)
+    try:
+        page, cursor = store.list_schedules(
+            scope, limit=query["limit"], cursor=query["cursor"] or None
+        )
+    except ValueError as exc:
+        raise bad_request(f"cursor: {exc}") from exc
+    return {"schedules": [s.to_dict() for s in page], "next_cursor": cursor}
+
+
 class ClaimNext(longpoll.LongPoll):
     """A ``claim_next`` of the JSON API or MCP: a long poll over the caller's
     scope (one queue, if given), one todo or up to ``max_todos``.

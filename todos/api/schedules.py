@@ -6,23 +6,14 @@ unknown time zone, a bad todo template) answers 400 naming the field; a name
 taken in this endpoint answers 409.
 """
 
-from collections.abc import Callable
-
 from django.http import HttpResponse
 
 from todos import store
 from todos.api import fields as table
 from todos.api.fields import Fields
-from todos.api.plumbing import ApiRequest, api_error_for, api_view, bad_request
+from todos.api.operations import checked, create_schedule, schedule_page
+from todos.api.plumbing import ApiRequest, api_view
 from todos.http import JsonResponse
-
-
-def _checked[R](call: Callable[..., R], *args: object, **kwargs: object) -> R:
-    """Run a store call; a ValueError it raises (it names the field) is a 400."""
-    try:
-        return call(*args, **kwargs)
-    except ValueError as exc:
-        raise api_error_for(exc) or bad_request(str(exc)) from exc
 
 
 def _schedule(schedule: store.Schedule, status: int = 200) -> JsonResponse:
@@ -33,20 +24,10 @@ def _schedule(schedule: store.Schedule, status: int = 200) -> JsonResponse:
 def schedules(request: ApiRequest) -> JsonResponse:
     """List this endpoint's schedules by name (GET) or create one (POST)."""
     if request.method == "POST":
-        values = request.body_fields.read(table.CREATE_SCHEDULE)
-        return _schedule(
-            _checked(store.create_schedule, request.scope, **values), status=201
-        )
-    query = Fields(request.GET, from_query=True).read(table.LIST_SCHEDULES)
-    try:
-        page, cursor = store.list_schedules(
-            request.scope, limit=query["limit"], cursor=query["cursor"] or None
-        )
-    except ValueError as exc:
-        raise bad_request(f"cursor: {exc}") from exc
-    return JsonResponse(
-        {"schedules": [s.to_dict() for s in page], "next_cursor": cursor}
-    )
+        schedule = create_schedule(request.scope, request.body_fields)
+        return _schedule(schedule, status=201)
+    query = Fields(request.GET, from_query=True)
+    return JsonResponse(schedule_page(request.scope, query))
 
 
 @api_view("GET", "PUT", "DELETE")
@@ -55,7 +36,7 @@ def schedule(request: ApiRequest, schedule_id: str) -> HttpResponse:
     if request.method == "PUT":
         changes = request.body_fields.read(table.UPDATE_SCHEDULE)
         return _schedule(
-            _checked(store.update_schedule, request.scope, schedule_id, **changes)
+            checked(store.update_schedule, request.scope, schedule_id, **changes)
         )
     if request.method == "DELETE":
         store.delete_schedule(request.scope, schedule_id)

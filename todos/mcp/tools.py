@@ -66,6 +66,16 @@ TOOL_HINTS = {
     ("cancel_todo", "conflict"): (
         "The todo has ended (done, canceled or dead letter): nothing to cancel."
     ),
+    ("create_schedule", "conflict"): (
+        "This endpoint has a schedule of that name: list_schedules shows it; "
+        "pick another name."
+    ),
+    ("pause_schedule", "not_found"): (
+        "Check the schedule_id: list_schedules shows this endpoint's schedules."
+    ),
+    ("resume_schedule", "not_found"): (
+        "Check the schedule_id: list_schedules shows this endpoint's schedules."
+    ),
 }
 NO_WORK_HINT = (
     "Nothing is claimable right now. Call claim_next again later, or pass "
@@ -205,6 +215,28 @@ def list_queues(args: Fields, caller: Caller) -> Result:
 def retry_todo(args: Fields, caller: Caller) -> Result:
     todo_id = args.value(TODO_ID)
     return _todo(store.retry_todo(caller.scope, todo_id, actor=caller.actor))
+
+
+def _schedule(schedule: store.Schedule) -> Result:
+    return _ok({"schedule": schedule.to_dict()})
+
+
+def create_schedule(args: Fields, caller: Caller) -> Result:
+    return _schedule(api.create_schedule(caller.scope, args))
+
+
+def list_schedules(args: Fields, caller: Caller) -> Result:
+    return _ok(api.schedule_page(caller.scope, args))
+
+
+def pause_schedule(args: Fields, caller: Caller) -> Result:
+    schedule_id = args.value(fields.SCHEDULE_ID)
+    return _schedule(store.pause_schedule(caller.scope, schedule_id))
+
+
+def resume_schedule(args: Fields, caller: Caller) -> Result:
+    schedule_id = args.value(fields.SCHEDULE_ID)
+    return _schedule(store.resume_schedule(caller.scope, schedule_id))
 
 
 # --- Schemas and descriptions ---------------------------------------------------
@@ -429,6 +461,50 @@ TOOLS = {
             "queue now.",
             retry_todo,
             fields=(TODO_ID,),
+        ),
+        Tool(
+            "create_schedule",
+            "Create a schedule",
+            "Make a todo recur: at each slot of a cron expression (five fields, "
+            "or @hourly/@daily/@weekly/@monthly, read in time_zone, e.g. "
+            '"0 2 * * *" with "Europe/Berlin" for every night at 02:00 Berlin '
+            "time) or every every_seconds, the server puts a todo made from the "
+            "todo template (title, payload, max_attempts) in queue, exactly once "
+            "per slot. overlap skip skips a slot while the last one's todo is "
+            "still open; missed says what to make for slots passed while the "
+            "server was down. Returns {schedule}, with its next_slot_at.",
+            create_schedule,
+            fields=fields.CREATE_SCHEDULE,
+        ),
+        Tool(
+            "list_schedules",
+            "List schedules",
+            "List this endpoint's schedules by name: their recurrence, template, "
+            "policies, whether paused, next and last slot. Returns {schedules, "
+            "next_cursor}.",
+            list_schedules,
+            fields=fields.LIST_SCHEDULES,
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "pause_schedule",
+            "Pause a schedule",
+            "Stop a schedule making todos until resume_schedule; the todos it made "
+            "stay.",
+            pause_schedule,
+            fields=(fields.SCHEDULE_ID,),
+            idempotent=True,
+        ),
+        Tool(
+            "resume_schedule",
+            "Resume a schedule",
+            "Start a paused schedule again. With missed skip it goes on from its "
+            "next slot (no burst of the paused slots); with one or all the slots "
+            "passed while paused are made as that policy says.",
+            resume_schedule,
+            fields=(fields.SCHEDULE_ID,),
+            idempotent=True,
         ),
     )
 }
