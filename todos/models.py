@@ -155,6 +155,12 @@ class Todo(models.Model):
     group = models.TextField(db_column="group_key", null=True, blank=True)
     cost = models.FloatField(db_default=1.0)
     fair_tag = models.FloatField(null=True, blank=True)
+    # Tracing (CONTRACT §19): the W3C context a claim hands on, how many times
+    # a claim handed the todo out (never given back, unlike attempt), and the
+    # span events of a delivery that happen in other requests.
+    trace_context = models.JSONField(null=True, blank=True)
+    deliveries = models.IntegerField(db_default=0)
+    trace_events = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "todos"

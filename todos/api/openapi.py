@@ -55,6 +55,7 @@ TODO_SCHEMA = {
         "checkpoint",
         "cancel_requested",
         "note",
+        "trace_context",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -169,6 +170,17 @@ TODO_SCHEMA = {
         "note": {
             "type": ["string", "null"],
             "description": "The last release's note to the next claimant.",
+        },
+        "trace_context": {
+            "type": ["object", "null"],
+            "description": "The W3C trace context the create carried "
+            "(traceparent, tracestate): start the work's spans from it. With "
+            "tracing on, a claimed todo's is its delivery's process span.",
+            "properties": {
+                "traceparent": {"type": "string"},
+                "tracestate": {"type": "string"},
+            },
+            "required": ["traceparent"],
         },
     },
 }

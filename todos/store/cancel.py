@@ -24,6 +24,8 @@ from typing import Any
 
 from django.db import transaction
 
+from todos import tracing
+
 from .lifecycle import T_COLUMNS, Created, _lookup_many, _settled, _text, create_todo
 from .rows import (
     MAX_ACK_BATCH,
@@ -44,6 +46,7 @@ from .sql import (
     _uuid,
     actor_text,
 )
+from .traces import record_trace_event
 
 # 1. target: the todos to cancel, locked (a concurrent claim or complete is
 #    waited for, then the row is read again as it is now). Only a pending,
@@ -195,6 +198,8 @@ def _cancel(
         if position not in moved
     ]
     found = _lookup_many(scope, missed) if missed else {}
+    if tracing.enabled():
+        _trace_cancels(moved.values())
     for position, (index, todo_id, _) in enumerate(bound):
         if position in moved:
             results[index] = moved[position]
@@ -206,6 +211,17 @@ def _cancel(
         else:
             results[index] = NotFound(todo_id=todo_id)
     return _settled(results)
+
+
+def _trace_cancels(moved: Iterable[Todo]) -> None:
+    """A cancel request is an event of the claimed todo's delivery."""
+    for todo in moved:
+        if todo.state == "claimed":
+            by = (todo.cancel_request or {}).get("by")
+            event = tracing.event(
+                tracing.CANCEL_REQUESTED, todo.deliveries, **{"cancel.by": by}
+            )
+            record_trace_event(todo, event)
 
 
 def _one(results: list[Todo | Exception]) -> Todo:

@@ -19,6 +19,9 @@ from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 
+from todos import tracing
+from todos.tracing import TraceContext
+
 from .rows import (
     DEFAULT_PRIORITY,
     MAX_ACK_BATCH,
@@ -121,13 +124,14 @@ WITH queue_row AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
                        created_at, updated_at, available_at, priority, group_key,
-                       cost, fair_tag)
+                       cost, fair_tag, trace_context)
     SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb, 'pending',
            %(assignee)s, 0, d.max_attempts, %(idempotency_key)s, '',
            clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds),
            %(priority)s::smallint, %(group)s::text, %(cost)s::float8,
            CASE WHEN d.fair THEN switchboard_fair_tag(
-               e.id, %(queue)s, %(group)s::text, %(cost)s::float8) END
+               e.id, %(queue)s, %(group)s::text, %(cost)s::float8) END,
+           %(trace_context)s::jsonb
       FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
 {CREATED}"""
@@ -146,7 +150,8 @@ KEY_HELD_OUTSIDE_GRANT = (
 
 
 class CreateItem(TypedDict):
-    """One validated create, bound for CREATE_SQL (payload as JSON text)."""
+    """One validated create, bound for CREATE_SQL (payload and trace context
+    as JSON text)."""
 
     queue: str
     title: str
@@ -158,6 +163,7 @@ class CreateItem(TypedDict):
     priority: int
     group: str | None
     cost: float
+    trace_context: str | None
 
 
 class BatchItem(CreateItem):
@@ -185,6 +191,7 @@ def create_todo_steps(
     priority: int | None = None,
     group: str | None = None,
     cost: float | None = None,
+    trace_context: TraceContext | None = None,
 ) -> Steps[Created]:
     """Enqueue a todo; return (todo, created).
 
@@ -193,6 +200,7 @@ def create_todo_steps(
     ``delay_seconds`` default to the queue's settings, then the server's.
     ``priority`` (1–5, default 3), ``group`` and ``cost`` (default 1) are
     what admission control decides by (CONTRACT §17).
+    ``trace_context`` is the W3C context the caller's request carried.
     """
     if not scope.covers(queue):
         raise QueueNotGranted(queue)
@@ -208,7 +216,8 @@ def create_todo_steps(
         group,
         cost,
     )
-    return (yield from _create(_scope_params(scope)["endpoint_id"], scope, item, actor))
+    endpoint_id = _scope_params(scope)["endpoint_id"]
+    return (yield from _create_traced(endpoint_id, scope, item, actor, trace_context))
 
 
 create_todo = on_django(create_todo_steps)
@@ -229,6 +238,7 @@ def create_todo_any_endpoint(
     priority: int | None = None,
     group: str | None = None,
     cost: float | None = None,
+    trace_context: TraceContext | None = None,
 ) -> Created:
     """Enqueue a todo for any endpoint (the Board); no grant check."""
     endpoint = _uuid(endpoint_id)
@@ -246,7 +256,7 @@ def create_todo_any_endpoint(
         group,
         cost,
     )
-    return run_steps(_create(endpoint, None, item, actor))
+    return run_steps(_create_traced(endpoint, None, item, actor, trace_context))
 
 
 def _create_item(
@@ -283,6 +293,7 @@ def _create_item(
         "priority": validate_priority(priority),
         "group": validate_group(group),
         "cost": validate_cost(cost),
+        "trace_context": None,
     }
 
 
@@ -345,6 +356,26 @@ def bind_create(
     }
 
 
+def _create_traced(
+    endpoint_id: str,
+    scope: Scope | None,
+    item: CreateItem,
+    actor: str,
+    parent: TraceContext | None,
+) -> Steps[Created]:
+    """Create inside the create's ``send`` span; the todo keeps its context."""
+    sent = tracing.send(item["queue"], parent)
+    carrier = sent.carrier()
+    item["trace_context"] = json.dumps(carrier) if carrier is not None else None
+    try:
+        todo, created = yield from _create(endpoint_id, scope, item, actor)
+    except Exception as exc:
+        sent.end(exc)
+        raise
+    sent.end(todo, created)
+    return todo, created
+
+
 def _create(
     endpoint_id: str, scope: Scope | None, item: CreateItem, actor: str
 ) -> Steps[Created]:
@@ -383,10 +414,10 @@ WITH item AS (
                          %(assignees)s::text[], %(keys)s::text[],
                          %(max_attempts)s::int[], %(delays)s::int[],
                          %(priorities)s::smallint[], %(groups)s::text[],
-                         %(costs)s::float8[])
+                         %(costs)s::float8[], %(trace_contexts)s::jsonb[])
            WITH ORDINALITY AS i (id, queue, title, payload, assignee,
                                  idempotency_key, max_attempts, delay_seconds,
-                                 priority, group_key, cost, ord)
+                                 priority, group_key, cost, trace_context, ord)
 ), queue_row AS (
     INSERT INTO queues (endpoint_id, name)
     SELECT DISTINCT e.id, i.queue FROM endpoints e, item i
@@ -396,7 +427,7 @@ WITH item AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
                        created_at, updated_at, available_at, priority, group_key,
-                       cost, fair_tag)
+                       cost, fair_tag, trace_context)
     SELECT i.id, e.id, i.queue, i.title, i.payload, 'pending', i.assignee, 0,
            coalesce(i.max_attempts, q.max_attempts, %(default_max_attempts)s::int),
            i.idempotency_key, '', at.created, at.created,
@@ -404,7 +435,8 @@ WITH item AS (
                secs => coalesce(i.delay_seconds, q.delay_seconds, 0)),
            i.priority, i.group_key, i.cost,
            CASE WHEN q.fair THEN switchboard_fair_tag(e.id, i.queue, i.group_key,
-                                                      i.cost) END
+                                                      i.cost) END,
+           i.trace_context
       FROM item i
       JOIN endpoints e ON e.id = %(endpoint_id)s
       LEFT JOIN queues q ON q.endpoint_id = e.id AND q.name = i.queue
@@ -431,6 +463,7 @@ CREATE_FIELDS = {
     "priority",
     "group",
     "cost",
+    "trace_context",
 }
 
 
@@ -450,6 +483,7 @@ def create_many_steps(
     endpoint_id = _scope_params(scope)["endpoint_id"]
     results: list[Created | Exception | None] = [None] * len(batch_items)
     bound: dict[int, BatchItem] = {}
+    sends: dict[int, tracing.Send] = {}
     for index, fields in enumerate(batch_items):
         try:
             unknown = set(fields) - CREATE_FIELDS
@@ -458,6 +492,11 @@ def create_many_steps(
             item = _create_item(**_item_args(fields))
             if not scope.covers(item["queue"]):
                 raise QueueNotGranted(item["queue"])
+            sends[index] = sent = tracing.send(
+                item["queue"], fields.get("trace_context")
+            )
+            carrier = sent.carrier()
+            item["trace_context"] = json.dumps(carrier) if carrier else None
             bound[index] = BatchItem(**item, id=uuid.uuid4())
         except (ValueError, TypeError, QueueNotGranted) as exc:
             results[index] = exc if not isinstance(exc, TypeError) else ValueError(exc)
@@ -479,6 +518,7 @@ def create_many_steps(
         "priorities": [item["priority"] for item in batch],
         "groups": [item["group"] for item in batch],
         "costs": [item["cost"] for item in batch],
+        "trace_contexts": [item["trace_context"] for item in batch],
     }
     rows = yield Statement("create_many", CREATE_MANY_SQL, params)
     created = {todo.id: todo for todo in map(Todo.from_row, rows)}
@@ -510,7 +550,14 @@ def create_many_steps(
                 results[index] = yield from _create(endpoint_id, scope, item, actor)
         except (Conflict, NotFound) as exc:
             results[index] = exc
-    return _settled(results)
+    settled: list[Created | Exception] = _settled(results)
+    for index, sent in sends.items():
+        outcome = settled[index]
+        if isinstance(outcome, tuple):
+            sent.end(*outcome)
+        else:
+            sent.end(outcome)
+    return settled
 
 
 create_many = on_django(create_many_steps)
@@ -746,7 +793,8 @@ WITH RECURSIVE pending_queue (name) AS (
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = (SELECT %(worker)s::text),
-           attempt = t.attempt + 1, claimed_at = now(),
+           attempt = t.attempt + 1, deliveries = t.deliveries + 1,
+           claimed_at = now(),
            lease_expires_at = now() + make_interval(secs => coalesce(
                (SELECT %(lease)s::int),
                (SELECT q.lease_seconds FROM queues q
@@ -890,7 +938,7 @@ WITH candidate AS (
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
-           claimed_at = now(),
+           deliveries = t.deliveries + 1, claimed_at = now(),
            lease_expires_at = now() + make_interval(secs => coalesce(
                %(lease)s::int,
                (SELECT q.lease_seconds FROM queues q
@@ -1078,7 +1126,9 @@ def unclaim_steps(scope: Scope, todo: Todo) -> Steps[Todo]:
             todo_id=todo_id,
             state=now.state,
         )
-    return Todo.from_row(row)
+    handed_back = Todo.from_row(row)
+    tracing.ended(handed_back, "not_received")
+    return handed_back
 
 
 unclaim = on_django(unclaim_steps)
@@ -1478,7 +1528,37 @@ def _acknowledge(scope: Scope, actions: list[Ack]) -> Steps[list[Todo | Exceptio
     for position, values in missed:
         index = bound[position][0]
         results[index] = _ack_miss(actions[index], values[0], found.get(values[0]))
+    if tracing.enabled():
+        traced = [(actions[bound[p][0]], todo) for p, todo in moved.items()]
+        yield from _trace_acks(traced)
     return _settled(results)
+
+
+def _trace_acks(moved: list[tuple[Ack, Todo]]) -> Steps[None]:
+    """Each acknowledgement's trace: a heartbeat's progress is an event of its
+    delivery; complete, fail and release end the delivery's process span."""
+    from .traces import record_trace_event_steps
+
+    for action, todo in moved:
+        if action.op == "heartbeat":
+            if action.progress is not None:
+                progress = todo.progress or {}
+                event = tracing.event(
+                    tracing.PROGRESS,
+                    todo.deliveries,
+                    **{
+                        "progress.message": progress.get("message"),
+                        "progress.fraction": progress.get("fraction"),
+                    },
+                )
+                yield from record_trace_event_steps(todo, event)
+            continue
+        tracing.ended(
+            todo,
+            "canceled" if todo.is_canceled else action.op,
+            settle=tracing.settle_name(todo, action.op),
+            error=todo.last_error if action.op == "fail" else None,
+        )
 
 
 def _ack_miss(action: Ack, todo_id: str, todo: Todo | None) -> Todo | StoreError:
@@ -1658,7 +1738,9 @@ def release_todo_any_endpoint(given_id: str, *, actor: str = "operator") -> Todo
             todo_id=todo_id,
             state=todo.state,
         )
-    return Todo.from_row(row)
+    released = Todo.from_row(row)
+    tracing.ended(released, "release", settle=tracing.settle_name(released, "release"))
+    return released
 
 
 # --- Retry ----------------------------------------------------------------------

@@ -31,6 +31,8 @@ from datetime import timedelta
 import jsonschema
 from django.core import signing
 
+from todos import tracing
+
 from .lifecycle import T_COLUMNS, _checkpoint, _lookup
 from .rows import (
     ANSWER_LINK_SECONDS,
@@ -64,6 +66,7 @@ from .sql import (
     _uuid,
     actor_text,
 )
+from .traces import record_trace_event
 
 RETURN_TO = ("me", "pool")
 
@@ -149,7 +152,15 @@ def ask(
     row = _run("ask", ASK_SQL, params, fetch="one")
     if row is None:
         raise _owner_miss(_lookup(scope, todo_id), lease_token)
-    return Todo.from_row(row)
+    asked = Todo.from_row(row)
+    if tracing.enabled():
+        event = tracing.event(
+            tracing.QUESTION_ASKED,
+            asked.deliveries,
+            **{"question.return_to": return_to, "question.asked_by": asked.assignee},
+        )
+        tracing.ended(asked, "ask", events=[event] if event else ())
+    return asked
 
 
 def _question(
@@ -308,7 +319,15 @@ def _answer(
     row = _run("answer", ANSWER_SQL, params, fetch="one")
     if row is None:
         raise _not_asking(_lookup(scope, todo_id))
-    return Todo.from_row(row)
+    answered = Todo.from_row(row)
+    if tracing.enabled():
+        # The answer ends the hold: an event of the delivery that follows.
+        by = (answered.answer or {}).get("by")
+        event = tracing.event(
+            tracing.ANSWERED, answered.deliveries + 1, **{"answer.by": by}
+        )
+        record_trace_event(answered, event)
+    return answered
 
 
 def _not_asking(todo: Todo) -> Conflict:

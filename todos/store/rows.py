@@ -5,6 +5,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args, get_type_hints
 
+from todos import tracing
+
 if TYPE_CHECKING:
     from todos.models import Endpoint
 
@@ -235,11 +237,11 @@ TODO_COLUMNS = (
     " last_error, result, created_at, updated_at, lease_token, available_at,"
     " question, question_status, asked_at, answer_deadline, answer, answer_nonce,"
     " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at,"
-    " priority, group_key, cost"
+    " priority, group_key, cost, trace_context, deliveries, trace_events"
 )
 # The jsonb columns, by position: payload, result, question, answer,
-# cancel_request, progress, checkpoint.
-_JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29)
+# cancel_request, progress, checkpoint, trace_context, trace_events.
+_JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29, 35, 37)
 TODO_COLUMN_COUNT = len(TODO_COLUMNS.split(","))
 
 
@@ -297,6 +299,9 @@ class Todo:
     priority: int = 3
     group: str | None = None
     cost: float = 1.0
+    trace_context: JSONObject | None = None
+    deliveries: int = 0
+    trace_events: list[JSONObject] | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
@@ -387,7 +392,16 @@ class Todo:
         out["question"] = self.question_dict()
         out["outcome"] = self.outcome
         out["cancel_requested"] = self.cancel_requested
+        out["trace_context"] = (
+            self.trace_carrier() if self.trace_context is not None else None
+        )
         return out
+
+    def trace_carrier(self) -> dict[str, str] | None:
+        """The W3C context a claim hands on (todos.tracing): the delivery's
+        own while tracing is on and the todo is claimed, else the create's."""
+        context = tracing.claim_context(self)
+        return context.to_dict() if context is not None else None
 
 
 # Columns the todo JSON does not show as they are: the question's parts are
@@ -403,6 +417,9 @@ _RENDERED_APART = frozenset(
         "cancel_request",
         "canceled_at",
         "dismissed_at",
+        "trace_context",
+        "deliveries",
+        "trace_events",
     }
 )
 # The columns a todo's JSON shows as they are (timestamps in ISO 8601), in
@@ -419,7 +436,13 @@ _SHOWN_TIMES = tuple(
 # Every field, in the order of TODO_COLUMNS (Todo.from_row).
 _TODO_FIELDS = tuple(field.name for field in fields(Todo))
 # The keys of a todo's JSON: those columns, plus the composed ones.
-TODO_JSON_FIELDS = (*_SHOWN_COLUMNS, "question", "outcome", "cancel_requested")
+TODO_JSON_FIELDS = (
+    *_SHOWN_COLUMNS,
+    "question",
+    "outcome",
+    "cancel_requested",
+    "trace_context",
+)
 
 
 @dataclass(frozen=True)

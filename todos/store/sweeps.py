@@ -2,6 +2,8 @@
 
 from datetime import datetime
 
+from todos import tracing
+
 from .rows import Moved
 from .sql import DOORBELL, ENDED_RING, EVENT_INSERT, _run
 
@@ -58,7 +60,22 @@ def reap_expired(*, limit: int = SWEEP_BATCH) -> list[Moved]:
         "event_error": "lease expired",
     }
     rows = _run("reap_expired", REAP_EXPIRED_SQL, params)
-    return [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
+    moved = [Moved(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
+    if moved and tracing.enabled():
+        _trace_lapsed(moved)
+    return moved
+
+
+def _trace_lapsed(moved: list[Moved]) -> None:
+    """End the process span of each delivery whose lease lapsed (one read of
+    the reaped todos, only while tracing is on)."""
+    from .lifecycle import _lookup_many
+
+    for todo in _lookup_many(None, [m.id for m in moved]).values():
+        settle = "dead_letter" if todo.is_dead_letter else None
+        if todo.is_canceled:
+            settle = "cancel"
+        tracing.ended(todo, "lapsed", settle=settle, error="lease expired")
 
 
 REQUEUE_DUE_SQL = f"""

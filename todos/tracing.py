@@ -1,0 +1,598 @@
+"""OpenTelemetry tracing (CONTRACT §19): W3C context in and out, and the spans.
+
+**In.** A create takes a W3C trace context from what its surface carries: HTTP
+``traceparent``/``tracestate`` headers (the JSON API, a webhook delivery), MCP
+``params._meta``, SQS's ``AWSTraceHeader`` (X-Ray's format, converted) or a
+``traceparent`` message attribute. A malformed carrier is ignored, never an
+error: tracing must not refuse work.
+
+**Out.** The todo keeps the context (``trace_context``); every claim hands it
+on, so the agent's own spans join the trace. With tracing on, a claim hands on
+its delivery's ``process`` span instead, so the agent's spans nest under it.
+
+**Spans**, by the messaging conventions: ``send <queue>`` (producer) at
+create; ``process <queue>`` (consumer) per delivery, from its claim to the
+end of its lease, the first a child of the send span, each later one a new
+trace linked to the delivery before it; ``settle <queue>`` at complete, fail
+and dead letter. A delivery spans requests (claimed in one, completed in
+another, maybe on another server), so its process span is written when the
+delivery ends, with the claim's time as its start. Its ids are derived from the
+todo and its delivery number (``deliveries``), so the claim can hand them out
+before the span exists, and the next delivery can link to it with nothing more
+stored. What happens meanwhile in other requests (progress, a cancel request,
+the answer that ends a hold) is kept on the todo as events for that span
+(``trace_events``; the store writes them only while tracing is on).
+
+**Off by default.** Only the standard ``OTEL_*`` variables turn it on:
+``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP
+over HTTP), unless ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``;
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``
+and the exporter's own variables as the SDK reads them. Unset, nothing is set
+up and each hook is one check of a module-level name. The W3C context is
+stored and handed on either way: it costs a header read.
+
+The tracer provider is this module's own, not the process's global one, so a
+library in the process that traces through the global API is not exported as
+Switchboard's.
+"""
+
+import contextvars
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.sampling import Sampler
+    from opentelemetry.trace import SpanContext, Tracer
+
+
+class Traced(Protocol):
+    """What tracing reads of a todo (todos.store.rows.Todo)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def endpoint_id(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def owner(self) -> str | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def deliveries(self) -> int: ...
+    @property
+    def claimed_at(self) -> datetime | None: ...
+    @property
+    def trace_context(self) -> dict[str, Any] | None: ...
+    @property
+    def trace_events(self) -> list[dict[str, Any]] | None: ...
+    @property
+    def is_canceled(self) -> bool: ...
+    @property
+    def is_dead_letter(self) -> bool: ...
+
+
+SYSTEM = "switchboard"
+# The header (and MCP _meta key, and SQS message attribute) names.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+AWS_TRACE_HEADER = "AWSTraceHeader"
+
+# W3C trace-context level 1: version-traceid-parentid-flags, lowercase hex. A
+# later version may append fields after the flags ("-…"); version ff is invalid.
+TRACEPARENT_FORMAT = re.compile(
+    r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\s]*)?"
+)
+# A tracestate is at most 32 list members, 512 characters kept (W3C says a
+# vendor may drop what is beyond); each member key=value of printable ASCII.
+MAX_TRACESTATE_CHARS = 512
+TRACESTATE_MEMBER = re.compile(
+    r"[a-z0-9][_0-9a-z\-*/@]{0,255}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
+# X-Ray's header: Root=1-<8 hex epoch>-<24 hex>;Parent=<16 hex>;Sampled=0|1.
+XRAY_ROOT = re.compile(r"1-([0-9a-fA-F]{8})-([0-9a-fA-F]{24})")
+XRAY_PARENT = re.compile(r"[0-9a-fA-F]{16}")
+
+# How many events a todo keeps for its process spans (the oldest go first).
+MAX_TRACE_EVENTS = 32
+# Event names on a process span.
+PROGRESS = "progress"
+QUESTION_ASKED = "question asked"
+ANSWERED = "answered"
+CANCEL_REQUESTED = "cancel requested"
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """A validated W3C trace context: a traceparent and its tracestate."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+    @property
+    def trace_id(self) -> str:
+        return self.traceparent[3:35]
+
+    @property
+    def span_id(self) -> str:
+        return self.traceparent[36:52]
+
+    @property
+    def sampled(self) -> bool:
+        return int(self.traceparent[53:55], 16) & 1 == 1
+
+    def to_dict(self) -> dict[str, str]:
+        """The context as a carrier: ``{"traceparent"[, "tracestate"]}``."""
+        if self.tracestate:
+            return {TRACEPARENT: self.traceparent, TRACESTATE: self.tracestate}
+        return {TRACEPARENT: self.traceparent}
+
+
+def parse(traceparent: object, tracestate: object = None) -> TraceContext | None:
+    """Validate a traceparent (and its tracestate); None when it is malformed.
+
+    A malformed tracestate is dropped and the traceparent kept, as W3C says.
+    """
+    if not isinstance(traceparent, str) or len(traceparent) > 512:
+        return None
+    match = TRACEPARENT_FORMAT.fullmatch(traceparent.strip())
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    # A later version's extra fields are not ours to pass on: version 00 is.
+    return TraceContext(f"00-{trace_id}-{span_id}-{flags}", _tracestate(tracestate))
+
+
+def _tracestate(value: object) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    members = [member.strip() for member in value.split(",") if member.strip()]
+    if len(members) > 32 or not all(TRACESTATE_MEMBER.fullmatch(m) for m in members):
+        return None
+    kept = ",".join(members)
+    return kept if len(kept) <= MAX_TRACESTATE_CHARS else None
+
+
+def from_headers(headers: Mapping[str, str]) -> TraceContext | None:
+    """The context an HTTP request (or a webhook delivery) carries, if valid."""
+    traceparent = headers.get(TRACEPARENT)
+    if traceparent is None:
+        return None
+    return parse(traceparent, headers.get(TRACESTATE))
+
+
+def from_meta(meta: object) -> TraceContext | None:
+    """The context of an MCP request's ``params._meta`` (unprefixed keys)."""
+    if not isinstance(meta, dict) or TRACEPARENT not in meta:
+        return None
+    return parse(meta.get(TRACEPARENT), meta.get(TRACESTATE))
+
+
+def from_xray(header: object) -> TraceContext | None:
+    """Convert SQS's ``AWSTraceHeader`` (X-Ray's format) to a W3C context.
+
+    ``Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;
+    Sampled=1``: the trace id is the root's two hex parts, the parent its
+    span; without a parent there is no span to be a child of.
+    """
+    if not isinstance(header, str) or len(header) > 512:
+        return None
+    parts: dict[str, str] = {}
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        parts[key] = value.strip()
+    root = XRAY_ROOT.fullmatch(parts.get("Root", ""))
+    parent = parts.get("Parent", "")
+    if root is None or XRAY_PARENT.fullmatch(parent) is None:
+        return None
+    flags = "01" if parts.get("Sampled") == "1" else "00"
+    trace_id = (root.group(1) + root.group(2)).lower()
+    return parse(f"00-{trace_id}-{parent.lower()}-{flags}")
+
+
+def from_stored(stored: object) -> TraceContext | None:
+    """The context a todo keeps (``trace_context``), read back."""
+    if not isinstance(stored, dict):
+        return None
+    return parse(stored.get(TRACEPARENT), stored.get(TRACESTATE))
+
+
+# --- Set-up -----------------------------------------------------------------------
+
+# The tracer while tracing is on, else None: every hook checks it first.
+_tracer: "Tracer | None" = None
+_provider: "TracerProvider | None" = None
+# The ids the next span must have (a process span is named by its delivery).
+_forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "switchboard_forced_span_ids", default=None
+)
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() == "true"
+
+
+def configured_endpoint() -> str | None:
+    """The OTLP endpoint the environment names, unless tracing is turned off."""
+    if _truthy("OTEL_SDK_DISABLED"):
+        return None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return None
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    return endpoint.strip() or None if endpoint else None
+
+
+def configure() -> bool:
+    """Turn tracing on when the ``OTEL_*`` environment asks for it (at start-up).
+
+    Exports over OTLP/HTTP in batches from a background thread (the SDK's
+    batch processor, which restarts its thread in a forked worker).
+    """
+    if configured_endpoint() is None:
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter,
+    )
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    # The exporter reads its endpoint, headers, timeout and compression from
+    # the same variables (the generic endpoint gets /v1/traces appended).
+    enable(BatchSpanProcessor(OTLPSpanExporter()))
+    return True
+
+
+def enable(processor: "SpanProcessor", sampler: "Sampler | None" = None) -> None:
+    """Trace through ``processor`` (the tests pass an in-memory exporter's).
+
+    ``sampler`` None: the SDK's from ``OTEL_TRACES_SAMPLER`` (parent-based
+    always-on by default).
+    """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    global _tracer, _provider
+    named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    resource = Resource.create({} if named else {"service.name": SYSTEM})
+    provider = TracerProvider(
+        sampler=sampler, resource=resource, id_generator=_DeliveryIds()
+    )
+    provider.add_span_processor(processor)
+    _provider = provider
+    _tracer = provider.get_tracer("switchboard")
+
+
+def disable() -> None:
+    """Stop tracing: flush and shut the provider down (tests, shutdown)."""
+    global _tracer, _provider
+    provider, _tracer, _provider = _provider, None, None
+    if provider is not None:
+        provider.shutdown()
+
+
+def enabled() -> bool:
+    return _tracer is not None
+
+
+class _DeliveryIds(RandomIdGenerator):
+    """Random ids, but the ones a process span must have when it is written."""
+
+    def generate_span_id(self) -> int:
+        forced = _forced_ids.get()
+        return forced[1] if forced is not None else super().generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        forced = _forced_ids.get()
+        return forced[0] if forced is not None else super().generate_trace_id()
+
+
+# --- Ids and contexts ---------------------------------------------------------------
+
+
+def _hex(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+def _delivery_ids(todo_id: str, delivery: int) -> tuple[int, int]:
+    """The trace id (for a redelivery's new trace) and span id of a delivery.
+
+    Derived from the todo's random id and the delivery's number, so every
+    server names a delivery's span alike without storing it.
+    """
+    digest = hashlib.blake2b(
+        f"{todo_id}/{delivery}".encode(), digest_size=24, person=b"sb-delivery"
+    ).digest()
+    trace_id = int.from_bytes(digest[:16]) or 1
+    span_id = int.from_bytes(digest[16:]) or 1
+    return trace_id, span_id
+
+
+def _span_context(context: TraceContext) -> "SpanContext":
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    state = TraceState.from_header([context.tracestate]) if context.tracestate else None
+    return SpanContext(
+        int(context.trace_id, 16),
+        int(context.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(context.traceparent[53:55], 16)),
+        trace_state=state,
+    )
+
+
+def _parent(context: TraceContext | None) -> Any:
+    """An OpenTelemetry Context whose current span is ``context`` (or none)."""
+    if context is None:
+        return None
+    from opentelemetry.trace import NonRecordingSpan, set_span_in_context
+
+    return set_span_in_context(NonRecordingSpan(_span_context(context)))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery's process span: its context, its parent and its link."""
+
+    context: TraceContext
+    parent: TraceContext | None
+    previous: TraceContext | None
+
+
+def _delivery(
+    todo_id: str, queue: str, stored: TraceContext | None, number: int
+) -> Delivery:
+    """Name delivery ``number`` of a todo: the first continues the create's
+    trace (a new one without it), each later one starts a trace of its own
+    linked to the delivery before it."""
+    number = max(number, 1)
+    context, parent = _delivery_context(todo_id, queue, stored, number)
+    previous = None
+    if number > 1:
+        previous = _delivery_context(todo_id, queue, stored, number - 1)[0]
+    return Delivery(context, parent, previous)
+
+
+def _delivery_context(
+    todo_id: str, queue: str, stored: TraceContext | None, number: int
+) -> tuple[TraceContext, TraceContext | None]:
+    """Delivery ``number``'s span context, and its parent (the first's only)."""
+    trace_id, span_id = _delivery_ids(todo_id, number)
+    parent = stored if number == 1 else None
+    if parent is not None:
+        trace_id = int(parent.trace_id, 16)
+    sampled = _sampled(parent, trace_id, queue)
+    state = stored.tracestate if stored is not None else None
+    traceparent = f"00-{_hex(trace_id, 32)}-{_hex(span_id, 16)}-{sampled:02x}"
+    return TraceContext(traceparent, state), parent
+
+
+def _sampled(parent: TraceContext | None, trace_id: int, queue: str) -> int:
+    """The sampled flag the configured sampler gives a delivery's span."""
+    if _provider is None:
+        return 1 if parent is None or parent.sampled else 0
+    from opentelemetry.trace import SpanKind
+
+    result = _provider.sampler.should_sample(
+        _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
+    )
+    return 1 if result.decision.is_sampled() else 0
+
+
+def claim_context(todo: "Traced") -> TraceContext | None:
+    """The context a claim hands the agent: its delivery's process span while
+    tracing is on and the todo is claimed; else the one the todo keeps."""
+    stored = from_stored(todo.trace_context)
+    if _tracer is None or todo.state != "claimed":
+        return stored
+    return _delivery(todo.id, todo.queue, stored, todo.deliveries).context
+
+
+def trace_id(todo: "Traced") -> str | None:
+    """The trace a todo was created in (the Board links it)."""
+    stored = from_stored(todo.trace_context)
+    return stored.trace_id if stored is not None else None
+
+
+# --- Spans ------------------------------------------------------------------------
+
+
+def _attributes(todo: "Traced", operation: str, name: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": todo.queue,
+        "messaging.message.id": todo.id,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": name,
+        "messaging.switchboard.endpoint_id": todo.endpoint_id,
+        "messaging.switchboard.attempt": todo.attempt,
+    }
+
+
+class Send:
+    """A create's ``send`` span while it runs, and the context the todo keeps."""
+
+    __slots__ = ("span", "stored")
+
+    def __init__(self, span: Any, stored: TraceContext | None) -> None:
+        self.span = span
+        self.stored = stored
+
+    def carrier(self) -> "dict[str, Any] | None":
+        """What the store writes into ``trace_context``."""
+        return self.stored.to_dict() if self.stored is not None else None
+
+    def end(self, todo: "Traced | Exception", created: bool = True) -> None:
+        """End the span with the todo the create made (or found, or the error)."""
+        span = self.span
+        if span is None:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        if isinstance(todo, Exception):
+            span.set_status(Status(StatusCode.ERROR, type(todo).__name__))
+        else:
+            span.set_attributes(
+                {
+                    "messaging.message.id": todo.id,
+                    "messaging.switchboard.endpoint_id": todo.endpoint_id,
+                    "messaging.switchboard.created": created,
+                }
+            )
+        span.end()
+
+
+def send(queue: object, parent: TraceContext | None) -> Send:
+    """Start a create's ``send <queue>`` span (producer), a child of ``parent``.
+
+    Tracing off: no span, and the todo keeps ``parent`` as it came.
+    """
+    tracer = _tracer
+    if tracer is None or not isinstance(queue, str):
+        return Send(None, parent)
+    from opentelemetry.trace import SpanKind
+
+    span = tracer.start_span(
+        f"send {queue}",
+        context=_parent(parent),
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": queue,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "create",
+        },
+    )
+    context = span.get_span_context()
+    flags = int(context.trace_flags)
+    traceparent = (
+        f"00-{_hex(context.trace_id, 32)}-{_hex(context.span_id, 16)}-{flags:02x}"
+    )
+    state = parent.tracestate if parent is not None else None
+    return Send(span, TraceContext(traceparent, state))
+
+
+def event(name: str, delivery: int, **attributes: Any) -> "dict[str, Any] | None":
+    """A span event for delivery ``delivery``'s process span, as the todo
+    keeps it (``trace_events``); None while tracing is off."""
+    if _tracer is None:
+        return None
+    return {
+        "delivery": delivery,
+        "name": name,
+        "at": time.time_ns(),
+        "attributes": {
+            f"switchboard.{key}": value
+            for key, value in attributes.items()
+            if value is not None
+        },
+    }
+
+
+def _ns(at: datetime | None) -> int | None:
+    return int(at.timestamp() * 1e9) if at is not None else None
+
+
+def ended(
+    todo: "Traced",
+    how: str,
+    *,
+    settle: str | None = None,
+    error: str | None = None,
+    events: Iterable[dict[str, Any]] = (),
+) -> None:
+    """Write the ``process`` span of the delivery that just ended, and its
+    ``settle`` span when it ended in complete, fail or a dead letter.
+
+    ``how`` names the end (complete, fail, release, ask, lapsed, …); ``events``
+    are what happened in this request (a question asked), beside those the todo
+    kept for this delivery.
+    """
+    tracer = _tracer
+    if tracer is None:
+        return
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+    number = max(todo.deliveries, 1)
+    stored = from_stored(todo.trace_context)
+    delivery = _delivery(todo.id, todo.queue, stored, number)
+    links: Sequence[Link] = ()
+    if delivery.previous is not None:
+        links = [
+            Link(
+                _span_context(delivery.previous),
+                {"messaging.switchboard.link": "previous delivery"},
+            )
+        ]
+    attributes = _attributes(todo, "process", "claim")
+    attributes["messaging.switchboard.delivery"] = number
+    attributes["messaging.switchboard.outcome"] = how
+    if todo.owner:
+        attributes["messaging.consumer.name"] = todo.owner
+    token = _forced_ids.set(
+        (int(delivery.context.trace_id, 16), int(delivery.context.span_id, 16))
+    )
+    try:
+        span = tracer.start_span(
+            f"process {todo.queue}",
+            context=_parent(delivery.parent),
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
+            start_time=_ns(todo.claimed_at),
+        )
+    finally:
+        _forced_ids.reset(token)
+    kept = [e for e in (todo.trace_events or ()) if e.get("delivery") == number]
+    for item in [*kept, *events]:
+        span.add_event(item["name"], item.get("attributes") or {}, item.get("at"))
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error[:200]))
+    if settle is not None:
+        from opentelemetry.trace import set_span_in_context
+
+        settled = tracer.start_span(
+            f"settle {todo.queue}",
+            context=set_span_in_context(span),
+            kind=SpanKind.CLIENT,
+            attributes=_attributes(todo, "settle", settle),
+        )
+        settled.end()
+    span.end()
+
+
+def settle_name(todo: "Traced", op: str) -> str | None:
+    """How an acknowledgement settled the todo: complete, fail, dead_letter
+    (None: it did not, a release hands it on; a canceled end is ``cancel``)."""
+    if todo.is_canceled:
+        return "cancel"
+    if op == "complete":
+        return "complete"
+    if op == "fail":
+        return "dead_letter" if todo.is_dead_letter else "fail"
+    if op == "release" and todo.is_dead_letter:
+        return "dead_letter"
+    return None
+
+
+def flush() -> None:
+    """Export what is buffered now (tests; a management command's end)."""
+    if _provider is not None:
+        _provider.force_flush()
