@@ -51,6 +51,19 @@ def env_int(name, default, minimum=None, maximum=None):
     return value
 
 
+def env_trace_url(name):
+    """A link template for a trace viewer: an http(s) URL holding {trace_id}."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL")
+    if "{trace_id}" not in raw:
+        raise ImproperlyConfigured(f"{name} must hold {{trace_id}} where the id goes")
+    return raw
+
+
 def env_list(name, default):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -400,6 +413,10 @@ SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = env_int(
 # The bearer token a Prometheus scraper sends to GET /metrics; unset = only
 # staff Board sessions may read it.
 SWITCHBOARD_METRICS_TOKEN = env_str("SWITCHBOARD_METRICS_TOKEN", "")
+# Where the Board links a todo's trace: a URL template with {trace_id}
+# (Jaeger's /trace/{trace_id}, Tempo's or Honeycomb's search); unset = the id
+# is shown without a link. Tracing itself is set up by the OTEL_* variables.
+SWITCHBOARD_TRACE_URL = env_trace_url("SWITCHBOARD_TRACE_URL")
 # An MCP session unused this long has expired (404; the client initializes anew).
 SWITCHBOARD_MCP_SESSION_IDLE_SECONDS = env_int(
     "SWITCHBOARD_MCP_SESSION_IDLE_SECONDS", 7 * 86400, 60, 365 * 86400

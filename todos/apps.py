@@ -15,3 +15,7 @@ class TodosConfig(AppConfig):
         # gunicorn and uvicorn set up their handlers before Django starts:
         # their log lines (the access log, errors) never show a credential.
         redact_server_logs()
+        # Tracing is on only when the OTEL_* environment names an exporter.
+        from todos import tracing
+
+        tracing.configure()

@@ -1,8 +1,8 @@
 """One structured log line per request, and JSON errors from every agent surface.
 
-The log line carries the endpoint id, the route, the todo id, the outcome
-(``ok`` or the API error code), the status and the duration; never a header,
-so never a token. Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
+The log line carries the endpoint id, the route, the todo id, the trace id
+(when the request or its todo has one), the outcome (``ok`` or the API error
+code), the status and the duration; never a header, so never a token. Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
 """
 
 import logging
@@ -18,7 +18,7 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from todos import http
+from todos import http, tracing
 
 logger = logging.getLogger("switchboard.request")
 
@@ -71,6 +71,16 @@ def _todo_id(request: HttpRequest, response: HttpResponseBase) -> str | None:
     except ValueError:
         # A path segment is caller-controlled text: it is not logged as is.
         return "malformed"
+
+
+def _trace_id(request: HttpRequest, response: HttpResponseBase) -> str | None:
+    """The trace a request belongs to: its todo's (the answer names it), else
+    the one its ``traceparent`` header carries, when valid."""
+    answered = getattr(response, "trace_id", None)
+    if answered is not None:
+        return str(answered)
+    carried = tracing.from_headers(request.headers)
+    return carried.trace_id if carried is not None else None
 
 
 class RequestLogMiddleware:
@@ -151,6 +161,9 @@ class RequestLogMiddleware:
             # A static file has no route; its path names it (and holds no
             # credential, unlike an answer link's).
             fields["path"] = request.path
+        trace_id = _trace_id(request, response)
+        if trace_id is not None:
+            fields["trace_id"] = trace_id
         if response.streaming:
             fields["streaming"] = True
         level = logging.WARNING if status >= 500 else logging.INFO

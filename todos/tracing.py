@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -388,12 +389,13 @@ def _sampled(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     """The sampled flag the configured sampler gives a delivery's span."""
     if _provider is None:
         return 1 if parent is None or parent.sampled else 0
+    from opentelemetry.sdk.trace.sampling import Decision
     from opentelemetry.trace import SpanKind
 
     result = _provider.sampler.should_sample(
         _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
     )
-    return 1 if result.decision.is_sampled() else 0
+    return 1 if result.decision == Decision.RECORD_AND_SAMPLE else 0
 
 
 def claim_context(todo: "Traced") -> TraceContext | None:
@@ -409,6 +411,23 @@ def trace_id(todo: "Traced") -> str | None:
     """The trace a todo was created in (the Board links it)."""
     stored = from_stored(todo.trace_context)
     return stored.trace_id if stored is not None else None
+
+
+def delivery_trace_id(todo: "Traced") -> str | None:
+    """The trace of the todo's latest delivery when it is one of its own (a
+    redelivery, while tracing is on), else None."""
+    if _tracer is None or todo.deliveries < 2:
+        return None
+    trace, _ = _delivery_ids(todo.id, todo.deliveries)
+    return _hex(trace, 32)
+
+
+def trace_link(template: str, trace: str | None) -> str | None:
+    """The viewer's URL of a trace: ``template`` (SWITCHBOARD_TRACE_URL) with
+    its ``{trace_id}`` replaced; None without a template or a trace."""
+    if not template or trace is None:
+        return None
+    return template.replace("{trace_id}", quote(trace, safe=""))
 
 
 # --- Spans ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from todos import longpoll, store
 from todos.api import fields as table
 from todos.api.fields import ACK_OPS, Fields, Operation
 from todos.api.plumbing import api_error_for, authenticate, bad_request
+from todos.tracing import TraceContext
 
 # A response body, and one result of a batch: JSON values.
 type Body = dict[str, Any]
@@ -65,15 +66,21 @@ def transition(
 
 
 def create_todo(
-    scope: store.Scope, fields: Fields, *, actor: str
+    scope: store.Scope,
+    fields: Fields,
+    *,
+    actor: str,
+    trace_context: TraceContext | None = None,
 ) -> tuple[store.Todo, bool]:
     """Enqueue a todo from validated fields; return (todo, created).
 
     With ``replace`` the key's pending live duplicate is canceled first (a
     claimed one gets a cancel request, and the create answers 409 naming it).
     Shared by the JSON view and the MCP tool, so both accept the same input.
+    ``trace_context`` is the W3C context the request carried (todos.tracing).
     """
     arguments, replace = create_arguments(fields)
+    arguments["trace_context"] = trace_context
     if replace:
         return store.create_replacing(scope, **arguments, actor=actor)
     return store.create_todo(scope, **arguments, actor=actor)
@@ -163,7 +170,13 @@ def _failure(exc: Exception) -> Body:
     return {"status": error.status, "error": error.code, "detail": error.detail}
 
 
-def create_batch(scope: store.Scope, fields: Fields, *, actor: str) -> Body:
+def create_batch(
+    scope: store.Scope,
+    fields: Fields,
+    *,
+    actor: str,
+    trace_context: TraceContext | None = None,
+) -> Body:
     """Enqueue 1..100 todos (``{"todos": [...]}``); return the results body.
 
     Every item is validated before any is created: a bad field answers 400 for
@@ -176,6 +189,7 @@ def create_batch(scope: store.Scope, fields: Fields, *, actor: str) -> Body:
     replacing: set[int] = set()
     for index, item in enumerate(fields.read(table.CREATE_MANY)["todos"]):
         arguments, replace = create_arguments(Fields(item, prefix=f"todos[{index}]."))
+        arguments["trace_context"] = trace_context
         items.append(arguments)
         if replace:
             replacing.add(index)

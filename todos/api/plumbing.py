@@ -217,6 +217,11 @@ def todo_response(
     todo: store.Todo, status: int = 200, **extra: Any
 ) -> http.JsonResponse:
     """Render one todo as ``{"todo": {...}, **extra}``."""
-    response = http.JsonResponse({"todo": todo.to_dict(), **extra}, status=status)
+    body = todo.to_dict()
+    response = http.JsonResponse({"todo": body, **extra}, status=status)
     response.todo_id = todo.id  # type: ignore[attr-defined]  # the request log's
+    carrier = body["trace_context"]
+    if carrier is not None:
+        # The trace the answer belongs to, for the request log's line.
+        response.trace_id = carrier["traceparent"][3:35]  # type: ignore[attr-defined]  # the request log's
     return response

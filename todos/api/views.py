@@ -7,7 +7,7 @@ auth, the body parsing and the error mapping.
 
 from collections.abc import Callable
 
-from todos import aio, inloop, longpoll, store, waits
+from todos import aio, inloop, longpoll, store, tracing, waits
 from todos.api import fields as table
 from todos.api.fields import Fields, Operation
 from todos.api.operations import (
@@ -48,11 +48,16 @@ def create(request: ApiRequest) -> JsonResponse:
     result per item, in order.
     """
     actor = f"agent:{request.endpoint.name}"
+    context = tracing.from_headers(request.headers)
     if "todos" in request.body_fields.data:
         return JsonResponse(
-            create_batch(request.scope, request.body_fields, actor=actor)
+            create_batch(
+                request.scope, request.body_fields, actor=actor, trace_context=context
+            )
         )
-    todo, created = create_todo(request.scope, request.body_fields, actor=actor)
+    todo, created = create_todo(
+        request.scope, request.body_fields, actor=actor, trace_context=context
+    )
     return todo_response(todo, status=201 if created else 200, created=created)
 
 

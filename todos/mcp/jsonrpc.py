@@ -88,7 +88,7 @@ def call_tool(params: Message, caller: mcp_tools.Caller) -> mcp_tools.Outcome:
         arguments = {}
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments: must be an object")
-    return mcp_tools.call(tool, arguments, caller)
+    return mcp_tools.call(tool, arguments, caller.traced(params))
 
 
 class Pending:

@@ -260,7 +260,7 @@ def _call_tool(
             raise jsonrpc.RpcError(
                 jsonrpc.INVALID_PARAMS, "params.arguments: must be an object"
             )
-        return tasks.created(tasks.call_delegate(arguments, caller))
+        return tasks.created(tasks.call_delegate(arguments, caller.traced(params)))
     result = jsonrpc.call_tool(params, caller)
     if name in tasks.STARTS_WORK and tasks.declared(capabilities):
         assert isinstance(result, dict)  # create_todo answers its result

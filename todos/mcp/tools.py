@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from todos import http, store, waits
+from todos import http, store, tracing, waits
 from todos.api import fields
 from todos.api import operations as api
 from todos.api.fields import TODO_ID, Field, Fields, Operation, Schema, object_schema
@@ -30,11 +30,18 @@ type Result = dict[str, Any]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls a tool: the token's endpoint, its scope, and the MCP session."""
+    """Who calls a tool: the token's endpoint, its scope, and the MCP session;
+    and the W3C trace context of its request's ``params._meta``."""
 
     endpoint: Endpoint
     scope: store.Scope
     session_id: str
+    trace_context: tracing.TraceContext | None = None
+
+    def traced(self, params: dict[str, Any]) -> "Caller":
+        """This caller with the trace context a request's params carry."""
+        context = tracing.from_meta(params.get("_meta"))
+        return self if context is None else replace(self, trace_context=context)
 
     @property
     def actor(self) -> str:
@@ -103,6 +110,16 @@ def _todo(todo: store.Todo, **extra: Any) -> Result:
     return _ok({"todo": todo.to_dict(), **extra})
 
 
+def _claimed(todo: store.Todo) -> Result:
+    """A claim's result: the todo, and its trace context in ``_meta`` (as MCP
+    carries one), so the agent's spans join the trace."""
+    result = _todo(todo)
+    carrier = todo.trace_carrier()
+    if carrier is not None:
+        result["_meta"] = carrier
+    return result
+
+
 # --- Handlers: one store call each, like the JSON views -------------------------
 
 
@@ -115,7 +132,9 @@ def get_todo(args: Fields, caller: Caller) -> Result:
 
 
 def create_todo(args: Fields, caller: Caller) -> Result:
-    todo, created = api.create_todo(caller.scope, args, actor=caller.actor)
+    todo, created = api.create_todo(
+        caller.scope, args, actor=caller.actor, trace_context=caller.trace_context
+    )
     return _todo(todo, created=created)
 
 
@@ -126,7 +145,7 @@ def claim_next(args: Fields, caller: Caller) -> api.ClaimNext:
 
 def claim_todo(args: Fields, caller: Caller) -> Result:
     todo_id, claim = args.value(TODO_ID), args.read(fields.CLAIM_TODO)
-    return _todo(store.claim_todo(caller.scope, todo_id, **claim))
+    return _claimed(store.claim_todo(caller.scope, todo_id, **claim))
 
 
 def _transition(move: Callable[..., store.Todo], operation: Operation) -> "Handler":
@@ -199,7 +218,7 @@ def finished(outcome: store.Todo | list[store.Todo]) -> Result:
     ended on it."""
     if isinstance(outcome, list):
         return _ok({"todos": [todo.to_dict() for todo in outcome]})
-    return _todo(outcome)
+    return _claimed(outcome) if outcome.state == "claimed" else _todo(outcome)
 
 
 def batch(args: Fields, caller: Caller) -> Result:

@@ -12,6 +12,7 @@ import html
 import json
 from urllib.parse import quote_plus
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.http import QueryDict
@@ -22,7 +23,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from todos import endpoints, store
+from todos import endpoints, store, tracing
 from todos.sqs import messages as sqs_messages
 from todos.ui.charts import overview_charts
 from todos.ui.core import (
@@ -279,6 +280,20 @@ def _detail_context(request, todo):
             if todo.result is None
             else json.dumps(todo.result, indent=2, sort_keys=True)
         ),
+        **_trace_context(todo),
+    }
+
+
+def _trace_context(todo):
+    """The todo's trace and its latest delivery's own, with their links."""
+    template = settings.SWITCHBOARD_TRACE_URL
+    trace_id = tracing.trace_id(todo)
+    delivery_trace_id = tracing.delivery_trace_id(todo)
+    return {
+        "trace_id": trace_id,
+        "trace_url": tracing.trace_link(template, trace_id),
+        "delivery_trace_id": delivery_trace_id,
+        "delivery_trace_url": tracing.trace_link(template, delivery_trace_id),
     }
 
 

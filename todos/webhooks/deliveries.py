@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 
 from django.db import IntegrityError, transaction
 
-from todos import http, store
+from todos import http, store, tracing
 from todos.models import (
     WebhookDelivery,
     WebhookRoute,
@@ -71,11 +71,13 @@ def title_template_error(template):
 
 @dataclass(frozen=True)
 class Delivery:
-    """A verified delivery: the provider's id, its event and its decoded body."""
+    """A verified delivery: the provider's id, its event and its decoded body;
+    and the W3C trace context its headers carried (todos.tracing)."""
 
     delivery_id: str
     event: str
     payload: object
+    trace_context: tracing.TraceContext | None = None
 
     @classmethod
     def parse(cls, source, headers, body, content_type):
@@ -104,7 +106,7 @@ class Delivery:
                 )
         if not event_header and scheme.event_field:
             event = _body_text(payload, scheme.event_field, MAX_EVENT_LENGTH)
-        return cls(delivery_id, event, payload)
+        return cls(delivery_id, event, payload, tracing.from_headers(headers))
 
 
 def _header_text(headers, name, limit):
@@ -347,6 +349,7 @@ def _deliver(source, route, delivery):
             idempotency_key=delivery.delivery_id,
             assignee=route.assignee or None,
             actor=f"webhook:{source.slug}",
+            trace_context=delivery.trace_context,
         )
     except store.QueueNotGranted:
         return Target(endpoint_id, route.queue, None, False, "queue not granted")
