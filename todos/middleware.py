@@ -2,7 +2,8 @@
 
 The log line carries the endpoint id, the route, the todo id, the trace id
 (when the request or its todo has one), the outcome (``ok`` or the API error
-code), the status and the duration; never a header, so never a token. Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
+code), the status and the duration; never a header, so never a token.
+Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
 """
 
 import logging

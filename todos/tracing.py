@@ -536,13 +536,15 @@ def ended(
     settle: str | None = None,
     error: str | None = None,
     events: Iterable[dict[str, Any]] = (),
+    given_back: bool = False,
 ) -> None:
     """Write the ``process`` span of the delivery that just ended, and its
     ``settle`` span when it ended in complete, fail or a dead letter.
 
     ``how`` names the end (complete, fail, release, ask, lapsed, …); ``events``
     are what happened in this request (a question asked), beside those the todo
-    kept for this delivery.
+    kept for this delivery. ``given_back``: the end gave the attempt back (an
+    ask, a claim never received), so the delivery's attempt is one more.
     """
     tracer = _tracer
     if tracer is None:
@@ -562,6 +564,8 @@ def ended(
         ]
     attributes = _attributes(todo, "process", "claim")
     attributes["messaging.switchboard.delivery"] = number
+    if given_back:
+        attributes["messaging.switchboard.attempt"] = todo.attempt + 1
     attributes["messaging.switchboard.outcome"] = how
     if todo.owner:
         attributes["messaging.consumer.name"] = todo.owner

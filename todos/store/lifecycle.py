@@ -1127,7 +1127,7 @@ def unclaim_steps(scope: Scope, todo: Todo) -> Steps[Todo]:
             state=now.state,
         )
     handed_back = Todo.from_row(row)
-    tracing.ended(handed_back, "not_received")
+    tracing.ended(handed_back, "not_received", given_back=True)
     return handed_back
 
 

@@ -159,7 +159,7 @@ def ask(
             asked.deliveries,
             **{"question.return_to": return_to, "question.asked_by": asked.assignee},
         )
-        tracing.ended(asked, "ask", events=[event] if event else ())
+        tracing.ended(asked, "ask", events=[event] if event else (), given_back=True)
     return asked
 
 
