@@ -1,0 +1,176 @@
+"""The spans of each way a delivery ends, and what the Board and the logs show."""
+
+import logging
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+from todos import store, tracing
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+TRACEPARENT = f"00-{TRACE}-b7ad6b7169203331-01"
+
+
+def process_spans(spans):
+    return sorted(
+        (s for s in spans.get_finished_spans() if s.name.startswith("process ")),
+        key=lambda s: s.attributes["messaging.switchboard.delivery"],
+    )
+
+
+def test_a_lapsed_lease_ends_its_delivery_when_the_reaper_sweeps_it(
+    spans, scope, time_travel
+):
+    todo, _ = store.create_todo(scope, queue="q", trace_context=None)
+    store.claim_next(scope, "w1")
+    time_travel(todo.id, lease_expires_at=-3600)
+
+    assert len(store.reap_expired()) == 1
+
+    [lapsed] = process_spans(spans)
+    assert lapsed.attributes["messaging.switchboard.outcome"] == "lapsed"
+    assert lapsed.status.description == "lease expired"
+    redelivered = store.claim_next(scope, "w2")
+    link_target = redelivered.trace_carrier()
+    assert link_target is not None
+    store.complete_todo(scope, todo.id, "w2")
+    [_, completed] = process_spans(spans)
+    [link] = completed.links
+    assert link.context.span_id == lapsed.context.span_id
+
+
+def test_a_cancel_request_is_an_event_of_the_delivery_it_interrupts(spans, scope):
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_next(scope, "w1")
+
+    store.cancel_todo(scope, todo.id, reason="superseded")
+    store.release_todo(scope, todo.id, "w1")
+
+    [process] = process_spans(spans)
+    assert [event.name for event in process.events] == ["cancel requested"]
+    assert process.attributes["messaging.switchboard.outcome"] == "canceled"
+    [settle] = [s for s in spans.get_finished_spans() if s.name == "settle q"]
+    assert settle.attributes["messaging.operation.name"] == "cancel"
+
+
+def test_a_release_ends_the_delivery_without_settling_it(spans, scope):
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_next(scope, "w1")
+
+    store.release_todo(scope, todo.id, "w1")
+
+    [process] = process_spans(spans)
+    assert process.attributes["messaging.switchboard.outcome"] == "release"
+    assert not [s for s in spans.get_finished_spans() if s.name == "settle q"]
+
+
+def test_a_fail_at_the_cap_settles_as_a_dead_letter(spans, scope):
+    todo, _ = store.create_todo(scope, queue="q", max_attempts=1)
+    store.claim_next(scope, "w1")
+
+    store.fail_todo(scope, todo.id, "w1", error="boom")
+
+    [settle] = [s for s in spans.get_finished_spans() if s.name == "settle q"]
+    assert settle.attributes["messaging.operation.name"] == "dead_letter"
+
+
+def test_a_batch_acknowledgement_ends_each_delivery(spans, scope):
+    store.create_many(scope, [{"queue": "q"}, {"queue": "q"}])
+    claimed = store.claim_many(scope, "w", limit=2)
+
+    store.acknowledge_many(
+        scope, [store.Ack("complete", todo.id, "w") for todo in claimed]
+    )
+
+    assert len(process_spans(spans)) == 2
+    sends = [s for s in spans.get_finished_spans() if s.name == "send q"]
+    assert len(sends) == 2
+
+
+def test_an_unsampled_create_hands_on_an_unsampled_delivery_and_exports_none(scope):
+    exporter = InMemorySpanExporter()
+    tracing.enable(SimpleSpanProcessor(exporter), sampler=ParentBased(ALWAYS_OFF))
+    try:
+        unsampled = tracing.parse(f"00-{TRACE}-b7ad6b7169203331-00")
+        todo, _ = store.create_todo(scope, queue="q", trace_context=unsampled)
+        claimed = store.claim_next(scope, "w")
+        store.complete_todo(scope, todo.id, "w")
+    finally:
+        tracing.disable()
+
+    assert claimed.trace_carrier()["traceparent"].endswith("-00")
+    assert exporter.get_finished_spans() == ()
+
+
+# --- The Board and the logs --------------------------------------------------------
+
+
+@pytest.fixture
+def traced_todo(scope):
+    todo, _ = store.create_todo(
+        scope, queue="q", trace_context=tracing.parse(TRACEPARENT)
+    )
+    return todo
+
+
+def test_the_board_links_a_todos_trace_through_the_url_template(
+    client, operator, traced_todo, settings
+):
+    settings.SWITCHBOARD_TRACE_URL = "https://jaeger.example/trace/{trace_id}?a=1&b=2"
+    client.force_login(operator)
+
+    page = client.get(f"/board/todos/{traced_todo.id}/").content.decode()
+
+    assert f'<a href="https://jaeger.example/trace/{TRACE}?a=1&amp;b=2"' in page
+
+
+def test_the_board_shows_the_trace_id_without_a_link_when_no_template_is_set(
+    client, operator, traced_todo, settings
+):
+    settings.SWITCHBOARD_TRACE_URL = ""
+    client.force_login(operator)
+
+    page = client.get(f"/board/todos/{traced_todo.id}/").content.decode()
+
+    assert f"<code>{TRACE}</code>" in page
+    assert "jaeger" not in page
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "javascript:alert(1)//{trace_id}",
+        "ftp://traces.example/{trace_id}",
+        "https://traces.example/trace/",
+        "//traces.example/{trace_id}",
+    ],
+)
+def test_a_trace_url_that_is_not_an_http_template_is_refused(monkeypatch, template):
+    from board.settings import env_trace_url
+
+    monkeypatch.setenv("SWITCHBOARD_TRACE_URL", template)
+
+    with pytest.raises(ImproperlyConfigured):
+        env_trace_url("SWITCHBOARD_TRACE_URL")
+
+
+def test_a_request_log_line_carries_its_todos_trace_id(client, endpoint, caplog):
+    with caplog.at_level(logging.INFO, logger="switchboard.request"):
+        response = client.post(
+            "/api/v1/todos",
+            {"queue": "q"},
+            content_type="application/json",
+            headers={
+                "Authorization": f"Bearer {endpoint.token}",
+                "traceparent": TRACEPARENT,
+            },
+        )
+
+    assert response.status_code == 201
+    [line] = [r for r in caplog.records if r.name == "switchboard.request"]
+    assert line.fields["trace_id"] == TRACE
