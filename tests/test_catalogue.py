@@ -94,6 +94,12 @@ def foreign_private_accesses() -> dict[str, list[str]]:
 OURS_OR_THE_LANGUAGES = ("todos", "board", "builtins", "typing", "abc")
 
 
+# What Python itself puts in a class's namespace: abc.ABCMeta gives every
+# subclass of an abstract class its own _abc_impl (todos.tracing's id
+# generator subclasses the SDK's RandomIdGenerator, a public extension point).
+LANGUAGE_MADE = frozenset({"_abc_impl"})
+
+
 def foreign_private_overrides() -> dict[str, list[str]]:
     """Private methods our subclasses of a dependency's classes override."""
     found: dict[str, list[str]] = {}
@@ -110,6 +116,8 @@ def foreign_private_overrides() -> dict[str, list[str]]:
                 if not base.__module__.startswith(OURS_OR_THE_LANGUAGES)
             ]
             for attr in vars(cls):
+                if attr in LANGUAGE_MADE:
+                    continue
                 if private(attr) and any(attr in vars(base) for base in theirs):
                     found.setdefault(attr, []).append(f"{name}.{cls.__name__}")
     return found
