@@ -28,6 +28,10 @@ TWINS = {
     "batch": fields.BATCH,
     "list_queues": (),
     "retry_todo": ID,
+    "create_schedule": fields.CREATE_SCHEDULE,
+    "list_schedules": fields.LIST_SCHEDULES,
+    "pause_schedule": (fields.SCHEDULE_ID,),
+    "resume_schedule": (fields.SCHEDULE_ID,),
 }
 TYPES = {
     "text": "string",

@@ -96,6 +96,27 @@ def test_a_due_slot_makes_one_todo_whose_history_names_the_schedule_and_slot(
     assert (after.fires, after.skips) == (1, 0)
 
 
+def test_a_slots_todo_takes_the_templates_priority_group_and_cost(clock, scope):
+    store.create_schedule(
+        scope,
+        name="s",
+        queue="q",
+        every_seconds=60,
+        todo={"priority": 1, "group": "acme/app", "cost": 2.5, "max_attempts": 2},
+    )
+    clock.advance(seconds=61)
+
+    [todo] = fire()
+
+    made = store.get_todo(scope, todo.id).to_dict()
+    assert (made["priority"], made["group"], made["cost"], made["max_attempts"]) == (
+        1,
+        "acme/app",
+        2.5,
+        2,
+    )
+
+
 def test_a_slot_not_yet_due_makes_nothing(clock, scope):
     store.create_schedule(scope, name="later", queue="q", cron="0 9 * * *")
 
@@ -445,7 +466,10 @@ def test_deleting_a_schedule_deletes_its_fires_and_keeps_its_todos(clock, scope)
         ({"cron": "@daily", "todo": {"title": 3}}, "todo.title"),
         ({"cron": "@daily", "todo": {"max_attempts": 0}}, "todo.max_attempts"),
         ({"cron": "@daily", "todo": {"colour": "red"}}, "todo.colour"),
-        ({"cron": "@daily", "todo": {"priority": 1}}, "todo.priority"),
+        ({"cron": "@daily", "todo": {"priority": 9}}, "todo.priority"),
+        ({"cron": "@daily", "todo": {"group": ""}}, "todo.group"),
+        ({"cron": "@daily", "todo": {"cost": 0}}, "todo.cost"),
+        ({"cron": "@daily", "todo": {"max_cost": 2.5}}, "todo.max_cost"),
         ({"cron": "@daily", "overlap": "never"}, "overlap"),
         ({"cron": "@daily", "missed": "some"}, "missed"),
     ],

@@ -633,7 +633,7 @@ TEMPLATE = Field(
     "todo",
     "object",
     "The todo each slot makes: title (default: the schedule's name), payload, "
-    "max_attempts.",
+    "max_attempts, priority, group, cost.",
 )
 OVERLAP = Field(
     "overlap",

@@ -15,6 +15,7 @@ from todos.api import fields
 from todos.api.fields import NO_NUL, Operation, Schema, object_schema
 from todos.api.plumbing import api_view
 from todos.http import JsonResponse
+from todos.store.rows import MAX_COST, MAX_GROUP_CHARS, MAX_PRIORITY, MIN_PRIORITY
 
 TODO_ID = {
     "name": "todo_id",
@@ -244,6 +245,24 @@ TEMPLATE_SCHEMA = {
             "type": ["integer", "null"],
             "minimum": 1,
             "maximum": store.MAX_ATTEMPTS_CAP,
+        },
+        "priority": {
+            "type": ["integer", "null"],
+            "minimum": MIN_PRIORITY,
+            "maximum": MAX_PRIORITY,
+            "description": "1 (claimed first) to 5; default 3.",
+        },
+        "group": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "maxLength": MAX_GROUP_CHARS,
+            "pattern": NO_NUL,
+        },
+        "cost": {
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "maximum": MAX_COST,
+            "description": "What the todo counts against a rate limit; default 1.",
         },
     },
 }

@@ -48,7 +48,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cronsim import CronSim, CronSimError
 from django.db import DatabaseError, IntegrityError, transaction
 
-from .lifecycle import Created, create_todo
+from .lifecycle import (
+    Created,
+    create_todo,
+    validate_cost,
+    validate_group,
+    validate_priority,
+)
 from .queues import MAX_ATTEMPTS_CAP
 from .rows import (
     MAX_NAME_CHARS,
@@ -93,8 +99,8 @@ SCHEDULE_OVERLAP = ("allow", "skip")
 SCHEDULE_MISSED = ("skip", "one", "all")
 # What a schedule's todo template may hold, and the create fields this
 # server does not have yet (a template naming one is refused, not dropped).
-TEMPLATE_FIELDS = ("title", "payload", "max_attempts")
-NOT_YET_FIELDS = ("priority", "group", "max_cost")
+TEMPLATE_FIELDS = ("title", "payload", "max_attempts", "priority", "group", "cost")
+NOT_YET_FIELDS = ("max_cost",)
 # When a recurrence has no slot left (a cron date that never comes again):
 # the schedule sleeps until then, as a held todo does.
 NEVER = datetime(9998, 12, 31, tzinfo=UTC)
@@ -197,6 +203,14 @@ def _known_zone(name: str) -> bool:
     return True
 
 
+# The admission fields of a template, checked as a create checks them.
+TEMPLATE_CHECKS = {
+    "priority": validate_priority,
+    "group": validate_group,
+    "cost": validate_cost,
+}
+
+
 def _template(todo: object) -> JSONObject:
     """Validate a todo template (InvalidSchedule names ``todo.<field>``)."""
     if todo is None:
@@ -230,6 +244,11 @@ def _template(todo: object) -> JSONObject:
         raise InvalidSchedule(
             "todo.max_attempts", f"must be a whole number from 1 to {MAX_ATTEMPTS_CAP}"
         )
+    for name, validate in TEMPLATE_CHECKS.items():
+        try:
+            validate(todo.get(name))
+        except ValueError as exc:
+            raise InvalidSchedule(f"todo.{name}", str(exc)) from None
     return {name: todo[name] for name in TEMPLATE_FIELDS if name in todo}
 
 
@@ -827,6 +846,9 @@ def _fire_slot(
                 title=template.get("title") or schedule.name,
                 payload=template.get("payload"),
                 max_attempts=template.get("max_attempts"),
+                priority=template.get("priority"),
+                group=template.get("group"),
+                cost=template.get("cost"),
                 idempotency_key=idempotency_key,
                 actor=f"schedule {schedule.name}, slot {when}",
             )
