@@ -7,61 +7,27 @@ Tracing is set up by ``todos.tracing.configure`` from the OTEL_* environment
 alone, as a deployment sets it.
 """
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from tests.tracing.receiver import received_spans, receiving
 from todos import store, tracing
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"
 
 
-class Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP trace receiver: keeps each export request it decodes."""
-
-    received: list[tuple[str, str, ExportTraceServiceRequest]] = []
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        self.received.append((self.path, self.headers["Content-Type"], request))
-        answer = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def receiver(monkeypatch):
     """A receiver on a free port, named to tracing by the OTEL_* environment."""
-    Receiver.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv(
-        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}"
-    )
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "switchboard-under-test")
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
-    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
-    yield Receiver.received
-    tracing.disable()
-    server.shutdown()
-    server.server_close()
+    with receiving() as (url, received):
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "switchboard-under-test")
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+        monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+        monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+        yield received
+        tracing.disable()
 
 
 def attributes(span):
@@ -92,13 +58,7 @@ def test_a_todo_retried_and_completed_reaches_an_otlp_receiver_over_http(
     paths = {path for path, _, _ in receiver}
     assert paths == {"/v1/traces"}
     assert {kind for _, kind, _ in receiver} == {"application/x-protobuf"}
-    spans = []
-    for _, _, request in receiver:
-        for resource_spans in request.resource_spans:
-            resource = {a.key: a.value for a in resource_spans.resource.attributes}
-            assert text(resource["service.name"]) == "switchboard-under-test"
-            for scope_spans in resource_spans.scope_spans:
-                spans.extend(scope_spans.spans)
+    spans = received_spans(receiver, service="switchboard-under-test")
     named = {}
     for span in spans:
         named.setdefault(span.name, []).append(span)

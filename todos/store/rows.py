@@ -392,9 +392,12 @@ class Todo:
         out["question"] = self.question_dict()
         out["outcome"] = self.outcome
         out["cancel_requested"] = self.cancel_requested
-        out["trace_context"] = (
-            self.trace_carrier() if self.trace_context is not None else None
-        )
+        context = self.trace_context
+        if context is not None and self.state == "claimed" and tracing.enabled():
+            # The delivery's own context (todos.tracing); else the stored one,
+            # validated when it came in.
+            context = self.trace_carrier()
+        out["trace_context"] = context
         return out
 
     def trace_carrier(self) -> dict[str, str] | None:
