@@ -206,6 +206,13 @@ def from_xray(header: object) -> TraceContext | None:
     return parse(f"00-{trace_id}-{parent.lower()}-{flags}")
 
 
+def to_xray(context: TraceContext) -> str:
+    """The context in X-Ray's format (SQS's ``AWSTraceHeader``)."""
+    trace = context.trace_id
+    sampled = 1 if context.sampled else 0
+    return f"Root=1-{trace[:8]}-{trace[8:]};Parent={context.span_id};Sampled={sampled}"
+
+
 def from_stored(stored: object) -> TraceContext | None:
     """The context a todo keeps (``trace_context``), read back."""
     if not isinstance(stored, dict):

@@ -98,6 +98,16 @@ def test_a_malformed_x_ray_trace_header_is_ignored(header):
     assert tracing.from_xray(header) is None
 
 
+def test_a_w3c_context_goes_back_to_x_ray_as_it_came():
+    header = (
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    )
+
+    context = tracing.from_xray(header)
+
+    assert context is not None and tracing.to_xray(context) == header
+
+
 def test_an_unsampled_x_ray_header_stays_unsampled():
     header = (
         "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0"
