@@ -48,11 +48,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.sampling import Sampler
-    from opentelemetry.trace import SpanContext, Tracer
+    from opentelemetry.trace import Tracer
 
 
 class Traced(Protocol):
@@ -333,9 +345,7 @@ def _delivery_ids(todo_id: str, delivery: int) -> tuple[int, int]:
     return trace_id, span_id
 
 
-def _span_context(context: TraceContext) -> "SpanContext":
-    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
-
+def _span_context(context: TraceContext) -> SpanContext:
     state = TraceState.from_header([context.tracestate]) if context.tracestate else None
     return SpanContext(
         int(context.trace_id, 16),
@@ -350,8 +360,6 @@ def _parent(context: TraceContext | None) -> Any:
     """An OpenTelemetry Context whose current span is ``context`` (or none)."""
     if context is None:
         return None
-    from opentelemetry.trace import NonRecordingSpan, set_span_in_context
-
     return set_span_in_context(NonRecordingSpan(_span_context(context)))
 
 
@@ -396,9 +404,6 @@ def _sampled(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     """The sampled flag the configured sampler gives a delivery's span."""
     if _provider is None:
         return 1 if parent is None or parent.sampled else 0
-    from opentelemetry.sdk.trace.sampling import Decision
-    from opentelemetry.trace import SpanKind
-
     result = _provider.sampler.should_sample(
         _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
     )
@@ -470,8 +475,6 @@ class Send:
         span = self.span
         if span is None:
             return
-        from opentelemetry.trace import Status, StatusCode
-
         if isinstance(todo, Exception):
             span.set_status(Status(StatusCode.ERROR, type(todo).__name__))
         else:
@@ -493,8 +496,6 @@ def send(queue: object, parent: TraceContext | None) -> Send:
     tracer = _tracer
     if tracer is None or not isinstance(queue, str):
         return Send(None, parent)
-    from opentelemetry.trace import SpanKind
-
     span = tracer.start_span(
         f"send {queue}",
         context=_parent(parent),
@@ -556,8 +557,6 @@ def ended(
     tracer = _tracer
     if tracer is None:
         return
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-
     number = max(todo.deliveries, 1)
     stored = from_stored(todo.trace_context)
     delivery = _delivery(todo.id, todo.queue, stored, number)
@@ -596,8 +595,6 @@ def ended(
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error[:200]))
     if settle is not None:
-        from opentelemetry.trace import set_span_in_context
-
         settled = tracer.start_span(
             f"settle {todo.queue}",
             context=set_span_in_context(span),
