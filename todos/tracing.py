@@ -253,10 +253,11 @@ def configured_endpoint() -> str | None:
         return None
     if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return None
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    return endpoint.strip() or None if endpoint else None
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        endpoint = os.environ.get(name, "").strip()
+        if endpoint:
+            return endpoint
+    return None
 
 
 def configure() -> bool:
