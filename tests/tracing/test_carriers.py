@@ -163,6 +163,22 @@ def test_the_json_api_keeps_the_request_context_and_every_claim_hands_it_on(
     assert claimed.json()["todo"]["trace_context"] == carried
 
 
+def test_claim_next_and_a_batch_claim_hand_on_the_context(client, endpoint):
+    for _ in range(2):
+        api_post(
+            client, endpoint, "/api/v1/todos", {"queue": "q"}, traceparent=TRACEPARENT
+        )
+
+    one = api_post(client, endpoint, "/api/v1/todos/claim", {"worker": "w"})
+    many = api_post(
+        client, endpoint, "/api/v1/todos/claim", {"worker": "w", "max_todos": 5}
+    )
+
+    assert one.json()["todo"]["trace_context"] == {"traceparent": TRACEPARENT}
+    [todo] = many.json()["todos"]
+    assert todo["trace_context"] == {"traceparent": TRACEPARENT}
+
+
 def test_a_batch_create_keeps_the_request_context_on_each_todo(client, endpoint):
     created = api_post(
         client,
