@@ -42,7 +42,15 @@ def test_every_navigation_link_is_in_sight(page, demo, size):  # noqa: F811
 
     links = page.locator("nav.nav a")
     names = [name.split()[0] for name in links.all_inner_texts()]
-    assert names == ["Overview", "Inbox", "Todos", "Dead", "Endpoints", "Webhooks"]
+    assert names == [
+        "Overview",
+        "Inbox",
+        "Todos",
+        "Dead",
+        "Schedules",
+        "Endpoints",
+        "Webhooks",
+    ]
     for link in links.all():
         left, _, right, _ = box(link)
         assert left >= 0 and right <= size["width"], link.inner_text()

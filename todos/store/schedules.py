@@ -39,7 +39,7 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
@@ -69,8 +69,9 @@ from .rows import (
     StoreError,
     Todo,
     _iso,
+    _json,
 )
-from .sql import LIVE_ROW, _run, _scope_params, _uuid, is_outage
+from .sql import LIVE_ROW, _run, _scope, _scope_params, _uuid, is_outage
 
 logger = logging.getLogger("switchboard.schedules")
 
@@ -434,17 +435,18 @@ def create_schedule(
 ENDPOINT_SQL = "SELECT 1 FROM endpoints WHERE id = %(endpoint_id)s"
 
 
-def _validated(scope: Scope, **given: Any) -> dict[str, Any]:
-    """Validate every field of a schedule; return CREATE_SQL's parameters."""
+def _validated(scope: Scope | None, **given: Any) -> dict[str, Any]:
+    """Validate every field of a schedule; return CREATE_SQL's parameters
+    (an operator's, ``scope`` None, have no endpoint and no grant)."""
     name = _text("name", given["name"])
     queue = _text("queue", given["queue"])
-    if not scope.covers(queue):
+    if scope is not None and not scope.covers(queue):
         raise QueueNotGranted(queue)
     recurrence = Recurrence.parse(
         given["cron"], given["every_seconds"], given["time_zone"]
     )
     return {
-        **_scope_params(scope),
+        **(_scope_params(scope) if scope is not None else {}),
         "name": name,
         "queue": queue,
         "cron": recurrence.cron,
@@ -457,27 +459,52 @@ def _validated(scope: Scope, **given: Any) -> dict[str, Any]:
     }
 
 
-# One of the caller's schedules: its endpoint and grant, by id. A foreign id,
-# a malformed one and one outside the grant are alike: not found.
+# One schedule by id, in the caller's scope: an agent's endpoint and grant, or
+# the Board's (``operator``: any endpoint, narrowed to ``endpoint_ids`` when
+# given). A foreign id, a malformed one and one outside the grant are alike:
+# not found.
 SCOPED_ONE = """
-   s.id = %(id)s AND s.endpoint_id = %(endpoint_id)s
-   AND (%(queues)s::text[] IS NULL OR s.queue = ANY(%(queues)s::text[]))
+   s.id = %(id)s
+   AND (%(operator)s OR (s.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR s.queue = ANY(%(queues)s::text[]))))
+   AND (%(endpoint_ids)s::uuid[] IS NULL
+        OR s.endpoint_id = ANY(%(endpoint_ids)s::uuid[]))
 """
 
 GET_SQL = f"SELECT {S_COLUMNS} FROM schedules s WHERE {SCOPED_ONE}"
 LOCK_SQL = f"{GET_SQL} FOR UPDATE"
 
 
-def _one_params(scope: Scope, schedule_id: object) -> dict[str, Any]:
+# The Board's owner scope: the endpoints a user owns (None: every endpoint).
+EndpointIds = Iterable[object] | None
+
+
+def _one_params(
+    scope: Scope | None, schedule_id: object, endpoint_ids: EndpointIds = None
+) -> dict[str, Any]:
     canonical = _uuid(schedule_id)
     if canonical is None:
         raise NotFound("no such schedule")
-    return {**_scope_params(scope), "id": canonical}
+    ids = None
+    if endpoint_ids is not None:
+        ids = [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
+    return {**_scope(scope), "id": canonical, "endpoint_ids": ids}
 
 
 def get_schedule(scope: Scope, schedule_id: str) -> Schedule:
     """Return one schedule of this endpoint (NotFound: absent, foreign, malformed)."""
-    row = _run("get_schedule", GET_SQL, _one_params(scope, schedule_id), fetch="one")
+    return _get(_one_params(scope, schedule_id))
+
+
+def get_schedule_any_endpoint(
+    schedule_id: str, *, endpoint_ids: EndpointIds = None
+) -> Schedule:
+    """Return a schedule of any endpoint (the Board; ``endpoint_ids``: its scope)."""
+    return _get(_one_params(None, schedule_id, endpoint_ids))
+
+
+def _get(params: dict[str, Any]) -> Schedule:
+    row = _run("get_schedule", GET_SQL, params, fetch="one")
     if row is None:
         raise NotFound("no such schedule")
     return Schedule.from_row(row)
@@ -548,12 +575,22 @@ def update_schedule(scope: Scope, schedule_id: str, **changes: Any) -> Schedule:
     starts from its first slot after now (and after the last slot fired, so
     that no slot fires twice).
     """
+    return _update(scope, _one_params(scope, schedule_id), changes)
+
+
+def update_schedule_any_endpoint(
+    schedule_id: str, *, endpoint_ids: EndpointIds = None, **changes: Any
+) -> Schedule:
+    """``update_schedule`` for the Board: any endpoint in ``endpoint_ids``."""
+    return _update(None, _one_params(None, schedule_id, endpoint_ids), changes)
+
+
+def _update(scope: Scope | None, one: dict[str, Any], changes: Any) -> Schedule:
     unknown = set(changes) - set(CHANGEABLE)
     if unknown:
         raise InvalidSchedule(sorted(unknown)[0], "cannot be changed")
     if changes.get("cron") is not None and changes.get("every_seconds") is not None:
         raise InvalidSchedule("cron", "give either cron or every_seconds")
-    one = _one_params(scope, schedule_id)
     with transaction.atomic():
         row = _run("update_schedule", LOCK_SQL, one, fetch="one")
         if row is None:
@@ -610,7 +647,17 @@ RETURNING {SCHEDULE_COLUMNS}
 
 def pause_schedule(scope: Scope, schedule_id: str) -> Schedule:
     """Pause a schedule: no slot fires until it is resumed (again: no change)."""
-    params = _one_params(scope, schedule_id)
+    return _pause(_one_params(scope, schedule_id))
+
+
+def pause_schedule_any_endpoint(
+    schedule_id: str, *, endpoint_ids: EndpointIds = None
+) -> Schedule:
+    """``pause_schedule`` for the Board: any endpoint in ``endpoint_ids``."""
+    return _pause(_one_params(None, schedule_id, endpoint_ids))
+
+
+def _pause(params: dict[str, Any]) -> Schedule:
     row = _run("pause_schedule", PAUSE_SQL, params, fetch="one")
     if row is None:
         raise NotFound("no such schedule")
@@ -632,7 +679,17 @@ def resume_schedule(scope: Scope, schedule_id: str) -> Schedule:
     leaves no burst. With ``one`` or ``all`` the slots of the pause are
     missed slots, and the next sweep fires them as that policy says.
     """
-    params = _one_params(scope, schedule_id)
+    return _resume(_one_params(scope, schedule_id))
+
+
+def resume_schedule_any_endpoint(
+    schedule_id: str, *, endpoint_ids: EndpointIds = None
+) -> Schedule:
+    """``resume_schedule`` for the Board: any endpoint in ``endpoint_ids``."""
+    return _resume(_one_params(None, schedule_id, endpoint_ids))
+
+
+def _resume(params: dict[str, Any]) -> Schedule:
     with transaction.atomic():
         row = _run("resume_schedule", LOCK_SQL, params, fetch="one")
         if row is None:
@@ -766,7 +823,8 @@ def fire_due_schedules(*, limit: int = FIRE_BATCH) -> FireResult:
         rows = _run("fire_schedules", DUE_SQL, {"limit": int(limit)})
         for row in rows:
             schedule = Schedule.from_row(row)
-            now, grant = row[19], row[20]
+            # The endpoint's grant (jsonb, as text from a raw cursor).
+            now, grant = row[19], _json(row[20])
             queues = None if "*" in grant else tuple(grant)
             _fire_one(schedule, now, Scope(schedule.endpoint_id, queues), result)
     return result
@@ -962,3 +1020,118 @@ def schedule_figures() -> list[ScheduleFigures]:
         ScheduleFigures(str(r[0]), r[1], r[2], r[3], r[4], r[5], float(r[6]))
         for r in _run("schedule_figures", FIGURES_SQL, {})
     ]
+
+
+# --- The Board ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """One slot a schedule fired, and where its todo stands now (``purged``
+    once retention deleted it)."""
+
+    slot: datetime
+    manual: bool
+    fired_at: datetime
+    todo_id: str | None
+    outcome: str
+
+    @property
+    def label(self) -> str:
+        return self.outcome.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A schedule as the Board shows it: its endpoint, next slots, last runs."""
+
+    schedule: Schedule
+    endpoint_name: str
+    upcoming: list[datetime]
+    runs: list[ScheduleRun]
+
+
+BOARD_LIST_SQL = f"""
+SELECT {S_COLUMNS}, e.name
+  FROM schedules s JOIN endpoints e ON e.id = s.endpoint_id
+ WHERE (%(endpoint_ids)s::uuid[] IS NULL
+        OR s.endpoint_id = ANY(%(endpoint_ids)s::uuid[]))
+   AND (%(id)s::uuid IS NULL OR s.id = %(id)s::uuid)
+ ORDER BY e.name, s.name
+ LIMIT %(limit)s
+"""
+
+# The last fires of each schedule, newest first, through the unique
+# (schedule_id, slot) index, with their todos' states.
+RUNS_SQL = """
+SELECT f.schedule_id, f.slot, f.manual, f.fired_at, f.todo_id,
+       t.state, t.next_retry_at, t.canceled_at
+  FROM unnest(%(ids)s::uuid[]) AS s(id)
+ CROSS JOIN LATERAL (
+     SELECT * FROM schedule_fires f
+      WHERE f.schedule_id = s.id AND f.todo_id IS NOT NULL
+      ORDER BY f.slot DESC
+      LIMIT %(per)s) f
+  LEFT JOIN todos t ON t.id = f.todo_id
+ ORDER BY f.schedule_id, f.slot DESC
+"""
+
+# Schedules the Board lists at most (per page load).
+BOARD_LIMIT = 500
+
+
+def list_schedules_any_endpoint(
+    *,
+    endpoint_ids: EndpointIds = None,
+    schedule_id: str | None = None,
+    runs: int = 5,
+    upcoming: int = 3,
+) -> list[ScheduleView]:
+    """The schedules of every endpoint in ``endpoint_ids`` (None: all), by
+    endpoint and name, each with its next slots and its last runs."""
+    ids = None
+    if endpoint_ids is not None:
+        ids = [parsed for parsed in map(_uuid, endpoint_ids) if parsed is not None]
+    one = None
+    if schedule_id is not None:
+        one = _uuid(schedule_id)
+        if one is None:
+            return []
+    params = {"endpoint_ids": ids, "id": one, "limit": BOARD_LIMIT}
+    rows = _run("list_schedules_any_endpoint", BOARD_LIST_SQL, params)
+    schedules = [(Schedule.from_row(row), row[19]) for row in rows]
+    if not schedules:
+        return []
+    fired: dict[str, list[ScheduleRun]] = {}
+    run_rows = _run(
+        "list_schedules_any_endpoint",
+        RUNS_SQL,
+        {"ids": [schedule.id for schedule, _ in schedules], "per": runs},
+    )
+    for row in run_rows:
+        fired.setdefault(str(row[0]), []).append(
+            ScheduleRun(row[1], row[2], row[3], str(row[4]), _outcome(*row[5:8]))
+        )
+    now = _now()
+    return [
+        ScheduleView(
+            schedule,
+            name,
+            schedule.upcoming(upcoming, now),
+            fired.get(schedule.id, []),
+        )
+        for schedule, name in schedules
+    ]
+
+
+def _outcome(
+    state: str | None, next_retry_at: datetime | None, canceled_at: datetime | None
+) -> str:
+    """Where a fired todo stands, as the todo JSON's ``outcome`` names it."""
+    if state is None:
+        return "purged"
+    if canceled_at is not None:
+        return "canceled"
+    if state == "failed":
+        return "retry_scheduled" if next_retry_at is not None else "dead_letter"
+    return state

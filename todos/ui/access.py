@@ -89,6 +89,34 @@ class BoardAccess:
         users = get_user_model().objects.filter(is_active=True).order_by("username")
         return users if self.staff else users.filter(pk=self.user.pk)
 
+    # --- Schedules (the operator twins, filtered) ---------------------------
+
+    def schedules(self):
+        """The schedules in scope, with their next slots and last runs."""
+        return store.list_schedules_any_endpoint(endpoint_ids=self.scope_ids)
+
+    def schedule(self, schedule_id):
+        """One schedule in scope with more of its slots and runs, or None."""
+        found = store.list_schedules_any_endpoint(
+            endpoint_ids=self.scope_ids, schedule_id=schedule_id, runs=10, upcoming=5
+        )
+        return found[0] if found else None
+
+    def pause_schedule(self, schedule_id):
+        return store.pause_schedule_any_endpoint(
+            schedule_id, endpoint_ids=self.scope_ids
+        )
+
+    def resume_schedule(self, schedule_id):
+        return store.resume_schedule_any_endpoint(
+            schedule_id, endpoint_ids=self.scope_ids
+        )
+
+    def update_schedule(self, schedule_id, **changes):
+        return store.update_schedule_any_endpoint(
+            schedule_id, endpoint_ids=self.scope_ids, **changes
+        )
+
     # --- Todos (the operator twins, filtered) -------------------------------
 
     def get_todo(self, todo_id):

@@ -301,3 +301,112 @@ class QueueSettingsForm(BoardForm):
             "unlimited_attempts": unlimited,
             "delay_seconds": settings.delay_seconds,
         }
+
+
+class ScheduleForm(BoardForm):
+    """A schedule's recurrence, policies and todo template, as the Board edits
+    them; the store checks the cron and the time zone (its errors land on the
+    field they name)."""
+
+    name = forms.CharField(max_length=store.MAX_NAME_CHARS)
+    queue = forms.CharField(
+        max_length=store.MAX_NAME_CHARS,
+        help_text="Each slot's todo goes to this queue of the endpoint.",
+    )
+    cron = forms.CharField(
+        max_length=store.MAX_CRON_CHARS,
+        required=False,
+        help_text="Five fields (minute hour day month weekday), or @hourly, "
+        "@daily, @weekly, @monthly. Leave it blank to use the interval.",
+    )
+    every_seconds = forms.IntegerField(
+        label="Every (seconds)",
+        min_value=store.MIN_EVERY_SECONDS,
+        max_value=store.MAX_EVERY_SECONDS,
+        required=False,
+        help_text="Instead of a cron: a slot every this many seconds.",
+    )
+    time_zone = forms.CharField(
+        max_length=64,
+        help_text="The IANA time zone the cron is read in, e.g. Europe/Berlin.",
+    )
+    title = forms.CharField(
+        max_length=store.MAX_TITLE_CHARS,
+        required=False,
+        help_text="Each todo's title; blank: the schedule's name.",
+    )
+    payload = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        required=False,
+        help_text="Each todo's payload, as JSON.",
+    )
+    overlap = forms.ChoiceField(
+        choices=[
+            ("allow", "allow: every slot makes its todo"),
+            ("skip", "skip a slot while the last todo is live"),
+        ]
+    )
+    missed = forms.ChoiceField(
+        label="Missed slots",
+        choices=[
+            ("skip", "skip: none of them"),
+            ("one", "one: a todo for the latest"),
+            ("all", "all: each, up to 100"),
+        ],
+    )
+
+    def clean_payload(self):
+        raw = self.cleaned_data["payload"].strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ValidationError(f"Not valid JSON: {exc}") from None
+
+    def clean(self):
+        data = super().clean()
+        one_given = bool(data.get("cron")) != (data.get("every_seconds") is not None)
+        if not one_given and not self.errors:
+            self.add_error("cron", "Give either a cron or an interval.")
+        return data
+
+    def changes(self, schedule):
+        """The store's update arguments: the recurrence, the policies, and the
+        template with its other fields (max_attempts, priority, …) kept."""
+        data = self.cleaned_data
+        template = dict(schedule.todo)
+        for name in ("title", "payload"):
+            if data[name] in (None, ""):
+                template.pop(name, None)
+            else:
+                template[name] = data[name]
+        recurrence = (
+            {"cron": data["cron"]}
+            if data["cron"]
+            else {"every_seconds": data["every_seconds"]}
+        )
+        return {
+            "name": data["name"],
+            "queue": data["queue"],
+            "time_zone": data["time_zone"],
+            "todo": template,
+            "overlap": data["overlap"],
+            "missed": data["missed"],
+            **recurrence,
+        }
+
+    @staticmethod
+    def initial_for(schedule):
+        payload = schedule.todo.get("payload")
+        return {
+            "name": schedule.name,
+            "queue": schedule.queue,
+            "cron": schedule.cron or "",
+            "every_seconds": schedule.every_seconds,
+            "time_zone": schedule.time_zone,
+            "title": schedule.todo.get("title", ""),
+            "payload": "" if payload is None else json.dumps(payload, indent=2),
+            "overlap": schedule.overlap,
+            "missed": schedule.missed,
+        }

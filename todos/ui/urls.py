@@ -2,7 +2,16 @@
 
 from django.urls import path
 
-from todos.ui import cancel, dead_letters, inbox, queues, sqs, views, webhooks
+from todos.ui import (
+    cancel,
+    dead_letters,
+    inbox,
+    queues,
+    schedules,
+    sqs,
+    views,
+    webhooks,
+)
 
 app_name = "board"
 
@@ -37,6 +46,12 @@ urlpatterns = [
         "queues/<uuid:endpoint_id>/<path:queue>/",
         queues.queue_detail,
         name="queue",
+    ),
+    path("schedules/", schedules.schedule_list, name="schedules"),
+    path(
+        "schedules/<str:schedule_id>/",
+        schedules.schedule_detail,
+        name="schedule",
     ),
     path("endpoints/", views.endpoint_list, name="endpoints"),
     path("endpoints/new/", views.endpoint_create, name="endpoint_create"),
