@@ -450,6 +450,25 @@ def test_deleting_a_schedule_deletes_its_fires_and_keeps_its_todos(clock, scope)
         assert cursor.fetchone()[0] == 0
 
 
+def test_retention_purges_old_fires_and_keeps_recent_ones(clock, scope):
+    schedule = store.create_schedule(
+        scope, name="s", queue="q", every_seconds=86400, missed="all"
+    )
+    clock.advance(days=10, hours=1)
+    assert len(fire()) == 10
+
+    purged = store.purge_fires(7)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT min(slot) FROM schedule_fires WHERE schedule_id = %s",
+            [schedule.id],
+        )
+        assert cursor.fetchone()[0] == utc(2026, 3, 31)
+    assert purged == 3
+    assert fire() == []
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [

@@ -240,6 +240,7 @@ from .schedules import (
     next_slots,
     pause_schedule,
     pause_schedule_any_endpoint,
+    purge_fires,
     resume_schedule,
     resume_schedule_any_endpoint,
     schedule_figures,
@@ -469,4 +470,5 @@ __all__ = [
     "pause_schedule_any_endpoint",
     "resume_schedule_any_endpoint",
     "update_schedule_any_endpoint",
+    "purge_fires",
 ]

@@ -992,6 +992,36 @@ def fire_schedule(
     return todo, True
 
 
+# --- Retention ------------------------------------------------------------------
+
+# Fires whose slot is older than the cutoff, schedule by schedule through the
+# unique (schedule_id, slot) index. A schedule's next slot is always past every
+# slot it fired, so an old fire's key guards nothing any more.
+PURGE_FIRES_SQL = """
+WITH doomed AS (
+    SELECT f.id FROM schedules s
+     CROSS JOIN LATERAL (
+         SELECT id FROM schedule_fires f
+          WHERE f.schedule_id = s.id
+            AND f.slot < now() - make_interval(days => %(days)s::int)
+          ORDER BY f.slot
+          LIMIT %(limit)s) f
+     LIMIT %(limit)s
+)
+DELETE FROM schedule_fires f USING doomed d WHERE f.id = d.id
+"""
+
+
+def purge_fires(older_than_days: int, *, limit: int = 5000) -> int:
+    """Delete one batch of schedule fires older than the given days; return how
+    many (retention, beside ``purge_terminal``: the Board's last runs)."""
+    days = int(older_than_days)
+    if days < 0:
+        raise ValueError("older_than_days must not be negative")
+    params = {"days": days, "limit": int(limit)}
+    return _run("purge_fires", PURGE_FIRES_SQL, params, fetch="count")
+
+
 # --- Figures --------------------------------------------------------------------
 
 FIGURES_SQL = """

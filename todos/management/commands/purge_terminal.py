@@ -1,4 +1,5 @@
-"""Delete terminal todos (and their history) that became terminal long enough ago."""
+"""Delete terminal todos (and their history) that became terminal long enough ago,
+and the record of schedule slots fired that long ago."""
 
 import argparse
 import logging
@@ -34,8 +35,9 @@ class Command(BaseCommand):
         "Retention: delete terminal todos - done, or dead-lettered (failed with no "
         "retry window) - whose last transition (updated_at) is more than DAYS days "
         "old, with their todo_events history. Live todos (pending, claimed, failed "
-        "with a retry window open) are never deleted. Runs in batches and prints "
-        "how many todos were purged."
+        "with a retry window open) are never deleted. Also deletes the record of "
+        "schedule slots fired more than DAYS days ago. Runs in batches and prints "
+        "how many were purged."
     )
 
     def add_arguments(self, parser):
@@ -57,22 +59,37 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         older_than = options["older_than"]
         batch_size = options["batch_size"]
-        purged = 0
         try:
-            while True:
-                count = store.purge_terminal(older_than, limit=batch_size)
-                purged += count
-                if count:
-                    self.stdout.write(f"purged {purged} so far")
-                if count < batch_size:
-                    break
+            purged = self.drain(store.purge_terminal, older_than, batch_size)
+            fires = self.drain(store.purge_fires, older_than, batch_size)
         except store.Unavailable as exc:
             raise unreachable("purge_terminal", exc) from exc
         logger.info(
             "purge_terminal done",
-            extra={"fields": {"purged": purged, "older_than_days": older_than}},
+            extra={
+                "fields": {
+                    "purged": purged,
+                    "fires": fires,
+                    "older_than_days": older_than,
+                }
+            },
         )
         self.stdout.write(
             f"purge_terminal: {purged} terminal todos older than {older_than} days "
             "purged"
         )
+        self.stdout.write(
+            f"purge_terminal: {fires} schedule fires older than {older_than} days "
+            "purged"
+        )
+
+    def drain(self, purge, older_than, batch_size):
+        """Run one purge batch after batch until one comes back short."""
+        purged = 0
+        while True:
+            count = purge(older_than, limit=batch_size)
+            purged += count
+            if count:
+                self.stdout.write(f"purged {purged} so far")
+            if count < batch_size:
+                return purged
