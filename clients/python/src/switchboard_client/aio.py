@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 
-from switchboard_client import _core
+from switchboard_client import _core, _wire
 from switchboard_client._core import Call, EventParser, Retry, raise_error, wait_slice
 from switchboard_client.client import Client, default_worker, user_agent
 from switchboard_client.errors import TransportError
@@ -51,12 +53,22 @@ class AsyncClient:
         self.worker = worker or default_worker()
         self.retry = retry or Retry()
         self._timeout = httpx.Timeout(timeout)
+        headers = {"Authorization": f"Bearer {token}", "User-Agent": user_agent()}
         self._http = httpx.AsyncClient(
             base_url=self.url,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": user_agent()},
+            headers=headers,
             timeout=self._timeout,
             transport=transport,
         )
+        # The calls go over the lean carrier unless a transport or a proxy
+        # is in play (httpx carries those, and the event stream, always).
+        origin = httpx.URL(self.url)
+        self._wire = (
+            _wire.Wire(origin, list(headers.items()))
+            if transport is None and _wire.usable(origin)
+            else None
+        )
+        self._timeouts: dict[float, httpx.Timeout] = {}
 
     @classmethod
     def like(cls, client: Client | AsyncClient) -> AsyncClient:
@@ -70,13 +82,7 @@ class AsyncClient:
         while True:
             tries += 1
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.body,
-                    params=call.params,
-                    timeout=call.timeout(self._timeout),
-                )
+                response = await self._request(call)
             except httpx.TransportError as exc:
                 if not self.retry.again(call, exc, tries, time.monotonic() - started):
                     raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
@@ -86,6 +92,31 @@ class AsyncClient:
                 ):
                     return call.answer(response)
             await asyncio.sleep(self.retry.delay(tries))
+
+    async def _request(self, call: Call[Any]) -> httpx.Response:
+        """One sending of ``call``: over the lean carrier when there is one."""
+        timeout = self._timeouts.get(call.wait)
+        if timeout is None:
+            timeout = self._timeouts[call.wait] = call.timeout(self._timeout)
+        if self._wire is None:
+            return await self._http.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params,
+                timeout=timeout,
+            )
+        target = call.path
+        if call.params:
+            target += "?" + urlencode(call.params)
+        body = None
+        if call.body is not None:
+            # As httpx encodes a json= body.
+            text = json.dumps(
+                call.body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+            body = text.encode("utf-8")
+        return await self._wire.request(call.method, target, body, timeout)
 
     create = _method(_core.create)
     create_many = _method(_core.create_many)
@@ -148,6 +179,8 @@ class AsyncClient:
             raise TransportError(f"GET /api/v1/events: {exc}") from exc
 
     async def aclose(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:

@@ -6,6 +6,7 @@ lands in ``extra`` untouched, so an older client still reads a newer server.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -19,9 +20,14 @@ def _time(value: Any) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
+@functools.cache
+def _declared(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls)) - {"extra"}
+
+
 def _split(cls: type, data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields ``cls`` declares, and the rest (its ``extra``)."""
-    known = {f.name for f in fields(cls)} - {"extra"}
+    known = _declared(cls)
     return (
         {k: v for k, v in data.items() if k in known},
         {k: v for k, v in data.items() if k not in known},
