@@ -7,8 +7,9 @@ handler did: a return completes, an exception fails, ``ctx.ask`` parks the todo
 on a question. On SIGTERM it stops claiming, gives in-flight handlers a grace
 period to finish, and releases what is still running with its last checkpoint.
 
-It runs on asyncio; a sync handler runs in a thread of its own (a daemon, so a
-handler that never returns cannot hold the process after its todo is given back).
+It runs on asyncio; a sync handler runs in a daemon thread (so a handler that
+never returns cannot hold the process after its todo is given back), reused
+for the next handler once it returns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import inspect
 import json
 import logging
+import queue
 import signal
 import threading
 import time
@@ -106,7 +108,7 @@ class Context:
         self._checkpoint: JSON = todo.checkpoint
         self._progress: Progress | None = None
         self._dirty = False
-        self._beat_wanted = asyncio.Event()
+        self._beats: _Beats | None = None
         self._cancel = threading.Event()
         self._lost = threading.Event()
 
@@ -244,7 +246,8 @@ class Worker:
         self._api: AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._give_back: asyncio.Event | None = None
+        self._give_back: asyncio.Future[None] | None = None
+        self._threads: _Threads | None = None
         self._slots: asyncio.Semaphore | None = None
         self._acks: _Acknowledger | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -277,7 +280,8 @@ class Worker:
         if self.client is None:
             raise ValueError("the worker has no client: Worker(Client(url, token))")
         self._loop = asyncio.get_running_loop()
-        self._stop, self._give_back = asyncio.Event(), asyncio.Event()
+        self._stop, self._give_back = asyncio.Event(), self._loop.create_future()
+        self._threads = _Threads()
         self._slots = asyncio.Semaphore(self.concurrency)
         self.stopping = False
         owned = isinstance(self.client, Client)
@@ -307,6 +311,7 @@ class Worker:
             await self._drain()
             for signum in signals:
                 self._loop.remove_signal_handler(signum)
+            self._threads.close()
             if owned:
                 await self._api.aclose()
             log.info("worker stopped", extra={"worker": self._api.worker})
@@ -333,7 +338,7 @@ class Worker:
         )
         await asyncio.wait(set(self._running), timeout=self.grace_seconds)
         assert self._give_back is not None
-        self._give_back.set()
+        self._give_back.set_result(None)
         if self._running:
             await asyncio.wait(set(self._running))
 
@@ -396,11 +401,12 @@ class Worker:
         ctx = Context(self, todo, _lease_of(todo))
         ctx.log.info("todo started")
         started = time.monotonic()
-        beating = asyncio.create_task(self._heartbeats(ctx))
-        run = asyncio.ensure_future(self._call(route.handler, ctx))
-        given_back = asyncio.create_task(self._give_back.wait())
+        beats = ctx._beats = _Beats(self, ctx)
+        run = self._call(route.handler, ctx)
         try:
-            await asyncio.wait({run, given_back}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {run, self._give_back}, return_when=asyncio.FIRST_COMPLETED
+            )
             if not run.done():
                 run.cancel()
                 ctx.log.info("todo given back at shutdown")
@@ -408,15 +414,18 @@ class Worker:
                 return
             await self._settle(ctx, run)
         finally:
-            given_back.cancel()
-            beating.cancel()
-            took = round(time.monotonic() - started, 3)
-            ctx.log.info("todo ended", extra={"seconds": took})
+            beats.stop()
+            if ctx.log.isEnabledFor(logging.INFO):
+                took = round(time.monotonic() - started, 3)
+                ctx.log.info("todo ended", extra={"seconds": took})
 
-    async def _call(self, handler: Handler, ctx: Context) -> Any:
+    def _call(self, handler: Handler, ctx: Context) -> asyncio.Future[Any]:
+        """The handler's outcome: an async one as a task, a sync one run by
+        one of the worker's threads."""
         if inspect.iscoroutinefunction(handler):
-            return await handler(ctx)
-        return await _in_thread(handler, ctx)
+            return asyncio.ensure_future(handler(ctx))
+        assert self._threads is not None
+        return self._threads.run(handler, ctx)
 
     async def _settle(self, ctx: Context, run: asyncio.Future[Any]) -> None:
         """End the attempt as the handler did."""
@@ -477,16 +486,6 @@ class Worker:
         except SwitchboardError as exc:
             ctx.log.error("todo not acknowledged", extra={"error": _describe(exc)})
 
-    async def _heartbeats(self, ctx: Context) -> None:
-        """Extend the lease every third of it (or at once when asked), with
-        the progress and checkpoint saved since the last beat."""
-        interval = max(ctx.lease_seconds / 3, 0.2)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx._beat_wanted.wait(), timeout=interval)
-            ctx._beat_wanted.clear()
-            await self._beat(ctx)
-
     async def _beat(self, ctx: Context) -> None:
         dirty, ctx._dirty = ctx._dirty, False
         try:
@@ -527,12 +526,122 @@ class Worker:
         """A heartbeat now; from a handler's thread, wait until it is sent."""
         assert self._loop is not None
         if _in_loop(self._loop):
-            ctx._beat_wanted.set()
+            assert ctx._beats is not None
+            ctx._beats.now()
             return
         sent: Future[None] = asyncio.run_coroutine_threadsafe(
             self._beat(ctx), self._loop
         )
         sent.result()
+
+
+class _Beats:
+    """A todo's heartbeats: one every third of its lease, or at once when
+    asked (``now``), each with the progress and checkpoint saved since the
+    last. A timer waits between them, so a todo that ends before its first
+    beat costs no task."""
+
+    def __init__(self, worker: Worker, ctx: Context) -> None:
+        self.worker = worker
+        self.ctx = ctx
+        self.loop = asyncio.get_running_loop()
+        self.interval = max(ctx.lease_seconds / 3, 0.2)
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+        self.stopped = False
+        self.timer: asyncio.TimerHandle | None = self.loop.call_later(
+            self.interval, self.now
+        )
+
+    def now(self) -> None:
+        """A heartbeat now, or right after the one in flight."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.task is not None:
+            self.again = True
+        elif not self.stopped:
+            self.task = self.loop.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        try:
+            await self.worker._beat(self.ctx)
+        finally:
+            self.task = None
+        if self.again:
+            self.again = False
+            self.now()
+        elif not self.stopped:
+            self.timer = self.loop.call_later(self.interval, self.now)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _Threads:
+    """The daemon threads that run sync handlers. A thread whose handler
+    returned takes the next one (starting a thread a todo costs more than a
+    short todo); one whose handler never returns is never reused, and being a
+    daemon cannot hold the process once its todo is given back."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.idle = 0
+        self.closed = False
+
+    def run(self, handler: Handler, ctx: Context) -> asyncio.Future[Any]:
+        """Run ``handler(ctx)`` in a thread; its outcome, in the running loop."""
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if outcome.done():
+                return
+            if error is not None:
+                outcome.set_exception(error)
+            else:
+                outcome.set_result(result)
+
+        def job() -> None:
+            threading.current_thread().name = f"handler-{ctx.todo.id}"
+            result, error = None, None
+            try:
+                result = handler(ctx)
+            except BaseException as exc:  # carried to the loop, which ends the attempt
+                error = exc
+            # The loop is gone when the todo was given back and the worker exited.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, error)
+
+        with self.lock:
+            start = self.idle == 0
+            if not start:
+                self.idle -= 1
+        self.jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, daemon=True).start()
+        return outcome
+
+    def _serve(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            job()
+            with self.lock:
+                if self.closed:
+                    return
+                self.idle += 1
+
+    def close(self) -> None:
+        """Let the idle threads end (a busy one ends after its handler)."""
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, 0
+        for _ in range(idle):
+            self.jobs.put(None)
 
 
 class _Acknowledger:
@@ -610,30 +719,3 @@ def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
-
-
-async def _in_thread(handler: Handler, ctx: Context) -> Any:
-    """Run a sync handler in a daemon thread of its own; await its outcome."""
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if outcome.done():
-            return
-        if error is not None:
-            outcome.set_exception(error)
-        else:
-            outcome.set_result(result)
-
-    def run() -> None:
-        result, error = None, None
-        try:
-            result = handler(ctx)
-        except BaseException as exc:  # carried to the loop, which ends the attempt
-            error = exc
-        # The loop is gone when the todo was given back and the worker exited.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name=f"handler-{ctx.todo.id}", daemon=True).start()
-    return await outcome
