@@ -1,14 +1,14 @@
 """A lean HTTP/1.1 carrier for ``AsyncClient``'s calls: keep-alive
-connections on asyncio streams, the protocol spoken by h11 (the HTTP/1.1
-library under httpx itself).
+connections on asyncio streams, each answer parsed by httptools (llhttp, the
+parser uvicorn serves with).
 
 httpx's async client spends about half a millisecond of CPU on a small JSON
-request (its request and response models, its cookie jar, anyio and httpcore's
-pool around h11); a worker sends two requests a todo, so on a busy machine that
-CPU is a worker's throughput. This sends the same request with a fraction of
-it. Its failures are httpx's own exceptions (``ConnectError``, ``ReadTimeout``,
-``RemoteProtocolError``…) and its answers ``httpx.Response``, so ``Retry`` and
-``Call`` read them as they read httpx's.
+request (its request and response models, its cookie jar, anyio, httpcore's
+pool and h11's pure-Python parsing); a worker sends two requests a todo, so on
+a busy machine that CPU is a worker's throughput. This sends the same request
+for a fifth of it. Its failures are httpx's own exceptions (``ConnectError``,
+``ReadTimeout``, ``RemoteProtocolError``…) and its answers ``httpx.Response``,
+so ``Retry`` and ``Call`` read them as they read httpx's.
 
 ``AsyncClient`` uses it for a plain ``http://`` or ``https://`` URL without a
 proxy in the environment and without a transport of the caller's; httpx
@@ -21,22 +21,34 @@ import asyncio
 import os
 import ssl
 from collections.abc import Sequence
+from urllib.parse import quote
 
-import h11
+import httptools
 import httpx
 
 # The environment variables that route httpx's requests through a proxy.
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
-def usable(url: httpx.URL) -> bool:
-    """Whether this carrier can reach ``url`` as httpx would: plain HTTP or
-    TLS, straight to the host (no proxy from the environment)."""
+# What a request target may hold unescaped (as httpx leaves a path).
+TARGET_SAFE = "/!$&'()*+,;=:@-._~%?"
+
+
+def usable(url: httpx.URL, headers: Sequence[tuple[str, str]]) -> bool:
+    """Whether this carrier can send as httpx would: plain HTTP or TLS,
+    straight to the host (no proxy from the environment), with headers that
+    are printable ASCII (anything else is httpx's to refuse)."""
     if url.scheme not in ("http", "https"):
+        return False
+    if not all(_clean(k) and _clean(v) for k, v in headers):
         return False
     return not any(
         os.environ.get(name) or os.environ.get(name.upper()) for name in PROXY_VARIABLES
     )
+
+
+def _clean(text: str) -> bool:
+    return text.isascii() and text.isprintable()
 
 
 class Wire:
@@ -50,10 +62,11 @@ class Wire:
         self.tls = url.scheme == "https"
         self.port = url.port or (443 if self.tls else 80)
         default = (self.tls and self.port == 443) or (not self.tls and self.port == 80)
-        name = f"[{self.host}]" if ":" in self.host else self.host
-        authority = name if default else f"{name}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        authority = host if default else f"{host}:{self.port}"
         self.prefix = url.raw_path.decode("ascii").split("?")[0].rstrip("/")
-        self.headers = [("Host", authority), ("Accept", "*/*"), *headers]
+        fixed = [("Host", authority), ("Accept", "*/*"), *headers]
+        self.head = "".join(f"{name}: {value}\r\n" for name, value in fixed)
         self._ssl: ssl.SSLContext | None = None
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(limit)
@@ -64,13 +77,12 @@ class Wire:
         """Send one request on an idle connection (or a new one); its answer,
         read whole. A connection a failure or a cancellation interrupts is
         closed, never reused."""
-        headers = self.headers
+        target = quote(self.prefix + target, safe=TARGET_SAFE)
+        head = f"{method} {target} HTTP/1.1\r\n{self.head}"
         if body is not None:
-            headers = [
-                *headers,
-                ("Content-Type", "application/json"),
-                ("Content-Length", str(len(body))),
-            ]
+            head += "Content-Type: application/json\r\n"
+            head += f"Content-Length: {len(body)}\r\n"
+        request = (head + "\r\n").encode("ascii") + (body or b"")
         if self._slots.locked():
             try:
                 async with asyncio.timeout(timeout.pool):
@@ -82,9 +94,7 @@ class Wire:
         try:
             connection = await self._connection(timeout)
             try:
-                response = await connection.exchange(
-                    method, self.prefix + target, headers, body, timeout
-                )
+                response = await connection.exchange(request, timeout)
             except BaseException:
                 connection.close()
                 raise
@@ -129,7 +139,7 @@ class Wire:
 
 
 class _Connection:
-    """One keep-alive connection and h11's view of it."""
+    """One keep-alive connection."""
 
     def __init__(
         self,
@@ -140,7 +150,6 @@ class _Connection:
         self.loop = loop
         self.reader = reader
         self.writer = writer
-        self.h11 = h11.Connection(h11.CLIENT)
         self.reusable = False
 
     @property
@@ -148,27 +157,11 @@ class _Connection:
         """Whether the server closed it while it was idle."""
         return self.reader.at_eof() or self.writer.is_closing()
 
-    async def exchange(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes | None,
-        timeout: httpx.Timeout,
-    ) -> httpx.Response:
+    async def exchange(self, request: bytes, timeout: httpx.Timeout) -> httpx.Response:
         """Write the request, read the whole response. The read timeout
         bounds the wait for the whole answer (a long poll's is lengthened)."""
-        conn = self.h11
         try:
-            request = h11.Request(method=method, target=target, headers=headers)
-            data = conn.send(request) or b""
-            if body:
-                data += conn.send(h11.Data(data=body)) or b""
-            data += conn.send(h11.EndOfMessage()) or b""
-        except h11.LocalProtocolError as exc:
-            raise httpx.LocalProtocolError(str(exc)) from exc
-        try:
-            self.writer.write(data)
+            self.writer.write(request)
             async with asyncio.timeout(timeout.write):
                 await self.writer.drain()
         except TimeoutError as exc:
@@ -182,35 +175,71 @@ class _Connection:
             raise httpx.ReadTimeout("reading the response: timed out") from exc
         except OSError as exc:
             raise httpx.ReadError(f"reading the response: {exc}") from exc
-        except h11.RemoteProtocolError as exc:
-            raise httpx.RemoteProtocolError(str(exc)) from exc
+        except httptools.HttpParserError as exc:
+            raise httpx.RemoteProtocolError(f"reading the response: {exc}") from exc
 
     async def _response(self) -> httpx.Response:
-        conn = self.h11
-        head: h11.Response | None = None
-        chunks: list[bytes] = []
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await self.reader.read(65536))
-            elif isinstance(event, h11.Response):
-                head = event
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
+        answer = _Answer()
+        parser = httptools.HttpResponseParser(answer)
+        answer.parser = parser
+        while not answer.done:
+            data = await self.reader.read(65536)
+            if data:
+                parser.feed_data(data)
+            elif answer.until_closed():
                 break
-            elif isinstance(event, h11.ConnectionClosed):
+            else:
                 raise httpx.RemoteProtocolError(
                     "Server disconnected without sending a response."
+                    if not answer.headers
+                    else "Server disconnected before the end of the response."
                 )
-        assert head is not None
-        self.reusable = conn.our_state is h11.DONE and conn.their_state is h11.DONE
-        if self.reusable:
-            conn.start_next_cycle()
+        self.reusable = answer.done and answer.keep_alive
         return httpx.Response(
-            head.status_code, headers=list(head.headers), content=b"".join(chunks)
+            answer.status, headers=answer.headers, content=b"".join(answer.body)
         )
 
     def close(self) -> None:
         self.reusable = False
         self.writer.close()
+
+
+class _Answer:
+    """httptools' callbacks: one response's status, headers and body (an
+    informational 1xx before it is skipped)."""
+
+    def __init__(self) -> None:
+        self.parser: httptools.HttpResponseParser | None = None
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.head = False
+        self.keep_alive = False
+        self.done = False
+
+    def on_message_begin(self) -> None:
+        self.headers, self.body, self.head = [], [], False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        self.status = self.parser.get_status_code()
+        # llhttp knows it only until the message ends.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.head = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = self.status >= 200
+
+    def until_closed(self) -> bool:
+        """Whether the server's closing the connection ends this answer: its
+        head was read and it gave no length (a body read to the close)."""
+        if not self.head:
+            return False
+        framing = {name.lower() for name, _ in self.headers}
+        return not framing & {b"content-length", b"transfer-encoding"}

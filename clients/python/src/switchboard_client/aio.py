@@ -65,7 +65,7 @@ class AsyncClient:
         origin = httpx.URL(self.url)
         self._wire = (
             _wire.Wire(origin, list(headers.items()))
-            if transport is None and _wire.usable(origin)
+            if transport is None and _wire.usable(origin, list(headers.items()))
             else None
         )
         self._timeouts: dict[float, httpx.Timeout] = {}
