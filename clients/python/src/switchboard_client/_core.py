@@ -196,7 +196,7 @@ def _id(todo: Todo | str) -> str:
     return todo.id if isinstance(todo, Todo) else todo
 
 
-def _acknowledgement(todo_id: str, verb: str, body: dict[str, Any]) -> Call[Todo]:
+def acknowledgement(todo_id: str, verb: str, body: dict[str, Any]) -> Call[Todo]:
     """An owner transition: safe to repeat when fenced by a lease token."""
     return Call(
         "POST",
@@ -369,7 +369,7 @@ def heartbeat(
             lease_seconds=lease_seconds, progress=progress, checkpoint=checkpoint
         )
     )
-    return _acknowledgement(todo_id, "heartbeat", body)
+    return acknowledgement(todo_id, "heartbeat", body)
 
 
 def complete(
@@ -382,7 +382,7 @@ def complete(
     """Finish a claimed todo with its result."""
     todo_id, body = _owner(todo, lease_token, worker)
     body.update(_drop_none(result=result))
-    return _acknowledgement(todo_id, "complete", body)
+    return acknowledgement(todo_id, "complete", body)
 
 
 def fail(
@@ -395,7 +395,7 @@ def fail(
     """Fail the attempt: retried later below the attempt cap, dead-lettered at it."""
     todo_id, body = _owner(todo, lease_token, worker)
     body["error"] = error
-    return _acknowledgement(todo_id, "fail", body)
+    return acknowledgement(todo_id, "fail", body)
 
 
 def release(
@@ -413,7 +413,7 @@ def release(
     if assignee is not KEEP:
         body["assignee"] = assignee
     body.update(_drop_none(note=note, checkpoint=checkpoint))
-    return _acknowledgement(todo_id, "release", body)
+    return acknowledgement(todo_id, "release", body)
 
 
 def ask(
@@ -441,7 +441,7 @@ def ask(
             return_to=return_to,
         )
     )
-    return _acknowledgement(todo_id, "ask", body)
+    return acknowledgement(todo_id, "ask", body)
 
 
 def answer(todo: Todo | str, answer: JSON, *, worker: str | None = None) -> Call[Todo]:

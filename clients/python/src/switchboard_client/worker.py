@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
 
+from switchboard_client import _core
 from switchboard_client.aio import AsyncClient
 from switchboard_client.client import Client
 from switchboard_client.errors import (
@@ -37,6 +38,7 @@ from switchboard_client.errors import (
     NotFound,
     PayloadTooLarge,
     SwitchboardError,
+    Unavailable,
 )
 from switchboard_client.models import (
     JSON,
@@ -646,9 +648,10 @@ class _Threads:
 
 class _Acknowledger:
     """Sends the actions that end attempts (complete, fail, release). One goes
-    at once; those that end while it is in flight wait and go together in one
-    ``POST /api/v1/todos/batch``, so a busy worker sends one request for many
-    todos and an idle one no later than alone."""
+    at once, alone (``POST /api/v1/todos/<id>/complete``…); those that end
+    while it is in flight wait and go together in one ``POST
+    /api/v1/todos/batch``, so a busy worker sends one request for many todos
+    and an idle one no later, and no dearer to the server, than alone."""
 
     def __init__(self, api: AsyncClient) -> None:
         self.api = api
@@ -674,6 +677,13 @@ class _Acknowledger:
     async def _send(
         self, batch: list[tuple[dict[str, JSON], asyncio.Future[ActionResult]]]
     ) -> None:
+        if len(batch) == 1:
+            action, done = batch[0]
+            try:
+                done.set_result(await self._alone(action))
+            except SwitchboardError as exc:
+                done.set_exception(exc)
+            return
         try:
             results = await self.api.batch([action for action, _ in batch])
         except (BadRequest, PayloadTooLarge) as exc:
@@ -692,6 +702,20 @@ class _Acknowledger:
             return
         for (_, done), result in zip(batch, results, strict=True):
             done.set_result(result)
+
+    async def _alone(self, action: dict[str, JSON]) -> ActionResult:
+        """Send one action as its own call; its result as a batch reads it (an
+        outage still raises, as it fails a whole batch)."""
+        todo_id = str(action["id"])
+        body = {k: v for k, v in action.items() if k not in ("op", "id")}
+        call = _core.acknowledgement(todo_id, str(action["op"]), body)
+        try:
+            todo = await self.api.send(call)
+        except Unavailable:
+            raise
+        except APIError as exc:
+            return ActionResult(todo_id, exc.status, error=_item(exc))
+        return ActionResult(todo_id, 200, todo=todo)
 
 
 def _item(exc: APIError) -> ItemError:
