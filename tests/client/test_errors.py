@@ -1,7 +1,8 @@
 """Every error of the API's table arrives as its typed error, carrying the
-server's error body."""
+server's error body. (503 and lost connections: test_retries.py.)"""
 
 import pytest
+from django.db import connection
 from switchboard_client import (
     APIError,
     BadRequest,
@@ -12,10 +13,12 @@ from switchboard_client import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ServerError,
     Unauthorized,
 )
 from switchboard_client._core import Call
 
+from tests.client.calls import CountingRetry, served
 from tests.conftest import shift
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,3 +95,73 @@ def test_every_typed_error_is_an_api_error_with_the_body(client):
     with pytest.raises(APIError) as raised:
         client.get("nope")
     assert raised.value.body == {"error": "not_found", "detail": raised.value.detail}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_body_over_the_api_limit_is_payload_too_large_and_the_client_goes_on(
+    asgi_server, endpoint, mode
+):
+    """The front door refuses a body over 256 KiB before Django reads it; the
+    connection stays usable for the next call."""
+
+    async def both(client):
+        with pytest.raises(PayloadTooLarge) as raised:
+            await client.create("q", payload="x" * 300_000)
+        return raised.value, await client.queues()
+
+    def sync_both(client):
+        with pytest.raises(PayloadTooLarge) as raised:
+            client.create("q", payload="x" * 300_000)
+        return raised.value, client.queues()
+
+    op = sync_both if mode == "sync" else both
+    error, queues = served(mode, asgi_server.url, endpoint.token, op)
+    assert error.status == 413 and error.error == "payload_too_large"
+    assert isinstance(queues, list)
+
+
+@pytest.fixture
+def exploding_queue(db):
+    """A queue whose creates fail in the database with an error the server
+    does not expect (a trigger raises), so the server answers 500."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE FUNCTION client_test_explode() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.queue = 'explode' THEN
+                    RAISE EXCEPTION 'this test refuses the row';
+                END IF;
+                RETURN NEW;
+            END $$
+            """
+        )
+        cursor.execute(
+            "CREATE TRIGGER client_test_explode BEFORE INSERT ON todos"
+            " FOR EACH ROW EXECUTE FUNCTION client_test_explode()"
+        )
+    yield "explode"
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER IF EXISTS client_test_explode ON todos")
+        cursor.execute("DROP FUNCTION IF EXISTS client_test_explode()")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failure_inside_the_server_is_a_server_error_sent_once(
+    asgi_server, endpoint, exploding_queue, mode
+):
+    """A 500 is not retried, even for a call safe to repeat (a keyed create):
+    only a 503 says that trying again may help."""
+    retry = CountingRetry()
+    with pytest.raises(ServerError) as raised:
+        served(
+            mode,
+            asgi_server.url,
+            endpoint.token,
+            lambda client: client.create(exploding_queue, idempotency_key="k"),
+            retry=retry,
+        )
+    assert raised.value.status == 500
+    assert raised.value.error == "internal_error"
+    assert retry.tries == [1]

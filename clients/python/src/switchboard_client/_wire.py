@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import ssl
 from collections.abc import Sequence
 from urllib.parse import quote
@@ -154,8 +155,16 @@ class _Connection:
 
     @property
     def stale(self) -> bool:
-        """Whether the server closed it while it was idle."""
-        return self.reader.at_eof() or self.writer.is_closing()
+        """Whether the server closed it while it was idle: seen by the loop,
+        or readable now though no answer is due (as httpcore checks, for a
+        close the loop has not run since)."""
+        if self.reader.at_eof() or self.writer.is_closing():
+            return True
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable)
 
     async def exchange(self, request: bytes, timeout: httpx.Timeout) -> httpx.Response:
         """Write the request, read the whole response. The read timeout
