@@ -1,16 +1,33 @@
-"""AsyncClient carries the same calls as Client: a worker's whole loop."""
+"""AsyncClient carries the same calls as Client: a worker's whole loop, over
+its own HTTP carrier and, with a transport of the caller's, over httpx."""
 
 import asyncio
 
+import httpx
 import pytest
-from switchboard_client import LeaseSuperseded, NotFound, Progress
+from switchboard_client import AsyncClient, LeaseSuperseded, NotFound, Progress
+
+from tests.client.conftest import QUICK_RETRY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_async_client_claims_beats_asks_resumes_and_completes(aclient_factory):
+@pytest.mark.parametrize("carrier", ["own", "httpx"])
+def test_the_async_client_claims_beats_asks_resumes_and_completes(
+    asgi_server, endpoint, carrier
+):
+    def client(worker):
+        transport = httpx.AsyncHTTPTransport() if carrier == "httpx" else None
+        return AsyncClient(
+            asgi_server.url,
+            endpoint.token,
+            worker=worker,
+            retry=QUICK_RETRY,
+            transport=transport,
+        )
+
     async def run():
-        async with aclient_factory("w1") as worker, aclient_factory("lead") as lead:
+        async with client("w1") as worker, client("lead") as lead:
             made = (await lead.create("q", payload={"n": 2})).todo
             assert await worker.claim(queue="other") is None
             todo = await worker.claim(queue="q", wait_seconds=1)
