@@ -11,7 +11,8 @@ The commands build on the two pieces here:
   the Board's per-minute statistics (``store.stats.roll_up_minutes``): the
   charts and /metrics read those, so they are as fresh as the last pass.
 - ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
-  SIGTERM/SIGINT once ``install_signal_handlers()`` was called). It sleeps in
+  SIGTERM/SIGINT once ``install_signal_handlers()`` was called); between
+  passes it fires each schedule slot at its time. It sleeps in
   short slices so a stop takes effect within a fraction of a second, and it
   survives a database restart: a failed pass is logged, Django's connection is
   closed, and the next pass connects afresh.
@@ -34,6 +35,9 @@ logger = logging.getLogger("switchboard.sweep")
 
 # How long one sleep slice lasts: the longest a stop request waits.
 SLEEP_SLICE_SECONDS = 0.1
+# Between passes the loop looks this often for a schedule slot coming due
+# (and sleeps until the next one when it is sooner).
+SCHEDULE_LOOK_SECONDS = 1.0
 
 # A batch is one statement; past this size it holds its row locks too long.
 MAX_BATCH_SIZE = 100_000
@@ -263,7 +267,7 @@ class Sweeper:
             # the server dropped) here, before each pass.
             close_old_connections()
             self.run_pass()
-            self._sleep(self.interval)
+            self._wait(self.interval)
         connection.close()
         logger.info(
             "sweep loop stopped",
@@ -307,6 +311,47 @@ class Sweeper:
         if result.moved or result.fired or result.fire_skips:
             log_pass("sweep pass", result)
         return result
+
+    def _wait(self, seconds):
+        """Sleep until the next pass, firing each schedule slot that comes due
+        meanwhile at its time: a slot waits for no pass (its lateness is the
+        firing's own), and the sweeps run no more often for it."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            due_in = self._fire_schedules()
+            if due_in is None:
+                due_in = SCHEDULE_LOOK_SECONDS
+            # Due already: another sweeper holds it (SKIP LOCKED); look again soon.
+            self._sleep(min(remaining, max(due_in, SLEEP_SLICE_SECONDS / 2)))
+
+    def _fire_schedules(self):
+        """Fire the due schedule slots; return the seconds until the next slot
+        (at most SCHEDULE_LOOK_SECONDS: a schedule made meanwhile is seen), or
+        None when the database failed (the next pass logs and reconnects)."""
+        try:
+            fired = skipped = 0
+            while not self._stopping:
+                result = store.fire_due_schedules(limit=store.FIRE_BATCH)
+                fired, skipped = fired + result.fired, skipped + result.skipped
+                if result.schedules < store.FIRE_BATCH:
+                    break
+            due_in = store.seconds_to_next_slot()
+        except (store.Unavailable, DatabaseError):
+            connection.close()
+            return None
+        if fired or skipped:
+            logger.info(
+                "schedule slots fired",
+                extra={"fields": {"fired": fired, "skipped": skipped}},
+            )
+        return (
+            SCHEDULE_LOOK_SECONDS
+            if due_in is None
+            else min(due_in, SCHEDULE_LOOK_SECONDS)
+        )
 
     def _sleep(self, seconds):
         deadline = time.monotonic() + seconds

@@ -8,6 +8,7 @@ so a test walks days of slots without sleeping.
 
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -693,3 +694,38 @@ def test_plan_keeps_the_latest_hundred_of_a_long_downtime(clock, scope):
 
     assert len(steps.fire) == 100
     assert steps.missed == 7 * 24 * 60 + 1 - 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweep_loop_fires_a_slot_at_its_time_not_at_its_next_pass(scope):
+    """Between passes (30 s apart here) the loop sleeps until the next slot and
+    fires it then: a slot's lateness is the firing's, not the pass interval."""
+    from todos.sweeper import Sweeper
+
+    schedule = store.create_schedule(scope, name="s", queue="q", every_seconds=3600)
+    sweeper = Sweeper(interval=30)
+    thread = threading.Thread(target=sweeper.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while sweeper.passes == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE schedules SET next_slot_at = clock_timestamp()"
+                " + interval '1.5 seconds' WHERE id = %s RETURNING next_slot_at",
+                [schedule.id],
+            )
+            (slot,) = cursor.fetchone()
+        deadline = time.monotonic() + 10
+        while not store.get_schedule(scope, schedule.id).fires:
+            assert time.monotonic() < deadline, "the slot did not fire"
+            time.sleep(0.05)
+    finally:
+        sweeper.stop()
+        thread.join(timeout=5)
+
+    [todo] = store.list_todos(scope, queue="q").todos
+    lateness = (todo.created_at - slot).total_seconds()
+    assert 0 <= lateness < 1.0
+    assert sweeper.passes == 1

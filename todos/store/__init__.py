@@ -244,6 +244,7 @@ from .schedules import (
     resume_schedule,
     resume_schedule_any_endpoint,
     schedule_figures,
+    seconds_to_next_slot,
     update_schedule,
     update_schedule_any_endpoint,
 )
@@ -471,4 +472,5 @@ __all__ = [
     "resume_schedule_any_endpoint",
     "update_schedule_any_endpoint",
     "purge_fires",
+    "seconds_to_next_slot",
 ]

@@ -992,6 +992,24 @@ def fire_schedule(
     return todo, True
 
 
+# The next slot the sweep will fire, as DUE_SQL picks them, through
+# schedules_due_idx: seconds from now (negative: due already).
+NEXT_SLOT_SQL = """
+SELECT EXTRACT(EPOCH FROM s.next_slot_at - now())
+  FROM schedules s
+  JOIN endpoints e ON e.id = s.endpoint_id
+ WHERE s.paused_at IS NULL AND e.revoked_at IS NULL
+ ORDER BY s.next_slot_at
+ LIMIT 1
+"""
+
+
+def seconds_to_next_slot() -> float | None:
+    """Seconds until the next running schedule's next slot (None: no schedule)."""
+    row = _run("seconds_to_next_slot", NEXT_SLOT_SQL, {}, fetch="one")
+    return None if row is None else float(row[0])
+
+
 # --- Retention ------------------------------------------------------------------
 
 # Fires whose slot is older than the cutoff, schedule by schedule through the
