@@ -296,10 +296,9 @@ _db["CONN_HEALTH_CHECKS"] = True
 SWITCHBOARD_DB_THREADS = env_int(
     "SWITCHBOARD_DB_THREADS", SWITCHBOARD_DB_POOL_MAX, 1, 1000
 )
-# Served agent claims and acknowledgements run their statements from the event
-# loop on a pool of async connections of their own (todos/inloop.py), with no
-# thread: at most this many more connections per process.
-SWITCHBOARD_DB_IN_LOOP = env_bool("SWITCHBOARD_DB_IN_LOOP", True)
+# The agent surfaces' async views await their statements in the event loop on
+# a pool of async connections of their own (todos/db/pool.py), with no thread:
+# at most this many more connections per process.
 SWITCHBOARD_DB_ASYNC_POOL_MAX = env_int("SWITCHBOARD_DB_ASYNC_POOL_MAX", 4, 1)
 # The served processes' garbage collector (board/serving/workers.py, tune_gc): Python's
 # thresholds are (700, 10, 10); "python" keeps them and skips the freeze.

@@ -4,8 +4,10 @@ Time moves by editing timestamps in the database (the store reads PostgreSQL's
 clock), never by sleeping.
 """
 
+import contextlib
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from tests.support import InProcessServer
 from todos import endpoints, store
@@ -26,23 +28,59 @@ def asgi_server(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
-def waiting_views_in_the_test_thread(request, monkeypatch):
-    """For Django's test client: the waiting views' database calls run in the
-    test's own thread and transaction, with no doorbell hub. Such a test is of
-    what a request answers, not of how it waits: that runs on the real serving
-    (``asgi_server``, or gunicorn), which keeps its pooled calls."""
-    if "asgi_server" in request.fixturenames:
+def async_views_in_the_test_transaction(request, monkeypatch):
+    """For Django's test client: the async views' statements, and their
+    pooled calls, run in the test's own thread and transaction (which the
+    async pool's connections could not see), with no doorbell hub. Such a
+    test is of what a request answers, not of how it is served: that runs on
+    the real serving (``asgi_server``, or gunicorn) and the real pool
+    (``async_pool``)."""
+    if "asgi_server" in request.fixturenames or "async_pool" in request.fixturenames:
         return
     from asgiref.sync import sync_to_async
 
     from todos import aio
+    from todos.db import pool
     from todos.hub import hub
 
     def in_test_thread(fn, *args):
         return sync_to_async(fn, thread_sensitive=True)(*args)
 
+    def on_test_connection(sql, params, fetch):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if fetch == "one":
+                return cursor.fetchone()
+            if fetch == "all":
+                return cursor.fetchall()
+            return cursor.rowcount
+
+    async def run(self, sql, params, fetch):
+        return await in_test_thread(on_test_connection, sql, params, fetch)
+
+    @contextlib.asynccontextmanager
+    async def atomic():
+        block = transaction.atomic()
+        await in_test_thread(block.__enter__)
+        try:
+            yield pool.db
+        except BaseException as exc:
+            await in_test_thread(block.__exit__, type(exc), exc, exc.__traceback__)
+            raise
+        await in_test_thread(block.__exit__, None, None, None)
+
     monkeypatch.setattr(aio, "run_pooled", in_test_thread)
+    monkeypatch.setattr(pool.Runner, "run", run)
+    monkeypatch.setattr(pool, "transaction", atomic)
     monkeypatch.setattr(hub, "start", lambda: None)
+
+
+@pytest.fixture
+def async_pool():
+    """The async store on the process's real pool (todos.db.pool), not on the
+    test's connection; the test's database must be committed
+    (``transaction=True``)."""
+    return
 
 
 @pytest.fixture

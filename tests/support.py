@@ -168,7 +168,7 @@ class InProcessServer:
         import uvicorn
 
         from board.serving.asgi import application
-        from todos import inloop
+        from todos.db import pool
         from todos.hub import hub
 
         self.port = free_port()
@@ -191,7 +191,7 @@ class InProcessServer:
                 await self.server.serve()
             finally:
                 await hub.stop()
-                await inloop.close()
+                await pool.close()
 
         self.thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
         self.thread.start()

@@ -1,11 +1,13 @@
-"""Database work from the waiting (async) views: in a bounded thread pool, a
-pooled connection held only for the call; and their event-stream response.
+"""Sync work for the async views, in a bounded thread pool; and their
+event-stream response.
 
-A long poll, an event stream and an MCP or SQS call wait in the event loop,
-holding no thread and no connection; each piece of database work they do
-(authenticate, try a claim, read a backlog) is one ``run_pooled`` call, in at
-most ``SWITCHBOARD_DB_THREADS`` threads, and the thread's connection goes back
-to the pool when the call returns.
+An async view (served in the event loop) awaits its statements on the async
+store (todos.db.pool). What it needs that is only sync (the ORM: an MCP
+session, the SQS queue administration, a cancel's transaction) is one
+``run_pooled`` call, said so where it is made, in at most
+``SWITCHBOARD_DB_THREADS`` threads; the thread's connection goes back to the
+pool when the call returns. The sync views are served whole in the same
+threads (``run_in_thread``, board.serving.asgi).
 """
 
 import asyncio

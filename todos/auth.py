@@ -30,7 +30,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from todos import inloop, tokens
+from todos import tokens
 from todos.db.pool import db
 from todos.models import Endpoint, SqsCredential
 
@@ -245,9 +245,11 @@ def _row(key: Hashable, sql: str, param: str) -> Row | None:
     if cached is not None:
         return cached
     generation = cache.generation()
-    row = cast(Row | None, inloop.run(sql, [param], "one"))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [param])
+        row = cast(Row | None, cursor.fetchone())
     # Read inside a transaction, a row may be one that never commits.
-    if row is not None and not inloop.in_atomic_block():
+    if row is not None and not connection.in_atomic_block:
         cache.put(key, row[0], row, generation)
     return row
 

@@ -4,19 +4,22 @@ The JSON API's ``POST /api/v1/todos/claim``, SQS ReceiveMessage and MCP's
 ``claim_next`` each describe their claim as a ``LongPoll`` and await
 ``claim(poll)``:
 
-1. One pooled database call authenticates the caller and reads its request
-   (``start``), subscribes a claim waiter to the doorbell hub, then makes
-   the first try: a todo that turns ready after the subscription rings it, so
-   one try both answers at once and starts the wait.
+1. ``start`` authenticates the caller and reads its request, a claim
+   waiter subscribes to the doorbell hub, then the first try: a todo that
+   turns ready after the subscription rings it, so one try both answers at
+   once and starts the wait.
 2. Between tries the poll is a mailbox on the hub: no thread, no connection.
    A ring, the hub's re-check at the instant a todo of the scope falls due
    with no ring (a lease lapses, a retry window or a delay ends: a try that
-   found nothing asks when, ``store.next_due``), or its periodic re-check
-   makes one more try (one pooled call). A control notice (revoked,
-   re-keyed, re-granted, SQS key rotated), a reconnect of the hub, and every
-   try made while the hub is not listening first re-validate the caller
-   (``revalidate``), in the same pooled call: a caller that may no longer
-   claim gets its surface's refusal, a new grant applies from then on.
+   found nothing asks when, ``store.anext_due``), or its periodic re-check
+   makes one more try. A control notice (revoked, re-keyed, re-granted, SQS
+   key rotated), a reconnect of the hub, and every try made while the hub
+   is not listening first re-validate the caller (``revalidate``): a caller
+   that may no longer claim gets its surface's refusal, a new grant applies
+   from then on.
+
+Every step is awaited in the event loop, on the async store (todos.db.pool):
+the first try and every try after a wake alike, with no thread.
 3. The client going away cancels the request's task: the wait ends where it
    is, a try is never started for a gone client, and what a try already
    running claims for it is handed back as it was found (``hand_back``:
@@ -29,11 +32,15 @@ The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 import asyncio
 import contextlib
 import functools
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Coroutine
+from typing import Any
 
-from todos import aio, inloop, store
+from todos import store
 from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, Waiter, hub
+
+logger = logging.getLogger("switchboard.longpoll")
 
 NO_WORK = "no claimable todo"
 
@@ -47,29 +54,23 @@ class LongPoll:
     queue: str | None = None  # the one queue it claims from, else the scope's
     wait: float = 0  # seconds it may wait (set by ``start``)
 
-    def start(self) -> store.Scope | None:
+    async def start(self) -> store.Scope | None:
         """Authenticate, read the request: the caller's scope (None: no claim)."""
         raise NotImplementedError
 
-    def starts_in_loop(self) -> bool:
-        """Whether ``start`` and the first try run from the loop
-        (todos.inloop: their statements through the store and todos.auth
-        only), not in a pooled thread."""
-        return False
-
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         """The caller's scope now; raise when it may no longer claim."""
         raise NotImplementedError
 
-    def attempt(self, scope: store.Scope) -> Claimed:
+    async def attempt(self, scope: store.Scope) -> Claimed:
         """Claim: the todo(s), or raise ``store.NotFound`` / return ``[]``."""
         raise NotImplementedError
 
-    def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
+    async def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
         """Give back a todo claimed for a caller that never received it (it
         left, or was refused once the claim had run): as the claim found it,
         pending with its attempt restored (CONTRACT §16)."""
-        store.unclaim(scope, todo)
+        await store.aunclaim(scope, todo)
 
 
 async def claim(poll: LongPoll) -> Claimed | None:
@@ -79,7 +80,7 @@ async def claim(poll: LongPoll) -> Claimed | None:
     loop = asyncio.get_running_loop()
     state = _State(poll)
     try:
-        result = await _pooled(state, state.first, in_loop=poll.starts_in_loop())
+        result = await _guarded(state, state.first())
         if state.scope is None:
             return None
         deadline = loop.time() + poll.wait
@@ -96,7 +97,7 @@ async def claim(poll: LongPoll) -> Claimed | None:
             check = REVALIDATE in notices or not hub.connected
             if not (rings or check or TRY in notices):
                 continue
-            result = await _pooled(state, state.again, check)
+            result = await _guarded(state, state.again(check))
             if result is not None:
                 # There may be more: the next waiter looks too.
                 hub.pass_on(state.waiter, rings, recheck=TRY in notices)
@@ -116,37 +117,37 @@ class _State:
         self.gone = False
         self.until = 0.0  # when the wait ends (time.monotonic)
 
-    def first(self) -> Claimed | None:
-        self.scope = self.poll.start()
+    async def first(self) -> Claimed | None:
+        self.scope = await self.poll.start()
         if self.scope is None:
             return None
         if self.poll.wait > 0 and not self.gone:
             self.until = time.monotonic() + self.poll.wait
             self.waiter = hub.subscribe(self._bell_scope(self.scope), "claim")
-        return self._try()
+        return await self._try()
 
-    def again(self, check: bool) -> Claimed | None:
+    async def again(self, check: bool) -> Claimed | None:
         if not check:
-            return self._try()
-        self._revalidate()
-        result, scope = self._try(), self.scope
+            return await self._try()
+        await self._revalidate()
+        result, scope = await self._try(), self.scope
         if result is None:
             return None
         # The claim's snapshot may hold a change committed just after the
         # re-validation: checked once more, what was claimed for a caller
         # that may no longer have it goes back.
         try:
-            self._revalidate()
+            await self._revalidate()
         except BaseException:
-            self.give_back(result)
+            await self.give_back(result)
             raise
         if self.scope != scope:
-            self.give_back(result)
+            await self.give_back(result)
             return None
         return result
 
-    def _revalidate(self) -> None:
-        scope = self.poll.revalidate()
+    async def _revalidate(self) -> None:
+        scope = await self.poll.revalidate()
         if scope != self.scope:
             self.scope = scope
             # Only a waiting poll re-validates: it has its waiter.
@@ -159,33 +160,33 @@ class _State:
             raise RuntimeError("the long poll tried before it started")
         return self.scope
 
-    def give_back(self, result: Claimed) -> None:
+    async def give_back(self, result: Claimed) -> None:
         """Hand back what was claimed for a caller that left or was refused."""
         scope = self._started()
         for todo in result if isinstance(result, list) else [result]:
             with contextlib.suppress(store.NotFound, store.Conflict):
-                self.poll.hand_back(scope, todo)
+                await self.poll.hand_back(scope, todo)
 
     def _bell_scope(self, scope: store.Scope) -> store.Scope:
         queue = self.poll.queue
         return store.Scope(scope.endpoint_id, (queue,)) if queue else scope
 
-    def _try(self) -> Claimed | None:
+    async def _try(self) -> Claimed | None:
         try:
-            result = self.poll.attempt(self._started())
+            result = await self.poll.attempt(self._started())
         except store.NotFound as exc:
             # Without its traceback, which would hold this frame (and so the
             # request) in a reference cycle.
             self.empty = exc.with_traceback(None)
-            self._look_ahead()
+            await self._look_ahead()
             return None
         if isinstance(result, list) and not result:
             self.empty = result
-            self._look_ahead()
+            await self._look_ahead()
             return None
         return result
 
-    def _look_ahead(self) -> None:
+    async def _look_ahead(self) -> None:
         """After a try that found nothing, while waiting: have the hub wake
         the scope when its next todo turns claimable with no ring (a lease
         lapses, a retry window or a delay ends), if that is before the wait
@@ -193,7 +194,7 @@ class _State:
         if self.waiter is None:
             return
         scope = self.waiter.scope
-        delay = store.next_due(scope, within=self.until - time.monotonic())
+        delay = await store.anext_due(scope, within=self.until - time.monotonic())
         if delay is not None:
             hub.due(scope, delay)
 
@@ -212,29 +213,39 @@ class _State:
             self.waiter.close()
 
 
-async def _pooled[*Ts](
-    state: _State,
-    fn: Callable[[*Ts], Claimed | None],
-    *args: *Ts,
-    in_loop: bool = False,
+async def _guarded(
+    state: _State, step: Coroutine[Any, Any, Claimed | None]
 ) -> Claimed | None:
-    """``fn`` in a pooled call (``in_loop``: a store call of the loop,
-    todos.inloop). When the client leaves meanwhile, the call finishes; then
-    the waiter it may have made is closed, and what it may have claimed is
-    given back."""
-    run = inloop.call if in_loop else aio.run_pooled
-    call = asyncio.ensure_future(run(fn, *args))
+    """Await one step of the poll (``first``, ``again``) as its own task. When
+    the client leaves meanwhile, the step finishes; then the waiter it may
+    have made is closed, and what it may have claimed is given back."""
+    task = asyncio.ensure_future(step)
     try:
-        return await asyncio.shield(call)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
-        call.add_done_callback(functools.partial(_left, state))
+        task.add_done_callback(functools.partial(_left, state))
         raise
 
 
-def _left(state: _State, call: "asyncio.Future[Claimed | None]") -> None:
+# The hand-backs of clients that left, until they finish.
+_handing_back: set["asyncio.Task[None]"] = set()
+
+
+def _left(state: _State, task: "asyncio.Future[Claimed | None]") -> None:
     state.close()
-    if call.cancelled() or call.exception() is not None:
+    if task.cancelled() or task.exception() is not None:
         return
-    result = call.result()
+    result = task.result()
     if result:
-        aio.executor().submit(aio.closing, state.give_back, result)
+        handing = asyncio.ensure_future(state.give_back(result))
+        _handing_back.add(handing)
+        handing.add_done_callback(_handed_back)
+
+
+def _handed_back(task: "asyncio.Task[None]") -> None:
+    _handing_back.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning(
+            "long poll: a claim its client never received was not handed back",
+            extra={"fields": {"error": type(task.exception()).__name__}},
+        )

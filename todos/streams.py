@@ -16,10 +16,10 @@ asks for a ``refresh`` on every control notice and after every reconnect.
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from todos import aio, store
+from todos import store
 from todos.hub import (
     LOST,
     REVALIDATE,
@@ -42,29 +42,29 @@ class Ended:
     reason: str
 
 
-def backlog(scope: store.Scope) -> list[Ring]:
+async def backlog(scope: store.Scope) -> list[Ring]:
     """The rings of the scope's todos that are claimable now, oldest first."""
     return [
         {"id": t.id, "endpoint_id": t.endpoint_id, "queue": t.queue}
-        for t in store.pending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
+        for t in await store.apending_doorbell_todos(scope, limit=BACKLOG_LIMIT)
     ]
 
 
 async def open_stream[*Ts](
-    authorize: Callable[[*Ts], tuple[store.Scope, object]], *args: *Ts
+    authorize: Callable[[*Ts], Awaitable[tuple[store.Scope, object]]], *args: *Ts
 ) -> tuple[Waiter, list[Ring]]:
-    """Open a stream in one pooled call: ``authorize(*args)`` authenticates the
-    caller and returns ``(scope, session_id)``; then subscribe, read the
-    backlog. Return ``(waiter, backlog)``."""
+    """Open a stream: ``authorize(*args)`` authenticates the caller and
+    returns ``(scope, session_id)``; then subscribe, read the backlog.
+    Return ``(waiter, backlog)``."""
     await hub.hearing_events()
     opened: list[Waiter] = []
 
-    def opening() -> tuple[Waiter, list[Ring]]:
-        scope, session_id = authorize(*args)
+    async def opening() -> tuple[Waiter, list[Ring]]:
+        scope, session_id = await authorize(*args)
         opened.append(hub.subscribe(scope, "stream", session_id=session_id))
-        return opened[0], backlog(scope)
+        return opened[0], await backlog(scope)
 
-    call = asyncio.ensure_future(aio.run_pooled(opening))
+    call = asyncio.ensure_future(opening())
     try:
         return await asyncio.shield(call)
     except BaseException:
@@ -76,12 +76,12 @@ async def open_stream[*Ts](
 async def watch(
     waiter: Waiter,
     first: list[Ring],
-    refresh: Callable[[set[str]], bool],
+    refresh: Callable[[set[str]], Awaitable[bool]],
     keepalive_seconds: float,
 ) -> AsyncIterator[list[Ring] | Ended]:
     """Yield each moment's rings until the stream ends, then its ``Ended``.
 
-    ``refresh(notices)`` (run in a pooled call) says whether the caller still
+    ``refresh(notices)`` (awaited) says whether the caller still
     has the same access; ``waiter`` is closed when the stream ends, however.
     """
     try:
@@ -95,14 +95,12 @@ async def watch(
             if LOST in notices:
                 yield Ended("unavailable")
                 return
-            if notices & {REVALIDATE, SESSION} and not await aio.run_pooled(
-                refresh, notices
-            ):
+            if notices & {REVALIDATE, SESSION} and not await refresh(notices):
                 yield Ended("access")
                 return
             if TRY in notices:
                 # Rings may have been missed while the hub was away.
-                rings = rings + await aio.run_pooled(backlog, waiter.scope)
+                rings = rings + await backlog(waiter.scope)
     finally:
         waiter.close()
 

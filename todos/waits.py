@@ -4,9 +4,10 @@ A creator's wait for one todo is a *todo* waiter on the doorbell hub
 (``todos.hub``): it hears that todo's events (``todo.done``, ``todo.failed``,
 ``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``) and holds no
 thread and no database connection while it waits, as a long poll does
-(``todos.longpoll``). Each wakeup re-reads the todo in one pooled call; the
-wait ends when the todo is *settled* — terminal (done, canceled, dead letter)
-or held for an answer — or at the deadline, with the todo as it is then.
+(``todos.longpoll``). Each wakeup re-reads the todo, awaited in the event
+loop on the async store (todos.db.pool); the wait ends when the todo is
+*settled* — terminal (done, canceled, dead letter) or held for an answer — or
+at the deadline, with the todo as it is then.
 
 A surface describes its wait as a ``ResultWait`` (how to authenticate, how to
 re-validate) and awaits ``wait(...)``. A control notice (revoked, re-keyed,
@@ -20,7 +21,7 @@ import uuid
 
 from django.http import HttpRequest
 
-from todos import aio, store
+from todos import store
 from todos.hub import REVALIDATE, SHUTDOWN, UNHEARD_POLL_SECONDS, Waiter, hub
 
 SETTLED = ("done", "canceled", "dead_letter", "held")
@@ -39,11 +40,11 @@ class ResultWait:
     def __init__(self, request: HttpRequest | None, todo_id: str) -> None:
         self.request, self.todo_id = request, todo_id
 
-    def start(self) -> store.Scope:
+    async def start(self) -> store.Scope:
         """Authenticate and read the request; return the caller's scope."""
         raise NotImplementedError
 
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         """The caller's scope now; raise when it may no longer read the todo."""
         raise NotImplementedError
 
@@ -65,15 +66,15 @@ async def wait(result_wait: ResultWait) -> store.Todo:
     loop = asyncio.get_running_loop()
     opened: list[Waiter] = []
 
-    def first() -> tuple[store.Scope, store.Todo]:
-        scope = result_wait.start()
+    async def first() -> tuple[store.Scope, store.Todo]:
+        scope = await result_wait.start()
         if result_wait.wait > 0:
             opened.append(
                 hub.subscribe(scope, "todo", todo_id=_canonical(result_wait.todo_id))
             )
-        return scope, store.get_todo(scope, result_wait.todo_id)
+        return scope, await store.aget_todo(scope, result_wait.todo_id)
 
-    call = asyncio.ensure_future(aio.run_pooled(first))
+    call = asyncio.ensure_future(first())
     try:
         scope, todo = await asyncio.shield(call)
     except BaseException:
@@ -85,11 +86,11 @@ async def wait(result_wait: ResultWait) -> store.Todo:
     waiter = opened[0]
     deadline = loop.time() + result_wait.wait
 
-    def again(check: bool) -> store.Todo:
+    async def again(check: bool) -> store.Todo:
         nonlocal scope
         if check:
-            scope = result_wait.revalidate()
-        return store.get_todo(scope, result_wait.todo_id)
+            scope = await result_wait.revalidate()
+        return await store.aget_todo(scope, result_wait.todo_id)
 
     try:
         while not settled(todo):
@@ -103,7 +104,7 @@ async def wait(result_wait: ResultWait) -> store.Todo:
                 break
             check = REVALIDATE in notices or not hub.connected
             if rings or notices or check:
-                todo = await aio.run_pooled(again, check)
+                todo = await again(check)
     finally:
         waiter.close()
     return todo

@@ -22,7 +22,7 @@ Django 6.0.10
   ``_middleware_chain``; ``serve`` calls the module's ``get_script_prefix``.
   ``asgi.SyncChain`` (a ``BaseHandler``) runs ``load_middleware`` and sends
   ``request_started`` itself, as ``WSGIHandler`` does. Tests:
-  tests/system/test_inloop.py (a claim+complete pair makes no thread hop),
+  tests/system/test_served_path.py (a claim+complete pair makes no thread hop),
   tests/system/test_garbage.py, tests/system/test_front_door.py. Gain:
   cuts.md, claims and acknowledgements from the loop (HTTP single 461 → 690
   pairs/s). The one-hop sync chain: no committed result.
@@ -41,7 +41,7 @@ Django 6.0.10
   tests/api/test_events.py.
 - ``middleware.Routes.resolve`` / ``_with_todo_id``: a ``ResolverMatch`` made
   with ``object.__new__`` and its ``__dict__`` (``captured_kwargs``). Tests:
-  tests/api/test_api.py, tests/system/test_inloop.py. Gain: cuts.md, one
+  tests/api/test_api.py, tests/system/test_served_path.py. Gain: cuts.md, one
   resolve 21 → 1.6 µs; a claim+complete pair 0.956 (quartiles 0.91–1.06).
 - ``middleware.WaitingViewsMiddleware``: calls ``SecurityMiddleware`` and
   ``XFrameOptionsMiddleware``'s ``process_response`` outside their chain.
@@ -61,12 +61,13 @@ Django 6.0.10
   test_a_connection_idle_across_a_backend_kill_is_replaced_before_use. The
   health check skipped after a recent request: no committed result.
 - ``DatabaseWrapper.get_connection_params``: ``todos.db.params.django_params``
-  (the in-loop pool's and the hub's connections made as Django's). Tests:
-  tests/system/test_inloop.py::test_in_loop_connections_are_made_as_djangos,
+  (the async pool's and the hub's connections made as Django's). Tests:
+  tests/system/test_served_path.py::test_pool_connections_are_made_as_djangos,
   tests/system/test_pgbackend.py, tests/system/test_hub.py.
-- ``django.db.utils.DatabaseErrorWrapper``: ``todos.inloop._make_pool`` (the
-  in-loop statements' errors leave as Django's). Tests:
-  tests/system/test_inloop.py::test_a_lost_in_loop_connection_answers_503_and_the_next_call_works.
+- ``django.db.utils.DatabaseErrorWrapper``: ``todos.db.pool._django_errors``
+  (the async pool's statements' errors leave as Django's). Tests:
+  tests/system/test_served_path.py::test_a_lost_pool_connection_answers_503_and_the_next_call_works,
+  tests/store/test_runners.py.
 
 psycopg 3.3.9
 - ``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``, raised at import by

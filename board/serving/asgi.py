@@ -1,19 +1,20 @@
 """ASGI entry point: what gunicorn's uvicorn workers serve (gunicorn.conf.py).
 
-Every request is served one of two ways (``Handler``):
+One decision serves every request (``Handler.dispatch``): its view, as
+Django's URL resolver finds it, is either
 
-- **in the loop** — long-poll claims, ``/api/v1/events``, MCP (its GET
-  stream and its ``claim_next``), SQS calls, and the API's acknowledgements
-  (``IN_LOOP``, ``ACKNOWLEDGEMENT``) — are async all through, in the event
-  loop (board.serving.middleware.WaitingViewsMiddleware takes them past the
-  sync middleware; their database calls run in the bounded pool of
-  todos.aio, or for claims and acknowledgements from the loop itself,
-  todos.inloop), so a waiting agent parks no thread and holds no connection;
-- **everything else** — the agent API's other calls, the Board, webhooks,
-  ``/healthz``, ``/metrics``, static files — is sync Django served as a
-  threaded WSGI server serves it: the whole request (its signals, the sync
-  middleware chain, the view) runs in one hop to todos.aio's bounded, long
-  lived threads.
+- **an ``async def`` view, served in the loop** — the agent surfaces' hot
+  path: claims (long polls), acknowledgements, ``/api/v1/events``, a todo's
+  result wait, MCP and SQS. It is async all through
+  (board.serving.middleware.WaitingViewsMiddleware takes it past the sync
+  middleware) and awaits its statements on the async store (todos.db.pool);
+  what it needs that is only sync goes through ``todos.aio.run_pooled``. A
+  waiting agent parks no thread and holds no connection;
+- **or a sync view, served in a thread** — the agent API's other calls, the
+  Board, webhooks, ``/healthz``, ``/metrics``, static files (and any path
+  that resolves to no view) — sync Django as a threaded WSGI server serves
+  it: the whole request (its signals, the sync middleware chain, the view)
+  runs in one hop to todos.aio's bounded, long lived threads.
 
 Before any of them, the front door (board.serving.frontdoor) refuses a body over its
 surface's limit: a declared Content-Length at once, a chunked body when it
@@ -32,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -44,6 +44,7 @@ from collections.abc import (
 from typing import IO, Any
 
 import django
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
@@ -51,44 +52,29 @@ from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefi
 from django.core.handlers.base import BaseHandler
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import set_script_prefix, set_urlconf
+from django.urls import Resolver404, set_script_prefix, set_urlconf
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "board.settings")
 django.setup(set_prefix=False)
 
 from board.serving import frontdoor  # noqa: E402 (needs the settings)
 from board.serving.frontdoor import Receive, Scope, Send  # noqa: E402
-from todos import aio, inloop  # noqa: E402
+from board.serving.middleware import routes  # noqa: E402
+from todos import aio  # noqa: E402
 
 # How ``Handler.serve`` answers a request it made: in the loop, or in a thread.
 type How = Callable[[ASGIRequest, Receive, Send], Awaitable[None]]
 
 request_logger = logging.getLogger("switchboard.request")
 
-# Paths (and methods) whose views are async: those that may wait, and the
-# acknowledgements, whose one statement runs from the loop (todos.inloop).
-IN_LOOP = {
-    "/api/v1/todos/claim": {"POST"},
-    "/api/v1/todos/batch": {"POST"},
-    "/api/v1/events": {"GET"},
-    "/mcp": {"GET", "POST", "DELETE"},
-    # The SQS surface: every call, since any ReceiveMessage may wait.
-    "/": {"POST"},
-}
-# One todo's JSON (``GET /api/v1/todos/<id>``): with ``wait_seconds`` it waits
-# for the todo's result, so it is served in the loop as the waits above are.
-WAITING_RESULT = re.compile(r"/api/v1/todos/[^/]+")
-# An owner's acknowledgement of one todo.
-ACKNOWLEDGEMENT = re.compile(r"/api/v1/todos/[^/]+/(?:complete|fail|heartbeat|release)")
 
-
-def in_loop(path: str, method: str) -> bool:
-    """Whether the request's view is async: served in the event loop."""
-    if method in IN_LOOP.get(path, ()):
-        return True
-    if method == "GET":
-        return WAITING_RESULT.fullmatch(path) is not None
-    return method == "POST" and ACKNOWLEDGEMENT.fullmatch(path) is not None
+def in_loop(path: str) -> bool:
+    """Whether the path's view is ``async def``: served in the event loop."""
+    try:
+        match = routes.resolve(path)
+    except Resolver404:
+        return False
+    return iscoroutinefunction(match.func)
 
 
 class SyncChain(BaseHandler):
@@ -135,11 +121,7 @@ class Handler(ASGIHandler):
             release(scope.pop(REQUEST, None))
 
     async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope["path"]
-        method: str = scope["method"]
-        if in_loop(path, method):
-            # Its store calls may run in the loop (todos.inloop).
-            inloop.serving.set(True)
+        if in_loop(scope["path"]):
             await self.serve(scope, receive, send, self.serve_waiting)
         else:
             await self.serve(scope, receive, send, self.serve_in_thread)

@@ -79,8 +79,8 @@ routes = Routes()
 
 
 class WaitingViewsMiddleware:
-    """Take the waiting views (async views marked ``waits``) past the
-    middleware below this one.
+    """Take the async views (the agent surfaces' views, served in the event
+    loop) past the middleware below this one.
 
     Django runs a sync middleware's hooks in a thread, one hop each way per
     middleware, even around an async view: a long poll would cost a dozen
@@ -118,9 +118,8 @@ class WaitingViewsMiddleware:
         if match is None:
             response = await self.get_response(request)  # type: ignore[misc]  # is_async: an awaitable
             return response
-        if getattr(match.func, "waits", False):
+        if iscoroutinefunction(match.func):
             request.resolver_match = match
-            # A waiting view is an async function view (``waits``, api_view).
             waiting: Awaitable[HttpResponseBase] = match.func(
                 request, *match.args, **match.kwargs
             )

@@ -42,7 +42,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
 
     async def _serve(self) -> None:
         from board.serving.frontdoor import raise_open_files_limit
-        from todos import inloop
+        from todos.db import pool
         from todos.hub import hub
 
         self.config.app = self.wsgi
@@ -50,8 +50,10 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         tune_gc()
         server = Server(config=self.config)
         loop = asyncio.get_running_loop()
-        # The doorbell hub listens in this event loop, from boot.
+        # The doorbell hub listens in this event loop, from boot; the async
+        # views' pool opens in it (todos.db.pool).
         hub.start()
+        await pool.open_pool()
         collector = ClockedCollector.from_settings(loop)
         stop = server.handle_exit
 
@@ -71,7 +73,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         finally:
             if collector is not None:
                 collector.stop()
-            await inloop.close()
+            await pool.close()
         if not server.started:
             from gunicorn.arbiter import Arbiter
 

@@ -26,10 +26,15 @@ from botocore.credentials import Credentials
 
 from board.serving.asgi import application
 from tests.mcp.test_mcp import INITIALIZE
-from todos import inloop, store
+from todos import store
+from todos.db import pool
 from todos.sqs import credentials
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Served as uvicorn serves it: on the real async pool.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("async_pool"),
+]
 
 
 async def serve(method, path, headers=(), body=b"", leave_after_first_chunk=False):
@@ -88,8 +93,8 @@ def cycles_left_by(request):
             finally:
                 gc.set_debug(0)
         finally:
-            # This loop's in-loop pool ends with it, its connections closed.
-            await inloop.close()
+            # This loop's async pool ends with it, its connections closed.
+            await pool.close()
         return status
 
     status = asyncio.run(run())

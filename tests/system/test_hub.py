@@ -249,7 +249,7 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
     """Only a wait needs the events: a plain read of a todo LISTENs to nothing."""
 
     class ReadNow(waits.ResultWait):
-        def start(self):
+        async def start(self):
             self.wait = 0
             return scope
 

@@ -29,8 +29,8 @@ def test_a_timestamp_read_is_the_same_instant_in_utc():
     assert empty is None
 
 
-def test_an_in_loop_connection_reads_a_timestamp_as_djangos_does():
-    """The event loop's connections (todos.inloop) read with Django's adapters."""
+def test_an_async_pool_connection_reads_a_timestamp_as_djangos_does():
+    """The async pool's connections (todos.db.pool) read with Django's adapters."""
 
     async def read():
         async with await psycopg.AsyncConnection.connect(**async_params()) as conn:

@@ -38,13 +38,12 @@ GUARDED = {
     "todos.auth": "turns an agent's token or SQS key into its endpoint",
     "todos.health": "/healthz, answered to anyone",
     "todos.aio": "runs the surfaces' waiting calls in the bounded pool",
-    "todos.inloop": "runs the surfaces' claims and acknowledgements from the loop",
     "todos.hub": "the doorbell hub the waiting surfaces share",
     "todos.longpoll": "the waiting claim of the API, SQS and MCP",
     "todos.streams": "the event streams of the API and MCP",
     "todos.waits": "waiting for a todo's result, for the API and MCP",
     "todos.db": "the database floor: connection parameters, the replication "
-    "watch; reads no todo",
+    "watch, the async pool; reads no todo",
 }
 EXEMPT = {
     "todos.ui": "the Board: an operator's view across endpoints, narrowed by "
@@ -63,8 +62,8 @@ OWN_CONNECTION = {
     "todos.auth": "looks an endpoint up by its token's hash, before any scope",
     "todos.hub": "LISTENs on a connection of its own; reads no todo",
     "todos.aio": "hands each call's connection back to the pool",
-    "todos.inloop": "runs the store's statements on async connections of its own",
-    "todos.db": "derives the connections' parameters and watches replication",
+    "todos.db": "derives the connections' parameters, watches replication and "
+    "keeps the async pool the agent surfaces' statements run on",
 }
 # Store functions a guarded module may call without a scope: none reads a row.
 UNSCOPED = {
@@ -74,6 +73,7 @@ UNSCOPED = {
     "is_outage": "classifies an exception",
     "is_dedupe_violation": "classifies an exception",
     "validate_answer": "checks an answer against its question",
+    "arun_steps": "awaits the statements of steps a scoped store function made",
 }
 # What belongs to the store: the tables of todos, reached through it alone.
 TODO_MODELS = {"Todo", "TodoEvent", "Queue", "TodoMinute", "TransitionTotal"}

@@ -19,7 +19,7 @@ from django.http import HttpRequest
 
 from todos import aio, store, streams
 from todos.aio import EventStreamResponse
-from todos.api.plumbing import ApiRequest, api_view, authenticate, prepare
+from todos.api.plumbing import ApiRequest, aauthenticate, api_view, aprepare
 from todos.hub import Ring, Waiter
 
 RECONNECT_MILLISECONDS = 3000
@@ -50,17 +50,17 @@ def _event(ring: Ring) -> str:
     )
 
 
-def same_access(request: HttpRequest, scope: store.Scope) -> bool:
+async def same_access(request: HttpRequest, scope: store.Scope) -> bool:
     """Say whether the request's token still opens the same scope."""
     try:
-        endpoint = authenticate(request)
+        endpoint = await aauthenticate(request)
     except Exception:
         return False
     return store.Scope.for_endpoint(endpoint) == scope
 
 
-def _authorize(request: ApiRequest) -> tuple[store.Scope, None]:
-    prepare(request)
+async def _authorize(request: ApiRequest) -> tuple[store.Scope, None]:
+    await aprepare(request)
     return request.scope, None
 
 

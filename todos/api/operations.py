@@ -6,15 +6,15 @@ batch, or replacing a duplicate), claim the next todo (a long poll), ask, and
 acknowledge a batch.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.http import HttpRequest
 
-from todos import longpoll, store
+from todos import aio, longpoll, store
 from todos.api import fields as table
 from todos.api.fields import ACK_OPS, Fields, Operation
-from todos.api.plumbing import api_error_for, authenticate, bad_request
+from todos.api.plumbing import aauthenticate, api_error_for, bad_request
 from todos.tracing import TraceContext
 
 # A response body, and one result of a batch: JSON values.
@@ -61,8 +61,28 @@ def transition(
     try:
         return move(scope, todo_id, **arguments)
     except ValueError as exc:
-        # The store names the field it refused (choices, answer_schema, …).
-        raise api_error_for(exc) or bad_request(str(exc)) from exc
+        raise _refused(exc) from exc
+
+
+async def atransition(
+    move: Callable[..., Awaitable[store.Todo]],
+    operation: Operation,
+    scope: store.Scope,
+    todo_id: str,
+    fields: Fields,
+) -> store.Todo:
+    """``transition`` with the store's async twin (``store.acomplete_todo``, …)."""
+    arguments = fields.read(operation)
+    fields.owner(arguments)
+    try:
+        return await move(scope, todo_id, **arguments)
+    except ValueError as exc:
+        raise _refused(exc) from exc
+
+
+def _refused(exc: ValueError) -> Exception:
+    # The store names the field it refused (choices, answer_schema, …).
+    return api_error_for(exc) or bad_request(str(exc))
 
 
 def create_todo(
@@ -132,25 +152,25 @@ class ClaimNext(longpoll.LongPoll):
         self.limit = claim["max_todos"]
         return self
 
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401); a new grant applies
         # from now on, and a named queue outside it ends the wait (403).
         assert self.request is not None  # the surface set it before the wait
-        scope = store.Scope.for_endpoint(authenticate(self.request))
+        scope = store.Scope.for_endpoint(await aauthenticate(self.request))
         if self.queue is not None and not scope.covers(self.queue):
             raise store.QueueNotGranted(self.queue)
         return scope
 
-    def attempt(self, scope: store.Scope) -> longpoll.Claimed:
+    async def attempt(self, scope: store.Scope) -> longpoll.Claimed:
         if self.limit is not None:
-            return store.claim_many(
+            return await store.aclaim_many(
                 scope,
                 self.worker,
                 limit=self.limit,
                 queue=self.queue,
                 lease_seconds=self.lease,
             )
-        return store.claim_next(
+        return await store.aclaim_next(
             scope, self.worker, queue=self.queue, lease_seconds=self.lease
         )
 
@@ -256,42 +276,77 @@ def acknowledge_batch(scope: store.Scope, fields: Fields) -> Body:
     on its own and answers the status the single call would have had (200,
     404, 409; 400 for what the store refuses).
     """
-    batch = fields.read(table.BATCH)
-    default_worker, actions = batch["worker"], batch["actions"]
-    acks: dict[int, store.Ack] = {}
-    cancels: dict[int, tuple[str, str | None]] = {}
-    for index, action in enumerate(actions):
-        if action.get("op") not in ACK_OPS:
-            raise bad_request(
-                f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
-            )
-        # Every field an action may carry is checked, whatever its op (a bad
-        # one is refused even where the op would not use it).
-        action_fields = Fields(
-            action, prefix=f"actions[{index}].", default_worker=default_worker
-        )
-        checked = action_fields.read(table.ACTION)
-        if checked["op"] == "cancel":
-            # A cancel needs no owner.
-            cancels[index] = checked["id"], checked["reason"]
-        else:
-            acks[index] = _ack(checked, action_fields)
+    batch = _Batch(fields)
     outcomes: dict[int, store.Todo | Exception] = {}
-    if acks:
-        moved = store.acknowledge_many(scope, list(acks.values()))
-        outcomes.update(zip(acks, moved, strict=True))
-    if cancels:
-        moved = store.cancel_many(scope, list(cancels.values()), worker=default_worker)
-        outcomes.update(zip(cancels, moved, strict=True))
-    results: list[Body] = []
-    for index in range(len(actions)):
-        # The id as the caller sent it: a foreign id and a never-minted one
-        # answer alike.
-        todo_id = acks[index].todo_id if index in acks else cancels[index][0]
-        outcome = outcomes[index]
-        if isinstance(outcome, Exception):
-            results.append({"id": todo_id, **_failure(outcome)})
-            continue
-        status = cancel_status(outcome) if index in cancels else 200
-        results.append({"id": todo_id, "status": status, "todo": outcome.to_dict()})
-    return {"results": results}
+    if batch.acks:
+        moved = store.acknowledge_many(scope, list(batch.acks.values()))
+        outcomes.update(zip(batch.acks, moved, strict=True))
+    if batch.cancels:
+        outcomes.update(batch.cancel(scope))
+    return batch.results(outcomes)
+
+
+async def aacknowledge_batch(scope: store.Scope, fields: Fields) -> Body:
+    """``acknowledge_batch`` for an async view: the acknowledgements awaited in
+    the event loop, the cancels (which may take a transaction) in a pooled
+    thread."""
+    batch = _Batch(fields)
+    outcomes: dict[int, store.Todo | Exception] = {}
+    if batch.acks:
+        moved = await store.aacknowledge_many(scope, list(batch.acks.values()))
+        outcomes.update(zip(batch.acks, moved, strict=True))
+    if batch.cancels:
+        outcomes.update(await aio.run_pooled(batch.cancel, scope))
+    return batch.results(outcomes)
+
+
+class _Batch:
+    """A batch's actions, each validated (else the whole batch is a 400):
+    the owner actions and the cancels, by their index in the batch."""
+
+    def __init__(self, fields: Fields) -> None:
+        batch = fields.read(table.BATCH)
+        self.default_worker, self.actions = batch["worker"], batch["actions"]
+        self.acks: dict[int, store.Ack] = {}
+        self.cancels: dict[int, tuple[str, str | None]] = {}
+        for index, action in enumerate(self.actions):
+            if action.get("op") not in ACK_OPS:
+                raise bad_request(
+                    f"actions[{index}].op: must be one of {', '.join(ACK_OPS)}"
+                )
+            # Every field an action may carry is checked, whatever its op (a
+            # bad one is refused even where the op would not use it).
+            action_fields = Fields(
+                action, prefix=f"actions[{index}].", default_worker=self.default_worker
+            )
+            checked = action_fields.read(table.ACTION)
+            if checked["op"] == "cancel":
+                # A cancel needs no owner.
+                self.cancels[index] = checked["id"], checked["reason"]
+            else:
+                self.acks[index] = _ack(checked, action_fields)
+
+    def cancel(self, scope: store.Scope) -> dict[int, store.Todo | Exception]:
+        """Apply the cancels (sync: Django's connection)."""
+        moved = store.cancel_many(
+            scope, list(self.cancels.values()), worker=self.default_worker
+        )
+        return dict(zip(self.cancels, moved, strict=True))
+
+    def results(self, outcomes: dict[int, store.Todo | Exception]) -> Body:
+        """The response body: one result per action, in order."""
+        results: list[Body] = []
+        for index in range(len(self.actions)):
+            # The id as the caller sent it: a foreign id and a never-minted
+            # one answer alike.
+            if index in self.acks:
+                todo_id = self.acks[index].todo_id
+            else:
+                todo_id = self.cancels[index][0]
+            outcome = outcomes[index]
+            if isinstance(outcome, Exception):
+                results.append({"id": todo_id, **_failure(outcome)})
+                continue
+            status = cancel_status(outcome) if index in self.cancels else 200
+            results.append({"id": todo_id, "status": status, "todo": outcome.to_dict()})
+        return {"results": results}

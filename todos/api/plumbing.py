@@ -19,7 +19,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import auth, http, inloop, store
+from todos import auth, http, store
 from todos.api.fields import Fields
 from todos.models import Endpoint
 
@@ -95,11 +95,28 @@ def authenticate(request: HttpRequest) -> Endpoint:
     try:
         endpoint = auth.endpoint_for_request(request)
     except (OperationalError, InterfaceError) as exc:
-        logger.warning(
-            "token lookup failed: database unavailable",
-            extra={"fields": {"error": type(exc).__name__}},
-        )
-        raise store.Unavailable("authenticate", exc) from exc
+        raise _lookup_failed(exc) from exc
+    return _authenticated(endpoint)
+
+
+async def aauthenticate(request: HttpRequest) -> Endpoint:
+    """``authenticate`` for an async view: the lookup awaited in the loop."""
+    try:
+        endpoint = await auth.aendpoint_for_request(request)
+    except (OperationalError, InterfaceError) as exc:
+        raise _lookup_failed(exc) from exc
+    return _authenticated(endpoint)
+
+
+def _lookup_failed(exc: Exception) -> store.Unavailable:
+    logger.warning(
+        "token lookup failed: database unavailable",
+        extra={"fields": {"error": type(exc).__name__}},
+    )
+    return store.Unavailable("authenticate", exc)
+
+
+def _authenticated(endpoint: Endpoint | None) -> Endpoint:
     if endpoint is None:
         raise ApiError(401, "unauthorized", "a valid endpoint bearer token is required")
     return endpoint
@@ -128,10 +145,12 @@ def prepare(request: HttpRequest) -> None:
     _read_fields(request)
 
 
-async def prepare_in_loop(request: HttpRequest) -> None:
-    """``prepare`` from the event loop: its lookup, when the credential is
-    not cached, from the loop too (todos.inloop)."""
-    await inloop.call(prepare, request)
+async def aprepare(request: HttpRequest) -> None:
+    """``prepare`` for an async view: the token's lookup awaited in the loop."""
+    prepared = cast(ApiRequest, request)
+    prepared.endpoint = await aauthenticate(request)
+    prepared.scope = store.Scope.for_endpoint(prepared.endpoint)
+    _read_fields(request)
 
 
 def _read_fields(request: HttpRequest) -> None:
@@ -146,8 +165,8 @@ def api_view(
 
     Answers 405 for other methods, authenticates the bearer token and parses
     a JSON body (``prepare``), and maps every known failure to its JSON error.
-    An async view (one that waits) calls ``prepare`` itself, in its first
-    pooled database call. CSRF does not apply: the API authenticates each
+    An async view (served in the event loop) calls ``aprepare`` itself.
+    CSRF does not apply: the API authenticates each
     request by its token, never by a cookie.
     """
 
@@ -178,7 +197,6 @@ def api_view(
                 except Exception as exc:
                     return _api_error_response(exc)
 
-            async_wrapper.waits = True  # type: ignore[attr-defined]
             return async_wrapper
 
         served = cast(View, view)

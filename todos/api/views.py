@@ -5,14 +5,15 @@ caller's scope, and renders the todo; ``todos.api.plumbing.api_view`` does the t
 auth, the body parsing and the error mapping.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from todos import aio, inloop, longpoll, store, tracing, waits
+from todos import longpoll, store, tracing, waits
 from todos.api import fields as table
 from todos.api.fields import Fields, Operation
 from todos.api.operations import (
     ClaimNext,
-    acknowledge_batch,
+    aacknowledge_batch,
+    atransition,
     cancel_status,
     create_batch,
     create_todo,
@@ -21,16 +22,17 @@ from todos.api.operations import (
 )
 from todos.api.plumbing import (
     ApiRequest,
+    aauthenticate,
     api_view,
-    authenticate,
-    prepare,
-    prepare_in_loop,
+    aprepare,
     todo_response,
 )
 from todos.http import JsonResponse
 
-# An owner transition of the store (store.heartbeat, store.complete_todo, …).
+# An owner transition of the store (store.ask, …) and its async twin
+# (store.aheartbeat, store.acomplete_todo, …).
 Move = Callable[..., store.Todo]
+AsyncMove = Callable[..., Awaitable[store.Todo]]
 
 
 @api_view("GET", "POST")
@@ -64,15 +66,15 @@ def create(request: ApiRequest) -> JsonResponse:
 class ApiResultWait(waits.ResultWait):
     request: ApiRequest
 
-    def start(self) -> store.Scope:
-        prepare(self.request)
+    async def start(self) -> store.Scope:
+        await aprepare(self.request)
         query = Fields(self.request.GET, from_query=True)
         self.wait = query.read(table.GET_TODO)["wait_seconds"]
         return self.request.scope
 
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401).
-        return store.Scope.for_endpoint(authenticate(self.request))
+        return store.Scope.for_endpoint(await aauthenticate(self.request))
 
 
 @api_view("GET")
@@ -86,13 +88,10 @@ async def detail(request: ApiRequest, todo_id: str) -> JsonResponse:
 class ApiClaim(ClaimNext):
     request: ApiRequest
 
-    def start(self) -> store.Scope:
-        prepare(self.request)
+    async def start(self) -> store.Scope:
+        await aprepare(self.request)
         self.read(self.request.body_fields)
         return self.request.scope
-
-    def starts_in_loop(self) -> bool:
-        return True
 
 
 @api_view("POST")
@@ -128,14 +127,12 @@ def _transition(
 
 
 async def _acknowledge(
-    request: ApiRequest, todo_id: str, move: Move, operation: Operation
+    request: ApiRequest, todo_id: str, move: AsyncMove, operation: Operation
 ) -> JsonResponse:
-    """An owner transition served in the event loop (todos.inloop): one statement."""
-    await prepare_in_loop(request)
+    """An owner transition, awaited in the event loop: one statement."""
+    await aprepare(request)
     fields = request.body_fields
-    todo = await inloop.call(
-        transition, move, operation, request.scope, todo_id, fields
-    )
+    todo = await atransition(move, operation, request.scope, todo_id, fields)
     return todo_response(todo)
 
 
@@ -143,27 +140,27 @@ async def _acknowledge(
 async def heartbeat(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Extend the caller's lease on a claimed todo, with its progress and
     checkpoint; the answer says whether a cancel was requested."""
-    return await _acknowledge(request, todo_id, store.heartbeat, table.HEARTBEAT)
+    return await _acknowledge(request, todo_id, store.aheartbeat, table.HEARTBEAT)
 
 
 @api_view("POST")
 async def complete(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Mark the caller's claimed todo done with its result."""
     return await _acknowledge(
-        request, todo_id, store.complete_todo, table.COMPLETE_TODO
+        request, todo_id, store.acomplete_todo, table.COMPLETE_TODO
     )
 
 
 @api_view("POST")
 async def fail(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Fail the caller's claimed todo: a retry is scheduled, or it dead-letters."""
-    return await _acknowledge(request, todo_id, store.fail_todo, table.FAIL_TODO)
+    return await _acknowledge(request, todo_id, store.afail_todo, table.FAIL_TODO)
 
 
 @api_view("POST")
 async def release(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Give the caller's lease back now; a handoff with assignee, note, checkpoint."""
-    return await _acknowledge(request, todo_id, store.release_todo, table.RELEASE_TODO)
+    return await _acknowledge(request, todo_id, store.arelease_todo, table.RELEASE_TODO)
 
 
 @api_view("POST")
@@ -201,26 +198,15 @@ def retry(request: ApiRequest, todo_id: str) -> JsonResponse:
     )
 
 
-# The batch ops that are acknowledgements: one statement, served in the loop.
-LOOP_OPS = frozenset({"complete", "fail", "heartbeat", "release"})
-
-
 @api_view("POST")
 async def batch(request: ApiRequest) -> JsonResponse:
     """Apply up to 100 owner transitions; one result per action, in order.
 
-    A batch of acknowledgements only is served in the event loop
-    (todos.inloop); one with a cancel, which may take a transaction, in a
-    pooled thread.
+    The acknowledgements are awaited in the event loop; the cancels, which
+    may take a transaction, run in a pooled thread.
     """
-    await prepare_in_loop(request)
-    fields = request.body_fields
-    actions = fields.data.get("actions")
-    in_loop = isinstance(actions, list) and all(
-        isinstance(action, dict) and action.get("op") in LOOP_OPS for action in actions
-    )
-    run = inloop.call if in_loop else aio.run_pooled
-    return JsonResponse(await run(acknowledge_batch, request.scope, fields))
+    await aprepare(request)
+    return JsonResponse(await aacknowledge_batch(request.scope, request.body_fields))
 
 
 @api_view("GET")

@@ -2,6 +2,7 @@
 
 The store, the hub and the serving all connect as Django does; what that means
 (the parameters, the check after idleness, a commit the synchronous standby did
-not confirm) is decided here once. This package imports Django's settings and
-psycopg, and nothing of Switchboard's own.
+not confirm) is decided here once, and so is the process's async pool that the
+agent surfaces' statements are awaited on (``pool``). This package imports
+Django and psycopg, and nothing of Switchboard's above it.
 """

@@ -11,7 +11,7 @@ lose it, so a watched connection turns that warning into ``UnreplicatedCommit``
 repeatable) instead of taking the write for one that two servers hold.
 
 Django's connections are watched by its backend (board.serving.pgbackend), the
-in-loop ones by their pool's ``configure`` (todos.inloop).
+async pool's by its ``configure`` (todos.db.pool).
 """
 
 import weakref

@@ -77,6 +77,16 @@ def storable(value: object, max_length: int) -> str:
 
 def call_tool(params: Message, caller: mcp_tools.Caller) -> mcp_tools.Outcome:
     """Run a tools/call's tool, its name and arguments checked first."""
+    return mcp_tools.call(*tool_call(params), caller.traced(params))
+
+
+async def acall_tool(params: Message, caller: mcp_tools.Caller) -> mcp_tools.Outcome:
+    """``call_tool`` of a tool with an async handler, awaited in the loop."""
+    return await mcp_tools.acall(*tool_call(params), caller.traced(params))
+
+
+def tool_call(params: Message) -> tuple[mcp_tools.Tool, dict[str, Any]]:
+    """A tools/call's tool and arguments, checked."""
     name = params.get("name")
     if not isinstance(name, str):
         raise RpcError(INVALID_PARAMS, "params.name: must be the name of a tool")
@@ -88,7 +98,7 @@ def call_tool(params: Message, caller: mcp_tools.Caller) -> mcp_tools.Outcome:
         arguments = {}
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments: must be an object")
-    return mcp_tools.call(tool, arguments, caller.traced(params))
+    return tool, arguments
 
 
 class Pending:

@@ -185,8 +185,8 @@ def _event(message: Json) -> str:
 async def _body(
     listen: Listen, waiter: Waiter, first: list[Ring], completed: Completed
 ) -> AsyncGenerator[str]:
-    def refresh(notices: set[str]) -> bool:
-        return same_access(listen.request, listen.scope)
+    async def refresh(notices: set[str]) -> bool:
+        return await same_access(listen.request, listen.scope)
 
     found: dict[str, Json] = {}
     if listen.task_ids:
@@ -216,5 +216,9 @@ async def _body(
 
 async def listen_stream(listen: Listen, completed: Completed) -> EventStreamResponse:
     """The event-stream response of an accepted ``subscriptions/listen``."""
-    waiter, first = await streams.open_stream(lambda: (listen.scope, None))
+
+    async def authorized() -> tuple[store.Scope, None]:
+        return listen.scope, None
+
+    waiter, first = await streams.open_stream(authorized)
     return aio.event_stream(_body(listen, waiter, first, completed), waiter.close)

@@ -341,37 +341,10 @@ def answer(
         ).response(None)
     method, params = message["method"], message.get("params", {})
     try:
-        if not isinstance(params, dict):
-            raise ModernError(400, jsonrpc.INVALID_PARAMS, "params: must be an object")
-        version, client, capabilities = _meta(params)
-        # Headers first: a version header unlike the body's is a mismatch
-        # (an intermediary may have routed on it), whatever the version.
-        _check_headers(request, method, params, version)
-        _supported(version)
-        caller = mcp_tools.Caller(
-            endpoint,
-            store.Scope.for_endpoint(endpoint),
-            default_worker(request, client),
-        )
+        caller, capabilities = _opened(request, endpoint, method, params)
         result = _dispatch(request, method, params, caller, message_id, capabilities)
-    except ModernError as exc:
-        return exc.response(message_id)
-    except jsonrpc.RpcError as exc:
-        return JsonResponse(jsonrpc.error_body(message_id, exc.code, exc.message))
-    except tasks.TaskError as exc:
-        return JsonResponse(
-            jsonrpc.error_body(message_id, exc.code, exc.message, exc.data)
-        )
-    except resources.BadParams as exc:
-        return JsonResponse(
-            jsonrpc.error_body(message_id, jsonrpc.INVALID_PARAMS, str(exc))
-        )
-    except resources.ResourceNotFound as exc:
-        return JsonResponse(
-            jsonrpc.error_body(
-                message_id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": exc.uri}
-            )
-        )
+    except Exception as exc:
+        return _refused(exc, message_id)
     if isinstance(result, listen.Listen):
         return result
     if isinstance(result, ClaimNext | waits.ResultWait):
@@ -379,3 +352,80 @@ def answer(
     return JsonResponse(
         {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}
     )
+
+
+def awaits_tool(request: HttpRequest, message: Json, kind: str) -> bool:
+    """Whether the message is a tools/call of this revision whose tool has an
+    async handler (``aanswer_tool`` awaits it in the event loop)."""
+    params = message.get("params")
+    if kind != "request" or message.get("method") != "tools/call":
+        return False
+    if not isinstance(params, dict):
+        return False
+    tool = mcp_tools.TOOLS.get(params.get("name"))  # type: ignore[arg-type]  # any key
+    return (
+        tool is not None
+        and tool.ahandler is not None
+        and speaks_stateless(request, message)
+    )
+
+
+async def aanswer_tool(
+    request: HttpRequest, endpoint: Endpoint, message: Json
+) -> HttpResponse | jsonrpc.Pending:
+    """``answer`` of a tools/call that ``awaits_tool``: in the event loop."""
+    message_id = message.get("id")
+    params = message.get("params", {})
+    try:
+        caller, _ = _opened(request, endpoint, "tools/call", params)
+        result = await jsonrpc.acall_tool(params, caller)
+    except Exception as exc:
+        return _refused(exc, message_id)
+    if isinstance(result, ClaimNext | waits.ResultWait):
+        return jsonrpc.Pending(result, message_id, {}, caller.scope, completed)
+    return JsonResponse(
+        {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}
+    )
+
+
+def _opened(
+    request: HttpRequest, endpoint: Endpoint, method: str, params: object
+) -> tuple[mcp_tools.Caller, Json]:
+    """Check a request's params, ``_meta`` and headers; its caller and the
+    client's capabilities."""
+    if not isinstance(params, dict):
+        raise ModernError(400, jsonrpc.INVALID_PARAMS, "params: must be an object")
+    version, client, capabilities = _meta(params)
+    # Headers first: a version header unlike the body's is a mismatch
+    # (an intermediary may have routed on it), whatever the version.
+    _check_headers(request, method, params, version)
+    _supported(version)
+    caller = mcp_tools.Caller(
+        endpoint,
+        store.Scope.for_endpoint(endpoint),
+        default_worker(request, client),
+    )
+    return caller, capabilities
+
+
+def _refused(exc: Exception, message_id: object) -> HttpResponse:
+    """A request this revision refuses, answered; re-raise anything else."""
+    if isinstance(exc, ModernError):
+        return exc.response(message_id)
+    if isinstance(exc, jsonrpc.RpcError):
+        return JsonResponse(jsonrpc.error_body(message_id, exc.code, exc.message))
+    if isinstance(exc, tasks.TaskError):
+        return JsonResponse(
+            jsonrpc.error_body(message_id, exc.code, exc.message, exc.data)
+        )
+    if isinstance(exc, resources.BadParams):
+        return JsonResponse(
+            jsonrpc.error_body(message_id, jsonrpc.INVALID_PARAMS, str(exc))
+        )
+    if isinstance(exc, resources.ResourceNotFound):
+        return JsonResponse(
+            jsonrpc.error_body(
+                message_id, jsonrpc.INVALID_PARAMS, str(exc), {"uri": exc.uri}
+            )
+        )
+    raise exc

@@ -11,7 +11,7 @@ what to do next; only an outage or a bug leaves the tool as a transport error.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from todos import http, store, tracing, waits
 from todos.api import fields
 from todos.api import operations as api
 from todos.api.fields import TODO_ID, Field, Fields, Operation, Schema, object_schema
-from todos.api.plumbing import api_error_for, authenticate, bad_request
+from todos.api.plumbing import aauthenticate, api_error_for, bad_request
 from todos.models import Endpoint
 
 # A tool result (content, structuredContent, isError): JSON values.
@@ -158,6 +158,19 @@ def _transition(move: Callable[..., store.Todo], operation: Operation) -> "Handl
     return handler
 
 
+def _atransition(
+    move: Callable[..., Awaitable[store.Todo]], operation: Operation
+) -> "AsyncHandler":
+    """``_transition``'s async twin, with the store's (``store.acomplete_todo``)."""
+
+    async def handler(args: Fields, caller: Caller) -> Result:
+        todo_id = args.value(TODO_ID)
+        moved = await api.atransition(move, operation, caller.scope, todo_id, args)
+        return _todo(moved)
+
+    return handler
+
+
 def answer(args: Fields, caller: Caller) -> Result:
     todo_id, answer = args.value(TODO_ID), args.read(fields.ANSWER)
     worker = answer["worker"]
@@ -183,14 +196,14 @@ class TodoWait(waits.ResultWait):
         super().__init__(None, todo_id)  # the transport sets the request
         self.scope, self.wait = scope, wait
 
-    def start(self) -> store.Scope:
+    async def start(self) -> store.Scope:
         # The POST's own database call authenticated the caller already.
         return self.scope
 
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         # A revoked or re-keyed token ends the wait (401).
         assert self.request is not None  # the transport set it before the wait
-        return store.Scope.for_endpoint(authenticate(self.request))
+        return store.Scope.for_endpoint(await aauthenticate(self.request))
 
 
 WAIT_FOR_TODO = replace(
@@ -204,6 +217,17 @@ WAIT_FOR_TODO = replace(
 # for it (claim_next's long poll, wait_for_todo's wait).
 type Outcome = Result | api.ClaimNext | TodoWait
 type Handler = Callable[[Fields, Caller], Outcome]
+type AsyncHandler = Callable[[Fields, Caller], Awaitable[Outcome]]
+
+
+def _unawaited(handler: Handler) -> AsyncHandler:
+    """A handler that makes no statement (it reads a wait the transport then
+    makes in the loop), as an async one."""
+
+    async def ahandler(args: Fields, caller: Caller) -> Outcome:
+        return handler(args, caller)
+
+    return ahandler
 
 
 def wait_for_todo(args: Fields, caller: Caller) -> TodoWait:
@@ -296,6 +320,10 @@ class Tool:
     read_only: bool = False
     idempotent: bool = False
     destructive: bool = False
+    # The same work awaited in the event loop on the async store: a
+    # transport in the loop awaits it instead of calling ``handler`` in a
+    # thread (the acknowledgements, an agent's hot path).
+    ahandler: AsyncHandler | None = None
 
     def schema(self) -> Schema:
         return input_schema(self.fields)
@@ -361,6 +389,7 @@ TOOLS = {
             "complete_todo, fail_todo, release_todo or batch.",
             claim_next,
             fields=fields.CLAIM_NEXT,
+            ahandler=_unawaited(claim_next),
         ),
         Tool(
             "claim_todo",
@@ -380,6 +409,7 @@ TOOLS = {
             _transition(store.heartbeat, fields.HEARTBEAT),
             fields=(TODO_ID, *fields.HEARTBEAT),
             idempotent=True,
+            ahandler=_atransition(store.aheartbeat, fields.HEARTBEAT),
         ),
         Tool(
             "complete_todo",
@@ -387,6 +417,7 @@ TOOLS = {
             "Mark a todo you claimed done, with an optional JSON result.",
             _transition(store.complete_todo, fields.COMPLETE_TODO),
             fields=(TODO_ID, *fields.COMPLETE_TODO),
+            ahandler=_atransition(store.acomplete_todo, fields.COMPLETE_TODO),
         ),
         Tool(
             "fail_todo",
@@ -395,6 +426,7 @@ TOOLS = {
             "retried after a backoff; at the cap it becomes a dead letter.",
             _transition(store.fail_todo, fields.FAIL_TODO),
             fields=(TODO_ID, *fields.FAIL_TODO),
+            ahandler=_atransition(store.afail_todo, fields.FAIL_TODO),
         ),
         Tool(
             "release_todo",
@@ -404,6 +436,7 @@ TOOLS = {
             "it where you got with note and checkpoint.",
             _transition(store.release_todo, fields.RELEASE_TODO),
             fields=(TODO_ID, *fields.RELEASE_TODO),
+            ahandler=_atransition(store.arelease_todo, fields.RELEASE_TODO),
         ),
         Tool(
             "ask",
@@ -448,6 +481,7 @@ TOOLS = {
             "answer it with answer), or still pending/claimed after the wait.",
             wait_for_todo,
             fields=(TODO_ID, WAIT_FOR_TODO),
+            ahandler=_unawaited(wait_for_todo),
             read_only=True,
             idempotent=True,
         ),
@@ -539,14 +573,26 @@ def call(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Outcome:
 
     An unavailable database is raised, for the transport to answer 503.
     """
-    unknown = sorted(set(arguments) - {field.name for field in tool.fields})
     try:
-        if unknown:
-            raise bad_request(f"{', '.join(unknown)}: not an argument of {tool.name}")
-        args = Fields(arguments, default_worker=caller.session_id)
-        return tool.handler(args, caller)
+        return tool.handler(_arguments(tool, arguments, caller), caller)
     except Exception as exc:
         return failure(tool, exc)
+
+
+async def acall(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Outcome:
+    """``call`` of a tool with an async handler, awaited in the event loop."""
+    assert tool.ahandler is not None  # the transport checked
+    try:
+        return await tool.ahandler(_arguments(tool, arguments, caller), caller)
+    except Exception as exc:
+        return failure(tool, exc)
+
+
+def _arguments(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Fields:
+    unknown = sorted(set(arguments) - {field.name for field in tool.fields})
+    if unknown:
+        raise bad_request(f"{', '.join(unknown)}: not an argument of {tool.name}")
+    return Fields(arguments, default_worker=caller.session_id)
 
 
 def failure(tool: Tool, exc: Exception) -> Result:

@@ -41,7 +41,7 @@ from todos import aio, http, longpoll, store, streams, waits
 from todos.aio import EventStreamResponse
 from todos.api.events import same_access
 from todos.api.operations import ClaimNext
-from todos.api.plumbing import api_error_for, authenticate
+from todos.api.plumbing import aauthenticate, api_error_for, authenticate
 from todos.http import JsonResponse
 from todos.hub import Ring, Waiter
 from todos.mcp import listen, sessions, stateless
@@ -91,7 +91,7 @@ class McpRequest(HttpRequest):
 
     endpoint: Endpoint
     mcp_session: McpSession
-    mcp_message: tuple[Json, str]
+    mcp_message: "tuple[Json, str] | TransportError"
 
 
 # What the transport answers a message: a response, or the wait or the stream
@@ -261,7 +261,13 @@ def _parse(request: McpRequest) -> tuple[Json, str]:
     """Return the one JSON-RPC message of a POST and its kind (read once)."""
     parsed = getattr(request, "mcp_message", None)
     if parsed is None:
-        parsed = request.mcp_message = _read_message(request)
+        try:
+            parsed = _read_message(request)
+        except TransportError as refused:
+            parsed = refused
+        request.mcp_message = parsed
+    if isinstance(parsed, TransportError):
+        raise parsed
     return parsed
 
 
@@ -339,7 +345,7 @@ def _dispatch(
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
+def _check_accepts(request: McpRequest) -> None:
     if not accepts(request, "application/json"):
         raise TransportError(
             406,
@@ -347,6 +353,10 @@ def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
             "the client must accept application/json",
             error="not_acceptable",
         )
+
+
+def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
+    _check_accepts(request)
     message, kind = _parse(request)
     if stateless.speaks_stateless(request, message):
         return stateless.answer(request, endpoint, message, kind)
@@ -383,45 +393,18 @@ def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
     return JsonResponse(body, headers=headers)
 
 
-# The tools whose calls are served from the event loop (``Post``): a claim
-# and the acknowledgements, whose statements are the store's.
-LOOP_TOOLS = frozenset(
-    {"claim_next", "complete_todo", "fail_todo", "heartbeat", "release_todo"}
-)
-
-
 class Post(longpoll.LongPoll):
-    """An MCP POST: any message is answered in ``start`` (one pooled call, or
-    from the loop for ``LOOP_TOOLS``), but a tools/call of claim_next, which
-    claims as a long poll, and one of wait_for_todo, which ``_post_waiting``
-    then awaits (``todos.waits``)."""
+    """An MCP POST: any message is answered in ``start`` (``_aanswer``), but
+    a tools/call of claim_next, which claims as a long poll, and one of
+    wait_for_todo, which ``_post_waiting`` then awaits (``todos.waits``)."""
 
     def __init__(self, request: McpRequest) -> None:
         self.request = request
         self.pending: Pending | None = None
         self.response: HttpResponseBase | listen.Listen | None = None
 
-    def starts_in_loop(self) -> bool:
-        """A 2026-07-28 tools/call of one of ``LOOP_TOOLS``: the store's
-        statements only, made from the loop (todos.inloop)."""
-        request = self.request
-        if request.META.get("HTTP_MCP_NAME") not in LOOP_TOOLS:
-            return False
-        try:
-            message, kind = _parse(request)
-        except TransportError:
-            return False
-        params = message.get("params")
-        return (
-            kind == "request"
-            and message["method"] == "tools/call"
-            and isinstance(params, dict)
-            and params.get("name") in LOOP_TOOLS
-            and stateless.speaks_stateless(request, message)
-        )
-
-    def start(self) -> store.Scope | None:
-        answer = _answer(self.request)
+    async def start(self) -> store.Scope | None:
+        answer = await _aanswer(self.request)
         if not isinstance(answer, Pending):
             self.response = answer
             return None
@@ -437,11 +420,11 @@ class Post(longpoll.LongPoll):
         assert isinstance(work, ClaimNext)  # start gave a scope for a claim only
         return work
 
-    def revalidate(self) -> store.Scope:
-        return self._claim().revalidate()
+    async def revalidate(self) -> store.Scope:
+        return await self._claim().revalidate()
 
-    def attempt(self, scope: store.Scope) -> longpoll.Claimed:
-        return self._claim().attempt(scope)
+    async def attempt(self, scope: store.Scope) -> longpoll.Claimed:
+        return await self._claim().attempt(scope)
 
 
 async def _post_waiting(request: McpRequest) -> HttpResponseBase:
@@ -532,7 +515,7 @@ def _event(message: Json) -> str:
     return f"event: message\ndata: {json.dumps(message)}\n\n"
 
 
-def _authorize_stream(request: McpRequest) -> tuple[store.Scope, uuid.UUID]:
+async def _authorize_stream(request: McpRequest) -> tuple[store.Scope, uuid.UUID]:
     if not accepts(request, "text/event-stream"):
         raise TransportError(
             406,
@@ -541,8 +524,8 @@ def _authorize_stream(request: McpRequest) -> tuple[store.Scope, uuid.UUID]:
             error="not_acceptable",
         )
     _check_origin(request)
-    request.endpoint = authenticate(request)
-    request.mcp_session = _session(request, request.endpoint)
+    request.endpoint = await aauthenticate(request)
+    request.mcp_session = await aio.run_pooled(_session, request, request.endpoint)
     return store.Scope.for_endpoint(request.endpoint), request.mcp_session.pk
 
 
@@ -559,10 +542,10 @@ async def session_stream(
     scope, session = waiter.scope, request.mcp_session
     level = [session.log_level]
 
-    def refresh(notices: set[str]) -> bool:
-        if not same_access(request, scope):
+    async def refresh(notices: set[str]) -> bool:
+        if not await same_access(request, scope):
             return False
-        now = session_level(session.pk)
+        now = await aio.run_pooled(session_level, session.pk)
         if now is None:
             return False
         level[0] = now
@@ -604,9 +587,8 @@ async def endpoint(request: McpRequest) -> HttpResponseBase:
     """Serve the MCP Streamable HTTP transport for the token's endpoint.
 
     An async view: the GET stream and a waiting claim_next wait in the event
-    loop without a thread or a connection; a 2026-07-28 claim or
-    acknowledgement makes its statements from the loop (``Post``), and every
-    other message is answered in one pooled database call.
+    loop without a thread or a connection, and every other message is
+    answered in one pooled database call.
     """
     try:
         if request.method == "GET":
@@ -620,7 +602,24 @@ async def endpoint(request: McpRequest) -> HttpResponseBase:
         return _failure(exc)
 
 
-endpoint.waits = True  # type: ignore[attr-defined]  # read by board/serving/middleware
+async def _aanswer(request: McpRequest) -> Answer:
+    """Answer a POST: a 2026-07-28 tools/call of a tool with an async handler
+    (the acknowledgements) awaited here, in the event loop; any other message
+    in one pooled call (``_answer``)."""
+    try:
+        message, kind = _parse(request)
+    except TransportError:
+        message, kind = {}, ""  # _answer refuses it, after the token
+    if not stateless.awaits_tool(request, message, kind):
+        return await aio.run_pooled(_answer, request)
+    try:
+        _check_origin(request)
+        # The request log names the endpoint, as it does for the JSON API.
+        request.endpoint = await aauthenticate(request)
+        _check_accepts(request)
+        return await stateless.aanswer_tool(request, request.endpoint, message)
+    except Exception as exc:
+        return _failure(exc)
 
 
 def _answer(request: McpRequest) -> Answer:

@@ -10,13 +10,15 @@ import base64
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
-from todos import auth, http, inloop, store
+from todos import auth, http, store
+from todos.db import pool
+from todos.db.pool import Runner, db
 from todos.sqs import messages
 from todos.sqs.protocol import Caller, SqsError, SqsRequest, invalid
 
@@ -181,6 +183,19 @@ def _check_exists(caller: Caller, name: str) -> None:
     # One index probe: the figures get_queue computes are not needed here.
     if not store.queue_exists(caller.scope, name):
         raise _no_such_queue()
+
+
+async def _acheck_exists(caller: Caller, name: str, on: Runner = db) -> None:
+    """``_check_exists`` awaited in the loop (on the transaction ``on``)."""
+    if not await store.arun_steps(store.queue_exists_steps(caller.scope, name), on):
+        raise _no_such_queue()
+
+
+async def _aaddressed(caller: Caller, body: Body) -> Queue:
+    """``_addressed`` of a queue that must exist, awaited in the loop."""
+    queue = _addressed(caller, body, must_exist=False)
+    await _acheck_exists(caller, queue.name)
+    return queue
 
 
 def _existing(caller: Caller, name: str) -> store.QueueInfo:
@@ -507,12 +522,12 @@ def _create_failure(exc: Exception) -> Exception:
     return exc
 
 
-def send_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
-    queue = _addressed(caller, body)
+async def send_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
+    queue = await _aaddressed(caller, body)
     outgoing = _outgoing(body)
     messages.check_size(outgoing.size)
     try:
-        todo, _ = store.create_todo(
+        todo, _ = await store.acreate_todo(
             queue.scope, **outgoing.create_args(queue), actor=_actor(caller)
         )
     except store.Conflict as exc:
@@ -578,8 +593,8 @@ def _entry_failure(entry_id: str, result: Exception) -> Body:
     }
 
 
-def send_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
-    queue = _addressed(caller, body)
+async def send_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
+    queue = await _aaddressed(caller, body)
     entries = _entries(body, "SendMessageBatchRequestEntry")
     prepared: list[tuple[str, Outgoing]] = []
     failed: list[Body] = []
@@ -605,12 +620,13 @@ def send_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
     if prepared:
         # Every entry was validated above; the answer is built before the
         # commit, so nothing that follows the commit can fail.
-        with inloop.atomic():
-            results = store.create_many(
+        async with pool.transaction() as tx:
+            creates = store.create_many_steps(
                 queue.scope,
                 [outgoing.create_args(queue) for _, outgoing in prepared],
                 actor=_actor(caller),
             )
+            results = await store.arun_steps(creates, tx)
             for (entry_id, outgoing), result in zip(prepared, results, strict=True):
                 if isinstance(result, Exception):
                     failed.append(_entry_failure(entry_id, _create_failure(result)))
@@ -686,7 +702,7 @@ def _received(
     return message
 
 
-def receive_message(request: SqsRequest, caller: Caller, body: Body) -> "Receive":
+async def receive_message(request: SqsRequest, caller: Caller, body: Body) -> "Receive":
     """ReceiveMessage: a batch claim that may wait (``Receive``, a long poll)."""
     queue = _addressed(caller, body, must_exist=False)
     return Receive(
@@ -718,8 +734,8 @@ class Receive:
     # to take) saves a statement.
     checked: bool = False
 
-    def attempt(self, scope: store.Scope) -> list[store.Todo]:
-        claimed = store.claim_many(
+    async def attempt(self, scope: store.Scope) -> list[store.Todo]:
+        claimed = await store.aclaim_many(
             scope,
             CLAIMANT,
             limit=self.limit,
@@ -730,14 +746,14 @@ class Receive:
             visible_at_once=self.visibility == 0,
         )
         if not claimed and not self.checked:
-            _check_exists(self.caller, self.queue.name)
+            await _acheck_exists(self.caller, self.queue.name)
             self.checked = True
         return claimed
 
-    def revalidate(self) -> store.Scope:
+    async def revalidate(self) -> store.Scope:
         """A revoked endpoint or a rotated key ends the wait; so does a grant
         that no longer covers the queue."""
-        found = auth.endpoint_for_access_key(self.caller.access_key_id)
+        found = await auth.aendpoint_for_access_key(self.caller.access_key_id)
         if found is None:
             raise SqsError(
                 "InvalidClientTokenId",
@@ -765,7 +781,7 @@ class Receive:
 STALE = (store.NotFound, store.Conflict)
 
 
-def _handle_of(caller: Caller, queue: Queue, body: Body) -> tuple[str, str]:
+async def _handle_of(caller: Caller, queue: Queue, body: Body) -> tuple[str, str]:
     """The todo id and lease token of a single call's ReceiptHandle. A
     malformed one is a missing queue's error first, when the queue is missing
     (as SQS answers)."""
@@ -776,17 +792,18 @@ def _handle_of(caller: Caller, queue: Queue, body: Body) -> tuple[str, str]:
     except SqsError as error:
         if error.shape != "ReceiptHandleIsInvalid":
             raise
-        _check_exists(caller, queue.name)
+        await _acheck_exists(caller, queue.name)
         raise SqsError(
             "ReceiptHandleIsInvalid", "The input receipt handle is invalid."
         ) from None
 
 
-def _in_another_queue(caller: Caller, todo_id: str) -> bool:
+async def _in_another_queue(caller: Caller, todo_id: str, on: Runner = db) -> bool:
     """Say whether a todo not found in the addressed queue is in another one of
     the endpoint (its handle is then invalid here, not stale)."""
+    endpoint = store.Scope(caller.scope.endpoint_id)
     try:
-        store.get_todo(store.Scope(caller.scope.endpoint_id), todo_id)
+        await store.arun_steps(store.get_todo_steps(endpoint, todo_id), on)
     except store.NotFound:
         return False
     return True
@@ -799,50 +816,61 @@ def _handle_of_another_queue() -> SqsError:
     )
 
 
-def delete_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
+async def delete_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = _handle_of(caller, queue, body)
+    todo_id, token = await _handle_of(caller, queue, body)
     try:
-        store.complete_todo(queue.scope, todo_id, None, lease_token=token)
+        await store.acomplete_todo(queue.scope, todo_id, None, lease_token=token)
     except store.NotFound:
         # Stale (the message is gone), unless there is no such queue at all
         # or the handle is another queue's.
-        _check_exists(caller, queue.name)
-        if _in_another_queue(caller, todo_id):
+        await _acheck_exists(caller, queue.name)
+        if await _in_another_queue(caller, todo_id):
             raise _handle_of_another_queue() from None
     except store.Conflict:
         pass
     return {}
 
 
-def delete_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
+async def delete_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
     def action(entry: Body) -> store.Ack:
         todo_id, token = messages.parse_receipt_handle(entry.get("ReceiptHandle"))
         return store.Ack("complete", todo_id, lease_token=token)
 
-    def failure(result: store.Todo | Exception, todo_id: str) -> Exception | None:
-        if isinstance(result, store.NotFound) and _in_another_queue(caller, todo_id):
+    async def failure(
+        result: store.Todo | Exception, todo_id: str, on: Runner
+    ) -> Exception | None:
+        if isinstance(result, store.NotFound) and await _in_another_queue(
+            caller, todo_id, on
+        ):
             return _handle_of_another_queue()
         # A stale handle deletes nothing and succeeds, as DeleteMessage does.
         if isinstance(result, Exception) and not isinstance(result, STALE):
             return result
         return None
 
-    return _acknowledge_batch(
+    return await _acknowledge_batch(
         caller, body, "DeleteMessageBatchRequestEntry", action, failure
     )
 
 
-def _acknowledge_batch(
+# What a batch entry's result fails with (``_acknowledge_batch``), read on
+# the batch's transaction.
+type Failure = Callable[
+    [store.Todo | Exception, str, Runner], Awaitable[Exception | None]
+]
+
+
+async def _acknowledge_batch(
     caller: Caller,
     body: Body,
     member: str,
     action: Callable[[Body], store.Ack],
-    failure: Callable[[store.Todo | Exception, str], Exception | None],
+    failure: Failure,
 ) -> Body:
     """The batch acknowledgements' shared run: one store action per entry
     (``action(entry)``, or the entry fails with its SqsError), applied in one
-    statement; ``failure(result, todo_id)`` returns what an entry fails with
+    statement; ``failure(result, todo_id, tx)`` returns what an entry fails with
     (an SqsError, or another exception: an internal failure), None for a
     success. Every entry is validated first and the answer is built before
     the commit, so nothing that follows the commit can fail.
@@ -860,26 +888,21 @@ def _acknowledge_batch(
         ids.append(entry["Id"])
     successful: list[Body] = []
     if not actions:
-        _check_exists(caller, queue.name)
+        await _acheck_exists(caller, queue.name)
         return {"Successful": successful, "Failed": failed}
-    with inloop.atomic():
-        results = store.acknowledge_many(queue.scope, actions)
-        _check_exists_when_missed(caller, queue, results)
+    async with pool.transaction() as tx:
+        acknowledged = store.acknowledge_many_steps(queue.scope, actions)
+        results = await store.arun_steps(acknowledged, tx)
+        if any(isinstance(result, store.NotFound) for result in results):
+            # A todo not found may mean no such queue: look once, only then.
+            await _acheck_exists(caller, queue.name, tx)
         for entry_id, ack, result in zip(ids, actions, results, strict=True):
-            refused = failure(result, ack.todo_id)
+            refused = await failure(result, ack.todo_id, tx)
             if refused is None:
                 successful.append({"Id": entry_id})
             else:
                 failed.append(_entry_failure(entry_id, refused))
     return {"Successful": successful, "Failed": failed}
-
-
-def _check_exists_when_missed(
-    caller: Caller, queue: Queue, results: Iterable[store.Todo | Exception]
-) -> None:
-    """A todo not found may mean no such queue: look once, only then."""
-    if any(isinstance(result, store.NotFound) for result in results):
-        _check_exists(caller, queue.name)
 
 
 def _visibility_error(exc: Exception) -> Exception:
@@ -898,26 +921,28 @@ def _visibility_ack(todo_id: str, token: str, timeout: int) -> store.Ack:
     return store.Ack("heartbeat", todo_id, lease_token=token, lease_seconds=timeout)
 
 
-def change_message_visibility(request: SqsRequest, caller: Caller, body: Body) -> Body:
+async def change_message_visibility(
+    request: SqsRequest, caller: Caller, body: Body
+) -> Body:
     queue = _addressed(caller, body, must_exist=False)
-    todo_id, token = _handle_of(caller, queue, body)
+    todo_id, token = await _handle_of(caller, queue, body)
     timeout = _member(body, "VisibilityTimeout", int, required=True)
     _integer(body, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
     try:
         if timeout == 0:
-            store.release_todo(queue.scope, todo_id, None, lease_token=token)
+            await store.arelease_todo(queue.scope, todo_id, None, lease_token=token)
         else:
-            store.heartbeat(
+            await store.aheartbeat(
                 queue.scope, todo_id, None, lease_seconds=timeout, lease_token=token
             )
     except (store.NotFound, store.Conflict) as exc:
         if isinstance(exc, store.NotFound):
-            _check_exists(caller, queue.name)
+            await _acheck_exists(caller, queue.name)
         raise _visibility_error(exc) from None
     return {}
 
 
-def change_message_visibility_batch(
+async def change_message_visibility_batch(
     request: SqsRequest, caller: Caller, body: Body
 ) -> Body:
     def action(entry: Body) -> store.Ack:
@@ -926,30 +951,24 @@ def change_message_visibility_batch(
         _integer(entry, "VisibilityTimeout", 0, store.MAX_LEASE_SECONDS)
         return _visibility_ack(todo_id, token, timeout)
 
-    def failure(result: store.Todo | Exception, todo_id: str) -> Exception | None:
+    async def failure(
+        result: store.Todo | Exception, todo_id: str, on: Runner
+    ) -> Exception | None:
         if not isinstance(result, Exception):
             return None
         return _visibility_error(result)
 
-    return _acknowledge_batch(
+    return await _acknowledge_batch(
         caller, body, "ChangeMessageVisibilityBatchRequestEntry", action, failure
     )
 
 
-# The actions served from the event loop (todos.inloop): a receive and the
-# acknowledgements, whose statements are the store's. The others run in a
-# pooled thread.
-LOOP_ACTIONS = frozenset(
-    {
-        "ReceiveMessage",
-        "DeleteMessage",
-        "DeleteMessageBatch",
-        "ChangeMessageVisibility",
-        "ChangeMessageVisibilityBatch",
-    }
-)
-# An action: its response members, or the Receive the view claims (a long poll).
+# An action: its response members, or the Receive the view claims (a long
+# poll). The agent's hot path (send, receive, delete, visibility) is async,
+# awaited in the event loop on the async store; the queue administration is
+# sync, run in a pooled thread on Django's connection.
 type Action = Callable[[SqsRequest, Caller, Body], "Body | Receive"]
+type AsyncAction = Callable[[SqsRequest, Caller, Body], Awaitable["Body | Receive"]]
 
 ACTIONS: dict[str, Action] = {
     "CreateQueue": create_queue,
@@ -957,6 +976,10 @@ ACTIONS: dict[str, Action] = {
     "ListQueues": list_queues,
     "GetQueueAttributes": get_queue_attributes,
     "SetQueueAttributes": set_queue_attributes,
+    "PurgeQueue": purge_queue,
+    "DeleteQueue": delete_queue,
+}
+ASYNC_ACTIONS: dict[str, AsyncAction] = {
     "SendMessage": send_message,
     "SendMessageBatch": send_message_batch,
     "ReceiveMessage": receive_message,
@@ -964,8 +987,6 @@ ACTIONS: dict[str, Action] = {
     "DeleteMessageBatch": delete_message_batch,
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
-    "PurgeQueue": purge_queue,
-    "DeleteQueue": delete_queue,
 }
 # SQS actions Switchboard does not offer (permissions, tags, DLQ moves).
 UNSUPPORTED = (

@@ -202,6 +202,26 @@ class Caller:
 
 def authenticate(request: SqsRequest, raw_body: bytes) -> Caller:
     """Verify the request's SigV4 signature; return its Caller or raise SqsError."""
+    headers, authorization = _authorization(request)
+    try:
+        found = auth.endpoint_for_access_key(authorization.access_key_id)
+    except (OperationalError, InterfaceError) as exc:
+        raise store.Unavailable("authenticate", exc) from exc
+    return _caller(request, raw_body, headers, authorization, found)
+
+
+async def aauthenticate(request: SqsRequest, raw_body: bytes) -> Caller:
+    """``authenticate`` for the async view: the key's lookup awaited in the loop."""
+    headers, authorization = _authorization(request)
+    try:
+        found = await auth.aendpoint_for_access_key(authorization.access_key_id)
+    except (OperationalError, InterfaceError) as exc:
+        raise store.Unavailable("authenticate", exc) from exc
+    return _caller(request, raw_body, headers, authorization, found)
+
+
+def _authorization(request: SqsRequest) -> tuple[dict[str, str], sigv4.Authorization]:
+    """The request's headers and its parsed SigV4 Authorization."""
     headers = _headers(request.META)
     try:
         authorization = sigv4.parse_authorization(headers.get("authorization"))
@@ -215,10 +235,20 @@ def authenticate(request: SqsRequest, raw_body: bytes) -> Caller:
                 "InvalidClientTokenId",
                 "session tokens are not supported: sign with the endpoint's key",
             )
-        try:
-            found = auth.endpoint_for_access_key(authorization.access_key_id)
-        except (OperationalError, InterfaceError) as exc:
-            raise store.Unavailable("authenticate", exc) from exc
+    except sigv4.SignatureError as exc:
+        raise SqsError(exc.code, exc.message) from None
+    return headers, authorization
+
+
+def _caller(
+    request: SqsRequest,
+    raw_body: bytes,
+    headers: dict[str, str],
+    authorization: sigv4.Authorization,
+    found: tuple[Endpoint, str, str] | None,
+) -> Caller:
+    """Check the signature with the key ``found``; the Caller it proves."""
+    try:
         if found is None:
             raise sigv4.SignatureError(
                 "InvalidClientTokenId",

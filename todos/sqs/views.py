@@ -7,18 +7,18 @@ page; authentication comes first, so an unsigned caller learns nothing else.
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import longpoll, store
+from todos import aio, longpoll, store
 from todos.sqs import actions, protocol
 from todos.sqs.protocol import Caller, SqsError, SqsRequest
 
-# What a call runs in its first database call: ``handle``, or ``misaddressed``.
-type Handler = Callable[[SqsRequest], actions.Body | actions.Receive]
+# What a call runs first: ``handle``, or ``misaddressed``.
+type Handler = Callable[[SqsRequest], Awaitable[actions.Body | actions.Receive]]
 
 logger = logging.getLogger("switchboard.sqs")
 
@@ -27,10 +27,11 @@ logger = logging.getLogger("switchboard.sqs")
 async def root(request: SqsRequest) -> HttpResponse:
     """Answer an SQS call (POST), or lead a browser to the Board.
 
-    An async view: a receive's and an acknowledgement's statements run from
-    the event loop (todos.inloop), the other actions' in the bounded pool of
-    todos.aio; a waiting ReceiveMessage is a long poll (todos.longpoll)
-    like the JSON API's claim, holding no thread and no connection.
+    An async view: a send's, a receive's and an acknowledgement's statements
+    are awaited in the event loop (the async store), the queue
+    administration's run in the bounded pool of todos.aio; a waiting
+    ReceiveMessage is a long poll (todos.longpoll) like the JSON API's
+    claim, holding no thread and no connection.
     """
     if request.method != "POST":
         return HttpResponseRedirect("/board/")
@@ -59,32 +60,17 @@ async def _answer(request: SqsRequest, handler: Handler) -> HttpResponse:
         return protocol.error_response(error.shape, error.message)
 
 
-# board/serving/asgi.py serves POST / outside the per-request thread context, and
-# board.serving.middleware.WaitingViewsMiddleware takes it past the sync middleware.
-root.waits = True  # type: ignore[attr-defined]  # read by board/serving/middleware
-
-
 class Call(longpoll.LongPoll):
-    """An SQS call: answered in ``start`` (one pooled call, or from the loop
-    for the actions of ``actions.LOOP_ACTIONS``), but a ReceiveMessage, which
-    claims as a long poll."""
+    """An SQS call: answered in ``start``, but a ReceiveMessage, which claims
+    as a long poll."""
 
     def __init__(self, request: SqsRequest, handler: Handler) -> None:
         self.request, self.handler = request, handler
         self.receive: actions.Receive | None = None
         self.outcome: actions.Body | None = None
 
-    def starts_in_loop(self) -> bool:
-        # The action ``handle`` will run is the one the header names.
-        target = self.request.META.get("HTTP_X_AMZ_TARGET", "")
-        return (
-            self.handler is handle
-            and target.startswith(protocol.TARGET_PREFIX)
-            and target.removeprefix(protocol.TARGET_PREFIX) in actions.LOOP_ACTIONS
-        )
-
-    def start(self) -> store.Scope | None:
-        outcome = self.handler(self.request)
+    async def start(self) -> store.Scope | None:
+        outcome = await self.handler(self.request)
         if not isinstance(outcome, actions.Receive):
             self.outcome = outcome
             return None
@@ -95,17 +81,19 @@ class Call(longpoll.LongPoll):
         assert self.receive is not None  # start gave a scope for a receive only
         return self.receive
 
-    def revalidate(self) -> store.Scope:
-        return self._receive().revalidate()
+    async def revalidate(self) -> store.Scope:
+        return await self._receive().revalidate()
 
-    def attempt(self, scope: store.Scope) -> list[store.Todo]:
-        return self._receive().attempt(scope)
+    async def attempt(self, scope: store.Scope) -> list[store.Todo]:
+        return await self._receive().attempt(scope)
 
-    def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
+    async def hand_back(self, scope: store.Scope, todo: store.Todo) -> None:
         """SQS's rule: a ReceiveMessage whose answer was lost still counts a
         receive (``ApproximateReceiveCount``). The message is visible again at
         once, with the receive spent."""
-        store.release_todo(scope, todo.id, todo.owner, lease_token=todo.lease_token)
+        await store.arelease_todo(
+            scope, todo.id, todo.owner, lease_token=todo.lease_token
+        )
 
 
 @csrf_exempt
@@ -120,8 +108,8 @@ async def queue_path(request: SqsRequest, account_id: str, queue: str) -> HttpRe
     return await _answer(request, misaddressed)
 
 
-def misaddressed(request: SqsRequest) -> NoReturn:
-    _verified(request)
+async def misaddressed(request: SqsRequest) -> NoReturn:
+    await _verified(request)
     raise SqsError(
         "InvalidAddress",
         "Send SQS requests to the endpoint URL (POST /): the queue URL is the "
@@ -129,20 +117,25 @@ def misaddressed(request: SqsRequest) -> NoReturn:
     )
 
 
-def _verified(request: SqsRequest) -> tuple[bytes, Caller]:
+async def _verified(request: SqsRequest) -> tuple[bytes, Caller]:
     """The request's raw body and its authenticated Caller."""
     protocol.check_host(request)
     raw = protocol.read_body(request)
-    return raw, protocol.authenticate(request, raw)
+    return raw, await protocol.aauthenticate(request, raw)
 
 
-def handle(request: SqsRequest) -> actions.Body | actions.Receive:
-    raw, caller = _verified(request)
+async def handle(request: SqsRequest) -> actions.Body | actions.Receive:
+    """Run the action the request names: an async one awaited here, a sync
+    one (queue administration) in a pooled thread."""
+    raw, caller = await _verified(request)
     target = request.headers.get("X-Amz-Target", "")
     name = target.removeprefix(protocol.TARGET_PREFIX)
-    action = (
-        actions.ACTIONS.get(name) if target.startswith(protocol.TARGET_PREFIX) else None
-    )
+    known = target.startswith(protocol.TARGET_PREFIX)
+    awaited = actions.ASYNC_ACTIONS.get(name) if known else None
+    if awaited is not None:
+        request.sqs_action = name
+        return await awaited(request, caller, protocol.parse_body(raw))
+    action = actions.ACTIONS.get(name) if known else None
     if action is None:
         if name in actions.UNSUPPORTED:
             raise SqsError(
@@ -153,4 +146,4 @@ def handle(request: SqsRequest) -> actions.Body | actions.Receive:
             f"The action {name or '(none)'} is not valid for this endpoint.",
         )
     request.sqs_action = name
-    return action(request, caller, protocol.parse_body(raw))
+    return await aio.run_pooled(action, request, caller, protocol.parse_body(raw))

@@ -10,9 +10,8 @@ from typing import Any, Literal, TypedDict, overload
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from todos import inloop
 from todos.db.pool import Runner, db
 
 from .rows import (
@@ -106,12 +105,19 @@ def _run(
 def _run(
     operation: str, sql: str, params: Params, fetch: Fetch = "all"
 ) -> list[Row] | Row | None | int:
-    """Execute one statement; turn connection trouble into ``Unavailable``.
-
-    In a store call of the event loop (todos.inloop) the loop runs it.
-    """
+    """Execute one statement on Django's connection of this thread; turn
+    connection trouble into ``Unavailable`` (``_arun`` is its async twin)."""
     try:
-        return inloop.run(sql, params, fetch)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if fetch == "one":
+                row: Row | None = cursor.fetchone()
+                return row
+            if fetch == "all":
+                rows: list[Row] = cursor.fetchall()
+                return rows
+            count: int = cursor.rowcount
+            return count
     except OUTAGES as exc:
         raise _outage(operation, exc) from exc
 

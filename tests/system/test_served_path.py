@@ -1,17 +1,20 @@
-"""Served claims and acknowledgements run their statements from the event loop
-(todos/inloop.py), on the JSON API, SQS and MCP: no thread hop, on the in-loop
-pool's own connections, with the same answers, the same revocation, 503 when a
+"""The agent surfaces as served: an ``async def`` view is served in the event
+loop and awaits its statements on the async pool (todos/db/pool.py), so a
+claim and its acknowledgement, a woken long poll, an SQS receive and delete,
+make no thread hop; with the same answers, the same revocation, 503 when a
 connection is lost, and transactions that commit or roll back as one."""
 
 import asyncio
+import threading
 
 import psycopg
 import pytest
 from django.db import connection
 
-from tests.api.test_longpoll import post
+from tests.api.test_longpoll import post, wait_for_listener
 from tests.sqs.conftest import client_for
-from todos import aio, endpoints, inloop, store
+from todos import aio, endpoints, store
+from todos.db import pool
 from todos.db.params import async_params
 from todos.sqs import credentials
 
@@ -47,10 +50,10 @@ def hops(monkeypatch):
 
 
 def pool_backends():
-    """The backend pids of the in-loop pool's idle connections."""
-    pool = inloop._pool
-    assert pool is not None, "the in-loop pool never opened"
-    return [conn.info.backend_pid for conn in list(pool._pool)]
+    """The backend pids of the async pool's idle connections."""
+    opened = pool.current()
+    assert opened is not None, "the async pool never opened"
+    return [conn.info.backend_pid for conn in list(opened._pool)]
 
 
 def claim_and_complete(asgi_server, token, worker="w1"):
@@ -76,7 +79,29 @@ def test_a_served_claim_and_complete_make_no_thread_hop(
     assert status == 200 and body["todo"]["state"] == "done"
     assert body["todo"]["result"] == {"ok": 1}
     assert hops == []
-    assert pool_backends(), "the statements ran on the in-loop pool"
+    assert pool_backends(), "the statements ran on the async pool"
+
+
+def test_a_woken_long_poll_makes_no_thread_hop(asgi_server, endpoint, scope, hops):
+    answers = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(
+            call(
+                asgi_server,
+                "/api/v1/todos/claim",
+                endpoint.token,
+                {"worker": "w1", "queue": "q", "wait_seconds": 5},
+            )
+        )
+    )
+    waiting.start()
+    # The poll waits (its first try found nothing); a create rings it.
+    wait_for_listener()
+    store.create_todo(scope, title="late", queue="q")
+    waiting.join(10)
+    ((status, body),) = answers
+    assert status == 200 and body["todo"]["title"] == "late"
+    assert hops == []
 
 
 def test_a_batch_of_acknowledgements_is_served_in_the_loop_and_a_cancel_is_not(
@@ -142,7 +167,7 @@ def test_a_token_revoked_between_two_completes_is_refused_in_the_loop(
     assert store.get_todo(scope, todo["id"]).state == "claimed"
 
 
-def test_a_lost_in_loop_connection_answers_503_and_the_next_call_works(
+def test_a_lost_pool_connection_answers_503_and_the_next_call_works(
     asgi_server, endpoint, scope
 ):
     for n in range(3):
@@ -167,7 +192,7 @@ def test_a_lost_in_loop_connection_answers_503_and_the_next_call_works(
     assert status == 200 and body["todo"]["state"] == "done"
 
 
-def test_in_loop_connections_are_made_as_djangos(db):
+def test_pool_connections_are_made_as_djangos(db):
     params = async_params()
     ours = connection.get_connection_params()
     assert params["autocommit"] is True
@@ -197,8 +222,10 @@ def test_an_sqs_receive_and_delete_batch_make_no_thread_hop(
     assert hops == []
     states = {store.get_todo(scope, m["MessageId"]).state for m in received["Messages"]}
     assert states == {"done"}
-    # An action outside the loop's list still runs in a pooled thread.
     client.send_message(QueueUrl=url, MessageBody="b")
+    assert hops == []
+    # A sync action (queue administration) runs in a pooled thread.
+    client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
     assert hops == ["closing"]
 
 
@@ -267,45 +294,37 @@ def test_an_mcp_body_that_is_not_the_tool_its_header_names_is_served_in_a_thread
     assert hops == ["closing"]
 
 
-def in_the_loop(fn, *args):
-    """Run ``fn`` as a served request's loop call does, then close the pool."""
+def in_a_loop(coroutine_function):
+    """Await ``coroutine_function()`` in a loop of its own, then close the pool."""
 
     async def main():
-        inloop.serving.set(True)
         try:
-            return await inloop.call(fn, *args)
+            return await coroutine_function()
         finally:
-            await inloop.close()
+            await pool.close()
 
     return asyncio.run(main())
 
 
-def test_a_loop_calls_transaction_commits_or_rolls_back_as_one(endpoint, scope):
+def test_a_pool_transaction_commits_or_rolls_back_as_one(endpoint, scope):
     store.create_todo(scope, title="t", queue="q")
     claimed = store.claim_next(scope, "w1", queue="q")
 
-    def complete(fail):
-        with inloop.atomic():
-            assert inloop.in_atomic_block()
-            store.complete_todo(scope, claimed.id, "w1")
+    async def complete(fail):
+        async with pool.transaction() as tx:
+            steps = store.acknowledge_many_steps(
+                scope, [store.Ack("complete", claimed.id, "w1")]
+            )
+            (done,) = await store.arun_steps(steps, tx)
+            assert done.state == "done"
             if fail:
                 raise RuntimeError("after the statement, before the commit")
-        return inloop.in_atomic_block()
 
     with pytest.raises(RuntimeError, match="before the commit"):
-        in_the_loop(complete, True)
+        in_a_loop(lambda: complete(True))
     assert store.get_todo(scope, claimed.id).state == "claimed"
-    assert in_the_loop(complete, False) is False
+    in_a_loop(lambda: complete(False))
     assert store.get_todo(scope, claimed.id).state == "done"
-
-
-def test_a_loop_calls_transactions_do_not_nest(endpoint):
-    def nested():
-        with inloop.atomic(), inloop.atomic():
-            pass
-
-    with pytest.raises(RuntimeError, match="do not nest"):
-        in_the_loop(nested)
 
 
 def test_closing_forgets_a_pool_whose_loop_has_ended(db):
@@ -313,13 +332,13 @@ def test_closing_forgets_a_pool_whose_loop_has_ended(db):
     cancelled with it) made the server's close raise CancelledError."""
 
     async def open_one():
-        pool = await inloop._open_pool()
-        await pool.wait()  # as a served request leaves it: open, and used
-        return pool
+        opened = await pool.open_pool()
+        await opened.wait()  # as a served request leaves it: open, and used
+        return opened
 
-    pool = asyncio.run(open_one())
-    assert pool is not None and inloop._pool is pool
+    opened = asyncio.run(open_one())
+    assert opened is not None and pool.current() is opened
 
-    asyncio.run(inloop.close())
+    asyncio.run(pool.close())
 
-    assert inloop._pool is None
+    assert pool.current() is None
