@@ -28,10 +28,10 @@ from todos.models import Endpoint, McpSession
 
 APP_NAME = "sb-waiters-test-server"
 POOL_MAX = 4
-# The in-loop pool of the served claims and acknowledgements (todos/inloop.py).
-IN_LOOP_MAX = 2
+# The async pool of the agent surfaces' async views (todos/db/pool.py).
+ASYNC_POOL_MAX = 2
 # A process's connections: both pools and one LISTEN.
-BUDGET = POOL_MAX + IN_LOOP_MAX + 1
+BUDGET = POOL_MAX + ASYNC_POOL_MAX + 1
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,7 +65,7 @@ def start_server(**env):
             "LOG_LEVEL": "WARNING",
             "SWITCHBOARD_DB_POOL_MAX": str(POOL_MAX),
             "SWITCHBOARD_DB_POOL_MIN": "1",
-            "SWITCHBOARD_DB_ASYNC_POOL_MAX": str(IN_LOOP_MAX),
+            "SWITCHBOARD_DB_ASYNC_POOL_MAX": str(ASYNC_POOL_MAX),
             "SWITCHBOARD_SSE_KEEPALIVE_SECONDS": "1",
             # A ring, not the periodic re-check, must be what wakes the waiters.
             "SWITCHBOARD_LONG_POLL_RECHECK_SECONDS": "600",
@@ -327,6 +327,21 @@ def wait_until(predicate, seconds=5, message="condition never held"):
         time.sleep(0.05)
 
 
+def warm_up(server, endpoints):
+    """Start what starts on first use: the async pool (long polls, served in
+    the loop) and the bounded database threads (sync requests, served in
+    them, more at once than there are threads)."""
+    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
+    sync = [
+        threading.Thread(target=request, args=(server, "GET", "/healthz", None))
+        for _ in range(2 * POOL_MAX)
+    ]
+    for thread in sync:
+        thread.start()
+    for thread in [*warm, *sync]:
+        thread.join(timeout=15)
+
+
 def settle(seconds=0.5):
     """Let the server register the waiters just opened."""
     time.sleep(seconds)
@@ -377,9 +392,7 @@ def test_waiters_park_no_thread(server, make_endpoint):
     claim_next held a thread of its own."""
     endpoints = [make_endpoint(f"threads-{i}") for i in range(4)]
     # Warm up: the bounded database threads start on first use.
-    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
-    for poll in warm:
-        poll.join(timeout=15)
+    warm_up(server, endpoints)
     before = worker_threads(server)
     polls = [
         LongPoll(server, endpoints[i % 4].token, wait_seconds=5) for i in range(80)
@@ -418,9 +431,7 @@ def test_waiting_mcp_result_waits_hold_no_thread_and_no_connection(
     scopes = [store.Scope.for_endpoint(e) for e in endpoints]
     sessions = [mcp_session(server, e) for e in endpoints]
     # Warm up the bounded database threads before the todos exist.
-    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
-    for poll in warm:
-        poll.join(timeout=15)
+    warm_up(server, endpoints)
     todos = [store.create_todo(scopes[i % 4], queue="q")[0] for i in range(40)]
     before = worker_threads(server)
     waits = [
@@ -472,9 +483,7 @@ def test_waiting_api_result_waits_hold_no_thread_and_no_connection(
     wait held a thread and forty of them starved every other request."""
     endpoints = [make_endpoint(f"api-results-{i}") for i in range(4)]
     scopes = [store.Scope.for_endpoint(e) for e in endpoints]
-    warm = [LongPoll(server, e.token, wait_seconds=1) for e in endpoints for _ in "ab"]
-    for poll in warm:
-        poll.join(timeout=15)
+    warm_up(server, endpoints)
     todos = [store.create_todo(scopes[i % 4], queue="q")[0] for i in range(40)]
     before = worker_threads(server)
     waits = [
