@@ -15,9 +15,7 @@ path's queue, starts ``--clients`` client processes running the path's loop
            shared object and the top symbols by own time. The worker runs with
            PYTHONPERFSUPPORT=1, so Python functions appear as ``py::`` symbols.
   py-spy   ``py-spy record --nonblocking``: the top Python functions by own and
-           inclusive samples. Its stacks are wall time of the non-idle thread;
-           a statement running in a greenlet (todos/inloop.py) may be charged
-           to the frame that last switched.
+           inclusive samples. Its stacks are wall time of the non-idle thread.
 
 The summary goes to ``--out`` (bench/results/profiles/profile-<path>.txt) with
 the command, the load average and the worker's CPU per todo in the window. It

@@ -1,10 +1,11 @@
 """Lower floors never import higher ones (STYLE.md 15), read from the source.
 
 Every module under todos/ and board/ is parsed, its imports collected (at module
-level and inside functions), and three rules checked: todos/ imports nothing
+level and inside functions), and four rules checked: todos/ imports nothing
 from board/ (settings are read through ``django.conf.settings``); the todos
-modules import each other without a cycle when they load; and the database
-floor and the store import none of what stands on them.
+modules import each other without a cycle when they load; the database
+floor and the store import none of what stands on them; and the database
+floor imports nothing of Switchboard's but itself.
 """
 
 import ast
@@ -160,6 +161,16 @@ def floors_reaching_up(graph: dict[str, list[tuple[str, bool]]]) -> list[str]:
     )
 
 
+def database_floor_reaching_up(graph: dict[str, list[tuple[str, bool]]]) -> list[str]:
+    return sorted(
+        f"{name} imports {target}"
+        for name, found in graph.items()
+        if within(name, ("todos.db",))
+        for target, _ in found
+        if within(target, ("todos", "board")) and not within(target, ("todos.db",))
+    )
+
+
 def test_nothing_in_todos_imports_from_board():
     assert todos_imports_of_board(import_graph(ROOT)) == []
 
@@ -172,11 +183,18 @@ def test_the_database_floor_and_the_store_import_nothing_above_them():
     assert floors_reaching_up(import_graph(ROOT)) == []
 
 
+def test_the_database_floor_imports_nothing_of_switchboard_but_itself():
+    """The async pool and the connection parameters stand below the store."""
+    assert database_floor_reaching_up(import_graph(ROOT)) == []
+
+
 def test_every_module_is_read():
     """The checks above see the floors, the surfaces and the serving."""
     graph = import_graph(ROOT)
     for name in ("todos.db.params", "todos.store.sql", "todos.mcp.transport"):
         assert name in graph
     assert ("todos.db.replication", True) in graph["board.serving.pgbackend.base"]
+    # The store awaits its agent-path statements on the database floor's pool.
+    assert ("todos.db.pool", True) in graph["todos.store.sql"]
     # An import inside a function counts too (the middleware's lazy one).
     assert ("todos.mcp.transport", False) in graph["todos.middleware"]
