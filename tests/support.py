@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from io import StringIO
 from pathlib import Path
 from urllib.parse import quote
@@ -316,3 +317,48 @@ class DatabaseClock:
         with connection.cursor() as cursor:
             cursor.execute("RESET search_path")
             cursor.execute(f"DROP SCHEMA IF EXISTS {self.SCHEMA} CASCADE")
+
+
+# --- Schedules: the exactly-once checker ------------------------------------------
+
+
+def slot_violations(expected):
+    """Replay the history: every expected (schedule name, slot) has exactly one
+    todo, and no todo names a slot not expected. Return the violations."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT actor FROM todo_events"
+            " WHERE from_state IS NULL AND actor LIKE 'schedule %%'"
+        )
+        made = Counter(actor for (actor,) in cursor.fetchall())
+    violations = []
+    for name, slot in sorted(expected):
+        actor = f"schedule {name}, slot {slot.isoformat().replace('+00:00', 'Z')}"
+        count = made.pop(actor, 0)
+        if count != 1:
+            violations.append((actor, count))
+    violations.extend(made.items())
+    return violations
+
+
+def expected_slots(schedules, start, end):
+    """Every slot of each schedule in (start, end]."""
+    out = set()
+    for schedule in schedules:
+        for slot in schedule.recurrence.slots_after(start):
+            if slot > end:
+                break
+            out.add((schedule.name, slot))
+    return out
+
+
+def wait_until_nothing_due(timeout=30):
+    """Wait until the sweeps have fired every slot due on the clock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM schedules WHERE next_slot_at <= now()")
+            if cursor.fetchone()[0] == 0:
+                return
+        assert time.monotonic() < deadline, "the sweeps left slots due"
+        time.sleep(0.02)

@@ -6,17 +6,24 @@ Time is PostgreSQL's: ``DatabaseClock`` sets the ``now()`` the store reads,
 so a test walks days of slots without sleeping.
 """
 
+import random
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 
-from tests.support import ROOT, DatabaseClock, child_env
+from tests.support import (
+    ROOT,
+    DatabaseClock,
+    child_env,
+    expected_slots,
+    slot_violations,
+    wait_until_nothing_due,
+)
 from todos import store
 from todos.store import schedules as store_schedules
 
@@ -558,36 +565,6 @@ def test_a_queue_the_grant_no_longer_covers_skips_its_slots(clock, endpoint, sco
 # --- Exactly once, concurrently ------------------------------------------------
 
 
-def slot_violations(expected):
-    """Replay the history: every expected (schedule name, slot) has exactly one
-    todo, and no todo names a slot not expected. Return the violations."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT actor FROM todo_events"
-            " WHERE from_state IS NULL AND actor LIKE 'schedule %%'"
-        )
-        made = Counter(actor for (actor,) in cursor.fetchall())
-    violations = []
-    for name, slot in sorted(expected):
-        actor = f"schedule {name}, slot {slot.isoformat().replace('+00:00', 'Z')}"
-        count = made.pop(actor, 0)
-        if count != 1:
-            violations.append((actor, count))
-    violations.extend(made.items())
-    return violations
-
-
-def expected_slots(schedules, start, end):
-    """Every slot of each schedule in (start, end]."""
-    out = set()
-    for schedule in schedules:
-        for slot in schedule.recurrence.slots_after(start):
-            if slot > end:
-                break
-            out.add((schedule.name, slot))
-    return out
-
-
 def test_the_checker_catches_a_slot_fired_twice_and_a_slot_missed(clock, scope):
     """The exactly-once checker against planted violations."""
     schedule = store.create_schedule(
@@ -611,15 +588,20 @@ def test_the_checker_catches_a_slot_fired_twice_and_a_slot_missed(clock, scope):
 
 
 SWEEPS = 3
+# How far the clock jumps at each step, in seconds: within a slot, across one,
+# across several (up to five minutes of one-minute slots).
+STEPS = (1, 5, 17, 37, 59, 60, 61, 90, 180, 240, 300)
+SIMULATED_SECONDS = 3600
 SCHEDULES = 12
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_sweep_processes_fire_every_slot_exactly_once(make_endpoint):
-    """Three ``manage.py sweep --loop`` processes race over simulated hours:
+    """Three ``manage.py sweep --loop`` processes race over a simulated hour:
     every slot of every schedule has exactly one todo, none missing, none
-    twice (the clock moves in uneven steps, some longer than a slot)."""
+    twice (the clock jumps in random steps, some across several slots; the
+    seed is in the failure)."""
     clock = DatabaseClock().install(utc(2026, 3, 27))
     loops = []
     try:
@@ -658,31 +640,21 @@ def test_concurrent_sweep_processes_fire_every_slot_exactly_once(make_endpoint):
                     stderr=subprocess.DEVNULL,
                 )
             )
-        for step in [37, 61, 5, 240, 59, 1, 300, 17, 90, 180] * 4:
-            clock.advance(seconds=step)
-            wait_until_nothing_due(clock)
+        seed = random.randrange(2**32)
+        steps = random.Random(seed)
+        while clock.now() < start + timedelta(seconds=SIMULATED_SECONDS):
+            clock.advance(seconds=steps.choice(STEPS))
+            wait_until_nothing_due()
         assert all(loop.poll() is None for loop in loops)
         expected = expected_slots(schedules, start, clock.now())
 
-        assert len(expected) > 400
-        assert slot_violations(expected) == []
+        assert len(expected) > 300
+        assert slot_violations(expected) == [], f"random seed {seed}"
     finally:
         for loop in loops:
             loop.terminate()
             loop.wait(timeout=10)
         clock.remove()
-
-
-def wait_until_nothing_due(clock, timeout=30):
-    """Wait until the sweeps have fired every slot due on the clock."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM schedules WHERE next_slot_at <= now()")
-            if cursor.fetchone()[0] == 0:
-                return
-        assert time.monotonic() < deadline, "the sweeps left slots due"
-        time.sleep(0.02)
 
 
 def test_plan_keeps_the_latest_hundred_of_a_long_downtime(clock, scope):
