@@ -376,6 +376,19 @@ BY = Field(
 
 # --- The operations ---------------------------------------------------------------
 
+LIMIT = Field(
+    "limit",
+    "integer",
+    minimum=1,
+    maximum=store.MAX_PAGE_SIZE,
+    default=store.DEFAULT_PAGE_SIZE,
+)
+CURSOR = Field(
+    "cursor",
+    description="next_cursor of the previous page: read the next one.",
+    maximum=store.MAX_CURSOR_CHARS,
+    empty=True,
+)
 LIST_TODOS = (
     replace(QUEUE, description="Only todos of this queue."),
     Field(
@@ -385,19 +398,8 @@ LIST_TODOS = (
         "retried) and dead_letter (gave up).",
         choices=tuple(store.STATE_FILTERS),
     ),
-    Field(
-        "limit",
-        "integer",
-        minimum=1,
-        maximum=store.MAX_PAGE_SIZE,
-        default=store.DEFAULT_PAGE_SIZE,
-    ),
-    Field(
-        "cursor",
-        description="next_cursor of the previous page: read the next one.",
-        maximum=store.MAX_CURSOR_CHARS,
-        empty=True,
-    ),
+    LIMIT,
+    CURSOR,
 )
 GET_TODO = (
     replace(
@@ -680,7 +682,7 @@ UPDATE_SCHEDULE = (
     OVERLAP,
     MISSED,
 )
-LIST_SCHEDULES = (LIST_TODOS[2], LIST_TODOS[3])
+LIST_SCHEDULES = (LIMIT, CURSOR)
 NEXT_SLOTS = (
     Field(
         "n",
