@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
-from todos import auth, http, store
+from todos import auth, http, store, tracing
 from todos.db import pool
 from todos.db.pool import Runner, db
 from todos.sqs import messages
@@ -65,6 +65,7 @@ MESSAGE_SYSTEM_ATTRIBUTES = (
     "ApproximateReceiveCount",
     "ApproximateFirstReceiveTimestamp",
     "MessageDeduplicationId",
+    "AWSTraceHeader",
 )
 CLAIMANT = "sqs"
 
@@ -452,6 +453,7 @@ class Outgoing:
     size: int
     delay_seconds: int | None
     deduplication_id: str | None
+    trace_context: tracing.TraceContext | None = None
 
     def create_args(self, queue: Queue) -> dict[str, Any]:
         return {
@@ -460,6 +462,7 @@ class Outgoing:
             "payload": messages.payload_of(self.body, self.attributes),
             "idempotency_key": _idempotency_key(queue.name, self.deduplication_id),
             "delay_seconds": self.delay_seconds,
+            "trace_context": self.trace_context,
         }
 
     def sent(self, todo: store.Todo) -> dict[str, str]:
@@ -504,11 +507,38 @@ def _outgoing(entry: Body) -> Outgoing:
     dedup = _member(entry, "MessageDeduplicationId", str)
     if dedup is not None and not DEDUPLICATION_ID_RE.fullmatch(dedup):
         raise invalid("MessageDeduplicationId: 1 to 128 printable ASCII characters")
-    # MessageGroupId and MessageSystemAttributes (AWSTraceHeader) are accepted
-    # and not kept: standard queues do not order by group.
+    # MessageGroupId is accepted and not kept: standard queues do not order by
+    # group. MessageSystemAttributes' AWSTraceHeader is the trace context.
     _member(entry, "MessageGroupId", str)
-    _member(entry, "MessageSystemAttributes", dict)
-    return Outgoing(body, attributes, size, delay, dedup)
+    system = _member(entry, "MessageSystemAttributes", dict)
+    trace_context = _trace_context(system, attributes)
+    return Outgoing(body, attributes, size, delay, dedup, trace_context)
+
+
+def _trace_context(
+    system: Body | None, attributes: messages.Attributes
+) -> tracing.TraceContext | None:
+    """The W3C context a message carries (todos.tracing): its AWSTraceHeader
+    (X-Ray's format), else its traceparent attribute; a malformed one is
+    ignored, as SQS passes on what it cannot read."""
+    header = (system or {}).get(tracing.AWS_TRACE_HEADER)
+    if isinstance(header, dict):
+        context = tracing.from_xray(header.get("StringValue"))
+        if context is not None:
+            return context
+    carried = attributes.get(tracing.TRACEPARENT)
+    if carried is None:
+        return None
+    state = attributes.get(tracing.TRACESTATE) or {}
+    return tracing.parse(carried.get("StringValue"), state.get("StringValue"))
+
+
+def _trace_attributes(carrier: dict[str, str]) -> dict[str, Any]:
+    """A claim's trace context as the message attributes it is received with."""
+    return {
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in carrier.items()
+    }
 
 
 def _create_failure(exc: Exception) -> Exception:
@@ -658,6 +688,9 @@ def _system_attributes(
     deduplication_id = _deduplication_id(todo)
     if deduplication_id is not None:
         values["MessageDeduplicationId"] = deduplication_id
+    context = tracing.claim_context(todo)
+    if context is not None:
+        values["AWSTraceHeader"] = tracing.to_xray(context)
     if "All" in wanted:
         return values
     return {name: values[name] for name in wanted if name in values}
@@ -686,6 +719,10 @@ def _received(
     attributes_wanted: set[str],
 ) -> Body:
     body, attributes = messages.body_and_attributes(todo.payload)
+    carrier = todo.trace_carrier()
+    if carrier is not None:
+        # The claim's trace context rides along (CONTRACT §19).
+        attributes = {**attributes, **_trace_attributes(carrier)}
     message: Body = {
         "MessageId": todo.id,
         "ReceiptHandle": messages.receipt_handle(todo),
