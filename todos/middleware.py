@@ -80,7 +80,7 @@ def _trace_id(request: HttpRequest, response: HttpResponseBase) -> str | None:
     answered = getattr(response, "trace_id", None)
     if answered is not None:
         return str(answered)
-    carried = tracing.from_headers(request.headers)
+    carried = tracing.from_request(request.META)
     return carried.trace_id if carried is not None else None
 
 

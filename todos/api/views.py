@@ -50,7 +50,7 @@ def create(request: ApiRequest) -> JsonResponse:
     result per item, in order.
     """
     actor = f"agent:{request.endpoint.name}"
-    context = tracing.from_headers(request.headers)
+    context = tracing.from_request(request.META)
     if "todos" in request.body_fields.data:
         return JsonResponse(
             create_batch(
