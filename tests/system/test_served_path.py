@@ -342,3 +342,17 @@ def test_closing_forgets_a_pool_whose_loop_has_ended(db):
     asyncio.run(pool.close())
 
     assert pool.current() is None
+
+
+def test_a_request_is_served_in_the_loop_exactly_when_its_view_is_async():
+    from board.serving.asgi import in_loop
+
+    todo = "/api/v1/todos/00000000-0000-4000-8000-000000000000"
+    for path in ("/api/v1/todos/claim", "/api/v1/todos/batch", "/api/v1/events"):
+        assert in_loop(path), path
+    for path in (todo, f"{todo}/complete", f"{todo}/heartbeat", "/mcp", "/"):
+        assert in_loop(path), path
+    for path in ("/api/v1/todos", f"{todo}/claim", f"{todo}/cancel", "/healthz"):
+        assert not in_loop(path), path
+    assert not in_loop("/board/")
+    assert not in_loop("/no/such/path")
