@@ -273,8 +273,10 @@ def _wake(woken: "asyncio.Future[None]") -> None:
 class Hub:
     """The process's LISTEN connection and the waiters it serves.
 
-    Waiters come and go from the database threads too (a long poll subscribes
-    in the pooled call of its first try), so the mailboxes share one lock.
+    A served waiter comes and goes in this loop (the async views await all
+    their work in it). The mailboxes still share one lock, for code in other
+    threads: a view served by Django's test client in a loop of its own, and
+    tests reading the waiters of a server running in its thread.
     """
 
     def __init__(self) -> None:
