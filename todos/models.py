@@ -247,6 +247,9 @@ class Queue(models.Model):
     rate_limit = models.JSONField(null=True, blank=True)
     group_rate_limit = models.JSONField(null=True, blank=True)
     priority_aging_seconds = models.IntegerField(null=True, blank=True)
+    # An SQS FIFO queue's attributes ({"ContentBasedDeduplication",
+    # "DeduplicationScope", "FifoThroughputLimit"}); NULL for any other queue.
+    sqs_fifo = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "queues"

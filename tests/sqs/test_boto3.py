@@ -103,7 +103,7 @@ def test_create_queue_outside_the_grant_is_access_denied(make_sqs):
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 403
 
 
-def test_create_queue_refuses_fifo_and_unknown_attributes(client):
+def test_create_queue_refuses_fifo_on_a_standard_name_and_unknown_attributes(client):
     error = error_of(
         client.create_queue, QueueName="f", Attributes={"FifoQueue": "true"}
     )

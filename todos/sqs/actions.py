@@ -7,6 +7,7 @@ DeleteMessage completes, ChangeMessageVisibility heartbeats (0 releases).
 """
 
 import base64
+import hashlib
 import json
 import logging
 import re
@@ -21,12 +22,14 @@ from todos.db import pool
 from todos.db.pool import Runner, db
 from todos.sqs import messages
 from todos.sqs.protocol import Caller, SqsError, SqsRequest, invalid
+from todos.store import admission, sqs_fifo
 
 logger = logging.getLogger("switchboard.sqs")
 
 # Every pattern is matched against the whole string (fullmatch): "$" would
-# let a trailing newline through.
-QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+# let a trailing newline through. A FIFO queue's name ends in ".fifo", within
+# the same 80 characters.
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
 BATCH_ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 DEDUPLICATION_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_BATCH_ENTRIES = 10
@@ -58,6 +61,8 @@ QUEUE_ATTRIBUTES = (
     "DelaySeconds",
     "RedrivePolicy",
     *FIXED_ATTRIBUTES,
+    "FifoQueue",
+    *sqs_fifo.FIFO_DEFAULTS,
 )
 MESSAGE_SYSTEM_ATTRIBUTES = (
     "SenderId",
@@ -66,6 +71,13 @@ MESSAGE_SYSTEM_ATTRIBUTES = (
     "ApproximateFirstReceiveTimestamp",
     "MessageDeduplicationId",
     "AWSTraceHeader",
+    "MessageGroupId",
+    "SequenceNumber",
+)
+# A FIFO queue holds one message of a group in flight at a time (CONTRACT §17).
+FIFO_GROUP_CONCURRENCY = 1
+NOT_FOR_THIS_QUEUE_TYPE = (
+    "The request include parameter that is not valid for this queue type."
 )
 CLAIMANT = "sqs"
 
@@ -232,11 +244,75 @@ def _settings_from_attributes(attributes: object) -> dict[str, int]:
             settings["max_attempts"] = _max_receive_count(value)
         elif name in FIXED_ATTRIBUTES:
             _check_fixed(name, value)
-        elif name == "FifoQueue":
-            raise invalid("FIFO queues are not supported by Switchboard.")
         else:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     return settings
+
+
+FIFO_NAME_RULE = (
+    "The name of a FIFO queue can only include alphanumeric characters, hyphens, "
+    "or underscores, must end with .fifo suffix and be 1 to 80 in length."
+)
+
+
+def _fifo_split(
+    queue: str, attributes: object, *, creating: bool = False
+) -> tuple[Body, dict[str, str]]:
+    """Split SQS's FIFO attributes off a queue's others: (the others, the
+    FIFO ones but FifoQueue). FifoQueue must agree with the name (a FIFO
+    queue's ends in .fifo, and CreateQueue says FifoQueue "true" for it, as
+    SQS requires); a standard queue has none of them."""
+    if not isinstance(attributes, dict):
+        raise SqsError("SerializationException", "Attributes: expected a map")
+    fifo = sqs_fifo.is_fifo_name(queue)
+    named = {name.strip() for name in attributes if isinstance(name, str)}
+    if creating and fifo and "FifoQueue" not in named:
+        raise invalid(
+            "Can only include alphanumeric characters, hyphens, or underscores. "
+            "1 to 80 in length"
+        )
+    rest: Body = {}
+    kept: dict[str, str] = {}
+    for raw_name, value in attributes.items():
+        name = raw_name.strip() if isinstance(raw_name, str) else raw_name
+        if name == "FifoQueue":
+            if value not in ("true", "false"):
+                raise SqsError(
+                    "InvalidAttributeValue",
+                    "Invalid value for the parameter FifoQueue.",
+                )
+            if (value == "true") != fifo:
+                raise invalid(FIFO_NAME_RULE)
+        elif name in sqs_fifo.FIFO_CHOICES:
+            if not fifo:
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+            if value not in sqs_fifo.FIFO_CHOICES[name]:
+                raise SqsError(
+                    "InvalidAttributeValue", f"Invalid value for the parameter {name}."
+                )
+            kept[name] = value
+        else:
+            if name == "RedrivePolicy":
+                _check_dead_letter_type(fifo, value)
+            rest[raw_name] = value
+    return rest, kept
+
+
+def _check_dead_letter_type(fifo: bool, value: object) -> None:
+    """A RedrivePolicy's deadLetterTargetArn must name a queue of the same
+    type, as SQS requires (dead letters stay in their own queue here: the
+    target is checked, not used)."""
+    try:
+        policy = json.loads(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return  # _max_receive_count answers a malformed policy
+    target = policy.get("deadLetterTargetArn") if isinstance(policy, dict) else None
+    if isinstance(target, str) and sqs_fifo.is_fifo_name(target) != fifo:
+        raise SqsError(
+            "InvalidAttributeValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: Dead-letter "
+            "queue must be same type of queue as the source.",
+        )
 
 
 def _attribute_int(name: str, value: str, minimum: int, maximum: int) -> int:
@@ -329,6 +405,10 @@ def _queue_attributes(
             },
             separators=(",", ":"),
         )
+    if sqs_fifo.is_fifo_name(info.name):
+        kept = sqs_fifo.fifo_attributes(caller.scope, info.name) or {}
+        attributes["FifoQueue"] = "true"
+        attributes.update({**sqs_fifo.FIFO_DEFAULTS, **kept})
     if "All" in wanted or set(wanted) & set(COUNTED_ATTRIBUTES):
         # What a receive could return now; in flight; everything else live
         # (delayed, a retry window, assigned to another worker, paused).
@@ -353,7 +433,10 @@ def _differs(info: store.QueueInfo, settings: dict[str, int]) -> bool:
 
 def create_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
     name = _queue_name(_member(body, "QueueName", str, required=True))
-    settings = _settings_from_attributes(_member(body, "Attributes", dict) or {})
+    rest, fifo = _fifo_split(
+        name, _member(body, "Attributes", dict) or {}, creating=True
+    )
+    settings = _settings_from_attributes(rest)
     _member(body, "tags", dict)  # Tags are accepted and not kept (docs/sqs.md).
     if not caller.scope.covers(name):
         raise SqsError(
@@ -362,6 +445,8 @@ def create_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
     info, created = store.ensure_queue(
         caller.scope, name, **{**CREATE_DEFAULTS, **settings}
     )
+    if sqs_fifo.is_fifo_name(name):
+        _make_fifo(caller, name, fifo, created)
     if not created and _differs(info, settings):
         raise SqsError(
             "QueueNameExists",
@@ -369,6 +454,26 @@ def create_queue(request: SqsRequest, caller: Caller, body: Body) -> Body:
             "for attribute(s) " + ", ".join(sorted(body.get("Attributes") or {})),
         )
     return {"QueueUrl": queue_url(request, caller, name)}
+
+
+def _make_fifo(caller: Caller, name: str, given: dict[str, str], created: bool) -> None:
+    """Make ``name`` a FIFO queue (one message of a group in flight, its
+    attributes kept) when it is new or not yet one. An existing FIFO queue
+    asked for other FIFO attributes is refused."""
+    scope = _queue_scope(caller, name)
+    kept = None if created else sqs_fifo.fifo_attributes(scope, name)
+    if kept:
+        current = {**sqs_fifo.FIFO_DEFAULTS, **kept}
+        changed = sorted(key for key, value in given.items() if current[key] != value)
+        if changed:
+            raise SqsError(
+                "QueueNameExists",
+                "A queue already exists with the same name and a different value "
+                "for attribute(s) " + ", ".join(changed),
+            )
+        return
+    admission.set_admission(scope, name, group_concurrency=FIFO_GROUP_CONCURRENCY)
+    sqs_fifo.set_fifo_attributes(scope, name, given)
 
 
 def get_queue_url(request: SqsRequest, caller: Caller, body: Body) -> Body:
@@ -423,9 +528,12 @@ def get_queue_attributes(request: SqsRequest, caller: Caller, body: Body) -> Bod
 def set_queue_attributes(request: SqsRequest, caller: Caller, body: Body) -> Body:
     queue = _addressed(caller, body)
     attributes = _member(body, "Attributes", dict, required=True)
-    settings = _settings_from_attributes(attributes)
+    rest, fifo = _fifo_split(queue.name, attributes)
+    settings = _settings_from_attributes(rest)
     if settings:
         store.update_queue(caller.scope, queue.name, **settings)
+    if fifo:
+        sqs_fifo.set_fifo_attributes(queue.scope, queue.name, fifo)
     return {}
 
 
@@ -454,15 +562,24 @@ class Outgoing:
     delay_seconds: int | None
     deduplication_id: str | None
     trace_context: tracing.TraceContext | None = None
+    group: str | None = None
+    # A FIFO queue's DeduplicationScope is messageGroup: the id is the group's.
+    dedup_in_group: bool = False
+    fifo: bool = False
 
     def create_args(self, queue: Queue) -> dict[str, Any]:
         return {
             "queue": queue.name,
             "title": messages.title_of(self.body),
             "payload": messages.payload_of(self.body, self.attributes),
-            "idempotency_key": _idempotency_key(queue.name, self.deduplication_id),
+            "idempotency_key": _idempotency_key(
+                queue.name,
+                self.deduplication_id,
+                self.group if self.dedup_in_group else None,
+            ),
             "delay_seconds": self.delay_seconds,
             "trace_context": self.trace_context,
+            "group": self.group,
         }
 
     def sent(self, todo: store.Todo) -> dict[str, str]:
@@ -472,6 +589,8 @@ class Outgoing:
         }
         if self.attributes:
             out["MD5OfMessageAttributes"] = messages.md5_of_attributes(self.attributes)
+        if self.fifo:
+            out["SequenceNumber"] = _sequence_number(todo)
         return out
 
 
@@ -481,10 +600,15 @@ def _actor(caller: Caller) -> str:
 
 # A MessageDeduplicationId is scoped to its queue, as in SQS, while a todo's
 # idempotency key is scoped to its endpoint: the key is stored under the
-# queue's name (no queue name holds a ":").
-def _idempotency_key(queue: str, deduplication_id: str | None) -> str | None:
+# queue's name (no queue name holds a ":" or a "#"), and under its group too
+# in a FIFO queue whose DeduplicationScope is messageGroup.
+def _idempotency_key(
+    queue: str, deduplication_id: str | None, group: str | None = None
+) -> str | None:
     if deduplication_id is None:
         return None
+    if group is not None:
+        return f"sqs:{queue}#{group}:{deduplication_id}"
     return f"sqs:{queue}:{deduplication_id}"
 
 
@@ -492,12 +616,44 @@ def _deduplication_id(todo: store.Todo) -> str | None:
     key = todo.idempotency_key
     if key is None:
         return None
+    in_group = f"sqs:{todo.queue}#{todo.group}:"
+    if todo.group is not None and key.startswith(in_group):
+        return key.removeprefix(in_group)
     return key.removeprefix(f"sqs:{todo.queue}:")
 
 
-def _outgoing(entry: Body) -> Outgoing:
-    """Validate one message (SendMessage's, or a batch entry); its size is
-    checked by the caller: a batch checks the sum of its entries first."""
+def _sequence_number(todo: store.Todo) -> str:
+    """A FIFO message's SequenceNumber: the microsecond its send made it, 20
+    digits. Within a group it grows in the order the group is received."""
+    moment = todo.created_at
+    micros = int(moment.timestamp()) * 1_000_000 + moment.microsecond
+    return f"{micros:020d}"
+
+
+MISSING_GROUP = "The request must contain the parameter MessageGroupId."
+NO_DEDUPLICATION = (
+    "The queue should either have ContentBasedDeduplication enabled "
+    "or MessageDeduplicationId provided explicitly"
+)
+
+
+def _message_group(entry: Body, fifo: bool) -> str | None:
+    """A message's MessageGroupId: required on a FIFO queue; on a standard
+    queue optional (SQS's fair queues), and either way the todo's group."""
+    group = _member(entry, "MessageGroupId", str)
+    if group is None:
+        if fifo:
+            raise SqsError("MissingParameter", MISSING_GROUP)
+        return None
+    if not DEDUPLICATION_ID_RE.fullmatch(group):
+        raise invalid("MessageGroupId: 1 to 128 printable ASCII characters")
+    return group
+
+
+def _outgoing(entry: Body, fifo: dict[str, str] | None = None) -> Outgoing:
+    """Validate one message (SendMessage's, or a batch entry) for a standard
+    queue, or for a FIFO queue with these attributes; its size is checked by
+    the caller: a batch checks the sum of its entries first."""
     body, size = messages.clean_body(entry.get("MessageBody"))
     attributes, attributes_size = messages.clean_attributes(
         entry.get("MessageAttributes")
@@ -507,12 +663,26 @@ def _outgoing(entry: Body) -> Outgoing:
     dedup = _member(entry, "MessageDeduplicationId", str)
     if dedup is not None and not DEDUPLICATION_ID_RE.fullmatch(dedup):
         raise invalid("MessageDeduplicationId: 1 to 128 printable ASCII characters")
-    # MessageGroupId is accepted and not kept: standard queues do not order by
-    # group. MessageSystemAttributes' AWSTraceHeader is the trace context.
-    _member(entry, "MessageGroupId", str)
+    group = _message_group(entry, fifo is not None)
+    # MessageSystemAttributes' AWSTraceHeader is the trace context.
     system = _member(entry, "MessageSystemAttributes", dict)
     trace_context = _trace_context(system, attributes)
-    return Outgoing(body, attributes, size, delay, dedup, trace_context)
+    if fifo is None:
+        return Outgoing(body, attributes, size, delay, dedup, trace_context, group)
+    if delay:
+        # A FIFO queue delays its messages as a whole, never one by one.
+        raise invalid(
+            f"Value {delay} for parameter DelaySeconds is invalid. Reason: "
+            + NOT_FOR_THIS_QUEUE_TYPE
+        )
+    if dedup is None:
+        if fifo.get("ContentBasedDeduplication") != "true":
+            raise invalid(NO_DEDUPLICATION)
+        dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    in_group = fifo.get("DeduplicationScope") == "messageGroup"
+    return Outgoing(
+        body, attributes, size, None, dedup, trace_context, group, in_group, True
+    )
 
 
 def _trace_context(
@@ -552,9 +722,21 @@ def _create_failure(exc: Exception) -> Exception:
     return exc
 
 
+async def _fifo_of(caller: Caller, queue: Queue) -> dict[str, str] | None:
+    """A FIFO queue's attributes (SQS's defaults under those kept), None for
+    a standard queue; either way the queue must exist."""
+    if not sqs_fifo.is_fifo_name(queue.name):
+        await _acheck_exists(caller, queue.name)
+        return None
+    kept = await sqs_fifo.afifo_attributes(queue.scope, queue.name)
+    if kept is None:
+        raise _no_such_queue()
+    return {**sqs_fifo.FIFO_DEFAULTS, **kept}
+
+
 async def send_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
-    queue = await _aaddressed(caller, body)
-    outgoing = _outgoing(body)
+    queue = _addressed(caller, body, must_exist=False)
+    outgoing = _outgoing(body, await _fifo_of(caller, queue))
     messages.check_size(outgoing.size)
     try:
         todo, _ = await store.acreate_todo(
@@ -624,15 +806,20 @@ def _entry_failure(entry_id: str, result: Exception) -> Body:
 
 
 async def send_message_batch(request: SqsRequest, caller: Caller, body: Body) -> Body:
-    queue = await _aaddressed(caller, body)
+    queue = _addressed(caller, body, must_exist=False)
+    fifo = await _fifo_of(caller, queue)
     entries = _entries(body, "SendMessageBatchRequestEntry")
     prepared: list[tuple[str, Outgoing]] = []
     failed: list[Body] = []
     total = 0
     for entry in entries:
         try:
-            outgoing = _outgoing(entry)
+            outgoing = _outgoing(entry, fifo)
         except SqsError as error:
+            # A FIFO batch without a group or a deduplication id is refused
+            # whole, before any entry is sent.
+            if error.message in (MISSING_GROUP, NO_DEDUPLICATION):
+                raise
             failed.append(_failed(entry["Id"], error))
             continue
         total += outgoing.size
@@ -691,6 +878,10 @@ def _system_attributes(
     context = tracing.claim_context(todo)
     if context is not None:
         values["AWSTraceHeader"] = tracing.to_xray(context)
+    if todo.group is not None:
+        values["MessageGroupId"] = todo.group
+    if sqs_fifo.is_fifo_name(todo.queue):
+        values["SequenceNumber"] = _sequence_number(todo)
     if "All" in wanted:
         return values
     return {name: values[name] for name in wanted if name in values}
