@@ -25,7 +25,6 @@ Result: bench/results/latest/doorbell_latency.json (`python bench/report.py`).
 import json
 import threading
 import time
-import uuid
 
 import benchlib
 import psycopg
@@ -93,6 +92,7 @@ def http_samples(url, port, token, samples):
 
 def listen_samples(url, endpoint_id, samples, create_sql):
     """Time the store's create SQL → a bare LISTEN connection's notification."""
+    from todos import store
     from todos.store import DOORBELL_CHANNEL
 
     latencies = []
@@ -102,19 +102,9 @@ def listen_samples(url, endpoint_id, samples, create_sql):
     ):
         listener.execute(f"LISTEN {DOORBELL_CHANNEL}")
         for number in range(samples):
-            params = {
-                "id": str(uuid.uuid4()),
-                "endpoint_id": endpoint_id,
-                "queue": benchlib.QUEUE,
-                "title": str(number),
-                "payload": "{}",
-                "assignee": None,
-                "max_attempts": 5,
-                "delay_seconds": None,
-                "default_max_attempts": 5,
-                "idempotency_key": None,
-                "actor": "",
-            }
+            params = store.bind_create(
+                endpoint_id, queue=benchlib.QUEUE, title=str(number)
+            )
             sent = time.perf_counter()
             producer.execute(create_sql, params)
             for notify in listener.notifies(timeout=10, stop_after=1):
