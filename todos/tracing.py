@@ -559,6 +559,7 @@ def ended(
     error: str | None = None,
     events: Iterable[dict[str, Any]] = (),
     given_back: bool = False,
+    worker: str | None = None,
 ) -> None:
     """Write the ``process`` span of the delivery that just ended, and its
     ``settle`` span when it ended in complete, fail or a dead letter.
@@ -567,6 +568,7 @@ def ended(
     are what happened in this request (a question asked), beside those the todo
     kept for this delivery. ``given_back``: the end gave the attempt back (an
     ask, a claim never received), so the delivery's attempt is one more.
+    ``worker``: who held the delivery, when the end cleared the todo's owner.
     """
     tracer = _tracer
     if tracer is None:
@@ -587,8 +589,8 @@ def ended(
     if given_back:
         attributes["messaging.switchboard.attempt"] = todo.attempt + 1
     attributes["messaging.switchboard.outcome"] = how
-    if todo.owner:
-        attributes["messaging.consumer.name"] = todo.owner
+    if worker or todo.owner:
+        attributes["messaging.client.id"] = worker or todo.owner
     token = _forced_ids.set(
         (int(delivery.context.trace_id, 16), int(delivery.context.span_id, 16))
     )

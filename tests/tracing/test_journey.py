@@ -171,6 +171,9 @@ def test_a_webhook_todo_asked_answered_and_redelivered_makes_two_linked_traces(
     assert first_process.attributes["messaging.switchboard.outcome"] == "ask"
     assert first_process.attributes["messaging.switchboard.attempt"] == 1
     assert [event.name for event in first_process.events] == ["question asked"]
+    asked = first_process.events[0].attributes
+    assert asked["switchboard.question.asked_by"] == "reviewer"
+    assert first_process.attributes["messaging.client.id"] == "reviewer"
     assert not first_process.links
 
     # The redelivery: a trace of its own, linked to the first delivery, with

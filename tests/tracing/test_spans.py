@@ -66,6 +66,7 @@ def test_a_release_ends_the_delivery_without_settling_it(spans, scope):
 
     [process] = process_spans(spans)
     assert process.attributes["messaging.switchboard.outcome"] == "release"
+    assert process.attributes["messaging.client.id"] == "w1"
     assert not [s for s in spans.get_finished_spans() if s.name == "settle q"]
 
 

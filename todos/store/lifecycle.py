@@ -1558,6 +1558,7 @@ def _trace_acks(moved: list[tuple[Ack, Todo]]) -> Steps[None]:
             "canceled" if todo.is_canceled else action.op,
             settle=tracing.settle_name(todo, action.op),
             error=todo.last_error if action.op == "fail" else None,
+            worker=action.worker,
         )
 
 

@@ -154,12 +154,19 @@ def ask(
         raise _owner_miss(_lookup(scope, todo_id), lease_token)
     asked = Todo.from_row(row)
     if tracing.enabled():
+        asker = (asked.question or {}).get("asked_by")
         event = tracing.event(
             tracing.QUESTION_ASKED,
             asked.deliveries,
-            **{"question.return_to": return_to, "question.asked_by": asked.assignee},
+            **{"question.return_to": return_to, "question.asked_by": asker},
         )
-        tracing.ended(asked, "ask", events=[event] if event else (), given_back=True)
+        tracing.ended(
+            asked,
+            "ask",
+            events=[event] if event else (),
+            given_back=True,
+            worker=asker,
+        )
     return asked
 
 
