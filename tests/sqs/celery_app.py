@@ -63,3 +63,11 @@ def flaky(value):
         raise RuntimeError("the first run of a flaky task fails")
     _record(task="flaky", value=value, outcome="ok")
     return value
+
+
+@app.task(name="switchboard.traced", bind=True)
+def traced(self, value):
+    """Record the W3C context the task's headers carried (a tracing
+    instrumentation puts it there): it crosses Switchboard in the body."""
+    _record(task="traced", value=value, traceparent=self.request.get("traceparent"))
+    return value

@@ -125,3 +125,15 @@ def test_a_celery_task_that_raises_is_delivered_again(celery_setup):
             break
         time.sleep(0.2)
     assert todo.state == "done" and todo.attempt == 2
+
+
+def test_a_celery_tasks_trace_context_reaches_its_worker(celery_setup):
+    endpoint, producer, results, _ = celery_setup
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    producer.send_task(
+        "switchboard.traced", args=[1], headers={"traceparent": traceparent}
+    )
+
+    [line] = wait_for(results, lambda lines: len(lines) >= 1)
+    assert line["traceparent"] == traceparent
