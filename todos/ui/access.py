@@ -14,16 +14,23 @@ calls the store's operator twins itself:
   scope, are offered no action (``can_act``), and every Board POST is a 403.
 """
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from django.db.models import Count, Q
 
 from todos import store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
+from todos.store import admission
 from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
+
+
+def _json_object(value):
+    """A jsonb value as read: text on Django's connection, else as it is."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -273,6 +280,55 @@ class BoardAccess:
     def _queue_in_scope(self, endpoint_id):
         if not self.covers(endpoint_id):
             raise store.NotFound("no such queue")
+
+    # --- Admission (store.admission, through the endpoint's whole scope) ----
+    # The store's admission functions take an agent's Scope; the Board hands
+    # them the endpoint's (every queue) once the endpoint is known in scope.
+
+    def _endpoint_scope(self, endpoint_id):
+        self._queue_in_scope(endpoint_id)
+        return store.Scope(str(endpoint_id))
+
+    def admission(self, endpoint_id, name):
+        """A queue's admission settings, or None (outside the scope, unused)."""
+        if not self.covers(endpoint_id):
+            return None
+        try:
+            found = admission.get_admission(store.Scope(str(endpoint_id)), name)
+        except store.NotFound:
+            return None
+        # Django's connection reads jsonb as text: the rate limits as objects.
+        return replace(
+            found,
+            rate_limit=_json_object(found.rate_limit),
+            group_rate_limit=_json_object(found.group_rate_limit),
+        )
+
+    def set_admission(self, endpoint_id, name, **settings):
+        return admission.set_admission(
+            self._endpoint_scope(endpoint_id), name, **settings
+        )
+
+    def groups(self, endpoint_id, name, *, after="", limit=50):
+        """A page of a queue's groups (store.admission.GroupInfo), by name."""
+        return admission.list_groups(
+            self._endpoint_scope(endpoint_id), name, after=after, limit=limit
+        )
+
+    def group(self, endpoint_id, name, group):
+        return admission.get_group(self._endpoint_scope(endpoint_id), name, group)
+
+    def set_group(self, endpoint_id, name, group, **override):
+        return admission.set_group(
+            self._endpoint_scope(endpoint_id), name, group, **override
+        )
+
+    def set_priority(self, todo_id, priority):
+        """Change a pending todo's priority (NotFound outside the scope)."""
+        todo = self.get_todo(todo_id)
+        return admission.set_priority(
+            store.Scope(str(todo.endpoint_id)), todo.id, priority
+        )
 
     # --- Webhook sources ----------------------------------------------------
 

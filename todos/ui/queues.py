@@ -19,15 +19,17 @@ from todos.ui.core import (
     operator_view,
 )
 from todos.ui.forms import QueueSettingsForm
+from todos.ui.groups import AdmissionForm
 
-QUEUE_ACTIONS = ("settings", "pause", "resume")
+QUEUE_ACTIONS = ("settings", "pause", "resume", "admission")
 
 
 @require_http_methods(["GET", "POST"])
 @operator_view
 def queue_detail(request, endpoint_id, queue):
     """A queue's live figures, its charts and (with queue settings) its controls:
-    edit the defaults, pause and resume claims (POST ``op``)."""
+    edit the defaults and the admission settings, pause and resume claims
+    (POST ``op``)."""
     endpoint = request.board.endpoint(endpoint_id)
     settings = request.board.queue(endpoint_id, queue)
     # The queue's own row carries its live figures; only without one (a store
@@ -44,6 +46,8 @@ def queue_detail(request, endpoint_id, queue):
         return render(request, "board/not_found.html", {"what": "queue"}, status=404)
     here = reverse("board:queue", args=[endpoint_id, queue])
     form = QueueSettingsForm(initial=QueueSettingsForm.initial_for(settings))
+    admitting = request.board.admission(endpoint_id, queue)
+    admission_form = AdmissionForm(initial=AdmissionForm.initial_for(admitting))
     status = 200
     if request.method == "POST":
         action = request.POST.get("op")
@@ -59,11 +63,24 @@ def queue_detail(request, endpoint_id, queue):
             request.board.resume_queue(endpoint_id, queue)
             messages.success(request, f"Resumed {queue}: agents claim from it again.")
             return redirect(here)
-        form = QueueSettingsForm(request.POST)
-        if form.is_valid():
-            request.board.update_queue(endpoint_id, queue, **form.cleaned_data)
-            messages.success(request, f"Saved the settings of {queue}.")
-            return redirect(here)
+        if action == "admission":
+            admission_form = AdmissionForm(request.POST)
+            if admission_form.is_valid():
+                try:
+                    request.board.set_admission(
+                        endpoint_id, queue, **admission_form.settings()
+                    )
+                except ValueError as exc:
+                    admission_form.add_error(None, str(exc))
+                else:
+                    messages.success(request, f"Saved the admission of {queue}.")
+                    return redirect(here)
+        else:
+            form = QueueSettingsForm(request.POST)
+            if form.is_valid():
+                request.board.update_queue(endpoint_id, queue, **form.cleaned_data)
+                messages.success(request, f"Saved the settings of {queue}.")
+                return redirect(here)
         status = 400
     range_name = chart_range(request)
     series = request.board.chart(range_name, endpoint_id=endpoint_id, queue=queue)
@@ -73,6 +90,8 @@ def queue_detail(request, endpoint_id, queue):
         "counts": counts,
         "settings": settings,
         "settings_form": form,
+        "admission": admitting,
+        "admission_form": admission_form,
         "age": _age(
             settings.oldest_pending_age_seconds
             if settings

@@ -5,6 +5,7 @@ from django.urls import path
 from todos.ui import (
     cancel,
     dead_letters,
+    groups,
     inbox,
     queues,
     schedules,
@@ -36,11 +37,17 @@ urlpatterns = [
     path("todos/<str:todo_id>/cancel/", cancel.todo_cancel, name="todo_cancel"),
     path("todos/<str:todo_id>/retry/", views.todo_retry, name="todo_retry"),
     path("todos/<str:todo_id>/release/", views.todo_release, name="todo_release"),
+    path("todos/<str:todo_id>/priority/", groups.todo_priority, name="todo_priority"),
     path("dead-letters/", dead_letters.dead_letter_groups, name="dead_letters"),
     path(
         "dead-letters/dismiss/",
         dead_letters.dead_letters_dismiss,
         name="dead_letters_dismiss",
+    ),
+    path(
+        "queue-groups/<uuid:endpoint_id>/<path:queue>/",
+        groups.queue_groups,
+        name="queue_groups",
     ),
     path(
         "queues/<uuid:endpoint_id>/<path:queue>/",

@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from todos import endpoints, store, tracing
 from todos.sqs import messages as sqs_messages
+from todos.store.rows import MAX_PRIORITY, MIN_PRIORITY
 from todos.ui.charts import overview_charts
 from todos.ui.core import (
     COUNTS_CHANGED,
@@ -280,6 +281,7 @@ def _detail_context(request, todo):
             if todo.result is None
             else json.dumps(todo.result, indent=2, sort_keys=True)
         ),
+        "priority_levels": range(MIN_PRIORITY, MAX_PRIORITY + 1),
         **_trace_context(todo),
     }
 

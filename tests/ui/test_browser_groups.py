@@ -1,0 +1,94 @@
+"""A queue's groups view in a real browser, at laptop and phone width: it fits
+the screen, each row keeps its override form, an agent-written group renders
+as text (no script runs), and a group's limit, weight and pause are saved
+from it.
+
+Playwright drives Debian's headless Chromium, as in test_browser.py (whose
+fixtures these tests share).
+"""
+
+import pytest
+
+from tests.ui.test_browser import (  # noqa: F401
+    LAPTOP,
+    PHONE,
+    browser,
+    demo,
+    log_in,
+    page,
+    pytestmark,
+)
+from tests.ui.test_browser_layout import box
+from todos import store
+from todos.store import admission
+
+SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
+HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
+
+
+@pytest.fixture
+def groups(demo):  # noqa: F811
+    """The demo endpoint's queue "reviews": one group per repository, at most
+    one claimed at a time each; one group's name is markup."""
+    endpoint = demo["triage-bot"]
+    scope = store.Scope.for_endpoint(endpoint)
+    admission.set_admission(scope, "reviews", group_concurrency=1)
+    for group in ["acme/api", "acme/api", "acme/web-frontend-monorepo", HOSTILE]:
+        store.create_todo(scope, queue="reviews", title="Build", group=group)
+    store.claim_next(scope, "w", queue="reviews")
+    return {"endpoint": endpoint, "scope": scope}
+
+
+def url(groups):
+    return f"/board/queue-groups/{groups['endpoint'].id}/reviews/"
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_groups_view_fits_and_keeps_each_form_in_its_row(
+    page,  # noqa: F811
+    groups,
+    size,
+):
+    page.set_viewport_size(size)
+    log_in(page, url(groups))
+
+    rows = page.locator("tr.group-row")
+    assert rows.count() == 3
+    for row in rows.all():
+        left, top, right, bottom = box(row)
+        for control in row.locator(
+            ".group-form input:visible, .group-form button"
+        ).all():
+            c_left, c_top, c_right, c_bottom = box(control)
+            assert left <= c_left and c_right <= right
+            assert top <= c_top and c_bottom <= bottom
+    # The agent-written group is text on the page, and its markup never ran.
+    assert page.get_by_text(HOSTILE).count() == 1
+    assert page.title() != "owned"
+    overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_groups_limit_weight_and_pause_are_saved_from_the_board(
+    page,  # noqa: F811
+    groups,
+    size,
+):
+    page.set_viewport_size(size)
+    log_in(page, url(groups))
+    row = page.locator("tr.group-row", has_text="acme/web-frontend-monorepo")
+    row.get_by_label("Limit").fill("2")
+    row.get_by_label("Weight").fill("3")
+    row.get_by_label("Paused").check()
+    row.get_by_role("button", name="Save").click()
+    page.get_by_text("Saved group acme/web-frontend-monorepo").wait_for()
+
+    group = admission.get_group(
+        groups["scope"], "reviews", "acme/web-frontend-monorepo"
+    )
+    assert (group.concurrency, group.weight, group.paused) == (2, 3, True)
+    saved = page.locator("tr.group-row", has_text="acme/web-frontend-monorepo")
+    assert saved.locator(".badge-paused").count() == 1
+    overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0
