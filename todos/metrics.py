@@ -9,7 +9,10 @@ failed, dead_lettered, retried). Per schedule: the counters
 ``switchboard_schedule_fires_total``, ``switchboard_schedule_skips_total`` and
 ``switchboard_schedule_lateness_seconds_total`` (slot time to todo created,
 summed over the fires: divided by the fires, the mean lateness), kept on each
-schedule's row by the sweep that fires it. The gauges are read from
+schedule's row by the sweep that fires it. Admission (per endpoint and
+queue): ``switchboard_groups_at_limit`` and ``switchboard_todos_held_by_limit``,
+the groups whose due todos a group limit or pause holds back now, and those
+todos (``todos.store.limit_figures``). The gauges are read from
 the partial indexes of live rows and of dead letters (never the done backlog);
 the counters from the sweep loop's rollup (``todos.store_stats``), so they
 advance once per sweep pass.
@@ -31,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from todos import store
 from todos.models import Endpoint
+from todos.store import limit_figures
 from todos.store import stats as store_stats
 
 # The classic text format every Prometheus (and Debian's 2.x) scrapes; the
@@ -145,6 +149,39 @@ class ScheduleCollector:
         yield lateness
 
 
+class LimitCollector:
+    """What admission holds back now, per queue, read once per scrape."""
+
+    def __init__(self, figures, names):
+        self.figures = figures
+        self.names = names
+
+    def collect(self):
+        labels = ["endpoint_id", "endpoint", "queue"]
+        groups = GaugeMetricFamily(
+            "switchboard_groups_at_limit",
+            "Groups whose due pending todos their limit (the group's, else the "
+            "queue's group_concurrency) or their pause holds back now.",
+            labels=labels,
+        )
+        todos = GaugeMetricFamily(
+            "switchboard_todos_held_by_limit",
+            "Due pending todos in groups at their limit or paused: claims pass "
+            "them over until a slot frees.",
+            labels=labels,
+        )
+        for figure in self.figures:
+            values = [
+                figure.endpoint_id,
+                self.names.get(figure.endpoint_id, ""),
+                figure.queue,
+            ]
+            groups.add_metric(values, figure.groups)
+            todos.add_metric(values, figure.todos)
+        yield groups
+        yield todos
+
+
 def _bearer(request):
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -185,6 +222,7 @@ def metrics(request):
     try:
         figures = store_stats.metrics_figures()
         schedules = store.schedule_figures()
+        held = limit_figures.held_by_limit()
         names = {
             str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
         }
@@ -195,6 +233,7 @@ def metrics(request):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(figures, names))
     registry.register(ScheduleCollector(schedules))
+    registry.register(LimitCollector(held, names))
     response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response

@@ -180,3 +180,22 @@ def test_metrics_count_schedule_fires_skips_and_lateness(staff, scope):
     assert found[("switchboard_schedule_fires_total", labels)] == 1
     assert found[("switchboard_schedule_skips_total", labels)] == 2
     assert found[("switchboard_schedule_lateness_seconds_total", labels)] > 0
+
+
+def test_metrics_report_groups_at_their_limit_and_the_todos_they_hold(staff, scope):
+    from todos.store import admission
+
+    admission.set_admission(scope, "q", group_concurrency=1)
+    for group in ["repo-a", "repo-a", "repo-a", "repo-b", "repo-c"]:
+        store.create_todo(scope, queue="q", group=group)
+    store.claim_many(scope, "w", limit=10, queue="q")  # one of each group
+    admission.set_group(scope, "q", "repo-c", paused=True)
+    store.create_todo(scope, queue="q", group="repo-c")
+
+    found = samples(staff.get("/metrics"))
+
+    labels = frozenset({("endpoint", "agent-a"), ("queue", "q")})
+    # repo-a: 1 claimed at its limit of 1, 2 waiting; repo-b: nothing waiting;
+    # repo-c: paused, 1 waiting.
+    assert found[("switchboard_groups_at_limit", labels)] == 2
+    assert found[("switchboard_todos_held_by_limit", labels)] == 3
