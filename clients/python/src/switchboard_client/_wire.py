@@ -18,6 +18,7 @@ carries everything else, and the event stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import ssl
@@ -71,6 +72,7 @@ class Wire:
         self._ssl: ssl.SSLContext | None = None
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(limit)
+        self._closed = False
 
     async def request(
         self, method: str, target: str, body: bytes | None, timeout: httpx.Timeout
@@ -99,7 +101,7 @@ class Wire:
             except BaseException:
                 connection.close()
                 raise
-            if connection.reusable:
+            if connection.reusable and not self._closed:
                 self._idle.append(connection)
             else:
                 connection.close()
@@ -135,6 +137,8 @@ class Wire:
         return self._ssl
 
     def close(self) -> None:
+        """Close the idle connections; those in use close when their call ends."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 
@@ -161,10 +165,7 @@ class _Connection:
         if self.reader.at_eof() or self.writer.is_closing():
             return True
         sock = self.writer.get_extra_info("socket")
-        if sock is None:
-            return False
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable)
+        return sock is not None and _readable(sock.fileno())
 
     async def exchange(self, request: bytes, timeout: httpx.Timeout) -> httpx.Response:
         """Write the request, read the whole response. The read timeout
@@ -210,7 +211,18 @@ class _Connection:
 
     def close(self) -> None:
         self.reusable = False
-        self.writer.close()
+        # A connection of a loop that has ended is closed with it.
+        with contextlib.suppress(RuntimeError):
+            self.writer.close()
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (poll: any fd number)."""
+    if not hasattr(select, "poll"):
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Answer:
