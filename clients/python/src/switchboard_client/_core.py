@@ -208,6 +208,23 @@ def acknowledgement(todo_id: str, verb: str, body: dict[str, Any]) -> Call[Todo]
     )
 
 
+def _nothing(body: Any) -> None:
+    return None
+
+
+def bare_acknowledgement(todo_id: str, verb: str, body: dict[str, Any]) -> Call[None]:
+    """An ``acknowledgement`` whose answer is not read into a Todo (the
+    runtime needs only whether it succeeded)."""
+    return Call(
+        "POST",
+        f"/api/v1/todos/{todo_id}/{verb}",
+        _nothing,
+        body=body,
+        safe=bool(body.get("lease_token")),
+        owner=True,
+    )
+
+
 # The operations, one a function; the clients expose each as a method of the
 # same name and signature (client.py, aio.py).
 

@@ -172,8 +172,10 @@ class _Connection:
         bounds the wait for the whole answer (a long poll's is lengthened)."""
         try:
             self.writer.write(request)
-            async with asyncio.timeout(timeout.write):
-                await self.writer.drain()
+            # What the socket took at once needs no wait (nor its timer).
+            if self.writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(timeout.write):
+                    await self.writer.drain()
         except TimeoutError as exc:
             raise httpx.WriteTimeout("sending the request: timed out") from exc
         except OSError as exc:

@@ -704,18 +704,18 @@ class _Acknowledger:
             done.set_result(result)
 
     async def _alone(self, action: dict[str, JSON]) -> ActionResult:
-        """Send one action as its own call; its result as a batch reads it (an
-        outage still raises, as it fails a whole batch)."""
+        """Send one action as its own call; its result as a batch reads it,
+        without the todo (an outage still raises, as it fails a whole batch)."""
         todo_id = str(action["id"])
         body = {k: v for k, v in action.items() if k not in ("op", "id")}
-        call = _core.acknowledgement(todo_id, str(action["op"]), body)
+        call = _core.bare_acknowledgement(todo_id, str(action["op"]), body)
         try:
-            todo = await self.api.send(call)
+            await self.api.send(call)
         except Unavailable:
             raise
         except APIError as exc:
             return ActionResult(todo_id, exc.status, error=_item(exc))
-        return ActionResult(todo_id, 200, todo=todo)
+        return ActionResult(todo_id, 200)
 
 
 def _item(exc: APIError) -> ItemError:
