@@ -560,6 +560,7 @@ def ended(
     events: Iterable[dict[str, Any]] = (),
     given_back: bool = False,
     worker: str | None = None,
+    end_time: datetime | None = None,
 ) -> None:
     """Write the ``process`` span of the delivery that just ended, and its
     ``settle`` span when it ended in complete, fail or a dead letter.
@@ -569,6 +570,7 @@ def ended(
     kept for this delivery. ``given_back``: the end gave the attempt back (an
     ask, a claim never received), so the delivery's attempt is one more.
     ``worker``: who held the delivery, when the end cleared the todo's owner.
+    ``end_time``: when it ended, if not now (a lease that ran out).
     """
     tracer = _tracer
     if tracer is None:
@@ -618,7 +620,7 @@ def ended(
             attributes=_attributes(todo, "settle", settle),
         )
         settled.end()
-    span.end()
+    span.end(_ns(end_time))
 
 
 def settle_name(todo: "Traced", op: str) -> str | None:

@@ -44,6 +44,36 @@ def test_a_lapsed_lease_ends_its_delivery_when_the_reaper_sweeps_it(
     assert link.context.span_id == lapsed.context.span_id
 
 
+@pytest.mark.parametrize("claim", ["next", "named"])
+def test_a_claim_that_takes_a_lapsed_lease_ends_the_lapsed_delivery(
+    spans, scope, time_travel, claim
+):
+    todo, _ = store.create_todo(scope, queue="q")
+    first = store.claim_next(scope, "w1")
+    time_travel(todo.id, lease_expires_at=-3600, claimed_at=-3700)
+
+    if claim == "next":
+        again = store.claim_next(scope, "w2")
+    else:
+        again = store.claim_todo(scope, todo.id, "w2")
+
+    [lapsed] = process_spans(spans)
+    assert lapsed.attributes["messaging.switchboard.outcome"] == "lapsed"
+    assert lapsed.attributes["messaging.switchboard.delivery"] == 1
+    assert lapsed.attributes["messaging.switchboard.attempt"] == 1
+    assert "messaging.client.id" not in lapsed.attributes
+    assert (
+        f"{lapsed.context.span_id:016x}" == first.trace_carrier()["traceparent"][36:52]
+    )
+    lapsed_for = (lapsed.end_time - lapsed.start_time) / 1e9
+    # From its claim to its lease's end: 300 s, moved 3 700 s and 3 600 s back.
+    assert 399 <= lapsed_for <= 401
+    store.complete_todo(scope, todo.id, "w2", lease_token=again.lease_token)
+    [_, completed] = process_spans(spans)
+    [link] = completed.links
+    assert link.context.span_id == lapsed.context.span_id
+
+
 def test_a_cancel_request_is_an_event_of_the_delivery_it_interrupts(spans, scope):
     todo, _ = store.create_todo(scope, queue="q")
     store.claim_next(scope, "w1")

@@ -14,7 +14,7 @@ import hmac
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
@@ -35,6 +35,7 @@ from .rows import (
     MAX_PRIORITY,
     MAX_PROGRESS_MESSAGE_CHARS,
     MIN_PRIORITY,
+    TODO_COLUMN_COUNT,
     TODO_COLUMNS,
     Conflict,
     JSONObject,
@@ -42,6 +43,7 @@ from .rows import (
     LeaseSuperseded,
     NotFound,
     QueueNotGranted,
+    Row,
     Scope,
     StoreError,
     Todo,
@@ -650,6 +652,11 @@ CLAIM_STEPS = """
 # instead of being planned on every call (planning takes longer than the
 # claim itself). That generic plan is the one tests/store/test_claim_plan.py
 # holds to the claim index, for any mix of endpoints, queues and backlogs.
+# What a claim row says past the todo's columns: where the todo came from
+# and, for a lapsed lease it took, when that lease's claim began and when it
+# ran out (todos.tracing ends that delivery's span: the reaper never saw it).
+LAPSED = "from_state, lapsed_claimed_at, lapsed_at"
+
 CLAIM_SQL = f"""
 WITH RECURSIVE pending_queue (name) AS (
     (SELECT queue FROM todos
@@ -682,7 +689,8 @@ WITH RECURSIVE pending_queue (name) AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
            t.created_at AS rank_at, NULL::float8 AS tag, t.queue, t.group_key,
            t.cost, t.state = 'claimed' AS transfer,
-           p.rate_limit IS NOT NULL AS rated
+           p.rate_limit IS NOT NULL AS rated,
+           t.claimed_at AS lapsed_claimed_at, t.lease_expires_at AS lapsed_at
       FROM todos t
       LEFT JOIN queues p ON p.endpoint_id = t.endpoint_id AND p.name = t.queue
      WHERE ((t.state = 'claimed' AND t.lease_expires_at < now()
@@ -762,7 +770,8 @@ WITH RECURSIVE pending_queue (name) AS (
      WHERE lane.fair
 ), fresh AS (
     SELECT f.id, 'pending'::text AS from_state, 1 AS rank, f.level, f.rank_at,
-           f.tag, f.queue, f.group_key, f.cost, FALSE AS transfer, f.rated
+           f.tag, f.queue, f.group_key, f.cost, FALSE AS transfer, f.rated,
+           NULL::timestamptz AS lapsed_claimed_at, NULL::timestamptz AS lapsed_at
       FROM (SELECT * FROM fresh_plain
             UNION ALL SELECT * FROM fresh_aged
             UNION ALL SELECT * FROM fresh_fair) f
@@ -808,7 +817,7 @@ WITH RECURSIVE pending_queue (name) AS (
       JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM admitted))
  RETURNING {T_COLUMNS}, c.from_state, c.rank, c.level, c.rank_at, c.tag,
-           a.admission
+           a.admission, c.lapsed_claimed_at, c.lapsed_at
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at, admission)
@@ -818,7 +827,7 @@ WITH RECURSIVE pending_queue (name) AS (
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS} FROM moved ORDER BY rank, level, rank_at, tag
+SELECT {TODO_COLUMNS}, {LAPSED} FROM moved ORDER BY rank, level, rank_at, tag
 """
 
 
@@ -848,11 +857,32 @@ def claim_many_steps(
         visible_at_once=visible_at_once,
     )
     rows = yield Statement("claim", CLAIM_SQL, params)
-    return [Todo.from_row(row) for row in rows]
+    return _claimed(rows)
 
 
 claim_many = on_django(claim_many_steps)
 aclaim_many = on_pool(claim_many_steps)
+
+
+def _claimed(rows: list[Row]) -> list[Todo]:
+    """The todos a claim statement took; while tracing is on, a lapsed lease
+    it took ends that delivery's process span, as the reaper would have."""
+    claimed = [Todo.from_row(row) for row in rows]
+    if tracing.enabled():
+        for row, todo in zip(rows, claimed, strict=True):
+            from_state, claimed_at, lapsed_at = row[TODO_COLUMN_COUNT:][:3]
+            if from_state == "claimed":
+                lapsed = replace(
+                    todo,
+                    deliveries=todo.deliveries - 1,
+                    attempt=todo.attempt - 1,
+                    claimed_at=claimed_at,
+                    owner=None,
+                )
+                tracing.ended(
+                    lapsed, "lapsed", error="lease expired", end_time=lapsed_at
+                )
+    return claimed
 
 
 def bind_claim(
@@ -908,6 +938,7 @@ aclaim_next = on_pool(claim_next_steps)
 CLAIM_ONE_SQL = f"""
 WITH candidate AS (
     SELECT id, state AS from_state, endpoint_id, queue, group_key, cost,
+           claimed_at AS lapsed_claimed_at, lease_expires_at AS lapsed_at,
            state = 'claimed' AS transfer,
            (SELECT p.rate_limit IS NOT NULL FROM queues p
              WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue) AS rated
@@ -951,7 +982,8 @@ WITH candidate AS (
       FROM candidate c
       JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = %(id)s
- RETURNING {T_COLUMNS}, c.from_state, a.admission
+ RETURNING {T_COLUMNS}, c.from_state, a.admission, c.lapsed_claimed_at,
+           c.lapsed_at
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
                              actor, error, at, admission)
@@ -961,7 +993,7 @@ WITH candidate AS (
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS} FROM moved
+SELECT {TODO_COLUMNS}, {LAPSED} FROM moved
 """
 
 CLAIMABLE = (
@@ -1002,7 +1034,8 @@ def _claim_one(
         raise Conflict(
             f"todo is {todo.state}; {CLAIMABLE}", todo_id=todo_id, state=todo.state
         )
-    return Todo.from_row(row)
+    (claimed,) = _claimed([row])
+    return claimed
 
 
 # When a todo of a scope next turns claimable by itself, no transition ringing
