@@ -303,3 +303,22 @@ def test_a_fifo_queue_dead_letter_target_must_be_a_fifo_queue(client):
             "RedrivePolicy": policy.replace("plain", "x.fifo"),
         },
     )
+
+
+def test_a_queue_name_serves_as_its_queue_url(client, fifo_url):
+    # As SQS takes it: QueueUrl may be the bare name of the caller's queue.
+    sent = send(client, "jobs.fifo", "by-name", "g")
+    (message,) = receive(client, "jobs.fifo")
+    assert message["MessageId"] == sent["MessageId"]
+    error = error_of(
+        client.send_message,
+        QueueUrl="jobs.fifo",
+        MessageBody="x",
+        MessageGroupId="g",
+        MessageDeduplicationId="2",
+        DelaySeconds=5,
+    )
+    assert error["Code"] == "InvalidParameterValue"
+    assert error_of(receive, client, "missing")["Code"] == (
+        "AWS.SimpleQueueService.NonExistentQueue"
+    )

@@ -176,11 +176,14 @@ def _addressed(caller: Caller, body: Body, *, must_exist: bool = True) -> Queue:
     """Resolve QueueUrl: the caller's account, a granted name, an existing queue.
 
     Another endpoint's queue URL, a name outside the grant and a queue that
-    never existed answer alike: QueueDoesNotExist.
+    never existed answer alike: QueueDoesNotExist. A bare queue name is the
+    caller's own queue, as SQS takes it.
     """
     url = _member(body, "QueueUrl", str, required=True)
     path = urlsplit(url).path if "://" in url else url
     parts = path.strip("/").split("/")
+    if len(parts) == 1 and "/" not in url:
+        parts = [caller.account_id, url]
     if len(parts) != 2 or parts[0] != caller.account_id:
         raise _no_such_queue()
     name = parts[1]
