@@ -92,3 +92,26 @@ def test_a_groups_limit_weight_and_pause_are_saved_from_the_board(
     assert saved.locator(".badge-paused").count() == 1
     overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
     assert overflow <= 0
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_queue_pages_admission_settings_are_saved_and_lead_to_its_groups(
+    page,  # noqa: F811
+    groups,
+    size,
+):
+    page.set_viewport_size(size)
+    log_in(page, f"/board/queues/{groups['endpoint'].id}/reviews/")
+    page.get_by_label("Per-group limit").fill("2")
+    page.get_by_label("Fair turns").check()
+    page.get_by_label("Rate limit: claims").fill("30")
+    page.get_by_label("Rate limit: per (s)").fill("60")
+    page.get_by_role("button", name="Save admission").click()
+    page.get_by_text("Saved the admission of reviews").wait_for()
+
+    settings = admission.get_admission(groups["scope"], "reviews")
+    assert settings.group_concurrency == 2 and settings.fair
+    overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0
+    page.get_by_role("link", name="Its groups").click()
+    assert page.locator("tr.group-row").count() == 3

@@ -60,13 +60,13 @@ class AdmissionForm(BoardForm):
         help_text="Cost claimed per period across every server; blank: none.",
     )
     rate_per_seconds = forms.IntegerField(
-        label="per (s)",
+        label="Rate limit: per (s)",
         min_value=1,
         max_value=admission.MAX_RATE_PERIOD_SECONDS,
         required=False,
     )
     rate_burst = forms.IntegerField(
-        label="burst",
+        label="Rate limit: burst",
         min_value=1,
         max_value=admission.MAX_RATE_COUNT,
         required=False,
@@ -80,13 +80,13 @@ class AdmissionForm(BoardForm):
         help_text="The same, for each group apart; blank: none.",
     )
     group_rate_per_seconds = forms.IntegerField(
-        label="per (s)",
+        label="Per-group rate: per (s)",
         min_value=1,
         max_value=admission.MAX_RATE_PERIOD_SECONDS,
         required=False,
     )
     group_rate_burst = forms.IntegerField(
-        label="burst",
+        label="Per-group rate: burst",
         min_value=1,
         max_value=admission.MAX_RATE_COUNT,
         required=False,
