@@ -55,6 +55,11 @@ SKIPPED = {
     "(tests/system/test_failover.py)",
     ("operations.md", "make resilience"): "it restarts PostgreSQL under load for "
     "minutes (tests/system/test_resilience.py)",
+    ("operations.md", "export OTEL_EXPORTER_OTLP_ENDPOINT="): "it sets a "
+    "deployment's environment for the reader's own collector "
+    "(tests/tracing/test_otlp.py sets the same against a receiver it starts)",
+    ("operations.md", "export SWITCHBOARD_TRACE_URL="): "it sets a deployment's "
+    "link to the reader's trace viewer (tests/tracing/test_spans.py renders it)",
     ("webhooks.md", ".venv/bin/python manage.py create_webhook acme-app"): "a "
     "synopsis ([…] marks options), not a command "
     "(tests/commands/test_create_webhook.py runs each form)",
