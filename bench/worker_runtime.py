@@ -15,7 +15,8 @@ turn, the order shuffled per repetition:
             lease token, a millisecond's sleep when nothing is claimable
   runtime   a Worker (concurrency 1, one sync handler that returns at once)
             per process: the same claim and complete, through the client's
-            AsyncClient (httpx), with its long poll, heartbeat task and logging
+            AsyncClient (its own keep-alive connections), with its long poll,
+            handler thread, heartbeat timer and logging
   runtime8  the same Worker at concurrency 8: it claims up to 8 todos at once
             when slots are free, and the completes that finish while one is
             in flight go together in one POST /api/v1/todos/batch
