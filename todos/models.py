@@ -161,6 +161,10 @@ class Todo(models.Model):
     trace_context = models.JSONField(null=True, blank=True)
     deliveries = models.IntegerField(db_default=0)
     trace_events = models.JSONField(null=True, blank=True)
+    # Usage (CONTRACT §18): the current delivery's figure as last reported,
+    # and the sum over the todo's attempts (usage_ledger holds each attempt's).
+    usage = models.JSONField(null=True, blank=True)
+    attempt_usage = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "todos"
@@ -209,6 +213,8 @@ class TodoEvent(models.Model):
     # A claim admitted under a limit: the group, its limit, the cost, the
     # admission's clock and the rate limits in force (the checker reads it).
     admission = models.JSONField(null=True, blank=True)
+    # An acknowledgement that reported usage: the attempt's figure after it.
+    usage = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "todo_events"
@@ -434,6 +440,51 @@ class McpSession(models.Model):
 
 
 # --- Board statistics -----------------------------------------------------------
+
+
+class UsageReport(models.Model):
+    """What an agent spent: one row per attempt of a todo, its running total
+    as last reported, or one report made outside a todo, against a queue.
+
+    No foreign keys: a purged todo's spend stays spent (``todos.store.usage``
+    writes and reads it).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    endpoint_id = models.UUIDField()
+    queue = models.TextField()
+    group = models.TextField(db_column="group_key", null=True, blank=True)
+    todo_id = models.UUIDField(null=True, blank=True)
+    # The todo's deliveries at the report (never goes back, unlike attempt).
+    delivery = models.IntegerField(null=True, blank=True)
+    attempt = models.IntegerField(null=True, blank=True)
+    input_tokens = models.BigIntegerField(db_default=0)
+    output_tokens = models.BigIntegerField(db_default=0)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=6, db_default=0)
+    model = models.TextField(db_default="", blank=True)
+    idempotency_key = models.TextField(null=True, blank=True)
+    reported_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "usage_ledger"
+        indexes = [
+            models.Index(
+                fields=["endpoint_id", "queue", "reported_at"],
+                name="usage_ledger_scope_idx",
+            )
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["todo_id", "delivery"], name="usage_ledger_attempt_key"
+            ),
+            models.UniqueConstraint(
+                fields=["endpoint_id", "idempotency_key"],
+                name="usage_ledger_report_key",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.queue}: ${self.cost_usd}"
 
 
 class TodoMinute(models.Model):

@@ -24,7 +24,7 @@ type Operation = tuple[Field, ...]
 # (an MCP session's, a batch's); enum: one of ``choices``; json: any JSON
 # jsonb stores; object: a JSON object (the store checks the type); items: a
 # list of objects of ``items``' fields; handoff: a name, null for the pool,
-# absent to keep the assignee; progress and choices: those two fields' shapes.
+# absent to keep the assignee; progress, usage and choices: those fields' shapes.
 type Kind = Literal[
     "text",
     "worker",
@@ -36,6 +36,7 @@ type Kind = Literal[
     "items",
     "handoff",
     "progress",
+    "usage",
     "choices",
 ]
 
@@ -134,6 +135,8 @@ class Field:
                 "additionalProperties": False,
                 "properties": {"message": message, "fraction": fraction},
             }
+        if self.kind == "usage":
+            return _usage_schema(null)
         return {
             "type": "array",
             "minItems": 1,
@@ -141,6 +144,30 @@ class Field:
             "uniqueItems": True,
             "items": CHOICE._shape(any_json, null),
         }
+
+
+def _usage_schema(null: bool) -> Schema:
+    tokens = {"type": "integer", "minimum": 0, "maximum": store.MAX_USAGE_TOKENS}
+    properties: Schema = {
+        "input_tokens": {**tokens, "description": "Prompt tokens."},
+        "output_tokens": {**tokens, "description": "Completion tokens."},
+        "cost_usd": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": store.MAX_USAGE_COST_USD,
+            "description": "Dollars spent.",
+        },
+        "model": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": store.MAX_MODEL_CHARS,
+            "pattern": NO_NUL,
+            "description": "The model that spent it.",
+        },
+    }
+    if null:
+        properties = {name: _or_null(value) for name, value in properties.items()}
+    return {"type": "object", "additionalProperties": False, "properties": properties}
 
 
 def _or_null(schema: Schema) -> Schema:
@@ -299,6 +326,17 @@ class Fields:
         ):
             raise self.invalid(f"{field.name}.fraction", "must be from 0 to 1")
         return {"message": message, "fraction": fraction}
+
+    def _usage(self, field: Field, value: object) -> dict[str, object] | None:
+        if isinstance(value, dict) and isinstance(value.get("model"), str):
+            Fields(value, prefix=f"{self.prefix}{field.name}.").value(
+                Field("model", maximum=store.MAX_MODEL_CHARS)
+            )
+        try:
+            report = store.validate_usage(value, f"{self.prefix}{field.name}")
+        except ValueError as exc:
+            raise InvalidField(str(exc)) from None
+        return report or None
 
     def _choices(self, field: Field, value: object) -> list[str]:
         maximum = _now(field.maximum)
@@ -481,11 +519,19 @@ PROGRESS = Field(
     '"fraction": 0.3}.',
     maximum=store.MAX_PROGRESS_MESSAGE_CHARS,
 )
-HEARTBEAT = (OWNER, LEASE_TOKEN, LEASE_SECONDS, PROGRESS, CHECKPOINT)
+USAGE = Field(
+    "usage",
+    "usage",
+    "What this attempt has spent so far, as a running total: input_tokens, "
+    "output_tokens, cost_usd, model (each optional, at least 0). It replaces "
+    "the attempt's last report, field by field, and is never added to it: "
+    "report the total, not the increment.",
+)
+HEARTBEAT = (OWNER, LEASE_TOKEN, LEASE_SECONDS, PROGRESS, CHECKPOINT, USAGE)
 RESULT = Field(
     "result", "json", 'What was done, any JSON, e.g. {"summary": "…", "url": "…"}.'
 )
-COMPLETE_TODO = (OWNER, LEASE_TOKEN, RESULT)
+COMPLETE_TODO = (OWNER, LEASE_TOKEN, RESULT, USAGE)
 ERROR = Field(
     "error",
     description="What went wrong, for whoever looks next.",
@@ -493,7 +539,7 @@ ERROR = Field(
     empty=True,
     default="",
 )
-FAIL_TODO = (OWNER, LEASE_TOKEN, ERROR)
+FAIL_TODO = (OWNER, LEASE_TOKEN, ERROR, USAGE)
 ASSIGNEE = Field(
     "assignee",
     "handoff",
@@ -592,6 +638,7 @@ ACTION = (
     ASSIGNEE,
     NOTE,
     REASON,
+    USAGE,
 )
 BATCH = (
     replace(OWNER, description="The worker of every action that names none."),
@@ -602,6 +649,29 @@ BATCH = (
         required=True,
         maximum=store.MAX_ACK_BATCH,
         items=ACTION,
+    ),
+)
+
+REPORT_USAGE = (
+    replace(
+        QUEUE, required=True, description="The queue the spend is counted against."
+    ),
+    replace(
+        USAGE,
+        required=True,
+        description="What was spent outside a todo: input_tokens, output_tokens, "
+        "cost_usd, model (at least one of them).",
+    ),
+    Field(
+        "group",
+        description="The group of the queue the spend is counted against.",
+        maximum=store.MAX_GROUP_CHARS,
+    ),
+    Field(
+        "idempotency_key",
+        description="A key that makes the report safe to repeat: a report with a "
+        "key already used returns the first one with created=false.",
+        maximum=store.MAX_KEY_CHARS,
     ),
 )
 

@@ -57,6 +57,7 @@ TODO_SCHEMA = {
         "cancel_requested",
         "note",
         "trace_context",
+        "usage",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -183,6 +184,48 @@ TODO_SCHEMA = {
             },
             "required": ["traceparent"],
         },
+        "usage": {
+            "type": ["object", "null"],
+            "description": "What the todo's attempts reported they spent, summed "
+            "over its attempts (each attempt's last report); null until one "
+            "reports.",
+            "required": ["input_tokens", "output_tokens", "cost_usd"],
+            "properties": {
+                "input_tokens": {"type": "integer", "minimum": 0},
+                "output_tokens": {"type": "integer", "minimum": 0},
+                "cost_usd": {"type": "number", "minimum": 0},
+            },
+        },
+    },
+}
+
+USAGE_REPORT_SCHEMA = {
+    "type": "object",
+    "required": [
+        "id",
+        "queue",
+        "group",
+        "todo_id",
+        "attempt",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "model",
+        "idempotency_key",
+        "reported_at",
+    ],
+    "properties": {
+        "id": {"type": "integer"},
+        "queue": {"type": "string"},
+        "group": {"type": ["string", "null"]},
+        "todo_id": {"type": ["string", "null"], "format": "uuid"},
+        "attempt": {"type": ["integer", "null"]},
+        "input_tokens": {"type": "integer", "minimum": 0},
+        "output_tokens": {"type": "integer", "minimum": 0},
+        "cost_usd": {"type": "number", "minimum": 0},
+        "model": {"type": "string"},
+        "idempotency_key": {"type": ["string", "null"]},
+        "reported_at": {"type": "string", "format": "date-time"},
     },
 }
 
@@ -721,6 +764,26 @@ def build_document() -> Schema:
                 },
             }
         },
+        "/api/v1/usage": {
+            "post": {
+                "summary": "Report usage spent outside a todo (an agent's planning "
+                "calls), against a queue of the grant.",
+                "operationId": "report_usage",
+                "requestBody": _body(fields.REPORT_USAGE),
+                "responses": {
+                    "201": {
+                        "description": "Recorded.",
+                        **_json(_ref("UsageEnvelope")),
+                    },
+                    "200": {
+                        "description": "The report an earlier call with this "
+                        "idempotency_key recorded; nothing counted again.",
+                        **_json(_ref("UsageEnvelope")),
+                    },
+                    **_errors("400", "401", "403", "413", "503"),
+                },
+            }
+        },
         "/api/v1/todos/{todo_id}": {
             "get": {
                 "summary": "Return one todo of this endpoint, waiting up to "
@@ -876,6 +939,15 @@ def build_document() -> Schema:
                     },
                 },
                 "Queue": QUEUE_SCHEMA,
+                "UsageReport": USAGE_REPORT_SCHEMA,
+                "UsageEnvelope": {
+                    "type": "object",
+                    "required": ["usage", "created"],
+                    "properties": {
+                        "usage": _ref("UsageReport"),
+                        "created": {"type": "boolean"},
+                    },
+                },
                 "Schedule": SCHEDULE_SCHEMA,
                 "ScheduleEnvelope": {
                     "type": "object",

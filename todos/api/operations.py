@@ -241,9 +241,9 @@ def create_batch(
 
 # What each owner op of a batch passes on besides the owner.
 ACK_USES = {
-    "complete": ("result",),
-    "fail": ("error",),
-    "heartbeat": ("lease_seconds", "progress", "checkpoint"),
+    "complete": ("result", "usage"),
+    "fail": ("error", "usage"),
+    "heartbeat": ("lease_seconds", "progress", "checkpoint", "usage"),
     "release": ("assignee", "note", "checkpoint"),
 }
 

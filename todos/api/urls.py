@@ -21,6 +21,7 @@ urlpatterns = [
     path("todos/<str:todo_id>/answer", views.answer, name="api-answer"),
     path("todos/<str:todo_id>/cancel", views.cancel, name="api-cancel"),
     path("queues", views.queues, name="api-queues"),
+    path("usage", views.usage, name="api-usage"),
     path("schedules", schedules.schedules, name="api-schedules"),
     path("schedules/<str:schedule_id>", schedules.schedule, name="api-schedule"),
     path(

@@ -15,6 +15,7 @@ from todos.api.operations import (
     aacknowledge_batch,
     atransition,
     cancel_status,
+    checked,
     create_batch,
     create_todo,
     list_page,
@@ -214,4 +215,16 @@ def queues(request: ApiRequest) -> JsonResponse:
     """List this endpoint's queues with their settings and live figures."""
     return JsonResponse(
         {"queues": [queue.to_dict() for queue in store.list_queues(request.scope)]}
+    )
+
+
+@api_view("POST")
+def usage(request: ApiRequest) -> JsonResponse:
+    """Report usage spent outside a todo, against a queue: 201, or 200 when
+    its idempotency key already recorded it."""
+    report = request.body_fields.read(table.REPORT_USAGE)
+    recorded, created = checked(store.report_usage, request.scope, **report)
+    return JsonResponse(
+        {"usage": recorded.to_dict(), "created": created},
+        status=201 if created else 200,
     )

@@ -66,6 +66,7 @@ from .sql import (
     on_pool,
     run_steps,
 )
+from .usage import usage_json
 
 # A release that leaves the assignment as it was (None hands it to the pool).
 KEEP_ASSIGNEE = object()
@@ -1208,7 +1209,8 @@ class Ack:
     ``progress`` and ``checkpoint`` ride on a heartbeat or a release (None
     keeps the last one); ``assignee`` is a release's handoff (``KEEP`` leaves
     the assignment as it is, None hands the todo to the pool) and ``note``
-    its message to the next claimant.
+    its message to the next claimant. ``usage`` is the attempt's running
+    total ({"input_tokens", "output_tokens", "cost_usd", "model"}).
     """
 
     op: str
@@ -1223,6 +1225,7 @@ class Ack:
     # A worker name, None (the pool), or KEEP_ASSIGNEE.
     assignee: object = KEEP_ASSIGNEE
     note: str | None = None
+    usage: JSONObject | None = None
 
 
 # Every owner action — complete, fail, heartbeat, release — of one or many
@@ -1241,6 +1244,12 @@ class Ack:
 # - release: the lease handed back now, with the outcome its expiry would have
 #   had (pending below the cap, else a dead letter); its assignee (a handoff),
 #   note and checkpoint, when given, go with it.
+# - usage (CONTRACT §18), on any of them: the delivery's running total; its
+#   fields replace the delivery's last ones on the row (attempt_usage), the
+#   todo's sum moves by the difference (usage), the history row records it,
+#   and ``ledger`` upserts the delivery's one row in usage_ledger. All in this
+#   statement: a report counts exactly when its acknowledgement does, and a
+#   repeated request that moves nothing writes nothing.
 # - under a cancel request (CONTRACT §14), fail and release end the todo
 #   canceled instead (claimed → done, ``result`` = {"canceled": request});
 #   complete stores the worker's result as usual: the work was finished.
@@ -1271,6 +1280,7 @@ ACK_FIELDS = (
     ("handoff", "boolean", "handoffs"),
     ("assignee", "text", "assignees"),
     ("note", "text", "notes"),
+    ("usage", "jsonb", "usages"),
 )
 ACK_PARAMS = tuple(param for _, _, param in ACK_FIELDS)
 _MANY_ACTIONS = (
@@ -1351,6 +1361,10 @@ WITH action AS (
                              ELSE t.checkpoint END,
            note = CASE WHEN a.op = 'release' THEN coalesce(a.note, t.note)
                        ELSE t.note END,
+           attempt_usage = switchboard_attempt_usage(
+               t.attempt_usage, t.deliveries, t.attempt, a.usage),
+           usage = switchboard_usage_total(
+               t.usage, t.attempt_usage, t.deliveries, t.attempt, a.usage),
            updated_at = now()
       FROM action a
      WHERE t.id = a.id AND t.id = {ids}
@@ -1363,12 +1377,30 @@ WITH action AS (
                     THEN 'canceled'
                 WHEN a.op = 'fail' THEN a.error
                 WHEN a.op = 'release' THEN coalesce(a.note, '')
-                ELSE '' END AS event_error
+                ELSE '' END AS event_error,
+           a.usage IS NOT NULL AS reported
 ), history AS (
     INSERT INTO todo_events (todo_id, endpoint_id, from_state, to_state, attempt,
-                             actor, error, at)
-    SELECT id, endpoint_id, 'claimed', state, attempt, actor, event_error, now()
+                             actor, error, at, usage)
+    SELECT id, endpoint_id, 'claimed', state, attempt, actor, event_error, now(),
+           CASE WHEN reported THEN attempt_usage END
       FROM moved
+), ledger AS (
+    INSERT INTO usage_ledger AS l (endpoint_id, queue, group_key, todo_id, delivery,
+                                   attempt, input_tokens, output_tokens, cost_usd,
+                                   model, reported_at)
+    SELECT endpoint_id, queue, group_key, id, deliveries, attempt,
+           coalesce((attempt_usage->>'input_tokens')::bigint, 0),
+           coalesce((attempt_usage->>'output_tokens')::bigint, 0),
+           coalesce((attempt_usage->>'cost_usd')::numeric, 0),
+           coalesce(attempt_usage->>'model', ''), now()
+      FROM moved
+     WHERE reported
+    ON CONFLICT (todo_id, delivery) DO UPDATE
+       SET input_tokens = EXCLUDED.input_tokens,
+           output_tokens = EXCLUDED.output_tokens,
+           cost_usd = EXCLUDED.cost_usd, model = EXCLUDED.model,
+           reported_at = EXCLUDED.reported_at
 )
 SELECT {TODO_COLUMNS}, ord,
        CASE WHEN state = 'pending' THEN pg_notify('switchboard_todo_ready',
@@ -1391,7 +1423,7 @@ OWNED = "only the current lease owner may do this to a claimed todo"
 
 
 # One validated action as ACK_FIELDS lists its values: id, op, worker, token,
-# result, error, lease, progress, checkpoint, handoff, assignee, note.
+# result, error, lease, progress, checkpoint, handoff, assignee, note, usage.
 BoundAck = tuple[
     str,
     str,
@@ -1403,6 +1435,7 @@ BoundAck = tuple[
     str | None,
     str | None,
     bool,
+    str | None,
     str | None,
     str | None,
 ]
@@ -1443,6 +1476,7 @@ def _bind_ack(action: Ack) -> BoundAck:
         handoff,
         assignee,
         note,
+        usage_json(action.usage),
     )
 
 
@@ -1632,12 +1666,14 @@ def heartbeat_steps(
     lease_token: str | None = None,
     progress: JSONObject | None = None,
     checkpoint: object = None,
+    usage: JSONObject | None = None,
 ) -> Steps[Todo]:
     """Extend the lease to now + lease_seconds (default: the queue's, the server's).
 
     ``progress`` ({"message", "fraction"}) and ``checkpoint`` (JSON, at most
     64 KiB), when given, replace the last ones; the answer carries
-    ``cancel_requested`` so the owner learns of a cancel request.
+    ``cancel_requested`` so the owner learns of a cancel request. ``usage``
+    is the attempt's running total (it replaces the attempt's last report).
     """
     return (
         yield from _one_ack(
@@ -1650,6 +1686,7 @@ def heartbeat_steps(
                 lease_seconds=lease_seconds,
                 progress=progress,
                 checkpoint=checkpoint,
+                usage=usage,
             ),
         )
     )
@@ -1662,11 +1699,14 @@ def complete_todo_steps(
     *,
     result: object = None,
     lease_token: str | None = None,
+    usage: JSONObject | None = None,
 ) -> Steps[Todo]:
-    """Mark the lease holder's claimed todo done, storing its result."""
+    """Mark the lease holder's claimed todo done, storing its result (and
+    the attempt's final ``usage``)."""
     return (
         yield from _one_ack(
-            scope, Ack("complete", todo_id, worker, lease_token, result=result)
+            scope,
+            Ack("complete", todo_id, worker, lease_token, result=result, usage=usage),
         )
     )
 
@@ -1678,14 +1718,16 @@ def fail_todo_steps(
     *,
     error: str = "",
     lease_token: str | None = None,
+    usage: JSONObject | None = None,
 ) -> Steps[Todo]:
     """Fail the lease holder's todo: schedule a retry, or dead-letter at the cap.
 
-    Under a cancel request the todo ends canceled instead.
+    Under a cancel request the todo ends canceled instead. ``usage`` is the
+    attempt's final figure.
     """
     return (
         yield from _one_ack(
-            scope, Ack("fail", todo_id, worker, lease_token, error=error)
+            scope, Ack("fail", todo_id, worker, lease_token, error=error, usage=usage)
         )
     )
 

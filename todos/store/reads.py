@@ -14,6 +14,7 @@ from .rows import (
     QueueNotGranted,
     Scope,
     Todo,
+    _json,
 )
 from .sql import (
     REDELIVERABLE,
@@ -297,7 +298,8 @@ def list_todos_any_endpoint(
 
 
 EVENTS_SQL = """
-SELECT id, todo_id, endpoint_id, from_state, to_state, attempt, actor, error, at
+SELECT id, todo_id, endpoint_id, from_state, to_state, attempt, actor, error, at,
+       usage
   FROM todo_events WHERE todo_id = %(id)s ORDER BY id
 """
 
@@ -308,7 +310,12 @@ def todo_events_any_endpoint(todo_id: str) -> list[Event]:
     if canonical_id is None:
         return []
     rows = _run("todo_events", EVENTS_SQL, {"id": canonical_id})
-    return [Event(r[0], str(r[1]), str(r[2]), *r[3:]) for r in rows]
+    return [
+        Event(
+            r[0], str(r[1]), str(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], _json(r[9])
+        )
+        for r in rows
+    ]
 
 
 # --- Doorbell -------------------------------------------------------------------

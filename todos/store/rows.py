@@ -75,6 +75,11 @@ MAX_ANSWER_BYTES = 64 * 1024
 MAX_PROGRESS_MESSAGE_CHARS = 500
 MAX_REASON_CHARS = 1000
 MAX_NOTE_CHARS = 2000
+# Usage reports (CONTRACT §18): tokens and dollars an attempt may report, and
+# a model's name.
+MAX_USAGE_TOKENS = 10**15
+MAX_USAGE_COST_USD = 10**9
+MAX_MODEL_CHARS = 200
 # An answer link lives as long as its question, or this long without a deadline.
 ANSWER_LINK_SECONDS = 7 * 24 * 3600
 # The available_at of a question without a deadline: not before it is answered.
@@ -237,11 +242,13 @@ TODO_COLUMNS = (
     " last_error, result, created_at, updated_at, lease_token, available_at,"
     " question, question_status, asked_at, answer_deadline, answer, answer_nonce,"
     " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at,"
-    " priority, group_key, cost, trace_context, deliveries, trace_events"
+    " priority, group_key, cost, trace_context, deliveries, trace_events,"
+    " usage, attempt_usage"
 )
 # The jsonb columns, by position: payload, result, question, answer,
-# cancel_request, progress, checkpoint, trace_context, trace_events.
-_JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29, 35, 37)
+# cancel_request, progress, checkpoint, trace_context, trace_events, usage,
+# attempt_usage.
+_JSON_POSITIONS = (4, 15, 20, 24, 26, 28, 29, 35, 37, 38, 39)
 TODO_COLUMN_COUNT = len(TODO_COLUMNS.split(","))
 
 
@@ -302,6 +309,11 @@ class Todo:
     trace_context: JSONObject | None = None
     deliveries: int = 0
     trace_events: list[JSONObject] | None = None
+    # Usage (CONTRACT §18): the sum over the todo's attempts
+    # ({"input_tokens", "output_tokens", "cost_usd"}, null until a report),
+    # and the current delivery's figure as last reported.
+    usage: JSONObject | None = None
+    attempt_usage: JSONObject | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
@@ -423,6 +435,7 @@ _RENDERED_APART = frozenset(
         "trace_context",
         "deliveries",
         "trace_events",
+        "attempt_usage",
     }
 )
 # The columns a todo's JSON shows as they are (timestamps in ISO 8601), in
@@ -471,6 +484,8 @@ class Event:
     actor: str
     error: str
     at: datetime
+    # The attempt's usage after this acknowledgement, when it reported one.
+    usage: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
