@@ -418,6 +418,21 @@ def test_detail_shows_fields_payload_error_and_history(board, scope):
     assert "Retry now" in html
 
 
+def test_detail_shows_the_todos_usage_and_each_reports_attempt_figure(board, scope):
+    todo, _ = store.create_todo(scope, queue="q", title="Summarize")
+    store.claim_todo(scope, todo.id, "claude-1")
+    store.heartbeat(scope, todo.id, "claude-1", usage={"input_tokens": 800})
+    store.complete_todo(
+        scope, todo.id, "claude-1", usage={"cost_usd": 0.42, "model": "sonnet"}
+    )
+
+    html = board.get(f"/board/todos/{todo.id}/").content.decode()
+
+    assert "$0.42 · 800 input / 0 output tokens" in html
+    assert "Usage reported: $0 · 800 input" in html
+    assert "Usage reported: $0.42 · 800 input / 0 output tokens · sonnet" in html
+
+
 def test_detail_fragment_is_only_the_detail(board, scope):
     todo = dead_letter(scope)
 
