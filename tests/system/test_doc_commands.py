@@ -205,7 +205,13 @@ def test_the_api_pages_commands_work_as_written(own):
 
     minted = json.loads(output.splitlines()[0])
     assert minted["name"] == "reviewer" and minted["token"].startswith("sb_")
-    *_, resumed = json_lines(output)
+    *_, resumed, done, reported = json_lines(output)
+    assert done["todo"]["usage"] == {
+        "input_tokens": 51000,
+        "output_tokens": 3100,
+        "cost_usd": 0.19,
+    }
+    assert reported["created"] is True and reported["usage"]["cost_usd"] == 0.004
     answer = resumed["todo"]["answer"]
     assert (answer["value"], answer["by"], answer["worker"]) == (
         "archive first",
