@@ -629,8 +629,9 @@ CLAIM_STEPS = """
 #    A fair queue reads its lane by start time (fresh_fair, todos_fair_claim_
 #    idx); its order key is the running latest available_at of the lane, so
 #    that the lane's own order survives the sort across lanes.
-#    A todo of a group with no room (as this statement's snapshot sees it) is
-#    passed over here; switchboard_admit decides under the group's lock.
+#    A todo of a group with no room (as this statement's snapshot sees it:
+#    ROOM) is passed over here; switchboard_admit decides under the group's
+#    lock.
 # 5. admitted: a candidate with no group in a queue with no rate limit is
 #    taken as it is; the others go, in claim order, through switchboard_admit
 #    (group limits counted under the group's lock, token buckets), which
@@ -657,6 +658,16 @@ CLAIM_STEPS = """
 # and, for a lapsed lease it took, when that lease's claim began and when it
 # ran out (todos.tracing ends that delivery's span: the reaper never saw it).
 LAPSED = "from_state, lapsed_claimed_at, lapsed_at"
+
+# A grouped row passes the lanes' pre-filter when its group is not blocked
+# (paused, an override of 0, or as many claimed as its limit: ``blocked``,
+# read once per claim from the claimed rows, and only when a grouped row is
+# met) and its queue does not hold every group (group_concurrency 0) unless
+# an override opens this one.
+ROOM = """(t.queue, t.group_key) NOT IN (SELECT b.queue, b.group_key FROM blocked b)
+                 AND (lane.group_limit IS DISTINCT FROM 0
+                      OR (t.queue, t.group_key) IN (
+                          SELECT o.queue, o.group_key FROM opened o))"""
 
 CLAIM_SQL = f"""
 WITH RECURSIVE pending_queue (name) AS (
@@ -686,6 +697,28 @@ WITH RECURSIVE pending_queue (name) AS (
       LEFT JOIN queues p
         ON p.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND p.name = q.name
      WHERE p.paused_at IS NULL
+), blocked (queue, group_key) AS (
+    SELECT busy.queue, busy.group_key
+      FROM (SELECT t.queue, t.group_key, count(*) AS n FROM todos t
+             WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+               AND t.state = 'claimed' AND t.group_key IS NOT NULL
+               AND t.queue IN (SELECT l.queue FROM lane l)
+             GROUP BY t.queue, t.group_key) busy
+      LEFT JOIN queue_groups g
+        ON g.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND g.queue = busy.queue
+       AND g.group_key = busy.group_key
+      LEFT JOIN queues q
+        ON q.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND q.name = busy.queue
+     WHERE busy.n >= coalesce(g.concurrency, q.group_concurrency)
+    UNION ALL
+    SELECT g.queue, g.group_key FROM queue_groups g
+     WHERE g.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+       AND (g.paused OR g.concurrency = 0)
+       AND g.queue IN (SELECT l.queue FROM lane l)
+), opened (queue, group_key) AS (
+    SELECT g.queue, g.group_key FROM queue_groups g
+     WHERE g.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND g.concurrency > 0
+       AND g.queue IN (SELECT l.queue FROM lane l)
 ), due AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
            t.created_at AS rank_at, NULL::float8 AS tag, t.queue, t.group_key,
@@ -718,9 +751,7 @@ WITH RECURSIVE pending_queue (name) AS (
             AND t.state = 'pending' AND t.queue = lane.queue
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.available_at <= statement_timestamp()
-            AND (t.group_key IS NULL
-                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
-                                               lane.group_limit))
+            AND (t.group_key IS NULL OR ({ROOM}))
           ORDER BY t.priority, t.available_at
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
@@ -741,9 +772,7 @@ WITH RECURSIVE pending_queue (name) AS (
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.priority = level.p
             AND t.available_at <= statement_timestamp()
-            AND (t.group_key IS NULL
-                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
-                                               lane.group_limit))
+            AND (t.group_key IS NULL OR ({ROOM}))
           ORDER BY t.available_at
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
@@ -762,9 +791,7 @@ WITH RECURSIVE pending_queue (name) AS (
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.fair_tag IS NOT NULL
             AND t.available_at <= statement_timestamp()
-            AND (t.group_key IS NULL
-                 OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
-                                               lane.group_limit))
+            AND (t.group_key IS NULL OR ({ROOM}))
           ORDER BY t.priority, t.fair_tag
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
