@@ -39,6 +39,7 @@ TYPES = {
     "handoff": "string",
     "enum": "string",
     "integer": "integer",
+    "number": "number",
     "boolean": "boolean",
     "object": "object",
     "progress": "object",
@@ -126,6 +127,9 @@ def assert_described(prop, field):
     if kind == "integer":
         bounds = (prop["minimum"], prop["maximum"])
         assert bounds == (fields._now(field.minimum), fields._now(field.maximum))
+    if kind == "number":
+        bounds = (prop["exclusiveMinimum"], prop["maximum"])
+        assert bounds == (0, fields._now(field.maximum))
     if kind in {"items", "choices"}:
         assert (prop["minItems"], prop["maxItems"]) == (1, field.maximum)
     if kind == "enum":

@@ -29,6 +29,7 @@ type Kind = Literal[
     "text",
     "worker",
     "integer",
+    "number",
     "boolean",
     "enum",
     "json",
@@ -110,6 +111,8 @@ class Field:
                 "minimum": _now(self.minimum),
                 "maximum": maximum,
             }
+        if self.kind == "number":
+            return {"type": "number", "exclusiveMinimum": 0, "maximum": maximum}
         if self.kind == "boolean":
             return {"type": "boolean"}
         if self.kind == "enum":
@@ -267,6 +270,15 @@ class Fields:
         if not minimum <= value <= maximum:
             raise self.invalid(field.name, f"must be between {minimum} and {maximum}")
         return value
+
+    def _number(self, field: Field, value: object) -> float:
+        """A number above 0, at most the maximum (a cost)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.invalid(field.name, "must be a number")
+        maximum = _now(field.maximum)
+        if not 0 < value <= maximum:
+            raise self.invalid(field.name, f"must be above 0 and at most {maximum}")
+        return float(value)
 
     def _boolean(self, field: Field, value: object) -> bool:
         # Left out is the default; null is no boolean.
@@ -479,6 +491,28 @@ CREATE_TODO = (
         maximum=store.MAX_DELAY_SECONDS,
     ),
     Field(
+        "priority",
+        "integer",
+        "1 (claimed first) to 5; within a level the oldest is claimed first "
+        "(default 3).",
+        minimum=store.MIN_PRIORITY,
+        maximum=store.MAX_PRIORITY,
+    ),
+    Field(
+        "group",
+        description="The group the todo belongs to (a repository, a customer): "
+        "the queue's group_concurrency, fair turns and group_rate_limit apply "
+        "per group.",
+        maximum=store.MAX_GROUP_CHARS,
+    ),
+    Field(
+        "cost",
+        "number",
+        "What the todo counts against its queue's rate limits (default 1), "
+        "e.g. the tokens it is expected to use.",
+        maximum=store.MAX_COST,
+    ),
+    Field(
         "replace",
         "boolean",
         "With an idempotency_key: cancel the key's pending live todo and create "
@@ -486,6 +520,20 @@ CREATE_TODO = (
         "request). Without idempotency_key it is a plain create.",
         default=False,
     ),
+)
+SET_PRIORITY = (
+    Field(
+        "priority",
+        "integer",
+        "The pending todo's new priority: 1 (claimed first) to 5.",
+        required=True,
+        minimum=store.MIN_PRIORITY,
+        maximum=store.MAX_PRIORITY,
+    ),
+)
+GROUPS_PAGE = (
+    Field("after", description="List the groups named after this one.", empty=True),
+    Field("limit", "integer", minimum=1, maximum=200, default=50),
 )
 CREATE_MANY = (
     Field(

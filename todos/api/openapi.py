@@ -58,6 +58,9 @@ TODO_SCHEMA = {
         "note",
         "trace_context",
         "usage",
+        "priority",
+        "group",
+        "cost",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -89,6 +92,21 @@ TODO_SCHEMA = {
             "format": "date-time",
             "description": "When a pending todo becomes claimable; created_at "
             "unless it was created with delay_seconds.",
+        },
+        "priority": {
+            "type": "integer",
+            "minimum": store.MIN_PRIORITY,
+            "maximum": store.MAX_PRIORITY,
+            "description": "1 is claimed first; the oldest first within a level.",
+        },
+        "group": {
+            "type": ["string", "null"],
+            "description": "The group whose limit, turn and rate limit it shares.",
+        },
+        "cost": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "What it counts against its queue's rate limits.",
         },
         "lease_token": {
             "type": ["string", "null"],
@@ -229,6 +247,31 @@ USAGE_REPORT_SCHEMA = {
     },
 }
 
+RATE_LIMIT_SCHEMA = {
+    "type": ["object", "null"],
+    "description": "At most count (a todo counts its cost) per per_seconds, "
+    "burst at once; null: no limit.",
+    "additionalProperties": False,
+    "required": ["count"],
+    "properties": {
+        "count": {"type": "integer", "minimum": 1},
+        "per_seconds": {"type": "integer", "minimum": 1, "default": 1},
+        "burst": {"type": "integer", "minimum": 1},
+    },
+}
+
+GROUP_CONCURRENCY_SCHEMA = {
+    "type": ["integer", "null"],
+    "minimum": 0,
+    "description": "At most this many claimed todos per group (0 holds every "
+    "group; null: no limit).",
+}
+AGING_SCHEMA = {
+    "type": ["integer", "null"],
+    "minimum": 1,
+    "description": "A waiting todo rises one level per this many seconds.",
+}
+
 QUEUE_SCHEMA = {
     "type": "object",
     "required": [
@@ -261,7 +304,56 @@ QUEUE_SCHEMA = {
         "dead_letter": {"type": "integer", "minimum": 0},
         "oldest_pending_age_seconds": {"type": ["number", "null"]},
         "lapsed": {"type": "integer", "minimum": 0},
+        "group_concurrency": GROUP_CONCURRENCY_SCHEMA,
+        "fair": {
+            "type": "boolean",
+            "description": "Claims serve the groups in turn, weighted.",
+        },
+        "rate_limit": RATE_LIMIT_SCHEMA,
+        "group_rate_limit": RATE_LIMIT_SCHEMA,
+        "priority_aging_seconds": AGING_SCHEMA,
+        "groups_at_limit": {"type": "integer", "minimum": 0},
     },
+}
+
+GROUP_SCHEMA = {
+    "type": "object",
+    "required": [
+        "group",
+        "in_flight",
+        "pending",
+        "oldest_wait_seconds",
+        "limit",
+        "concurrency",
+        "weight",
+        "paused",
+    ],
+    "properties": {
+        "group": {"type": "string"},
+        "in_flight": {"type": "integer", "minimum": 0},
+        "pending": {"type": "integer", "minimum": 0},
+        "oldest_wait_seconds": {"type": ["number", "null"]},
+        "limit": {
+            "type": ["integer", "null"],
+            "description": "The limit in force: the override, else the queue's.",
+        },
+        "concurrency": {"type": ["integer", "null"], "minimum": 0},
+        "weight": {"type": "integer", "minimum": 1},
+        "paused": {"type": "boolean"},
+    },
+}
+
+QUEUE_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
+GROUP_NAME = {
+    "name": "group",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "maxLength": store.MAX_GROUP_CHARS},
 }
 
 SCHEDULE_ID = {
@@ -648,6 +740,152 @@ def _schedule_paths() -> Schema:
     }
 
 
+QUEUE_SETTINGS_BODY = {
+    "required": True,
+    **_json(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "lease_seconds": {"type": ["integer", "null"], "minimum": 0},
+                "max_attempts": {"type": ["integer", "null"], "minimum": 1},
+                "delay_seconds": {"type": ["integer", "null"], "minimum": 0},
+                "group_concurrency": GROUP_CONCURRENCY_SCHEMA,
+                "fair": {"type": "boolean"},
+                "rate_limit": RATE_LIMIT_SCHEMA,
+                "group_rate_limit": RATE_LIMIT_SCHEMA,
+                "priority_aging_seconds": AGING_SCHEMA,
+            },
+        }
+    ),
+}
+
+GROUP_SETTINGS_BODY = {
+    "required": True,
+    **_json(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "concurrency": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": "This group's limit; null follows the queue's.",
+                },
+                "weight": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "paused": {"type": "boolean"},
+            },
+        }
+    ),
+}
+
+
+def _queue_ok(description: str) -> Schema:
+    return {
+        "200": {
+            "description": description,
+            **_json(
+                {
+                    "type": "object",
+                    "required": ["queue"],
+                    "properties": {"queue": _ref("Queue")},
+                }
+            ),
+        }
+    }
+
+
+def _group_ok(description: str) -> Schema:
+    return {
+        "200": {
+            "description": description,
+            **_json(
+                {
+                    "type": "object",
+                    "required": ["group"],
+                    "properties": {"group": _ref("Group")},
+                }
+            ),
+        }
+    }
+
+
+def _admission_paths() -> Schema:
+    """A queue's settings and groups (CONTRACT §17)."""
+    return {
+        "/api/v1/queues/{name}": {
+            "get": {
+                "summary": "One queue of this endpoint, its settings and figures.",
+                "operationId": "get_queue",
+                "parameters": [QUEUE_NAME],
+                "responses": {
+                    **_queue_ok("The queue."),
+                    **_errors("401", "403", "404", "503"),
+                },
+            },
+            "patch": {
+                "summary": "Change a queue's settings (made on first use): "
+                "§10's and admission's; only the settings given change.",
+                "operationId": "update_queue",
+                "parameters": [QUEUE_NAME],
+                "requestBody": QUEUE_SETTINGS_BODY,
+                "responses": {
+                    **_queue_ok("The queue after the change."),
+                    **_errors("400", "401", "403", "503"),
+                },
+            },
+        },
+        "/api/v1/queues/{name}/groups": {
+            "get": {
+                "summary": "A page of the queue's groups by name (those with "
+                "todos pending or claimed, and those with an override).",
+                "operationId": "list_groups",
+                "parameters": [QUEUE_NAME, *_query(fields.GROUPS_PAGE)],
+                "responses": {
+                    "200": {
+                        "description": "The page; next_after reads the next.",
+                        **_json(
+                            {
+                                "type": "object",
+                                "required": ["groups", "next_after"],
+                                "properties": {
+                                    "groups": {
+                                        "type": "array",
+                                        "items": _ref("Group"),
+                                    },
+                                    "next_after": {"type": ["string", "null"]},
+                                },
+                            }
+                        ),
+                    },
+                    **_errors("400", "401", "403", "404", "503"),
+                },
+            }
+        },
+        "/api/v1/queues/{name}/groups/{group}": {
+            "get": {
+                "summary": "One group of the queue.",
+                "operationId": "get_group",
+                "parameters": [QUEUE_NAME, GROUP_NAME],
+                "responses": {
+                    **_group_ok("The group."),
+                    **_errors("400", "401", "403", "404", "503"),
+                },
+            },
+            "put": {
+                "summary": "Set a group's override: concurrency, weight, paused.",
+                "operationId": "set_group",
+                "parameters": [QUEUE_NAME, GROUP_NAME],
+                "requestBody": GROUP_SETTINGS_BODY,
+                "responses": {
+                    **_group_ok("The group after the change."),
+                    **_errors("400", "401", "403", "503"),
+                },
+            },
+        },
+    }
+
+
 def build_document() -> Schema:
     """Return the OpenAPI document as a dict."""
     create_one = {
@@ -868,6 +1106,13 @@ def build_document() -> Schema:
                 },
             }
         },
+        "/api/v1/todos/{todo_id}/priority": _transition(
+            "Change a pending todo's priority (409 once claimed or finished).",
+            "set_priority",
+            fields.SET_PRIORITY,
+            owner=False,
+        ),
+        **_admission_paths(),
         **_schedule_paths(),
         "/api/v1/events": {
             "get": {
@@ -948,6 +1193,7 @@ def build_document() -> Schema:
                         "created": {"type": "boolean"},
                     },
                 },
+                "Group": GROUP_SCHEMA,
                 "Schedule": SCHEDULE_SCHEMA,
                 "ScheduleEnvelope": {
                     "type": "object",

@@ -2,10 +2,10 @@
 
 from django.urls import path
 
-from todos.api import events, openapi, schedules, views
+from todos.api import admission, events, openapi, schedules, views
 
 # "todos/claim" and "todos/batch" come before "todos/<todo_id>" so that neither
-# is ever read as an id.
+# is ever read as an id. A group's name may hold slashes ("org/repo").
 urlpatterns = [
     path("todos", views.todos, name="api-todos"),
     path("todos/claim", views.claim_next, name="api-claim-next"),
@@ -20,8 +20,16 @@ urlpatterns = [
     path("todos/<str:todo_id>/ask", views.ask, name="api-ask"),
     path("todos/<str:todo_id>/answer", views.answer, name="api-answer"),
     path("todos/<str:todo_id>/cancel", views.cancel, name="api-cancel"),
+    path("todos/<str:todo_id>/priority", admission.priority, name="api-priority"),
     path("queues", views.queues, name="api-queues"),
     path("usage", views.usage, name="api-usage"),
+    path("queues/<str:name>", admission.queue, name="api-queue"),
+    path("queues/<str:name>/groups", admission.groups, name="api-queue-groups"),
+    path(
+        "queues/<str:name>/groups/<path:group>",
+        admission.group,
+        name="api-queue-group",
+    ),
     path("schedules", schedules.schedules, name="api-schedules"),
     path("schedules/<str:schedule_id>", schedules.schedule, name="api-schedule"),
     path(

@@ -25,6 +25,7 @@ from .rows import (
     Row,
     Scope,
     _iso,
+    _json,
 )
 from .sql import (
     Statement,
@@ -70,6 +71,14 @@ class QueueInfo:
     # Pending todos held for an answer (CONTRACT §14): neither visible nor
     # delayed, as no claim takes them until they are answered.
     held: int = 0
+    # Admission (CONTRACT §17): the settings, and how many groups have as
+    # many claimed as their limit.
+    group_concurrency: int | None = None
+    fair: bool = False
+    rate_limit: JSONObject | None = None
+    group_rate_limit: JSONObject | None = None
+    priority_aging_seconds: int | None = None
+    groups_at_limit: int = 0
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
@@ -90,6 +99,12 @@ class QueueInfo:
             age,
             lapsed,
             held,
+            group_concurrency,
+            fair,
+            rate_limit,
+            group_rate_limit,
+            aging,
+            at_limit,
         ) = row
         return cls(
             endpoint_id=str(endpoint_id),
@@ -113,6 +128,12 @@ class QueueInfo:
             oldest_pending_age_seconds=None if age is None else float(age),
             lapsed=lapsed,
             held=held,
+            group_concurrency=group_concurrency,
+            fair=bool(fair),
+            rate_limit=_json(rate_limit),
+            group_rate_limit=_json(group_rate_limit),
+            priority_aging_seconds=aging,
+            groups_at_limit=at_limit,
         )
 
     def to_dict(self) -> JSONObject:
@@ -131,7 +152,8 @@ QUEUES_SQL = """
 SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
        q.paused_at, q.created_at, q.updated_at,
        live.pending, live.delayed, live.claimed, live.retry_scheduled, dead.n,
-       live.oldest_age, live.lapsed, live.held
+       live.oldest_age, live.lapsed, live.held, q.group_concurrency, q.fair,
+       q.rate_limit, q.group_rate_limit, q.priority_aging_seconds, at_limit.n
   FROM queues q
  CROSS JOIN (SELECT statement_timestamp() AS at) clock
  CROSS JOIN LATERAL (
@@ -160,6 +182,16 @@ SELECT q.endpoint_id, q.name, q.lease_seconds, q.max_attempts, q.delay_seconds,
           WHERE d.endpoint_id = q.endpoint_id AND d.queue = q.name
             AND d.state = 'failed' AND d.next_retry_at IS NULL
           LIMIT %(cap)s + 1) capped) dead
+ CROSS JOIN LATERAL (
+     SELECT count(*) AS n FROM (
+         SELECT t.group_key, count(*) AS in_flight FROM todos t
+          WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
+            AND t.state = 'claimed' AND t.group_key IS NOT NULL
+          GROUP BY t.group_key) busy
+       LEFT JOIN queue_groups g
+         ON g.endpoint_id = q.endpoint_id AND g.queue = q.name
+        AND g.group_key = busy.group_key
+      WHERE busy.in_flight >= coalesce(g.concurrency, q.group_concurrency)) at_limit
  WHERE (%(operator)s OR (q.endpoint_id = %(endpoint_id)s
         AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))))
    AND (%(endpoint_ids)s::uuid[] IS NULL OR q.endpoint_id = ANY(%(endpoint_ids)s))
