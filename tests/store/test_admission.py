@@ -770,3 +770,32 @@ def test_the_checker_finds_a_violation_planted_in_the_database(scope):
     report = admission_check.check(endpoint_id=scope.endpoint_id)
     assert len(report.violations) == 1, report.violations
     assert first.id != second.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_passes_over_a_group_whose_end_is_in_flight_instead_of_waiting(
+    make_endpoint,
+):
+    """CONTRACT §17 Exactness: a claim never waits for a group's lock (an end
+    holds it until it commits): it passes over that group this time, so a
+    claim and the reaper's batch of ends can never deadlock."""
+    scope = store.Scope.for_endpoint(make_endpoint("passer"))
+    admission.set_admission(scope, "q", group_concurrency=2)
+    ending = new(scope, group="busy", title="ending")
+    new(scope, group="busy", title="busy-next")
+    store.claim_todo(scope, ending.id, "w")
+    free = new(scope, group="free", title="free")
+    other = _raw_connection()
+    try:
+        other.autocommit = False
+        other.execute(
+            "UPDATE todos SET state = 'done' WHERE id = %s", [ending.id]
+        )  # the end's trigger holds busy's lock until this commits
+        started = time.monotonic()
+        taken = store.claim_many(scope, "w2", limit=10)
+        waited = time.monotonic() - started
+        other.rollback()
+    finally:
+        other.close()
+    assert [t.id for t in taken] == [free.id]
+    assert waited < 2
