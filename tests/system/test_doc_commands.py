@@ -219,6 +219,17 @@ def test_the_api_pages_commands_work_as_written(own):
         "lead",
     )
     assert resumed["todo"]["checkpoint"] == {"step": "drop", "tables_done": 12}
+    # One agent per repository: the batch claim takes one push of each.
+    answers = json_lines(output)
+    (queue,) = [a["queue"] for a in answers if a.get("queue", {}).get("fair")]
+    assert queue["name"] == "pushes" and queue["group_concurrency"] == 1
+    (claimed,) = [a["todos"] for a in answers if "todos" in a]
+    assert sorted(todo["group"] for todo in claimed) == ["acme/api", "acme/web"]
+    (groups,) = [a["groups"] for a in answers if "groups" in a]
+    assert [(g["group"], g["in_flight"], g["pending"]) for g in groups] == [
+        ("acme/api", 1, 2),
+        ("acme/web", 1, 0),
+    ]
 
 
 def test_the_schedules_pages_worked_example_works_as_written(own):
