@@ -799,3 +799,18 @@ def test_a_claim_passes_over_a_group_whose_end_is_in_flight_instead_of_waiting(
         other.close()
     assert [t.id for t in taken] == [free.id]
     assert waited < 2
+
+
+def test_an_opening_rate_window_is_when_a_waiting_claim_looks_again(scope):
+    """CONTRACT §17 Waking: a waiting claim that found the bucket empty is
+    told when the window opens (next_due), as for a lease lapsing."""
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 1, "per_seconds": 10, "burst": 1}
+    )
+    new(scope)
+    new(scope)
+    assert len(store.claim_many(scope, "w", limit=10)) == 1
+    assert store.claim_many(scope, "w", limit=10) == []
+    due = store.next_due(scope, 20)
+    assert due is not None and 8 < due <= 10
+    assert store.next_due(scope, 5) is None

@@ -1074,7 +1074,9 @@ def _claim_one(
 # waits does not matter to it), so each branch reads a bounded index range:
 # the leases and retry windows that end within the horizon (their indexes, or
 # the endpoint's live rows), and per queue of the scope the claim index's pool
-# lane, whose first entry past now is its minimum.
+# lane, level by level, whose first entry past now is its minimum; and when
+# an empty rate bucket of the scope holds a whole token again (a rate window
+# opens: admission, CONTRACT §17).
 NEXT_DUE_SQL = """
 SELECT extract(epoch FROM least(
     (SELECT min(t.lease_expires_at) FROM todos t
@@ -1101,16 +1103,32 @@ SELECT extract(epoch FROM least(
              WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
                AND p.paused_at IS NOT NULL)),
     (SELECT min(lane.at) FROM queues q
+      CROSS JOIN generate_series(1, 5) AS level (p)
       CROSS JOIN LATERAL (
           SELECT min(t.available_at) AS at FROM todos t
            WHERE t.endpoint_id = q.endpoint_id AND t.queue = q.name
              AND t.state = 'pending' AND coalesce(t.assignee, '') = ''
+             AND t.priority = level.p
              AND t.available_at > statement_timestamp()
              AND t.available_at <= statement_timestamp()
                                    + make_interval(secs => %(within)s)) lane
       WHERE q.endpoint_id = %(endpoint_id)s
         AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
-        AND q.paused_at IS NULL)
+        AND q.paused_at IS NULL),
+    (SELECT min(refill.at) FROM rate_buckets b
+       JOIN queues q ON q.endpoint_id = b.endpoint_id AND q.name = b.queue
+      CROSS JOIN LATERAL (
+          SELECT CASE WHEN b.group_key = '' THEN q.rate_limit
+                      ELSE q.group_rate_limit END AS setting) s
+      CROSS JOIN LATERAL (
+          SELECT b.refilled_at + make_interval(secs => (1 - b.tokens)
+                 * (s.setting->>'per_seconds')::float8
+                 / (s.setting->>'count')::float8) AS at) refill
+      WHERE b.endpoint_id = %(endpoint_id)s
+        AND (%(queues)s::text[] IS NULL OR b.queue = ANY(%(queues)s::text[]))
+        AND q.paused_at IS NULL AND s.setting IS NOT NULL AND b.tokens < 1
+        AND refill.at > statement_timestamp()
+        AND refill.at <= statement_timestamp() + make_interval(secs => %(within)s))
 ) - statement_timestamp())::float8
 """
 
