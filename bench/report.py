@@ -39,6 +39,7 @@ NAMES = (
     "failover_cost",
     "board",
     "worker_runtime",
+    "admission_run",
 )
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
@@ -354,6 +355,29 @@ def worker_runtime(data):
     )
 
 
+def admission_run(data):
+    results = data["results"]
+    params = data["parameters"]
+    rows = [
+        ["store calls", results["operations"]],
+        ["claim calls", results["claim_calls"]],
+        ["todos claimed", results["todos_claimed"]],
+        ["leases lapsed and reaped", results["reaped"]],
+        ["retries requeued", results["retries_requeued"]],
+        ["limit changes while running", results["setting_changes"]],
+        ["history rows replayed", results["events_replayed"]],
+        ["claims checked against a group limit", results["claims_checked"]],
+        ["claims checked against a rate window", results["rate_claims_checked"]],
+        ["errors", results["errors"]],
+        ["**violations**", results["violations"]],
+    ]
+    return (
+        f"{params['processes']} worker processes, a reaper and a settings changer, "
+        f"{params['groups']} groups, {results['seconds']:g} s:\n\n"
+        + table(["figure", "value"], rows)
+    )
+
+
 RENDERERS = {
     "store_vs_sql": store_vs_sql,
     "claim_latency": claim_latency,
@@ -363,6 +387,7 @@ RENDERERS = {
     "failover_cost": failover_cost,
     "board": board,
     "worker_runtime": worker_runtime,
+    "admission_run": admission_run,
 }
 
 

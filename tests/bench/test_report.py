@@ -19,6 +19,7 @@ SCRIPTS = (
     "failover_cost",
     "board",
     "worker_runtime",
+    "admission_run",
 )
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
@@ -34,7 +35,7 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_eight_scripts_their_helpers_the_floor_and_the_profiler():
+def test_bench_holds_the_nine_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
     helpers = {"benchlib", "report", "floor_server", "profile_served"}
     assert found == {*SCRIPTS, *helpers}

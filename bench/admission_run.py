@@ -1,0 +1,355 @@
+"""Admission under fire: a randomized run of real processes, then the checker.
+
+Question: whatever runs at once, does any group ever hold more claimed todos
+than its limit, or any rate window admit more than its bucket?
+
+Worker processes, each on its own database connection, create grouped and
+ungrouped todos (priorities, costs) and claim them, single and in batches,
+then complete, fail, release, ask (answered later by another worker), cancel,
+or walk away and let the lease lapse; a reaper process sweeps lapsed leases,
+due retries and expired questions all along; a settings process lowers and
+raises the queue's group_concurrency and the groups' overrides (pausing and
+resuming some) while it runs. Queue ``adm`` limits groups; queue
+``adm-rate`` has a rate limit and a per-group rate limit.
+
+Afterwards ``todos.store.admission_check`` replays ``todo_events`` and looks,
+for every group, for any instant with more claimed todos than the limit the
+claim was admitted under, and for any rate window with more cost than the
+bucket allows. The run fails (exit 1) on any violation.
+
+    python bench/admission_run.py --operations 100000 --processes 6
+    python bench/admission_run.py --quick
+"""
+
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+import psycopg
+
+GROUPED = "adm"
+RATED = "adm-rate"
+RATE = {"count": 40, "per_seconds": 1, "burst": 10}
+GROUP_RATE = {"count": 10, "per_seconds": 1, "burst": 4}
+# The todos a worker keeps waiting beyond those it claimed.
+BACKLOG = 150
+# Expected store errors of a race (a lease taken over, a todo gone on).
+RACE_ERRORS = ("Conflict", "NotFound", "LeaseSuperseded")
+
+
+def options():
+    parse = benchlib.parser(__doc__)
+    parse.add_argument(
+        "--operations",
+        type=int,
+        default=100_000,
+        help="store calls to make in all (default: %(default)s)",
+    )
+    parse.add_argument(
+        "--processes",
+        type=int,
+        default=6,
+        help="worker processes (default: %(default)s)",
+    )
+    parse.add_argument(
+        "--groups",
+        type=int,
+        default=24,
+        help="groups the todos spread over (default: %(default)s)",
+    )
+    parse.add_argument(
+        "--seconds",
+        type=float,
+        default=1800,
+        help="stop after this long even if short of the operations",
+    )
+    parse.add_argument("--seed", type=int, default=45)
+    args = parse.parse_args()
+    benchlib.apply_quick(args, parse, operations=3000, processes=4, groups=8)
+    return args
+
+
+def reset(url, endpoint_id):
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE todos, todo_events")
+        conn.execute("DELETE FROM queue_groups WHERE endpoint_id = %s", [endpoint_id])
+        conn.execute("DELETE FROM rate_buckets WHERE endpoint_id = %s", [endpoint_id])
+
+
+def worker(index, url, endpoint_id, quota, groups, seed, finished):
+    """One worker process: a loop of random store calls until its quota."""
+    benchlib.setup_django(url)
+    from todos import store
+
+    rng = random.Random(seed * 1000 + index)
+    scope = store.Scope(endpoint_id)
+    names = [f"org/repo-{n}" for n in range(groups)]
+    asked = []
+
+    def create(counts):
+        items = []
+        for _ in range(rng.randint(1, 8)):
+            item = {"queue": rng.choice([GROUPED, GROUPED, RATED])}
+            if rng.random() < 0.85:
+                item["group"] = rng.choice(names)
+            if rng.random() < 0.3:
+                item["priority"] = rng.randint(1, 5)
+            if rng.random() < 0.3:
+                item["cost"] = rng.choice([0.5, 1, 2, 3])
+            items.append(item)
+        store.create_many(scope, items)
+        counts["created"] += len(items)
+
+    def settle(todo, counts):
+        roll = rng.random()
+        worker_name = todo.owner
+        if roll < 0.5:
+            store.complete_todo(
+                scope, todo.id, worker_name, lease_token=todo.lease_token
+            )
+        elif roll < 0.6:
+            store.fail_todo(scope, todo.id, worker_name, error="bench")
+        elif roll < 0.7:
+            store.release_todo(
+                scope, todo.id, worker_name, lease_token=todo.lease_token
+            )
+        elif roll < 0.78:
+            store.ask(
+                scope,
+                todo.id,
+                worker_name,
+                question="go on?",
+                return_to="pool",
+                lease_token=todo.lease_token,
+            )
+            asked.append(todo.id)
+        elif roll < 0.84:
+            store.cancel_todo(scope, todo.id)
+            counts["cancel_requests"] += 1
+        # else: walk away; the short lease lapses under the reaper.
+
+    def ready(stop_at):
+        counts = {
+            "done": 0,
+            "claims": 0,
+            "claimed": 0,
+            "errors": 0,
+            "races": 0,
+            "cancel_requests": 0,
+            "created": 0,
+        }
+        reported = time.perf_counter()
+        errors = []
+        while counts["done"] < quota and time.perf_counter() < stop_at:
+            roll = rng.random()
+            try:
+                # Keep this worker's backlog near BACKLOG todos.
+                if roll < 0.18 and counts["created"] - counts["claimed"] < BACKLOG:
+                    create(counts)
+                elif roll < 0.22 and asked:
+                    store.answer_todo(
+                        scope, asked.pop(rng.randrange(len(asked))), "yes"
+                    )
+                elif roll < 0.25:
+                    pending = store.list_todos(scope, state="pending", limit=5).todos
+                    if pending:
+                        store.cancel_todo(scope, rng.choice(pending).id)
+                else:
+                    limit = rng.choice([1, 1, 1, 3, 5, 10])
+                    claimed = store.claim_many(
+                        scope,
+                        f"w{index}",
+                        limit=limit,
+                        queue=rng.choice([None, GROUPED, RATED]),
+                        lease_seconds=rng.choice([1, 2, 5]),
+                    )
+                    counts["claims"] += 1
+                    counts["claimed"] += len(claimed)
+                    for todo in claimed:
+                        counts["done"] += 1
+                        try:
+                            settle(todo, counts)
+                        except store.StoreError as exc:
+                            if type(exc).__name__ not in RACE_ERRORS:
+                                raise
+                            counts["races"] += 1
+            except store.StoreError as exc:
+                if type(exc).__name__ not in RACE_ERRORS:
+                    counts["errors"] += 1
+                    errors.append(repr(exc))
+                else:
+                    counts["races"] += 1
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                counts["errors"] += 1
+                errors.append(repr(exc))
+                from django.db import connection
+
+                connection.close()
+            counts["done"] += 1
+            if index == 0 and time.perf_counter() - reported > 10:
+                reported = time.perf_counter()
+                benchlib.progress(f"  worker 0: {counts['done']} operations")
+        counts["error_samples"] = errors[:5]
+        (finished / f"done-{index}").touch()
+        return counts
+
+    return ready
+
+
+def sweeper(index, url, endpoint_id, groups, seed, finished, processes):
+    """The reaper, the retry scheduler and the questions' deadlines (index 0),
+    or the settings changer (index 1), until the workers stop."""
+    benchlib.setup_django(url)
+    from todos import store
+    from todos.store import admission, sweeps
+
+    rng = random.Random(seed + index)
+    scope = store.Scope(endpoint_id)
+    names = [f"org/repo-{n}" for n in range(groups)]
+
+    def ready(stop_at):
+        counts = {"done": 0, "reaped": 0, "requeued": 0, "changes": 0}
+        while time.perf_counter() < stop_at:
+            if len(list(finished.glob("done-*"))) >= processes:
+                break
+            if index == 0:
+                counts["reaped"] += len(sweeps.reap_expired())
+                counts["requeued"] += len(sweeps.requeue_due_retries())
+                sweeps.expire_questions()
+                time.sleep(0.1)
+            else:
+                roll = rng.random()
+                if roll < 0.4:
+                    admission.set_admission(
+                        scope, GROUPED, group_concurrency=rng.choice([1, 2, 2, 3, 4])
+                    )
+                elif roll < 0.8:
+                    admission.set_group(
+                        scope,
+                        GROUPED,
+                        rng.choice(names),
+                        concurrency=rng.choice([None, 0, 1, 2, 5]),
+                    )
+                else:
+                    admission.set_group(
+                        scope,
+                        rng.choice([GROUPED, RATED]),
+                        rng.choice(names),
+                        paused=rng.random() < 0.5,
+                    )
+                counts["changes"] += 1
+                time.sleep(0.2)
+            counts["done"] += 1
+        return counts
+
+    return ready
+
+
+def main():
+    args = options()
+    url = args.database_url
+    result = benchlib.Result("admission_run", args)
+    benchlib.progress(f"preparing {url}")
+    benchlib.prepare_database(url)
+    endpoint_id, _ = benchlib.ensure_endpoint(url, name="admission-run")
+    reset(url, endpoint_id)
+    benchlib.setup_django(url)
+    from todos import store
+    from todos.store import admission, admission_check
+
+    scope = store.Scope(endpoint_id)
+    admission.set_admission(scope, GROUPED, group_concurrency=2)
+    admission.set_admission(
+        scope, RATED, group_concurrency=3, rate_limit=RATE, group_rate_limit=GROUP_RATE
+    )
+    from django.db import connection
+
+    connection.close()
+    quota = args.operations // args.processes
+    benchlib.progress(
+        f"running {args.processes} workers x {quota} operations, a reaper and a"
+        f" settings changer, over {args.groups} groups"
+    )
+    started = time.perf_counter()
+    outcomes = run_all(args, url, endpoint_id, quota)
+    elapsed = time.perf_counter() - started
+    workers = outcomes[: args.processes]
+    operations = sum(item["done"] for item in workers)
+    changes = outcomes[-1]
+    reaper = outcomes[-2]
+    benchlib.progress(f"ran {operations} operations in {elapsed:.0f} s; checking")
+    report = admission_check.check(endpoint_id=endpoint_id)
+    results = {
+        "operations": operations,
+        "seconds": round(elapsed, 1),
+        "claim_calls": sum(item["claims"] for item in workers),
+        "todos_claimed": sum(item["claimed"] for item in workers),
+        "races": sum(item["races"] for item in workers),
+        "errors": sum(item["errors"] for item in workers),
+        "error_samples": [s for item in workers for s in item["error_samples"]][:5],
+        "reaped": reaper["reaped"],
+        "retries_requeued": reaper["requeued"],
+        "setting_changes": changes["changes"],
+        "events_replayed": report.events,
+        "claims_checked": report.claims,
+        "ends_checked": report.ends,
+        "groups_checked": report.groups,
+        "rate_claims_checked": report.rate_claims,
+        "max_in_flight": max(report.max_in_flight.values(), default=0),
+        "violations": len(report.violations),
+        "violation_samples": report.violations[:10],
+    }
+    benchlib.print_table(
+        "Admission run",
+        ["figure", "value"],
+        [[name, value] for name, value in results.items() if "samples" not in name],
+    )
+    for line in results["violation_samples"] + results["error_samples"]:
+        print("  ", line)
+    result.write(
+        {
+            "operations": args.operations,
+            "processes": args.processes,
+            "groups": args.groups,
+            "seed": args.seed,
+            "rate_limit": RATE,
+            "group_rate_limit": GROUP_RATE,
+        },
+        results,
+    )
+    return 1 if report.violations or results["errors"] else 0
+
+
+def run_all(args, url, endpoint_id, quota):
+    """Workers and the two sweepers in one set of processes: each worker
+    leaves a file when it is done, and the sweepers stop when all have."""
+    with tempfile.TemporaryDirectory(prefix="admission-run-") as folder:
+        return benchlib.run_processes(
+            _dispatch,
+            args.processes + 2,
+            args.seconds,
+            args=(
+                args.processes,
+                url,
+                endpoint_id,
+                quota,
+                args.groups,
+                args.seed,
+                Path(folder),
+            ),
+        )
+
+
+def _dispatch(index, processes, url, endpoint_id, quota, groups, seed, finished):
+    if index < processes:
+        return worker(index, url, endpoint_id, quota, groups, seed, finished)
+    return sweeper(
+        index - processes, url, endpoint_id, groups, seed, finished, processes
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
