@@ -279,6 +279,6 @@ $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0020_admission")]
+    dependencies = [("todos", "0022_sqs_fifo")]
 
     operations = [migrations.RunSQL(sql=ADMIT, reverse_sql=BEFORE)]
