@@ -831,7 +831,7 @@ def _admission_paths() -> Schema:
                 "requestBody": QUEUE_SETTINGS_BODY,
                 "responses": {
                     **_queue_ok("The queue after the change."),
-                    **_errors("400", "401", "403", "503"),
+                    **_errors("400", "401", "403", "404", "503"),
                 },
             },
         },
@@ -879,7 +879,7 @@ def _admission_paths() -> Schema:
                 "requestBody": GROUP_SETTINGS_BODY,
                 "responses": {
                     **_group_ok("The group after the change."),
-                    **_errors("400", "401", "403", "503"),
+                    **_errors("400", "401", "403", "404", "503"),
                 },
             },
         },
