@@ -325,7 +325,6 @@ __all__ = [
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "MAX_TITLE_CHARS",
-    "MAX_GROUP_CHARS",
     "MAX_KEY_CHARS",
     "MAX_ERROR_CHARS",
     "MAX_LEASE_TOKEN_CHARS",

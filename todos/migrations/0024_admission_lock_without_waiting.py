@@ -279,6 +279,6 @@ $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0022_sqs_fifo")]
+    dependencies = [("todos", "0023_usage_ledger")]
 
     operations = [migrations.RunSQL(sql=ADMIT, reverse_sql=BEFORE)]
