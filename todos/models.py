@@ -487,6 +487,61 @@ class UsageReport(models.Model):
         return f"{self.queue}: ${self.cost_usd}"
 
 
+class Budget(models.Model):
+    """A spend limit on an endpoint, a queue or a group in an hour, day or
+    month of its time zone (``todos.store.budgets``).
+
+    No foreign key to ``endpoints``, as ``queue_groups``: Django's test flush
+    truncates ``endpoints``, and budgets are read by endpoint id only.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint_id = models.UUIDField()
+    scope = models.TextField(
+        choices=[(kind, kind) for kind in ("endpoint", "queue", "group")]
+    )
+    queue = models.TextField(null=True, blank=True)
+    group = models.TextField(db_column="group_key", null=True, blank=True)
+    # ``window`` is an SQL keyword, hence the column's name.
+    window = models.TextField(
+        db_column="window_unit",
+        choices=[(unit, unit) for unit in ("hour", "day", "month")],
+    )
+    time_zone = models.TextField(db_default="UTC")
+    limit_usd = models.DecimalField(
+        max_digits=20, decimal_places=6, null=True, blank=True
+    )
+    limit_tokens = models.BigIntegerField(null=True, blank=True)
+    soft_percent = models.IntegerField(db_default=80)
+    action = models.TextField(
+        db_default="pause",
+        choices=[(action, action) for action in ("pause", "reject_new")],
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "budgets"
+        indexes = [models.Index(fields=["endpoint_id"], name="budgets_endpoint_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(scope__in=("endpoint", "queue", "group")),
+                name="budgets_scope_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(window__in=("hour", "day", "month")),
+                name="budgets_window_check",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(action__in=("pause", "reject_new")),
+                name="budgets_action_check",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.scope} {self.queue or ''} {self.window}"
+
+
 class TodoMinute(models.Model):
     """Transitions per (endpoint, queue, minute), rolled up by the sweep loop.
 

@@ -723,6 +723,88 @@ REPORT_USAGE = (
     ),
 )
 
+# --- Budgets (CONTRACT §18) ------------------------------------------------------
+
+BUDGET_ID = Field(
+    "budget_id",
+    description="The budget's id, as list_budgets or create_budget give it.",
+    required=True,
+)
+BUDGET_SCOPE = Field(
+    "scope",
+    "enum",
+    "What the budget covers: endpoint (everything this endpoint spends), queue "
+    "(one queue) or group (one group of a queue).",
+    choices=store.BUDGET_SCOPES,
+)
+BUDGET_WINDOW = Field(
+    "window",
+    "enum",
+    "The window the limit applies to: the current hour, day or calendar month "
+    "in time_zone.",
+    choices=store.BUDGET_WINDOWS,
+)
+LIMIT_USD = Field(
+    "limit_usd",
+    "number",
+    "The most the scope may spend in a window, in dollars.",
+    maximum=store.MAX_USAGE_COST_USD,
+)
+LIMIT_TOKENS = Field(
+    "limit_tokens",
+    "integer",
+    "The most tokens (input plus output) the scope may spend in a window.",
+    minimum=1,
+    maximum=store.MAX_USAGE_TOKENS,
+)
+SOFT_PERCENT = Field(
+    "soft_percent",
+    "integer",
+    "The share of a limit, in percent, past which the budget is near its limit.",
+    minimum=1,
+    maximum=100,
+)
+BUDGET_ACTION = Field(
+    "action",
+    "enum",
+    "What happens at the limit: pause (claims pass over the scope's todos) or "
+    "reject_new (creates in the scope are refused).",
+    choices=store.BUDGET_ACTIONS,
+)
+BUDGET_QUEUE = replace(QUEUE, description="The queue of a queue or group budget.")
+BUDGET_GROUP = Field(
+    "group",
+    description="The group of a group budget.",
+    maximum=store.MAX_GROUP_CHARS,
+)
+BUDGET_TIME_ZONE = Field(
+    "time_zone",
+    description="The IANA time zone the window is read in, e.g. Europe/Berlin "
+    "(default UTC).",
+)
+CREATE_BUDGET = (
+    replace(BUDGET_SCOPE, required=True),
+    BUDGET_QUEUE,
+    BUDGET_GROUP,
+    replace(BUDGET_WINDOW, required=True),
+    BUDGET_TIME_ZONE,
+    LIMIT_USD,
+    LIMIT_TOKENS,
+    replace(SOFT_PERCENT, default=store.DEFAULT_SOFT_PERCENT),
+    replace(BUDGET_ACTION, default="pause"),
+)
+UPDATE_BUDGET = (
+    BUDGET_SCOPE,
+    BUDGET_QUEUE,
+    BUDGET_GROUP,
+    BUDGET_WINDOW,
+    BUDGET_TIME_ZONE,
+    LIMIT_USD,
+    LIMIT_TOKENS,
+    SOFT_PERCENT,
+    BUDGET_ACTION,
+)
+
 # --- Schedules (CONTRACT §20) ------------------------------------------------------
 
 SCHEDULE_ID = Field(

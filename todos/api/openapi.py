@@ -597,6 +597,154 @@ def _schedule_body(operation: Operation) -> Schema:
     return body
 
 
+BUDGET_SCHEMA = {
+    "type": "object",
+    "required": [
+        "id",
+        "scope",
+        "queue",
+        "group",
+        "window",
+        "time_zone",
+        "limit_usd",
+        "limit_tokens",
+        "soft_percent",
+        "action",
+        "created_at",
+        "updated_at",
+        "window_start",
+        "window_end",
+        "spent_usd",
+        "spent_tokens",
+        "left_usd",
+        "left_tokens",
+    ],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "scope": {"type": "string", "enum": list(store.BUDGET_SCOPES)},
+        "queue": {"type": ["string", "null"]},
+        "group": {"type": ["string", "null"]},
+        "window": {"type": "string", "enum": list(store.BUDGET_WINDOWS)},
+        "time_zone": {"type": "string"},
+        "limit_usd": {"type": ["number", "null"]},
+        "limit_tokens": {"type": ["integer", "null"]},
+        "soft_percent": {"type": "integer"},
+        "action": {"type": "string", "enum": list(store.BUDGET_ACTIONS)},
+        "created_at": {"type": "string", "format": "date-time"},
+        "updated_at": {"type": "string", "format": "date-time"},
+        "window_start": {
+            "type": "string",
+            "format": "date-time",
+            "description": "Where the current window began (UTC).",
+        },
+        "window_end": {"type": "string", "format": "date-time"},
+        "spent_usd": {
+            "type": "number",
+            "description": "What the scope's usage reports, last reported in the "
+            "current window, add up to.",
+        },
+        "spent_tokens": {"type": "integer"},
+        "left_usd": {"type": ["number", "null"]},
+        "left_tokens": {"type": ["integer", "null"]},
+    },
+}
+
+BUDGET_ID = {
+    "name": "budget_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "format": "uuid"},
+}
+
+BUDGET_NOT_FOUND = {
+    "404": {
+        "description": "No such budget in this endpoint (absent, foreign, outside "
+        "the grant, or a malformed id).",
+        **_json(_ref("Error")),
+    }
+}
+
+
+def _budget_ok(description: str, status: str = "200") -> Schema:
+    return {status: {"description": description, **_json(_ref("BudgetEnvelope"))}}
+
+
+def _budget_paths() -> Schema:
+    """The budgets' paths (CONTRACT §18)."""
+    on_one = [BUDGET_ID]
+    return {
+        "/api/v1/budgets": {
+            "get": {
+                "summary": "List this endpoint's budgets, with what each scope "
+                "spent in its current window and what is left.",
+                "operationId": "list_budgets",
+                "responses": {
+                    "200": {
+                        "description": "The budgets.",
+                        **_json(
+                            {
+                                "type": "object",
+                                "required": ["budgets"],
+                                "properties": {
+                                    "budgets": {
+                                        "type": "array",
+                                        "items": _ref("Budget"),
+                                    }
+                                },
+                            }
+                        ),
+                    },
+                    **_errors("401", "503"),
+                },
+            },
+            "post": {
+                "summary": "Create a budget: a limit in dollars and/or tokens on "
+                "what the endpoint, a queue or a group spends in an hour, day or "
+                "month of its time zone.",
+                "operationId": "create_budget",
+                "requestBody": _body(fields.CREATE_BUDGET),
+                "responses": {
+                    **_budget_ok("Created.", "201"),
+                    **_errors("400", "401", "403", "413", "503"),
+                },
+            },
+        },
+        "/api/v1/budgets/{budget_id}": {
+            "get": {
+                "summary": "Return one budget with its spend.",
+                "operationId": "get_budget",
+                "parameters": on_one,
+                "responses": {
+                    **_budget_ok("The budget."),
+                    **_errors("401", "503"),
+                    **BUDGET_NOT_FOUND,
+                },
+            },
+            "put": {
+                "summary": "Change the fields given.",
+                "operationId": "update_budget",
+                "parameters": on_one,
+                "requestBody": _body(fields.UPDATE_BUDGET),
+                "responses": {
+                    **_budget_ok("The changed budget."),
+                    **_errors("400", "401", "403", "413", "503"),
+                    **BUDGET_NOT_FOUND,
+                },
+            },
+            "delete": {
+                "summary": "Delete a budget.",
+                "operationId": "delete_budget",
+                "parameters": on_one,
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    **_errors("401", "503"),
+                    **BUDGET_NOT_FOUND,
+                },
+            },
+        },
+    }
+
+
 def _schedule_paths() -> Schema:
     """The schedules' paths (CONTRACT §20)."""
     on_one = [SCHEDULE_ID]
@@ -1114,6 +1262,7 @@ def build_document() -> Schema:
         ),
         **_admission_paths(),
         **_schedule_paths(),
+        **_budget_paths(),
         "/api/v1/events": {
             "get": {
                 "summary": "The endpoint's doorbell as Server-Sent Events.",
@@ -1185,6 +1334,12 @@ def build_document() -> Schema:
                 },
                 "Queue": QUEUE_SCHEMA,
                 "UsageReport": USAGE_REPORT_SCHEMA,
+                "Budget": BUDGET_SCHEMA,
+                "BudgetEnvelope": {
+                    "type": "object",
+                    "required": ["budget"],
+                    "properties": {"budget": _ref("Budget")},
+                },
                 "UsageEnvelope": {
                     "type": "object",
                     "required": ["usage", "created"],

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from todos.api import admission, events, openapi, schedules, views
+from todos.api import admission, budgets, events, openapi, schedules, views
 
 # "todos/claim" and "todos/batch" come before "todos/<todo_id>" so that neither
 # is ever read as an id. A group's name may hold slashes ("org/repo").
@@ -30,6 +30,8 @@ urlpatterns = [
         admission.group,
         name="api-queue-group",
     ),
+    path("budgets", budgets.budgets, name="api-budgets"),
+    path("budgets/<str:budget_id>", budgets.budget, name="api-budget"),
     path("schedules", schedules.schedules, name="api-schedules"),
     path("schedules/<str:schedule_id>", schedules.schedule, name="api-schedule"),
     path(

@@ -36,6 +36,19 @@ caller that runs them in its own transaction (``arun_steps``).
 errors and limits, listed in ``__all__``; SQL is imported from the module that runs it.
 """
 
+from .budgets import (
+    BUDGET_ACTIONS,
+    BUDGET_SCOPES,
+    BUDGET_WINDOWS,
+    DEFAULT_SOFT_PERCENT,
+    Budget,
+    InvalidBudget,
+    create_budget,
+    delete_budget,
+    get_budget,
+    list_budgets,
+    update_budget,
+)
 from .cancel import (
     ReplaceBlocked,
     cancel_many,
@@ -460,6 +473,17 @@ __all__ = [
     "update_queue",
     "update_queue_any_endpoint",
     "USAGE_FIELDS",
+    "BUDGET_ACTIONS",
+    "BUDGET_SCOPES",
+    "BUDGET_WINDOWS",
+    "DEFAULT_SOFT_PERCENT",
+    "Budget",
+    "InvalidBudget",
+    "create_budget",
+    "delete_budget",
+    "get_budget",
+    "list_budgets",
+    "update_budget",
     "UsageReport",
     "areport_usage",
     "report_usage",
