@@ -32,6 +32,7 @@ TWINS = {
     "list_schedules": fields.LIST_SCHEDULES,
     "pause_schedule": (fields.SCHEDULE_ID,),
     "resume_schedule": (fields.SCHEDULE_ID,),
+    "list_budgets": (),
 }
 TYPES = {
     "text": "string",
@@ -43,6 +44,8 @@ TYPES = {
     "boolean": "boolean",
     "object": "object",
     "progress": "object",
+    "usage": "object",
+    "number": "number",
     "items": "array",
     "choices": "array",
 }

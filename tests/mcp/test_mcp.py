@@ -50,6 +50,7 @@ TOOL_NAMES = {
     "list_schedules",
     "pause_schedule",
     "resume_schedule",
+    "list_budgets",
 }
 
 

@@ -56,3 +56,16 @@ def test_the_usage_schema_carries_the_stores_limits():
         usage = TOOLS[name].schema()["properties"]["usage"]["properties"]
         assert usage["input_tokens"]["maximum"] == store.MAX_USAGE_TOKENS
         assert usage["model"]["maxLength"] == store.MAX_MODEL_CHARS
+
+
+@pytest.mark.django_db
+def test_list_budgets_reads_each_budgets_spend(post, session_id, scope):
+    budget = store.create_budget(
+        scope, scope="queue", queue="q", window="day", limit_usd=2
+    )
+    store.report_usage(scope, queue="q", usage={"cost_usd": 0.5})
+    result = tool_call(post, session_id, "list_budgets", {})
+    assert result["isError"] is False
+    (listed,) = result["structuredContent"]["budgets"]
+    assert listed["id"] == budget.id
+    assert (listed["spent_usd"], listed["left_usd"]) == (0.5, 1.5)

@@ -282,6 +282,11 @@ def resume_schedule(args: Fields, caller: Caller) -> Result:
     return _schedule(store.resume_schedule(caller.scope, schedule_id))
 
 
+def list_budgets(args: Fields, caller: Caller) -> Result:
+    budgets = store.list_budgets(caller.scope)
+    return _ok({"budgets": [budget.to_dict() for budget in budgets]})
+
+
 # --- Schemas and descriptions ---------------------------------------------------
 
 # The session names the worker a call leaves out (``Fields.default_worker``).
@@ -537,6 +542,17 @@ TOOLS = {
             "next_cursor}.",
             list_schedules,
             fields=fields.LIST_SCHEDULES,
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "list_budgets",
+            "List budgets",
+            "List this endpoint's spend budgets: each one's scope (endpoint, queue "
+            "or group), window, limits, and what its scope spent in the current "
+            "window and what is left. Report your spend with usage on heartbeat, "
+            "complete_todo and fail_todo. Returns {budgets}.",
+            list_budgets,
             read_only=True,
             idempotent=True,
         ),
