@@ -45,7 +45,6 @@ TYPES = {
     "object": "object",
     "progress": "object",
     "usage": "object",
-    "number": "number",
     "items": "array",
     "choices": "array",
 }
