@@ -814,3 +814,19 @@ def test_an_opening_rate_window_is_when_a_waiting_claim_looks_again(scope):
     due = store.next_due(scope, 20)
     assert due is not None and 8 < due <= 10
     assert store.next_due(scope, 5) is None
+
+
+def test_deleting_a_queue_forgets_its_groups_overrides_and_buckets(scope):
+    """CONTRACT §17: a queue deleted and made again starts with no override
+    and a full bucket (SQS's DeleteQueue, then CreateQueue)."""
+    admission.set_admission(scope, "q", rate_limit={"count": 1, "per_seconds": 60})
+    admission.set_group(scope, "q", "a", concurrency=0)
+    new(scope, group="a")
+    store.claim_many(scope, "w", limit=10)
+    new(scope)
+    assert len(store.claim_many(scope, "w", limit=10)) == 1
+    store.delete_queue(scope, "q")
+    admission.set_admission(scope, "q", rate_limit={"count": 1, "per_seconds": 60})
+    new(scope, group="a")
+    assert len(store.claim_many(scope, "w", limit=10)) == 1
+    assert admission.get_group(scope, "q", "a").concurrency is None

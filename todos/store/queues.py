@@ -585,8 +585,9 @@ def _delete_in_batches(operation: str, sql: str, params: dict[str, Any]) -> int:
 
 
 # Delete = SQS's DeleteQueue: every todo of the queue, terminal ones too, with
-# their history, in batches; then the queue row with what is left, in one
-# statement. The next use of the name makes a new queue.
+# their history, in batches; then the queue row with what is left, and its
+# groups' overrides and rate buckets, in one statement. The next use of the
+# name makes a new queue.
 DELETE_QUEUE_BATCH_SQL = """
 DELETE FROM todos
  WHERE id = ANY(ARRAY(
@@ -602,6 +603,10 @@ WITH gone_todos AS (
 ), gone_queue AS (
     DELETE FROM queues WHERE endpoint_id = %(endpoint_id)s AND name = %(name)s
     RETURNING 1
+), gone_groups AS (
+    DELETE FROM queue_groups WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
+), gone_buckets AS (
+    DELETE FROM rate_buckets WHERE endpoint_id = %(endpoint_id)s AND queue = %(name)s
 )
 SELECT (SELECT count(*) FROM gone_queue), (SELECT count(*) FROM gone_todos)
 """
