@@ -13,6 +13,7 @@ cent. A planted double count must make it fail.
 import contextlib
 import multiprocessing
 import random
+from collections import Counter
 from decimal import Decimal
 
 import pytest
@@ -52,9 +53,11 @@ def report(rng, running):
 
 
 def work(scope, worker, seed):
-    """One agent: claim, report, end or abandon; return the accepted reports."""
+    """One agent: claim, report, end or abandon; return the accepted reports
+    and how many requests were repeated and refused."""
     rng = random.Random(seed)
     accepted = []
+    seen = Counter()
     # Each delivery's running total: a report is never smaller than the last.
     running = {}
 
@@ -62,7 +65,9 @@ def work(scope, worker, seed):
         """One request, repeated one time in four (a retry after a lost
         answer: same token, same report); keep it when accepted."""
         ok = False
-        for _ in range(2 if rng.random() < 0.25 else 1):
+        sends = 2 if rng.random() < 0.25 else 1
+        seen["repeated"] += sends - 1
+        for _ in range(sends):
             try:
                 answer = move(
                     scope,
@@ -73,6 +78,7 @@ def work(scope, worker, seed):
                     **fields,
                 )
             except (store.Conflict, store.NotFound):
+                seen["refused"] += 1
                 return ok
             accepted.append((answer.id, answer.deliveries, usage))
             ok = True
@@ -122,7 +128,7 @@ def work(scope, worker, seed):
                 store.answer_todo(scope, todo.id, "yes")
     finally:
         connection.close()
-    return accepted
+    return accepted, seen
 
 
 def work_in_process(database_name, scope, worker, seed, start, results):
@@ -142,7 +148,8 @@ def seed_todos(scope, count):
 
 
 def run_processes(scope, seed):
-    """Run the agents in spawned processes; return every accepted report."""
+    """Run the agents in spawned processes; return every accepted report and
+    the requests' counts."""
     database_name = connection.settings_dict["NAME"]
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(PROCESSES, timeout=60)
@@ -157,14 +164,15 @@ def run_processes(scope, seed):
     for worker in workers:
         worker.start()
     accepted = []
+    seen = Counter()
     for _ in workers:
-        accepted.extend(results.get(timeout=300))
+        reports, counts = results.get(timeout=300)
+        accepted.extend(reports)
+        seen.update(counts)
     for worker in workers:
         worker.join(timeout=60)
     assert [worker.exitcode for worker in workers] == [0] * PROCESSES
-    return [
-        Accepted(str(todo_id), delivery, usage) for todo_id, delivery, usage in accepted
-    ]
+    return [Accepted(str(todo), turn, usage) for todo, turn, usage in accepted], seen
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -173,10 +181,12 @@ def test_the_ledger_equals_the_replay_of_accepted_reports_to_the_cent(
 ):
     scope = store.Scope.for_endpoint(make_endpoint(f"spenders-{seed}"))
     seed_todos(scope, TODOS)
-    accepted = run_processes(scope, seed)
+    accepted, seen = run_processes(scope, seed)
     found = usage_check.check(scope.endpoint_id, accepted)
     assert found.mismatches == []
     assert found.reports > 100
+    # The run did repeat requests and have late reports refused.
+    assert seen["repeated"] > 10 and seen["refused"] > 0
     assert found.ledger_usd == found.replayed_usd > 0
 
 
