@@ -830,3 +830,17 @@ def test_deleting_a_queue_forgets_its_groups_overrides_and_buckets(scope):
     new(scope, group="a")
     assert len(store.claim_many(scope, "w", limit=10)) == 1
     assert admission.get_group(scope, "q", "a").concurrency is None
+
+
+def test_a_queues_rate_limits_read_back_as_objects(scope):
+    """Defect: the sync read gave the jsonb rate limits as text (Django's
+    connection hands jsonb to raw cursors as text); every reader had to parse."""
+    admission.set_admission(
+        scope,
+        "q",
+        rate_limit={"count": 10, "per_seconds": 60},
+        group_rate_limit={"count": 2, "per_seconds": 1, "burst": 4},
+    )
+    settings = admission.get_admission(scope, "q")
+    assert settings.rate_limit == {"count": 10, "per_seconds": 60, "burst": 10}
+    assert settings.group_rate_limit == {"count": 2, "per_seconds": 1, "burst": 4}

@@ -2,8 +2,6 @@
 overrides, a queue's admission settings, a todo's priority and group, and the
 owner's scope (CONTRACT §13)."""
 
-import json
-
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
@@ -173,10 +171,7 @@ def test_the_queue_page_shows_and_saves_its_admission_settings(world):
     assert "Saved the admission of builds" in answer.content.decode()
     settings = admission.get_admission(world["scope"], "builds")
     assert settings.group_concurrency == 2 and settings.fair
-    # store.admission's sync read gives jsonb as text (Django's connection).
-    rate = settings.rate_limit
-    rate = json.loads(rate) if isinstance(rate, str) else rate
-    assert rate == {"count": 10, "per_seconds": 60, "burst": 10}
+    assert settings.rate_limit == {"count": 10, "per_seconds": 60, "burst": 10}
     assert settings.group_rate_limit is None
     assert settings.priority_aging_seconds == 30
 

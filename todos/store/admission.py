@@ -26,6 +26,7 @@ from .rows import (
     Scope,
     Todo,
 )
+from .rows import _json as _read_json
 from .sql import _run, _scope_params, _todo_id
 
 # What "not given" means to an update (None clears a setting).
@@ -51,7 +52,11 @@ class Admission:
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
-        return cls(*row)
+        concurrency, fair, rate, group_rate, aging = row
+        # The rate limits are jsonb: text on Django's connection (rows._json).
+        return cls(
+            concurrency, bool(fair), _read_json(rate), _read_json(group_rate), aging
+        )
 
     def to_dict(self) -> JSONObject:
         return {field.name: getattr(self, field.name) for field in fields(self)}

@@ -14,8 +14,7 @@ calls the store's operator twins itself:
   scope, are offered no action (``can_act``), and every Board POST is a 403.
 """
 
-import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 from django.db.models import Count, Q
@@ -26,11 +25,6 @@ from todos.store import admission
 from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
-
-
-def _json_object(value):
-    """A jsonb value as read: text on Django's connection, else as it is."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -294,15 +288,9 @@ class BoardAccess:
         if not self.covers(endpoint_id):
             return None
         try:
-            found = admission.get_admission(store.Scope(str(endpoint_id)), name)
+            return admission.get_admission(store.Scope(str(endpoint_id)), name)
         except store.NotFound:
             return None
-        # Django's connection reads jsonb as text: the rate limits as objects.
-        return replace(
-            found,
-            rate_limit=_json_object(found.rate_limit),
-            group_rate_limit=_json_object(found.group_rate_limit),
-        )
 
     def set_admission(self, endpoint_id, name, **settings):
         return admission.set_admission(
