@@ -33,6 +33,11 @@ TWINS = {
     "pause_schedule": (fields.SCHEDULE_ID,),
     "resume_schedule": (fields.SCHEDULE_ID,),
     "list_budgets": (),
+    "get_queue": (fields.QUEUE_NAME,),
+    "update_queue": (fields.QUEUE_NAME, *fields.QUEUE_SETTINGS),
+    "list_groups": (fields.QUEUE_NAME, *fields.GROUPS_PAGE),
+    "set_group": (fields.QUEUE_NAME, fields.GROUP_NAME, *fields.GROUP_SETTINGS),
+    "set_priority": (*ID, *fields.SET_PRIORITY),
 }
 TYPES = {
     "text": "string",

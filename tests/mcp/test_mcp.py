@@ -51,6 +51,11 @@ TOOL_NAMES = {
     "pause_schedule",
     "resume_schedule",
     "list_budgets",
+    "get_queue",
+    "update_queue",
+    "list_groups",
+    "set_group",
+    "set_priority",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from django.conf import settings
 
 from todos import http, store
+from todos.store.admission import MAX_WEIGHT
 from todos.store.questions import RETURN_TO
 
 type Schema = dict[str, Any]
@@ -530,6 +531,77 @@ SET_PRIORITY = (
         minimum=store.MIN_PRIORITY,
         maximum=store.MAX_PRIORITY,
     ),
+)
+QUEUE_NAME = replace(QUEUE, required=True)
+GROUP_NAME = Field(
+    "group",
+    description="The group's name, as todos carry it.",
+    required=True,
+    maximum=store.MAX_GROUP_CHARS,
+)
+# A queue's settings: only those given change. null is a value here (it puts
+# back the server's default, or turns the control off), so the nullable ones
+# are JSON the store checks.
+QUEUE_SETTINGS = (
+    Field(
+        "lease_seconds",
+        "json",
+        "Seconds a claim's lease lasts (an integer, 0 or more); null: the "
+        "server's default.",
+    ),
+    Field(
+        "max_attempts",
+        "json",
+        "Claims allowed before a todo dead-letters (an integer, 1 or more); "
+        "null: the server's default.",
+    ),
+    Field(
+        "delay_seconds",
+        "json",
+        "Seconds a new todo waits before it can be claimed (an integer, 0 or "
+        "more); null: none.",
+    ),
+    Field(
+        "group_concurrency",
+        "json",
+        "At most this many claimed todos per group (an integer; 1 = one at a "
+        "time, 0 holds every group); null: no limit.",
+    ),
+    Field(
+        "fair",
+        "boolean",
+        "Serve the queue's groups in turn, weighted, oldest first within a "
+        "group, instead of oldest first overall.",
+    ),
+    Field(
+        "rate_limit",
+        "json",
+        'Claims per window across every server: {"count", "per_seconds", '
+        '"burst"}, each todo counting its cost; null: none.',
+    ),
+    Field("group_rate_limit", "json", "A rate limit per group, as rate_limit."),
+    Field(
+        "priority_aging_seconds",
+        "json",
+        "Raise a waiting todo one level per this many seconds (an integer), so "
+        "no level waits forever; null: off.",
+    ),
+)
+GROUP_SETTINGS = (
+    Field(
+        "concurrency",
+        "json",
+        "This group's limit of claimed todos (an integer, 0 holds it); null "
+        "follows the queue's group_concurrency.",
+    ),
+    Field(
+        "weight",
+        "integer",
+        "The group's share of a fair queue's turns.",
+        minimum=1,
+        maximum=MAX_WEIGHT,
+    ),
+    Field("paused", "boolean", "Hold the group's todos: none is claimed."),
 )
 GROUPS_PAGE = (
     Field("after", description="List the groups named after this one.", empty=True),

@@ -2,8 +2,8 @@
 
 Each reads validated ``Fields`` and calls the store, so both surfaces accept
 the same input and answer the same outcomes: list a page, create (one, a
-batch, or replacing a duplicate), claim the next todo (a long poll), ask, and
-acknowledge a batch.
+batch, or replacing a duplicate), claim the next todo (a long poll), ask,
+acknowledge a batch, and set a queue's or a group's admission settings.
 """
 
 from collections.abc import Awaitable, Callable
@@ -15,6 +15,7 @@ from todos import aio, longpoll, store
 from todos.api import fields as table
 from todos.api.fields import ACK_OPS, Fields, Operation
 from todos.api.plumbing import aauthenticate, api_error_for, bad_request
+from todos.store import admission
 from todos.tracing import TraceContext
 
 # A response body, and one result of a batch: JSON values.
@@ -350,3 +351,55 @@ class _Batch:
             status = cancel_status(outcome) if index in self.cancels else 200
             results.append({"id": todo_id, "status": status, "todo": outcome.to_dict()})
         return {"results": results}
+
+
+# --- Admission (CONTRACT §17) -----------------------------------------------------
+
+# The queue settings §10's update takes; the rest are admission's.
+BASIC_SETTINGS = ("lease_seconds", "max_attempts", "delay_seconds")
+
+
+def _given(fields: Fields, operation: Operation) -> dict[str, Any]:
+    """The validated values of the fields given: a setting left out is kept,
+    and null is a value (it clears the setting)."""
+    return {
+        field.name: fields.value(field)
+        for field in operation
+        if field.name in fields.data
+    }
+
+
+def update_queue(scope: store.Scope, name: str, fields: Fields) -> store.QueueInfo:
+    """Change the settings given of a queue, making it on first use (the JSON
+    view and the MCP tool); a setting the store refuses is a 400."""
+    given = _given(fields, table.QUEUE_SETTINGS)
+    basic = {key: given.pop(key) for key in BASIC_SETTINGS if key in given}
+    checked(store.ensure_queue, scope, name)
+    if basic:
+        checked(store.update_queue, scope, name, **basic)
+    checked(admission.set_admission, scope, name, **given)
+    return store.get_queue(scope, name)
+
+
+def groups_page(scope: store.Scope, name: str, fields: Fields) -> Body:
+    """A page of a queue's groups by name: ``{"groups", "next_after"}``."""
+    page = fields.read(table.GROUPS_PAGE)
+    store.get_queue(scope, name)
+    found = admission.list_groups(
+        scope, name, after=page["after"] or "", limit=page["limit"]
+    )
+    more = len(found) == page["limit"]
+    return {
+        "groups": [group.to_dict() for group in found],
+        "next_after": found[-1].group if more else None,
+    }
+
+
+def set_group(
+    scope: store.Scope, name: str, group: str, fields: Fields
+) -> admission.GroupInfo:
+    """Set a group's override (concurrency, weight, paused), making the queue
+    on first use."""
+    given = _given(fields, table.GROUP_SETTINGS)
+    checked(store.ensure_queue, scope, name)
+    return checked(admission.set_group, scope, name, group, **given)

@@ -23,6 +23,7 @@ from todos.api import operations as api
 from todos.api.fields import TODO_ID, Field, Fields, Operation, Schema, object_schema
 from todos.api.plumbing import aauthenticate, api_error_for, bad_request
 from todos.models import Endpoint
+from todos.store import admission
 
 # A tool result (content, structuredContent, isError): JSON values.
 type Result = dict[str, Any]
@@ -285,6 +286,34 @@ def resume_schedule(args: Fields, caller: Caller) -> Result:
 def list_budgets(args: Fields, caller: Caller) -> Result:
     budgets = store.list_budgets(caller.scope)
     return _ok({"budgets": [budget.to_dict() for budget in budgets]})
+
+
+def _queue(queue: store.QueueInfo) -> Result:
+    return _ok({"queue": queue.to_dict()})
+
+
+def get_queue(args: Fields, caller: Caller) -> Result:
+    return _queue(store.get_queue(caller.scope, args.value(fields.QUEUE_NAME)))
+
+
+def update_queue(args: Fields, caller: Caller) -> Result:
+    name = args.value(fields.QUEUE_NAME)
+    return _queue(api.update_queue(caller.scope, name, args))
+
+
+def list_groups(args: Fields, caller: Caller) -> Result:
+    name = args.value(fields.QUEUE_NAME)
+    return _ok(api.groups_page(caller.scope, name, args))
+
+
+def set_group(args: Fields, caller: Caller) -> Result:
+    name, group = args.value(fields.QUEUE_NAME), args.value(fields.GROUP_NAME)
+    return _ok({"group": api.set_group(caller.scope, name, group, args).to_dict()})
+
+
+def set_priority(args: Fields, caller: Caller) -> Result:
+    todo_id, values = args.value(TODO_ID), args.read(fields.SET_PRIORITY)
+    return _todo(admission.set_priority(caller.scope, todo_id, values["priority"]))
 
 
 # --- Schemas and descriptions ---------------------------------------------------
@@ -573,6 +602,61 @@ TOOLS = {
             "passed while paused are made as that policy says.",
             resume_schedule,
             fields=(fields.SCHEDULE_ID,),
+            idempotent=True,
+        ),
+        Tool(
+            "get_queue",
+            "Get a queue",
+            "Return one queue of this endpoint: its settings (lease_seconds, "
+            "max_attempts, delay_seconds, paused, and admission's "
+            "group_concurrency, fair, rate_limit, group_rate_limit, "
+            "priority_aging_seconds), its live counts and groups_at_limit.",
+            get_queue,
+            fields=(fields.QUEUE_NAME,),
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "update_queue",
+            "Change a queue's settings",
+            "Change the settings given of a queue (made on first use); the others "
+            "stay. E.g. group_concurrency 1 lets one todo per group be claimed at "
+            "a time (one agent per repository), fair true serves the groups in "
+            "turn, rate_limit caps claims per window across every server. null "
+            "turns a control off. Returns {queue}.",
+            update_queue,
+            fields=(fields.QUEUE_NAME, *fields.QUEUE_SETTINGS),
+            idempotent=True,
+        ),
+        Tool(
+            "list_groups",
+            "List a queue's groups",
+            "List a queue's groups by name (those with todos pending or claimed, "
+            "and those with an override): in_flight, pending, oldest_wait_seconds, "
+            "the limit in force, weight, paused. Returns {groups, next_after}; "
+            "pass next_after back as after for the next page.",
+            list_groups,
+            fields=(fields.QUEUE_NAME, *fields.GROUPS_PAGE),
+            read_only=True,
+            idempotent=True,
+        ),
+        Tool(
+            "set_group",
+            "Set a group's override",
+            "Override the queue's settings for one group: concurrency (null "
+            "follows the queue's group_concurrency), weight (its share of fair "
+            "turns), paused. Only the settings given change. Returns {group}.",
+            set_group,
+            fields=(fields.QUEUE_NAME, fields.GROUP_NAME, *fields.GROUP_SETTINGS),
+            idempotent=True,
+        ),
+        Tool(
+            "set_priority",
+            "Change a todo's priority",
+            "Change a pending todo's priority: 1 is claimed first, 5 last. A "
+            "claimed or finished todo keeps its priority (a conflict).",
+            set_priority,
+            fields=(TODO_ID, *fields.SET_PRIORITY),
             idempotent=True,
         ),
     )
