@@ -336,6 +336,11 @@ class WebhookRoute(models.Model):
     # A string.Template over $event, $action, $repository, $number, $title,
     # $delivery and $source; blank = the derived default title.
     title_template = models.CharField(max_length=500, blank=True, default="")
+    # Admission control (CONTRACT §17): the todos' priority (null = the
+    # default, 3) and their group, derived from each delivery by a template
+    # over its payload, e.g. "{repository.full_name}"; blank = no group.
+    priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    group_template = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         db_table = "webhook_routes"

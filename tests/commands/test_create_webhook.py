@@ -239,3 +239,36 @@ def test_create_webhook_text_says_where_stripe_keeps_the_event_id(endpoint):
     )
 
     assert "delivery id the body's 'id', event the body's 'type'" in out
+
+
+def test_create_webhook_takes_a_priority_and_a_group_template(endpoint):
+    out = create_webhook(
+        "pushes",
+        "--secret",
+        "s3cret-value",
+        "--route",
+        f"{endpoint.id}:repos",
+        "--priority",
+        "2",
+        "--group",
+        "{repository.full_name}",
+        "--json",
+    )
+
+    [route] = json.loads(out)["routes"]
+    assert (route["priority"], route["group_template"]) == (
+        2,
+        "{repository.full_name}",
+    )
+    text = create_webhook(
+        "pushes-2", "--secret", "s", "--route", f"{endpoint.id}:repos", "--group", "{x}"
+    )
+    assert "group {x}" in text
+
+
+def test_create_webhook_refuses_a_bad_group_template(endpoint):
+    with pytest.raises(CommandError, match="group_template"):
+        create_webhook(
+            "pushes", "--secret", "s", "--route", f"{endpoint.id}:q", "--group", "{"
+        )
+    assert not WebhookSource.objects.filter(slug="pushes").exists()

@@ -396,3 +396,42 @@ def test_a_staff_operator_still_names_the_exact_address(board, endpoint):
     board.post("/board/webhooks/new/", form)
 
     assert WebhookSource.objects.filter(slug="exact").exists()
+
+
+def test_a_route_added_on_the_board_takes_a_priority_and_a_group_template(
+    board, source, make_endpoint
+):
+    """CONTRACT §17: a route sets its todos' priority and derives their group."""
+    third = make_endpoint("agent-c", owner="carol")
+
+    response = board.post(
+        f"/board/webhooks/{source.id}/routes/new/",
+        {
+            "endpoint": str(third.id),
+            "queue": "triage",
+            "priority": "1",
+            "group_template": "{action}",
+        },
+    )
+
+    assert response.status_code == 302
+    route = WebhookRoute.objects.get(endpoint=third)
+    assert (route.priority, route.group_template) == (1, "{action}")
+    page = board.get("/board/webhooks/").content.decode()
+    assert "<code>{action}</code>" in page
+    deliver(board, "d-grouped")
+    todo = Todo.objects.get(endpoint=third)
+    assert (todo.priority, todo.group) == (1, "opened")
+
+
+def test_a_bad_group_template_on_the_board_is_400(board, source, make_endpoint):
+    third = make_endpoint("agent-c", owner="carol")
+
+    response = board.post(
+        f"/board/webhooks/{source.id}/routes/new/",
+        {"endpoint": str(third.id), "queue": "triage", "group_template": "{a"},
+    )
+
+    assert response.status_code == 400
+    assert "stray brace" in response.content.decode()
+    assert not WebhookRoute.objects.filter(endpoint=third).exists()

@@ -94,6 +94,22 @@ class RouteForm(BoardForm):
         "Fields: " + ", ".join("$" + name for name in deliveries.TITLE_FIELDS),
     )
 
+    priority = forms.TypedChoiceField(
+        choices=[("", "default (3)"), *((n, str(n)) for n in range(1, 6))],
+        coerce=int,
+        empty_value=None,
+        required=False,
+        help_text="1 is claimed first, 5 last.",
+    )
+    group_template = forms.CharField(
+        label="Group",
+        max_length=sources.MAX_TEMPLATE_LENGTH,
+        required=False,
+        help_text="Blank = no group. Payload paths in braces, e.g. "
+        "{repository.full_name}: with the queue's group concurrency 1, one agent "
+        "per repository.",
+    )
+
     def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["endpoint"].choices = endpoint_choices(
@@ -122,6 +138,8 @@ class RouteForm(BoardForm):
             data["queue"],
             data["assignee"].strip(),
             data["title_template"].strip(),
+            data["priority"],
+            data["group_template"].strip(),
         )
 
 

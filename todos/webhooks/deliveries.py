@@ -14,6 +14,7 @@ endpoint's own creates.
 """
 
 import logging
+import re
 import string
 import time
 from dataclasses import dataclass
@@ -207,6 +208,70 @@ def derive_title(source, route, delivery):
     return title[: store.MAX_TITLE_CHARS]
 
 
+# --- Groups ---------------------------------------------------------------------
+
+# A group template's placeholders: a dotted path into the payload, e.g.
+# {repository.full_name}; a list is indexed by a number ({commits.0.id}).
+GROUP_PATH = re.compile(r"\{([^{}]*)\}")
+PATH_STEP = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def group_template_error(template):
+    """Return why a group template is unusable, or None when it is fine."""
+    literal = GROUP_PATH.sub("", template)
+    if "{" in literal or "}" in literal:
+        return "the group template has a stray brace"
+    paths = GROUP_PATH.findall(template)
+    if template and not paths:
+        return (
+            "a group template names a payload path in braces, e.g. "
+            "{repository.full_name}"
+        )
+    for path in paths:
+        if not all(PATH_STEP.fullmatch(step) for step in path.split(".")):
+            return (
+                f"{{{path}}} is not a payload path: names of letters, digits, "
+                "'_' and '-' joined by dots"
+            )
+    return None
+
+
+def _at(payload, path):
+    """The scalar at a dotted path of the payload, as text; None when a step is
+    missing or the value is no string or number."""
+    value = payload
+    for step in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(step)
+        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return " ".join(str(value).split()) or None
+
+
+def derive_group(template, payload):
+    """Return a todo's group from a route's template over the delivery's payload:
+    None when the template is blank or a path it names is missing (the todo
+    then has no group), else the text, at most the store's group length."""
+    if not template:
+        return None
+    missing = False
+
+    def value(match):
+        nonlocal missing
+        found = _at(payload, match.group(1))
+        missing = missing or found is None
+        return found or ""
+
+    group = GROUP_PATH.sub(value, template).strip()
+    if missing or not group:
+        return None
+    return group[: store.MAX_GROUP_CHARS]
+
+
 # --- Fan-out --------------------------------------------------------------------
 
 
@@ -348,6 +413,8 @@ def _deliver(source, route, delivery):
             payload=delivery.payload,
             idempotency_key=delivery.delivery_id,
             assignee=route.assignee or None,
+            priority=route.priority,
+            group=derive_group(route.group_template, delivery.payload),
             actor=f"webhook:{source.slug}",
             trace_context=delivery.trace_context,
         )

@@ -18,13 +18,14 @@ from todos.models import (
     WebhookRoute,
     WebhookSource,
 )
-from todos.webhooks.deliveries import title_template_error
+from todos.webhooks.deliveries import group_template_error, title_template_error
 from todos.webhooks.signatures import SCHEMES, STANDARD_SECRET_PREFIX, standard_key
 
 logger = logging.getLogger("switchboard.webhooks")
 
 MAX_SECRET_LENGTH = 200
 MAX_SLUG_LENGTH = 100
+MAX_TEMPLATE_LENGTH = 500
 # The random part of a Board owner's source address (hex characters).
 SUFFIX_LENGTH = 8
 SUFFIX_ATTEMPTS = 5
@@ -56,6 +57,8 @@ class RouteSpec:
     queue: str
     assignee: str = ""
     title_template: str = ""
+    priority: int | None = None
+    group_template: str = ""
 
 
 def parse_route(text):
@@ -138,6 +141,8 @@ def _save_source(slug, secret, scheme, headers, checked):
                     queue=route.queue,
                     assignee=route.assignee,
                     title_template=route.title_template,
+                    priority=route.priority,
+                    group_template=route.group_template,
                 )
     except IntegrityError:
         return None
@@ -170,6 +175,8 @@ def add_route(source, route):
                 queue=route.queue,
                 assignee=route.assignee,
                 title_template=route.title_template,
+                priority=route.priority,
+                group_template=route.group_template,
             )
     except IntegrityError:
         # Another operator added the same target between the check and the insert.
@@ -242,4 +249,17 @@ def _route_endpoint(route):
     problem = title_template_error(route.title_template)
     if problem:
         raise InvalidSource("title_template", problem)
+    if route.priority is not None and not (
+        store.MIN_PRIORITY <= route.priority <= store.MAX_PRIORITY
+    ):
+        raise InvalidSource(
+            "priority", f"from {store.MIN_PRIORITY} (first) to {store.MAX_PRIORITY}"
+        )
+    if len(route.group_template) > MAX_TEMPLATE_LENGTH:
+        raise InvalidSource(
+            "group_template", f"at most {MAX_TEMPLATE_LENGTH} characters"
+        )
+    problem = group_template_error(route.group_template)
+    if problem:
+        raise InvalidSource("group_template", problem)
     return endpoint

@@ -49,6 +49,21 @@ class Command(BaseCommand):
             + ", ".join("$" + f for f in deliveries.TITLE_FIELDS),
         )
         parser.add_argument(
+            "--priority",
+            type=int,
+            choices=range(1, 6),
+            metavar="1-5",
+            help="every route's todos' priority: 1 is claimed first (default 3)",
+        )
+        parser.add_argument(
+            "--group",
+            default="",
+            metavar="TEMPLATE",
+            help="derive each todo's group from the delivery: payload paths in "
+            "braces, e.g. {repository.full_name}; a path the delivery lacks "
+            "leaves the todo without a group",
+        )
+        parser.add_argument(
             "--signature-header",
             default="",
             help="header holding the signature (scheme default)",
@@ -71,7 +86,12 @@ class Command(BaseCommand):
         try:
             routes = [
                 sources.RouteSpec(
-                    spec.endpoint_id, spec.queue, options["assignee"], options["title"]
+                    spec.endpoint_id,
+                    spec.queue,
+                    options["assignee"],
+                    options["title"],
+                    options["priority"],
+                    options["group"],
                 )
                 for spec in map(sources.parse_route, options["route"])
             ]
@@ -104,6 +124,10 @@ class Command(BaseCommand):
         ]
         for route in described["routes"]:
             assignee = f", assigned to {route['assignee']}" if route["assignee"] else ""
+            if route["priority"] is not None:
+                assignee += f", priority {route['priority']}"
+            if route["group_template"]:
+                assignee += f", group {route['group_template']}"
             lines.append(
                 f"  Route:      {route['endpoint_name']} "
                 f"({route['endpoint_id']}) → queue {route['queue']}{assignee}"
@@ -132,6 +156,8 @@ def describe(source):
                 "queue": route.queue,
                 "assignee": route.assignee,
                 "title_template": route.title_template,
+                "priority": route.priority,
+                "group_template": route.group_template,
             }
             for route in source.routes.select_related("endpoint")
         ],
