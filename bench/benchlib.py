@@ -647,15 +647,16 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(url, workers=None, sweep=False, **env):
+def serve(url, workers=None, sweep=False, port=None, **env):
     """Serve Switchboard as `make run` does (gunicorn with gunicorn.conf.py, and
-    with ``sweep`` the sweep loop beside it) against ``url``.
+    with ``sweep`` the sweep loop beside it) against ``url``, on ``port`` (a
+    free one when None).
 
     ``workers`` sets GUNICORN_WORKERS (gunicorn.conf.py's default otherwise).
     The request log stays on, as in production, but goes to a file under
     bench/results/. Yields a Server once /healthz answers 200; stops it on exit.
     """
-    port = free_port()
+    port = port or free_port()
     if workers:
         env["GUNICORN_WORKERS"] = str(workers)
     commands = [

@@ -40,6 +40,7 @@ NAMES = (
     "board",
     "worker_runtime",
     "admission_run",
+    "admission",
 )
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
@@ -378,6 +379,68 @@ def admission_run(data):
     )
 
 
+def admission(data):
+    results = data["results"]
+    params = data["parameters"]
+    fair = results["fairness"]
+    weights = fair["weights"]
+    waits = fair["small_p95_wait_ms"]
+    deep = results["deep"]
+    aging = results["aging"]
+    rows = [
+        [
+            f"small group's p95 wait, {params['flood']:,} todos of another group "
+            "ahead / alone",
+            f"{ratio(fair['flood_over_alone'])} ({waits['flood']:.1f} / "
+            f"{waits['alone']:.1f} ms)",
+            "≤ 2×",
+        ],
+        [
+            "claims of weight 3 / weight 1",
+            f"{ratio(weights['ratio'])} ({weights['weight_3']} / "
+            f"{weights['weight_1']})",
+            "3× ± 10%",
+        ],
+    ]
+    for name, label in (("cheap_store", "store"), ("cheap_http", "HTTP")):
+        run = results[name]
+        rows.append(
+            [
+                f"{label} claim+complete, every control / none (todos/s)",
+                f"{ratio(run['all_over_none'])} ({run['all']['rate']:,.0f} / "
+                f"{run['none']['rate']:,.0f})",
+                "≥ 0.85×",
+            ]
+        )
+    rows += [
+        [
+            f"claim p50, {params['deep']:,} pending over {params['deep_groups']:,} "
+            f"groups ({deep['groups_at_limit']:,} at their limit) / one todo",
+            f"{ratio(deep['deep_over_shallow_p50'])} "
+            f"({deep['deep_claim_ms']['p50']:.2f} / "
+            f"{deep['shallow_claim_ms']['p50']:.2f} ms)",
+            "≤ 1.2×",
+        ],
+        [
+            f"a level-1 todo behind {params['behind']:,} level-3 is claimed next",
+            str(results["priority"]["urgent_claimed_next"]),
+            "True",
+        ],
+        [
+            f"a level-5 todo under level-1 work, aging {aging['aging_seconds']} s",
+            f"claimed after {cell(aging['level_5_claimed_after_seconds'])} s "
+            f"(bound {aging['bound_seconds']} s)",
+            "within the bound",
+        ],
+    ]
+    return (
+        f"{params['workers']} processes for the cheapness runs, "
+        f"{params['seconds']:g} s each, turns of {params['slice']:g} s; "
+        f"{params['groups']:,} groups in the controlled queue.\n\n"
+        + table(["figure", "value", "target"], rows)
+    )
+
+
 RENDERERS = {
     "store_vs_sql": store_vs_sql,
     "claim_latency": claim_latency,
@@ -388,6 +451,7 @@ RENDERERS = {
     "board": board,
     "worker_runtime": worker_runtime,
     "admission_run": admission_run,
+    "admission": admission,
 }
 
 

@@ -2,6 +2,7 @@
 sizes, and the docs' marked tables match the committed result files."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ SCRIPTS = (
     "board",
     "worker_runtime",
     "admission_run",
+    "admission",
 )
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
@@ -35,7 +37,7 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_nine_scripts_their_helpers_the_floor_and_the_profiler():
+def test_bench_holds_the_ten_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
     helpers = {"benchlib", "report", "floor_server", "profile_served"}
     assert found == {*SCRIPTS, *helpers}
@@ -152,6 +154,30 @@ def test_board_runs_at_quick_sizes(tmp_path, bench_database_url):
     )
     assert {page["status"] for page in data["results"]["pages"]} == {200}
     assert "median ms" in report.render(data)
+
+
+@pytest.mark.slow
+def test_admission_runs_at_quick_sizes(tmp_path, bench_database_url):
+    """The admission bench's parts run and its table renders; a quick run's
+    figures are a smoke test, not a measurement, so only the orders are held."""
+    data = quick_result(
+        tmp_path,
+        "admission",
+        bench_database_url,
+        "--port",
+        os.environ.get("BENCH_HTTP_PORT", "0"),
+        timeout=300,
+    )
+    results = data["results"]
+    assert results["fairness"]["small_claimed"] == {"alone": 5, "flood": 5}
+    weights = results["fairness"]["weights"]
+    assert weights["weight_1"] + weights["weight_3"] == 200
+    assert results["cheap_store"]["all"]["done"] > 0
+    assert results["cheap_http"]["all"]["done"] > 0
+    assert results["deep"]["groups_at_limit"] == 250
+    assert results["priority"]["urgent_claimed_next"] is True
+    assert results["aging"]["level_5_claimed_after_seconds"] is not None
+    assert "weight 3 / weight 1" in report.render(data)
 
 
 def peers_data(**figures):
