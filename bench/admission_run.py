@@ -19,11 +19,23 @@ bucket allows. The run fails (exit 1) on any violation.
 
     python bench/admission_run.py --operations 100000 --processes 6
     python bench/admission_run.py --quick
+
+With ``--ha`` the run is on a throwaway failover pair (scripts/ha.sh: Patroni
+and etcd on free ports, a temporary data folder, deleted afterwards) whose
+primary's postmaster is killed ``--kill-after`` seconds into the run. Every
+process lives through the outage: a call that meets no primary (the store's
+Unavailable) is counted and tried again on a new connection; the checker then
+replays the events the new primary has.
+
+    python bench/admission_run.py --ha --operations 20000
 """
 
+import contextlib
+import importlib.util
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,9 +79,39 @@ def options():
         help="stop after this long even if short of the operations",
     )
     parse.add_argument("--seed", type=int, default=45)
+    parse.add_argument(
+        "--ha",
+        action="store_true",
+        help="run on a throwaway failover pair and kill its primary mid-run",
+    )
+    parse.add_argument(
+        "--kill-after",
+        type=float,
+        default=10,
+        help="with --ha: kill the primary this long into the run (%(default)s s)",
+    )
     args = parse.parse_args()
     benchlib.apply_quick(args, parse, operations=3000, processes=4, groups=8)
     return args
+
+
+def outages():
+    """The errors of a call that met no primary: the store's Unavailable, and
+    Django's own when a connection dies outside a store call."""
+    from django.db import InterfaceError, OperationalError
+
+    from todos import store
+
+    return (store.Unavailable, OperationalError, InterfaceError)
+
+
+def after_outage():
+    """Drop the dead connection and pause before trying again."""
+    from django.db import connection
+
+    with contextlib.suppress(Exception):
+        connection.close()
+    time.sleep(0.1)
 
 
 def reset(url, endpoint_id):
@@ -140,9 +182,11 @@ def worker(index, url, endpoint_id, quota, groups, seed, finished):
             "races": 0,
             "cancel_requests": 0,
             "created": 0,
+            "outage_retries": 0,
         }
         reported = time.perf_counter()
         errors = []
+        outage = outages()
         while counts["done"] < quota and time.perf_counter() < stop_at:
             roll = rng.random()
             try:
@@ -176,6 +220,13 @@ def worker(index, url, endpoint_id, quota, groups, seed, finished):
                             if type(exc).__name__ not in RACE_ERRORS:
                                 raise
                             counts["races"] += 1
+            except outage as exc:
+                # No primary (a failover): the call is tried again, as a
+                # client would; what it did or not is in the events.
+                counts["outage_retries"] += 1
+                if len(errors) < 5:
+                    errors.append(f"retried after {exc!r}")
+                after_outage()
             except store.StoreError as exc:
                 if type(exc).__name__ not in RACE_ERRORS:
                     counts["errors"] += 1
@@ -211,46 +262,113 @@ def sweeper(index, url, endpoint_id, groups, seed, finished, processes):
     names = [f"org/repo-{n}" for n in range(groups)]
 
     def ready(stop_at):
-        counts = {"done": 0, "reaped": 0, "requeued": 0, "changes": 0}
+        counts = {"done": 0, "reaped": 0, "requeued": 0, "changes": 0, "outages": 0}
+        outage = outages()
         while time.perf_counter() < stop_at:
             if len(list(finished.glob("done-*"))) >= processes:
                 break
-            if index == 0:
-                counts["reaped"] += len(sweeps.reap_expired())
-                counts["requeued"] += len(sweeps.requeue_due_retries())
-                sweeps.expire_questions()
-                time.sleep(0.1)
-            else:
-                roll = rng.random()
-                if roll < 0.4:
-                    admission.set_admission(
-                        scope, GROUPED, group_concurrency=rng.choice([1, 2, 2, 3, 4])
-                    )
-                elif roll < 0.8:
-                    admission.set_group(
-                        scope,
-                        GROUPED,
-                        rng.choice(names),
-                        concurrency=rng.choice([None, 0, 1, 2, 5]),
-                    )
-                else:
-                    admission.set_group(
-                        scope,
-                        rng.choice([GROUPED, RATED]),
-                        rng.choice(names),
-                        paused=rng.random() < 0.5,
-                    )
-                counts["changes"] += 1
-                time.sleep(0.2)
+            try:
+                step(counts)
+            except outage:
+                counts["outages"] += 1
+                after_outage()
             counts["done"] += 1
         return counts
+
+    def step(counts):
+        """One pass of the reaper, or one change of the limits."""
+        if index == 0:
+            counts["reaped"] += len(sweeps.reap_expired())
+            counts["requeued"] += len(sweeps.requeue_due_retries())
+            sweeps.expire_questions()
+            time.sleep(0.1)
+        else:
+            roll = rng.random()
+            if roll < 0.4:
+                admission.set_admission(
+                    scope, GROUPED, group_concurrency=rng.choice([1, 2, 2, 3, 4])
+                )
+            elif roll < 0.8:
+                admission.set_group(
+                    scope,
+                    GROUPED,
+                    rng.choice(names),
+                    concurrency=rng.choice([None, 0, 1, 2, 5]),
+                )
+            else:
+                admission.set_group(
+                    scope,
+                    rng.choice([GROUPED, RATED]),
+                    rng.choice(names),
+                    paused=rng.random() < 0.5,
+                )
+            counts["changes"] += 1
+            time.sleep(0.2)
 
     return ready
 
 
 def main():
     args = options()
-    url = args.database_url
+    if not args.ha:
+        return measure(args, args.database_url)
+    cluster = ha_cluster()
+    benchlib.progress(f"starting a failover pair (data: {cluster.datadir})")
+    try:
+        cluster.start()
+        return measure(args, cluster.url, cluster)
+    finally:
+        cluster.destroy()
+
+
+def ha_cluster():
+    """A throwaway Patroni pair on free ports: scripts/resilience.py's."""
+    path = benchlib.ROOT / "scripts" / "resilience.py"
+    spec = importlib.util.spec_from_file_location("resilience_admission", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HaCluster()
+
+
+def kill_primary_later(cluster, seconds, outcome):
+    """Start a thread that kills the pair's primary after ``seconds`` and
+    notes in ``outcome`` which node and how long until a new primary."""
+
+    def kill():
+        time.sleep(seconds)
+        outcome["killed"] = cluster.NODES[cluster.kill_primary()]
+        killed_at = time.perf_counter()
+        benchlib.progress(f"killed the primary ({outcome['killed']})")
+        while time.perf_counter() - killed_at < 120:
+            node = cluster.primary()
+            if node is not None and cluster.NODES[node] != outcome["killed"]:
+                outcome["promoted_seconds"] = round(time.perf_counter() - killed_at, 1)
+                benchlib.progress(f"new primary {cluster.NODES[node]}")
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def check_after_outage(admission_check, endpoint_id):
+    """The checker's report, tried again while the new primary comes up."""
+    from todos import store
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return admission_check.check(endpoint_id=endpoint_id)
+        except (store.Unavailable, *outages()[1:]):
+            if time.monotonic() > deadline:
+                raise
+            after_outage()
+
+
+def measure(args, url, cluster=None):
+    """Run the workers on ``url`` (killing ``cluster``'s primary mid-run when
+    given), check the events and report; return the exit status."""
     result = benchlib.Result("admission_run", args)
     benchlib.progress(f"preparing {url}")
     benchlib.prepare_database(url)
@@ -274,14 +392,21 @@ def main():
         f" settings changer, over {args.groups} groups"
     )
     started = time.perf_counter()
-    outcomes = run_all(args, url, endpoint_id, quota)
+    failover = {}
+    on_start = None
+    if cluster is not None:
+
+        def on_start():
+            kill_primary_later(cluster, args.kill_after, failover)
+
+    outcomes = run_all(args, url, endpoint_id, quota, on_start)
     elapsed = time.perf_counter() - started
     workers = outcomes[: args.processes]
     operations = sum(item["done"] for item in workers)
     changes = outcomes[-1]
     reaper = outcomes[-2]
     benchlib.progress(f"ran {operations} operations in {elapsed:.0f} s; checking")
-    report = admission_check.check(endpoint_id=endpoint_id)
+    report = check_after_outage(admission_check, endpoint_id)
     results = {
         "operations": operations,
         "seconds": round(elapsed, 1),
@@ -289,6 +414,9 @@ def main():
         "todos_claimed": sum(item["claimed"] for item in workers),
         "races": sum(item["races"] for item in workers),
         "errors": sum(item["errors"] for item in workers),
+        "outage_retries": sum(item["outage_retries"] for item in workers)
+        + reaper["outages"]
+        + changes["outages"],
         "error_samples": [s for item in workers for s in item["error_samples"]][:5],
         "reaped": reaper["reaped"],
         "retries_requeued": reaper["requeued"],
@@ -302,6 +430,9 @@ def main():
         "violations": len(report.violations),
         "violation_samples": report.violations[:10],
     }
+    if cluster is not None:
+        results["primary_killed"] = failover.get("killed")
+        results["new_primary_after_seconds"] = failover.get("promoted_seconds")
     benchlib.print_table(
         "Admission run",
         ["figure", "value"],
@@ -315,15 +446,19 @@ def main():
             "processes": args.processes,
             "groups": args.groups,
             "seed": args.seed,
+            "ha": args.ha,
+            "kill_after": args.kill_after if args.ha else None,
             "rate_limit": RATE,
             "group_rate_limit": GROUP_RATE,
         },
         results,
+        machine_url=url,
     )
-    return 1 if report.violations or results["errors"] else 0
+    failed_over = cluster is None or failover.get("promoted_seconds") is not None
+    return 1 if report.violations or results["errors"] or not failed_over else 0
 
 
-def run_all(args, url, endpoint_id, quota):
+def run_all(args, url, endpoint_id, quota, on_start=None):
     """Workers and the two sweepers in one set of processes: each worker
     leaves a file when it is done, and the sweepers stop when all have."""
     with tempfile.TemporaryDirectory(prefix="admission-run-") as folder:
@@ -340,6 +475,7 @@ def run_all(args, url, endpoint_id, quota):
                 args.seed,
                 Path(folder),
             ),
+            on_start=on_start,
         )
 
 
