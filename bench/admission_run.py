@@ -369,7 +369,8 @@ def check_after_outage(admission_check, endpoint_id):
 def measure(args, url, cluster=None):
     """Run the workers on ``url`` (killing ``cluster``'s primary mid-run when
     given), check the events and report; return the exit status."""
-    result = benchlib.Result("admission_run", args)
+    # A failover run's record sits beside the plain run's, not over it.
+    result = benchlib.Result("admission_run_ha" if cluster else "admission_run", args)
     benchlib.progress(f"preparing {url}")
     benchlib.prepare_database(url)
     endpoint_id, _ = benchlib.ensure_endpoint(url, name="admission-run")

@@ -51,4 +51,4 @@ def test_a_randomized_run_never_exceeds_a_limit_with_the_primary_killed(tmp_path
     assert re.search(r"\bprimary_killed\s+pg[12]\n", done.stdout), tail
     assert re.search(r"\bnew_primary_after_seconds\s+[0-9.]+\n", done.stdout), tail
     assert re.search(r"\berrors\s+0\n", done.stdout), tail
-    assert (tmp_path / "admission_run.json").exists()
+    assert (tmp_path / "admission_run_ha.json").exists()
