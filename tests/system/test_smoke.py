@@ -74,6 +74,8 @@ UNSCOPED = {
     "is_dedupe_violation": "classifies an exception",
     "validate_answer": "checks an answer against its question",
     "arun_steps": "awaits the statements of steps a scoped store function made",
+    "validate_usage": "checks a usage report's fields",
+    "is_fifo_name": "reads a queue name's suffix",
 }
 # What belongs to the store: the tables of todos, reached through it alone.
 TODO_MODELS = {"Todo", "TodoEvent", "Queue", "TodoMinute", "TransitionTotal"}
