@@ -41,6 +41,7 @@ NAMES = (
     "worker_runtime",
     "admission_run",
     "admission",
+    "schedule_lateness",
 )
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
@@ -441,6 +442,43 @@ def admission(data):
     )
 
 
+def cpu_share(results):
+    share = results.get("machine_cpu") or {}
+    if not share:
+        return ""
+    return (
+        f" The machine's CPUs while it ran: {share['busy_pct']}% busy, "
+        f"{share['steal_pct']}% stolen."
+    )
+
+
+def schedule_lateness(data):
+    results = data["results"]
+    params = data["parameters"]
+    late = results["lateness_seconds"]
+    interval = results["sweep_interval_seconds"]
+    rows = [
+        [
+            "slots fired / expected",
+            f"{results['slots_fired']:,} / {results['slots_expected']:,}",
+            "all",
+        ],
+        ["slots missing", results["slots_missing"], 0],
+        ["slots doubled", results["slots_doubled"], 0],
+        ["lateness p50 (s)", late["p50"], ""],
+        ["lateness p95 (s)", late["p95"], ""],
+        ["lateness p99 (s)", late["p99"], f"≤ {results['target_p99_seconds']}"],
+        ["lateness max (s)", late["max"], ""],
+    ]
+    return (
+        f"{params['schedules']:,} schedules over {params['endpoints']} endpoints "
+        f"and {params['queues']} queues each, all due each minute; "
+        f"{params['minutes']} minute(s) of slots; `manage.py sweep --loop` at its "
+        f"default interval, {interval} s.{cpu_share(results)}\n\n"
+        + table(["figure", "value", "target"], rows)
+    )
+
+
 RENDERERS = {
     "store_vs_sql": store_vs_sql,
     "claim_latency": claim_latency,
@@ -452,6 +490,7 @@ RENDERERS = {
     "worker_runtime": worker_runtime,
     "admission_run": admission_run,
     "admission": admission,
+    "schedule_lateness": schedule_lateness,
 }
 
 

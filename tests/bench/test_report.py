@@ -22,6 +22,7 @@ SCRIPTS = (
     "worker_runtime",
     "admission_run",
     "admission",
+    "schedule_lateness",
 )
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
@@ -37,7 +38,7 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_ten_scripts_their_helpers_the_floor_and_the_profiler():
+def test_bench_holds_the_eleven_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
     helpers = {"benchlib", "report", "floor_server", "profile_served"}
     assert found == {*SCRIPTS, *helpers}
@@ -178,6 +179,18 @@ def test_admission_runs_at_quick_sizes(tmp_path, bench_database_url):
     assert results["priority"]["urgent_claimed_next"] is True
     assert results["aging"]["level_5_claimed_after_seconds"] is not None
     assert "weight 3 / weight 1" in report.render(data)
+
+
+def test_schedule_lateness_runs_at_quick_sizes(tmp_path, bench_database_url):
+    """A few schedules fire their one slot under the sweep loop, each once;
+    the quick run's lateness is a smoke figure, so only its presence is held."""
+    data = quick_result(tmp_path, "schedule_lateness", bench_database_url)
+    results = data["results"]
+    assert results["slots_expected"] == results["slots_fired"] == 4
+    assert results["slots_missing"] == results["slots_doubled"] == 0
+    assert results["lateness_seconds"]["p99"] is not None
+    assert results["sweep_exit_code"] == 0
+    assert "lateness p99 (s)" in report.render(data)
 
 
 def peers_data(**figures):
