@@ -473,7 +473,8 @@ def schedule_lateness(data):
     return (
         f"{params['schedules']:,} schedules over {params['endpoints']} endpoints "
         f"and {params['queues']} queues each, all due each minute; "
-        f"{params['minutes']} minute(s) of slots; `manage.py sweep --loop` at its "
+        f"{results['slots_expected'] // max(params['schedules'], 1)} slot(s) a "
+        "schedule; `manage.py sweep --loop` at its "
         f"default interval, {interval} s.{cpu_share(results)}\n\n"
         + table(["figure", "value", "target"], rows)
     )
