@@ -336,6 +336,11 @@ def kill_primary_later(cluster, seconds, outcome):
 
     def kill():
         time.sleep(seconds)
+        # Patroni's API may be slow to answer on a busy machine: wait for it
+        # to name the primary rather than give up on the kill.
+        deadline = time.monotonic() + 60
+        while cluster.primary() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         outcome["killed"] = cluster.NODES[cluster.kill_primary()]
         killed_at = time.perf_counter()
         benchlib.progress(f"killed the primary ({outcome['killed']})")
@@ -394,13 +399,18 @@ def measure(args, url, cluster=None):
     )
     started = time.perf_counter()
     failover = {}
+    killers = []
     on_start = None
     if cluster is not None:
 
         def on_start():
-            kill_primary_later(cluster, args.kill_after, failover)
+            killers.append(kill_primary_later(cluster, args.kill_after, failover))
 
     outcomes = run_all(args, url, endpoint_id, quota, on_start)
+    # A run shorter than --kill-after still sees its failover through: the
+    # check then reads the new primary.
+    for killer in killers:
+        killer.join(timeout=200)
     elapsed = time.perf_counter() - started
     workers = outcomes[: args.processes]
     operations = sum(item["done"] for item in workers)
