@@ -206,7 +206,7 @@ def roll_up_the_day(url):
 def ensure_endpoints_and_operator():
     from django.contrib.auth import get_user_model
 
-    from todos import endpoints
+    from todos.access import endpoints
     from todos.models import Endpoint
 
     users = get_user_model().objects

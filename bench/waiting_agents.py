@@ -100,7 +100,7 @@ def seed(url):
     made = []
     for number in range(LOAD_ENDPOINTS + 2):
         # The model's own token minting: the old serving's code has no
-        # todos.endpoints yet.
+        # todos.access.endpoints yet.
         endpoint = Endpoint(
             name=f"bench-waiters-{stamp}-{number}", owner=owner, queues=["*"]
         )

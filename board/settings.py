@@ -205,21 +205,21 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First, so its one log line per request times and sees everything below.
-    "todos.middleware.RequestLogMiddleware",
+    "todos.web.middleware.RequestLogMiddleware",
     # The waiting (async) views skip the rest: see the middleware's docstring.
     "board.serving.middleware.WaitingViewsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Board's middleware, each wrapped to skip /api/: agent requests carry a
-    # bearer token, never a session or a CSRF cookie (todos/middleware.py).
-    "todos.middleware.BoardWhiteNoise",
-    "todos.middleware.BoardSessions",
+    # bearer token, never a session or a CSRF cookie (todos/web/middleware.py).
+    "todos.web.middleware.BoardWhiteNoise",
+    "todos.web.middleware.BoardSessions",
     "django.middleware.common.CommonMiddleware",
-    "todos.middleware.BoardCsrf",
-    "todos.middleware.BoardAuthentication",
-    "todos.middleware.BoardMessages",
-    "todos.middleware.BoardFrameOptions",
-    "todos.middleware.BoardHtmx",
-    "todos.middleware.BoardCsp",
+    "todos.web.middleware.BoardCsrf",
+    "todos.web.middleware.BoardAuthentication",
+    "todos.web.middleware.BoardMessages",
+    "todos.web.middleware.BoardFrameOptions",
+    "todos.web.middleware.BoardHtmx",
+    "todos.web.middleware.BoardCsp",
 ]
 
 ROOT_URLCONF = "board.urls"
@@ -364,7 +364,7 @@ SWITCHBOARD_MAX_BODY_BYTES = 256 * 1024
 # Fernet key(s) for the secrets kept encrypted at rest (SQS secret keys, webhook
 # signing secrets): comma-separated, the first encrypts. Empty = derived from
 # SECRET_KEY; the keys derived from SECRET_KEY and its fallbacks always decrypt
-# too (see todos/crypto.py). A malformed value fails `manage.py check`.
+# too (see todos/access/crypto.py). A malformed value fails `manage.py check`.
 SWITCHBOARD_ENCRYPTION_KEY = env_str("SWITCHBOARD_ENCRYPTION_KEY", "")
 # How far a timestamped webhook delivery (Stripe, Standard Webhooks) may be from
 # the server's clock, in seconds; an older one is refused as stale, and a
@@ -377,7 +377,7 @@ SWITCHBOARD_WEBHOOK_TOLERANCE_SECONDS = env_int(
 # message (a batch of ten, JSON-escaped); message sizes are checked after.
 SWITCHBOARD_SQS_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # The largest body Django itself may hold in memory: the largest any surface
-# accepts. Each surface checks its own, smaller limit first (todos/http.py).
+# accepts. Each surface checks its own, smaller limit first (todos/web/http.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = SWITCHBOARD_SQS_MAX_REQUEST_BYTES
 
 # The front door (board/serving/frontdoor.py), bounds the served process keeps before
@@ -428,7 +428,7 @@ SWITCHBOARD_SSE_KEEPALIVE_SECONDS = env_int(
 
 # How long a ring may wait to reach the event streams (SSE, MCP GET) of its
 # scope: the streams a moment's rings wake are woken together, once, and each
-# sends those rings in one write (todos.hub). 0 = each ring at once.
+# sends those rings in one write (todos.waiting.doorbell). 0 = each ring at once.
 SWITCHBOARD_STREAM_BATCH_MS = env_int("SWITCHBOARD_STREAM_BATCH_MS", 20, 0, 1000)
 
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
@@ -437,12 +437,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"()": "todos.logs.TextFormatter"},
-        "json": {"()": "todos.logs.JsonFormatter"},
+        "text": {"()": "todos.telemetry.logs.TextFormatter"},
+        "json": {"()": "todos.telemetry.logs.JsonFormatter"},
     },
     # No credential reaches a log line: answer links' tokens are redacted
-    # from every record these handlers write (todos.logs.RedactCredentials).
-    "filters": {"redact": {"()": "todos.logs.RedactCredentials"}},
+    # from every record these handlers write (todos.telemetry.logs.RedactCredentials).
+    "filters": {"redact": {"()": "todos.telemetry.logs.RedactCredentials"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
@@ -464,12 +464,12 @@ LOGGING = {
         },
     },
 }
-# What a log record gathers that no formatter here shows (todos.logs): the
+# What a log record gathers that no formatter here shows (todos.telemetry.logs): the
 # calling frame (a walk up the stack), the thread's and the multiprocessing
 # process's names, the asyncio task's. These are the logging HOWTO's
 # "Optimization" switches; the process id, which gunicorn's own lines show,
 # is kept. Every request logs a line: a call took 13-17 µs, 9-13 without these
-# and with todos.logs' timestamp made once a second.
+# and with todos.telemetry.logs' timestamp made once a second.
 logging._srcfile = None
 logging.logThreads = False
 logging.logMultiprocessing = False

@@ -43,7 +43,7 @@ from psycopg import sql  # noqa: E402
 WORK = ROOT / ".moto"
 MOTO_KEY, MOTO_SECRET, MOTO_ACCOUNT = "FOOBARKEY", "FOOBARSECRET", "123456789012"
 GIVE_MOTOS_KEY = """
-from todos import crypto
+from todos.access import crypto
 from todos.models import Endpoint, SqsCredential
 endpoint = Endpoint.objects.get(id={endpoint_id!r})
 SqsCredential.objects.filter(access_key_id={key!r}).exclude(endpoint=endpoint).delete()

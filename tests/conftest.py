@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from tests.support import InProcessServer
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +40,9 @@ def async_views_in_the_test_transaction(request, monkeypatch):
         return
     from asgiref.sync import sync_to_async
 
-    from todos import aio
     from todos.db import pool
-    from todos.hub import hub
+    from todos.waiting.doorbell import hub
+    from todos.web import threads
 
     def in_test_thread(fn, *args):
         return sync_to_async(fn, thread_sensitive=True)(*args)
@@ -69,7 +70,7 @@ def async_views_in_the_test_transaction(request, monkeypatch):
             raise
         await in_test_thread(block.__exit__, None, None, None)
 
-    monkeypatch.setattr(aio, "run_pooled", in_test_thread)
+    monkeypatch.setattr(threads, "run_pooled", in_test_thread)
     monkeypatch.setattr(pool.Runner, "run", run)
     monkeypatch.setattr(pool, "transaction", atomic)
     monkeypatch.setattr(hub, "start", lambda: None)

@@ -170,7 +170,7 @@ class InProcessServer:
 
         from board.serving.asgi import application
         from todos.db import pool
-        from todos.hub import hub
+        from todos.waiting.doorbell import hub
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -202,7 +202,7 @@ class InProcessServer:
             time.sleep(0.02)
 
     def stop(self):
-        from todos.hub import hub
+        from todos.waiting.doorbell import hub
 
         # As a worker stops: the waiters end at once, then the server.
         hub.loop.call_soon_threadsafe(hub.shutdown)

@@ -1,11 +1,11 @@
-"""todos.endpoints: the one place an endpoint is created, re-keyed, revoked and
+"""todos.access.endpoints: the one place an endpoint is created, re-keyed, revoked and
 granted queues, with one grant syntax for the CLI and the Board."""
 
 import pytest
 from django.core.management import CommandError
 
 from tests.support import command_output
-from todos import auth, endpoints
+from todos.access import auth, endpoints
 from todos.models import Endpoint
 
 

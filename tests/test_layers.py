@@ -13,19 +13,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What stands on the store: the agent and operator surfaces, and the waiting.
+# What stands on the store: the agent and operator surfaces, the waiting, and
+# the HTTP pieces they share.
 ABOVE_THE_STORE = (
     "todos.api",
     "todos.mcp",
     "todos.sqs",
     "todos.webhooks",
     "todos.ui",
-    "todos.hub",
-    "todos.longpoll",
-    "todos.streams",
-    "todos.waits",
+    "todos.waiting",
+    "todos.web",
 )
-FLOORS = ("todos.db", "todos.store")
+FLOORS = ("todos.db", "todos.telemetry", "todos.store")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -161,14 +160,21 @@ def floors_reaching_up(graph: dict[str, list[tuple[str, bool]]]) -> list[str]:
     )
 
 
-def database_floor_reaching_up(graph: dict[str, list[tuple[str, bool]]]) -> list[str]:
+def reaching_past_itself(
+    graph: dict[str, list[tuple[str, bool]]], package: str
+) -> list[str]:
+    """What ``package`` imports of Switchboard's that is not its own."""
     return sorted(
         f"{name} imports {target}"
         for name, found in graph.items()
-        if within(name, ("todos.db",))
+        if within(name, (package,))
         for target, _ in found
-        if within(target, ("todos", "board")) and not within(target, ("todos.db",))
+        if within(target, ("todos", "board")) and not within(target, (package,))
     )
+
+
+def database_floor_reaching_up(graph: dict[str, list[tuple[str, bool]]]) -> list[str]:
+    return reaching_past_itself(graph, "todos.db")
 
 
 def test_nothing_in_todos_imports_from_board():
@@ -188,13 +194,24 @@ def test_the_database_floor_imports_nothing_of_switchboard_but_itself():
     assert database_floor_reaching_up(import_graph(ROOT)) == []
 
 
+def test_telemetry_imports_nothing_of_switchboard():
+    """Tracing and the log formatters stand below the store, which traces."""
+    assert reaching_past_itself(import_graph(ROOT), "todos.telemetry") == []
+
+
 def test_every_module_is_read():
     """The checks above see the floors, the surfaces and the serving."""
     graph = import_graph(ROOT)
-    for name in ("todos.db.params", "todos.store.sql", "todos.mcp.transport"):
+    for name in (
+        "todos.db.params",
+        "todos.store.sql",
+        "todos.mcp.transport",
+        "todos.telemetry.tracing",
+        "todos.waiting.doorbell",
+    ):
         assert name in graph
     assert ("todos.db.replication", True) in graph["board.serving.pgbackend.base"]
     # The store awaits its agent-path statements on the database floor's pool.
     assert ("todos.db.pool", True) in graph["todos.store.sql"]
     # An import inside a function counts too (the middleware's lazy one).
-    assert ("todos.mcp.transport", False) in graph["todos.middleware"]
+    assert ("todos.mcp.transport", False) in graph["todos.web.middleware"]

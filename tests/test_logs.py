@@ -1,10 +1,10 @@
-"""The credential filter (todos.logs.RedactCredentials): an answer link's token
-never reaches a log line, whichever logger writes it (CONTRACT §16).
+"""The credential filter (todos.telemetry.logs.RedactCredentials): an answer
+link's token never reaches a log line, whichever logger writes it (CONTRACT §16).
 tests/system/test_front_of_house.py greps a served gunicorn's log for it."""
 
 import logging
 
-from todos.logs import RedactCredentials, TextFormatter, redact_server_logs
+from todos.telemetry.logs import RedactCredentials, TextFormatter, redact_server_logs
 
 TOKEN = ".eJyrVipRslIyNDBQ0lFKV7JSMjQyNlaqBQBLbAX3:1tX9aQ:abcDEF-ghi_JKL"
 

@@ -1,4 +1,4 @@
-"""todos.http, the plumbing every surface shares: one error body, one body
+"""todos.web.http, the plumbing every surface shares: one error body, one body
 reader (bounded, chunked, drained on 413), one strict JSON decoder.
 """
 
@@ -12,8 +12,8 @@ import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 
 from tests.support import database_url, start_gunicorn, stop
-from todos import http as plumbing
 from todos.models import WebhookRoute, WebhookSource
+from todos.web import http as plumbing
 from todos.webhooks import signatures
 
 SECRET = "plumbing-secret"

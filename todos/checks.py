@@ -20,7 +20,7 @@ import logging
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection
 
-from todos import crypto
+from todos.access import crypto
 
 KEY_ROTATION = "docs/operations.md, 'Rotating keys'"
 # gunicorn's exit code for a worker that cannot boot: the master stops too.
@@ -65,7 +65,7 @@ def stored_secrets_issues():
     """Return the warnings about the stored secrets, or [] when all is well."""
     if crypto.configuration_error():
         return []  # E001 says it already.
-    from todos import stored_secrets
+    from todos.access import stored_secrets
 
     try:
         tallies = [stored_secrets.survey(store) for store in stored_secrets.STORES]

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
 
-from todos import crypto, tokens
+from todos.access import crypto, tokens
 
 STATES = ("pending", "claimed", "done", "failed")
 # A question's life beside the todo's state: open (the todo is held), then

@@ -2,8 +2,8 @@
 
 from django.urls import include, path
 
-from todos import health, metrics
 from todos.ui import inbox
+from todos.web import health, metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),

@@ -27,18 +27,18 @@ Django 6.0.10
   cuts.md, claims and acknowledgements from the loop (HTTP single 461 → 690
   pairs/s). The one-hop sync chain: no committed result.
 - ``HttpResponseBase._resource_closers``: ``asgi.Handler.respond``,
-  ``asgi.close_resources``, ``todos.aio.event_stream`` (closers run without
+  ``asgi.close_resources``, ``todos.web.threads.event_stream`` (closers run without
   the ``request_finished`` signal). Tests: tests/system/test_garbage.py,
   tests/api/test_events.py.
 - ``asgi.release``: empties an answered request's ``__dict__`` (what Django's
   request and its middleware hang on it). Tests: tests/system/test_garbage.py.
-- ``todos.http.JsonResponse``: calls ``HttpResponse.__init__`` in place of
+- ``todos.web.http.JsonResponse``: calls ``HttpResponse.__init__`` in place of
   ``django.http.JsonResponse.__init__``, which only encodes. Tests:
   tests/api/test_api.py. Gain: cuts.md, orjson's answers, 9 → 0.4 µs a body,
   a claim+complete pair 0.963.
-- ``StreamingHttpResponse._iterator``: ``todos.aio.EventStreamResponse.__aiter__``
-  (the stream closed as soon as the server stops iterating). Tests:
-  tests/api/test_events.py.
+- ``StreamingHttpResponse._iterator``:
+  ``todos.web.threads.EventStreamResponse.__aiter__`` (the stream closed as
+  soon as the server stops iterating). Tests: tests/api/test_events.py.
 - ``middleware.Routes.resolve`` / ``_with_todo_id``: a ``ResolverMatch`` made
   with ``object.__new__`` and its ``__dict__`` (``captured_kwargs``). Tests:
   tests/api/test_api.py, tests/system/test_served_path.py. Gain: cuts.md, one
@@ -109,7 +109,7 @@ gunicorn 27.0.1
 
 whitenoise 6.12.0
 - ``WhiteNoiseMiddleware``'s ``autorefresh``, ``files``, ``find_file`` and
-  ``serve``: ``todos.middleware.StaticFilesMiddleware`` (whitenoise made
+  ``serve``: ``todos.web.middleware.StaticFilesMiddleware`` (whitenoise made
   async capable). Tests: tests/system/test_serving.py::
   test_a_static_file_is_served_whole,
   test_a_served_static_file_is_logged_with_its_path_and_no_warning.

@@ -8,13 +8,13 @@ Django's URL resolver finds it, is either
   result wait, MCP and SQS. It is async all through
   (board.serving.middleware.WaitingViewsMiddleware takes it past the sync
   middleware) and awaits its statements on the async store (todos.db.pool);
-  what it needs that is only sync goes through ``todos.aio.run_pooled``. A
+  what it needs that is only sync goes through ``todos.web.threads.run_pooled``. A
   waiting agent parks no thread and holds no connection;
 - **or a sync view, served in a thread** — the agent API's other calls, the
   Board, webhooks, ``/healthz``, ``/metrics``, static files (and any path
   that resolves to no view) — sync Django as a threaded WSGI server serves
   it: the whole request (its signals, the sync middleware chain, the view)
-  runs in one hop to todos.aio's bounded, long lived threads.
+  runs in one hop to the bounded, long lived threads of todos.web.threads.
 
 Before any of them, the front door (board.serving.frontdoor) refuses a body over its
 surface's limit: a declared Content-Length at once, a chunked body when it
@@ -26,7 +26,7 @@ each request signal: a ``/healthz`` cost 4.8 ms of CPU that way, a create 2.2.
 The requests in the loop skip the request signals, which only reset the query log
 and close the thread's connections (their pooled calls hand connections back
 themselves), and Django's 4xx log line, a thread hop of its own
-(todos.middleware.RequestLogMiddleware logs every request once).
+(todos.web.middleware.RequestLogMiddleware logs every request once).
 """
 
 import asyncio
@@ -60,7 +60,7 @@ django.setup(set_prefix=False)
 from board.serving import frontdoor  # noqa: E402 (needs the settings)
 from board.serving.frontdoor import Receive, Scope, Send  # noqa: E402
 from board.serving.middleware import routes  # noqa: E402
-from todos import aio  # noqa: E402
+from todos.web import threads  # noqa: E402
 
 # How ``Handler.serve`` answers a request it made: in the loop, or in a thread.
 type How = Callable[[ASGIRequest, Receive, Send], Awaitable[None]]
@@ -185,7 +185,7 @@ class Handler(ASGIHandler):
     async def serve_in_thread(
         self, request: ASGIRequest, receive: Receive, send: Send
     ) -> None:
-        response = await aio.run_in_thread(
+        response = await threads.run_in_thread(
             self.sync_chain.serve, request, get_script_prefix(request.scope)
         )
         if response.streaming and not response.is_async:  # type: ignore[attr-defined]  # streaming: a StreamingHttpResponse
@@ -196,7 +196,7 @@ class Handler(ASGIHandler):
         with contextlib.suppress(asyncio.CancelledError):
             await self.send_response(response, send)
         if response.streaming:
-            await aio.run_in_thread(response.close)
+            await threads.run_in_thread(response.close)
 
     async def serve_waiting(
         self, request: ASGIRequest, receive: Receive, send: Send
@@ -277,7 +277,7 @@ async def read_in_threads(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
     """A sync stream's chunks, each read in the bounded pool (a file read may
     block), as an async iterator: sent as read, never held whole."""
     iterator = iter(chunks)
-    while (chunk := await aio.run_in_thread(next, iterator, None)) is not None:
+    while (chunk := await threads.run_in_thread(next, iterator, None)) is not None:
         yield chunk
 
 

@@ -13,7 +13,7 @@ Two layers, both in the served process, so they hold with no proxy in front
   ``Content-Length`` over the limit is answered 413 in the surface's error
   format before one byte of the body is read; a chunked body is read until it
   passes the limit, then answered the same way. What follows the 413 is
-  never stored: up to ``todos.http.DRAIN_LIMIT_BYTES`` (8 MiB, 10 s) of it is read
+  never stored: up to ``todos.web.http.DRAIN_LIMIT_BYTES`` (8 MiB, 10 s) of it is read
   and dropped, so a keep-alive client that is still sending can go on with
   the same connection; a body declared larger is answered with
   ``Connection: close``, and a chunked one that goes on past that has its
@@ -85,7 +85,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from todos import http
+from todos.web import http
 
 # An ASGI scope and its messages, as django-stubs types them for ASGIHandler
 # (board/serving/asgi.py overrides its methods): JSON-like dicts by the spec.

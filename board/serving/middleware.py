@@ -11,7 +11,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, ResolverMatch, resolve
 
-from todos.middleware import GetResponse, MaybeAwaitable
+from todos.web.middleware import GetResponse, MaybeAwaitable
 
 # A path that names a todo by its id: the part before, the id, the part after.
 TODO_PATH = re.compile(

@@ -43,7 +43,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
     async def _serve(self) -> None:
         from board.serving.frontdoor import raise_open_files_limit
         from todos.db import pool
-        from todos.hub import hub
+        from todos.waiting.doorbell import hub
 
         self.config.app = self.wsgi
         raise_open_files_limit()

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from todos import store
-from todos.logs import JsonFormatter, TextFormatter
+from todos.telemetry.logs import JsonFormatter, TextFormatter
 
 
 class Agent:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from todos import store
-from todos.hub import hub
+from todos.waiting.doorbell import hub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -225,7 +225,7 @@ def test_each_keep_alive_wait_is_drawn_anew(open_stream, endpoint, monkeypatch):
     writes every period; each wait now draws its own (keepalive_wait)."""
     from django.conf import settings
 
-    from todos import streams
+    from todos.waiting import streams
 
     asked = []
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import claims_held_back
 from todos import store
-from todos.hub import hub
+from todos.waiting.doorbell import hub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

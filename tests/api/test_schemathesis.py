@@ -11,7 +11,7 @@ from django.conf import settings as settings_module
 from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, settings
 
-from todos import tokens
+from todos.access import tokens
 from todos.api import openapi
 from todos.models import Endpoint
 

@@ -121,7 +121,7 @@ def test_a_waiting_get_ends_401_when_its_endpoint_is_revoked(asgi_server, endpoi
     todo, _ = store.create_todo(scope, queue="q")
     thread, result = wait_in_background(asgi_server, endpoint, todo.id)
     revoked_at = time.monotonic()
-    from todos import endpoints
+    from todos.access import endpoints
 
     endpoints.revoke(endpoint)
     thread.join(timeout=15)

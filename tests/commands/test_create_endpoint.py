@@ -9,7 +9,7 @@ from django.core.management import CommandError
 from django.db import connection
 
 from tests.support import command_output
-from todos import auth, tokens
+from todos.access import auth, tokens
 from todos.models import Endpoint
 
 run = partial(command_output, "create_endpoint")

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.support import command_output
-from todos import auth, endpoints
+from todos.access import auth, endpoints
 from todos.management.commands import ensure_demo
 from todos.models import Endpoint
 

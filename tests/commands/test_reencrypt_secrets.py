@@ -8,7 +8,7 @@ from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
 
 from tests.support import command_output
-from todos import crypto
+from todos.access import crypto
 from todos.models import SqsCredential, WebhookSource
 from todos.sqs import credentials
 

@@ -23,10 +23,10 @@ from mcp.shared.exceptions import MCPError
 from tests.mcp.conftest import INITIALIZE
 from tests.support import database_url, free_port, serve_gunicorn
 from todos import store
+from todos.management.sweeper import sweep_once
 from todos.mcp import transport
 from todos.mcp.tools import TOOLS
 from todos.models import McpSession
-from todos.sweeper import sweep_once
 
 live = pytest.mark.django_db(transaction=True)
 TOOL_NAMES = {
@@ -356,7 +356,7 @@ def test_the_get_stream_draws_each_keep_alive_wait_anew(
     step; each wait of the session's GET stream draws its own."""
     from django.conf import settings
 
-    from todos import streams
+    from todos.waiting import streams
 
     asked = []
 

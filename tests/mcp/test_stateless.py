@@ -13,7 +13,8 @@ from django.db import connection
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 from todos.mcp import listen, stateless
 
 live = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
 
-from todos import auth, crypto
+from todos.access import auth, crypto
 from todos.models import SqsCredential
 
 pytestmark = pytest.mark.django_db

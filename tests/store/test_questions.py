@@ -10,7 +10,8 @@ from django.core import signing
 from django.db import connection
 
 from tests.support import counting_server
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 
 NEVER_MINTED = "00000000-0000-4000-8000-000000000000"
 LINK_SALT = "switchboard.answer-link"

@@ -15,7 +15,8 @@ import pytest
 from django.db import connection
 
 from tests.conftest import shift
-from todos import auth, store
+from todos import store
+from todos.access import auth
 from todos.db import pool
 from todos.sqs import credentials
 

@@ -672,7 +672,7 @@ def test_plan_keeps_the_latest_hundred_of_a_long_downtime(clock, scope):
 def test_the_sweep_loop_fires_a_slot_at_its_time_not_at_its_next_pass(scope):
     """Between passes (30 s apart here) the loop sleeps until the next slot and
     fires it then: a slot's lateness is the firing's, not the pass interval."""
-    from todos.sweeper import Sweeper
+    from todos.management.sweeper import Sweeper
 
     schedule = store.create_schedule(scope, name="s", queue="q", every_seconds=3600)
     sweeper = Sweeper(interval=30)

@@ -884,7 +884,7 @@ def test_operator_twins_reach_any_endpoints_queue(scope, other_scope):
 
 def test_a_sweep_pass_rings_delayed_todos_that_came_due(scope):
     """CONTRACT §10: the sweep rings the doorbell when a delayed todo becomes due."""
-    from todos.sweeper import sweep_once
+    from todos.management.sweeper import sweep_once
 
     todo = new(scope, delay_seconds=600)
     first = sweep_once()

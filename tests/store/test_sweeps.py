@@ -14,8 +14,8 @@ import pytest
 from django.db import connection, connections
 
 from todos import store
+from todos.management.sweeper import Sweeper, drain, sweep_once
 from todos.models import TodoEvent
-from todos.sweeper import Sweeper, drain, sweep_once
 
 
 def events_of(todo_id):

@@ -1,4 +1,4 @@
-"""The per-process cache of agent credentials (todos/auth.py): a token or SQS
+"""The per-process cache of agent credentials (todos/access/auth.py): a token or SQS
 key found once is not read again while the process's doorbell hub listens, and
 what revokes, re-keys or narrows an endpoint (CONTRACT §5, §12) still stops it
 in every process: at once in the process that made the change, on the control
@@ -24,9 +24,9 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.sqs.conftest import client_for
 from tests.support import database_url, free_port, start_gunicorn, stop
-from todos import auth, endpoints, tokens
-from todos.hub import Hub
+from todos.access import auth, endpoints, tokens
 from todos.sqs import credentials
+from todos.waiting.doorbell import Hub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

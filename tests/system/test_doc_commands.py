@@ -28,7 +28,7 @@ import pytest
 from django.db import connection
 
 from tests.support import ROOT, child_env, database_url, serve_gunicorn
-from todos import endpoints
+from todos.access import endpoints
 from todos.sqs import credentials
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -23,7 +23,7 @@ from tests.support import (
     start_gunicorn,
     stop,
 )
-from todos import endpoints
+from todos.access import endpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -1,5 +1,6 @@
-"""The doorbell hub itself (todos/hub.py): filtering, prompt wakeups, its own
-connection, its re-checks and batches, and that it outlives its failures.
+"""The doorbell hub itself (todos/waiting/doorbell.py): filtering, prompt
+wakeups, its own connection, its re-checks and batches, and that it outlives
+its failures.
 
 Each test runs a hub of its own in an event loop of its own, as a worker does.
 """
@@ -13,9 +14,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
-import todos.hub as hub_module
-from todos import store, waits
-from todos.hub import LOST, REVALIDATE, TRY, Hub, keepalive_wait
+import todos.waiting.doorbell as hub_module
+from todos import store
+from todos.waiting import results
+from todos.waiting.doorbell import LOST, REVALIDATE, TRY, Hub, keepalive_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -248,7 +250,7 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
 ):
     """Only a wait needs the events: a plain read of a todo LISTENs to nothing."""
 
-    class ReadNow(waits.ResultWait):
+    class ReadNow(results.ResultWait):
         async def start(self):
             self.wait = 0
             return scope
@@ -259,8 +261,8 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
         return str(todo.id)
 
     async def test(hub):
-        monkeypatch.setattr(waits, "hub", hub)
-        todo = await waits.wait(ReadNow(None, await asyncio.to_thread(created)))
+        monkeypatch.setattr(results, "hub", hub)
+        todo = await results.wait(ReadNow(None, await asyncio.to_thread(created)))
         # Its read ran in the test's database thread (conftest): closed there.
         await sync_to_async(connections.close_all, thread_sensitive=True)()
         await asyncio.sleep(0.2)

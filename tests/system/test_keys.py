@@ -15,7 +15,7 @@ from django.core import checks
 from django.db import connection
 
 from tests.support import ROOT, child_env, database_url, free_port
-from todos import crypto
+from todos.access import crypto
 from todos.models import SqsCredential, WebhookSource
 from todos.sqs import credentials
 

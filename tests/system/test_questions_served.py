@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from tests.support import counting_server, serve_gunicorn
-from todos import endpoints
+from todos.access import endpoints
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

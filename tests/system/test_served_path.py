@@ -13,10 +13,12 @@ from django.db import connection
 
 from tests.api.test_longpoll import post, wait_for_listener
 from tests.sqs.conftest import client_for
-from todos import aio, endpoints, store
+from todos import store
+from todos.access import endpoints
 from todos.db import pool
 from todos.db.params import async_params
 from todos.sqs import credentials
+from todos.web import threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,15 +39,15 @@ def claim_one(asgi_server, token, worker="w1"):
 
 @pytest.fixture
 def hops(monkeypatch):
-    """Count the calls handed to todos.aio's threads (the server's included)."""
+    """Count the calls handed to todos.web.threads (the server's included)."""
     counted = []
-    original = aio.run_in_thread
+    original = threads.run_in_thread
 
     async def counting(fn, *args):
         counted.append(getattr(fn, "__name__", repr(fn)))
         return await original(fn, *args)
 
-    monkeypatch.setattr(aio, "run_in_thread", counting)
+    monkeypatch.setattr(threads, "run_in_thread", counting)
     return counted
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 from board.serving.pgbackend.base import check_after_idle
 from tests.support import database_url, serve_gunicorn, start_gunicorn
-from todos import endpoints
+from todos.access import endpoints
 from todos.db.idle import CHECK_AFTER_IDLE_SECONDS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

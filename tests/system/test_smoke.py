@@ -35,13 +35,13 @@ GUARDED = {
     "todos.mcp": "the MCP surface",
     "todos.sqs": "the SQS surface",
     "todos.webhooks": "webhook deliveries, each into its route's endpoint",
-    "todos.auth": "turns an agent's token or SQS key into its endpoint",
-    "todos.health": "/healthz, answered to anyone",
-    "todos.aio": "runs the surfaces' waiting calls in the bounded pool",
-    "todos.hub": "the doorbell hub the waiting surfaces share",
-    "todos.longpoll": "the waiting claim of the API, SQS and MCP",
-    "todos.streams": "the event streams of the API and MCP",
-    "todos.waits": "waiting for a todo's result, for the API and MCP",
+    "todos.access.auth": "turns an agent's token or SQS key into its endpoint",
+    "todos.web.health": "/healthz, answered to anyone",
+    "todos.web.threads": "runs the surfaces' waiting calls in the bounded pool",
+    "todos.waiting.doorbell": "the doorbell hub the waiting surfaces share",
+    "todos.waiting.longpoll": "the waiting claim of the API, SQS and MCP",
+    "todos.waiting.streams": "the event streams of the API and MCP",
+    "todos.waiting.results": "waiting for a todo's result, for the API and MCP",
     "todos.db": "the database floor: connection parameters, the replication "
     "watch, the async pool; reads no todo",
 }
@@ -49,19 +49,20 @@ EXEMPT = {
     "todos.ui": "the Board: an operator's view across endpoints, narrowed by "
     "BoardAccess to an owner's own (tests/ui/test_owners.py)",
     "todos.management": "operator commands, run by hand or by a scheduler",
-    "todos.sweeper": "the sweeps move every endpoint's todos by design",
-    "todos.metrics": "/metrics: the operator's figures, behind its own token",
+    "todos.management.sweeper": "the sweeps move every endpoint's todos by design",
+    "todos.web.metrics": "/metrics: the operator's figures, behind its own token",
     "todos.checks": "system checks of the settings and the database",
-    "todos.endpoints": "creates, re-keys and revokes endpoints for an operator",
-    "todos.stored_secrets": "re-encrypts every stored secret (reencrypt_secrets)",
+    "todos.access.endpoints": "creates, re-keys and revokes endpoints for an operator",
+    "todos.access.stored_secrets": "re-encrypts every stored secret "
+    "(reencrypt_secrets)",
     "todos.models": "the schema itself",
     "todos.templatetags": "the Board's template filters",
 }
 # Guarded modules that open or hand back database connections themselves.
 OWN_CONNECTION = {
-    "todos.auth": "looks an endpoint up by its token's hash, before any scope",
-    "todos.hub": "LISTENs on a connection of its own; reads no todo",
-    "todos.aio": "hands each call's connection back to the pool",
+    "todos.access.auth": "looks an endpoint up by its token's hash, before any scope",
+    "todos.waiting.doorbell": "LISTENs on a connection of its own; reads no todo",
+    "todos.web.threads": "hands each call's connection back to the pool",
     "todos.db": "derives the connections' parameters, watches replication and "
     "keeps the async pool the agent surfaces' statements run on",
 }
@@ -241,12 +242,15 @@ def test_each_entry_of_the_guards_tables_names_a_module_that_reaches_the_databas
     ("module_name", "problem"),
     [
         ("todos.ui.access", "names the operator twin get_todo_any_endpoint"),
-        ("todos.sweeper", "calls todos.store.reap_expired, which takes no scope"),
         (
-            "todos.metrics",
+            "todos.management.sweeper",
+            "calls todos.store.reap_expired, which takes no scope",
+        ),
+        (
+            "todos.web.metrics",
             "calls todos.store.stats.metrics_figures, which takes no scope",
         ),
-        ("todos.sweeper", "imports connection: a connection past the store"),
+        ("todos.management.sweeper", "imports connection: a connection past the store"),
     ],
 )
 def test_the_guard_finds_what_an_operators_module_does(module_name, problem):

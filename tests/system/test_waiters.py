@@ -23,7 +23,8 @@ import pytest
 from django.db import connection
 
 from tests.support import ROOT, database_url, free_port
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 from todos.models import Endpoint, McpSession
 
 APP_NAME = "sb-waiters-test-server"
@@ -649,7 +650,8 @@ def test_sse_and_mcp_streams_hear_a_ring_at_once(server, endpoint, scope):
 # --- Streams end when the endpoint's access changes (#11) -----------------------
 
 
-# Through the endpoint lifecycle (todos/endpoints.py), as the CLI and the Board do.
+# Through the endpoint lifecycle (todos/access/endpoints.py), as the CLI and the
+# Board do.
 def revoke(endpoint):
     endpoints.revoke(Endpoint.objects.get(pk=endpoint.pk))
 

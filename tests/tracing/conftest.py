@@ -6,7 +6,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from todos import tracing
+from todos.telemetry import tracing
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from tests.tracing.test_journey import SECRET, Mcp, deliver_pull_request
-from todos import store, tracing
+from todos import store
 from todos.models import WebhookRoute, WebhookSource
+from todos.telemetry import tracing
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

@@ -3,7 +3,7 @@
 No collector installs here, so the receiver is a small HTTP server that reads
 what the SDK's OTLP/HTTP exporter posts to ``/v1/traces`` with
 opentelemetry-proto's ``ExportTraceServiceRequest``, as a collector would.
-Tracing is set up by ``todos.tracing.configure`` from the OTEL_* environment
+Tracing is set up by ``todos.telemetry.tracing.configure`` from the OTEL_* environment
 alone, as a deployment sets it.
 """
 
@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.tracing.receiver import received_spans, receiving
-from todos import store, tracing
+from todos import store
+from todos.telemetry import tracing
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

@@ -10,7 +10,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
-from todos import store, tracing
+from todos import store
+from todos.telemetry import tracing
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{TRACE}-b7ad6b7169203331-01"

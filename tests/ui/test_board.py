@@ -5,7 +5,8 @@ import re
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from todos import auth, store
+from todos import store
+from todos.access import auth
 from todos.sqs import credentials, messages
 
 

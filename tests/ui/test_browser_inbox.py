@@ -21,7 +21,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.support import serve_gunicorn
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 
 from .test_browser import CHROMIUM, LAPTOP, browser  # noqa: F401
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from todos import auth
+from todos.access import auth
 from todos.models import Endpoint
 
 

@@ -11,7 +11,8 @@ from django.db import connection
 from django.test import Client
 
 from tests.ui.test_owners import endpoint_of, logged_in, user
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 
 
 def asking(endpoint, title, worker="agent-1", **question):

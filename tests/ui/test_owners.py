@@ -10,7 +10,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from todos import endpoints, store
+from todos import store
+from todos.access import endpoints
 from todos.models import Endpoint, WebhookRoute, WebhookSource
 from todos.ui.access import VIEWERS_GROUP
 

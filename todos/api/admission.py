@@ -9,8 +9,8 @@ from todos import store
 from todos.api import fields as table
 from todos.api import operations as api
 from todos.api.plumbing import ApiRequest, api_view, bad_request, todo_response
-from todos.http import JsonResponse
 from todos.store import admission
+from todos.web.http import JsonResponse
 
 
 def _known(data: Mapping[str, Any], operation: table.Operation) -> None:

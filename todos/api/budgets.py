@@ -10,7 +10,7 @@ from todos import store
 from todos.api import fields as table
 from todos.api.operations import checked
 from todos.api.plumbing import ApiRequest, api_view
-from todos.http import JsonResponse
+from todos.web.http import JsonResponse
 
 
 def _budget(budget: store.Budget, status: int = 200) -> JsonResponse:

@@ -7,7 +7,7 @@ and the events of its todos (``todo.done``, ``todo.failed`` for a dead letter,
 ``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``),
 with a keep-alive comment whenever nothing rang for a while. A ring is a hint,
 not a lease: the agent still claims, and may lose the race to another worker.
-The waiting is ``todos.streams``'s: this view formats what it yields.
+The waiting is ``todos.waiting.streams``'s: this view formats what it yields.
 """
 
 import functools
@@ -17,10 +17,12 @@ from collections.abc import AsyncGenerator
 from django.conf import settings
 from django.http import HttpRequest
 
-from todos import aio, store, streams
-from todos.aio import EventStreamResponse
+from todos import store
 from todos.api.plumbing import ApiRequest, aauthenticate, api_view, aprepare
-from todos.hub import Ring, Waiter
+from todos.waiting import streams
+from todos.waiting.doorbell import Ring, Waiter
+from todos.web import threads
+from todos.web.threads import EventStreamResponse
 
 RECONNECT_MILLISECONDS = 3000
 ENDED = {
@@ -91,4 +93,4 @@ async def events(request: ApiRequest) -> EventStreamResponse:
     # Each event must leave at once: the stream is never compressed (Django's
     # GZipMiddleware would hold small chunks back; it is not installed) and
     # whitenoise passes non-static paths through untouched.
-    return aio.event_stream(_body(request, waiter, first), waiter.close)
+    return threads.event_stream(_body(request, waiter, first), waiter.close)

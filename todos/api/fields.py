@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from django.conf import settings
 
-from todos import http, store
+from todos import store
 from todos.store.admission import MAX_WEIGHT
 from todos.store.questions import RETURN_TO
+from todos.web import http
 
 type Schema = dict[str, Any]
 type Bound = int | Callable[[], int]

@@ -14,8 +14,8 @@ from todos import store
 from todos.api import fields
 from todos.api.fields import NO_NUL, Operation, Schema, object_schema
 from todos.api.plumbing import api_view
-from todos.http import JsonResponse
 from todos.store.rows import MAX_COST, MAX_GROUP_CHARS, MAX_PRIORITY, MIN_PRIORITY
+from todos.web.http import JsonResponse
 
 TODO_ID = {
     "name": "todo_id",

@@ -11,12 +11,14 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from todos import aio, longpoll, store
+from todos import store
 from todos.api import fields as table
 from todos.api.fields import ACK_OPS, Fields, Operation
 from todos.api.plumbing import aauthenticate, api_error_for, bad_request
 from todos.store import admission
-from todos.tracing import TraceContext
+from todos.telemetry.tracing import TraceContext
+from todos.waiting import longpoll
+from todos.web import threads
 
 # A response body, and one result of a batch: JSON values.
 type Body = dict[str, Any]
@@ -98,7 +100,7 @@ def create_todo(
     With ``replace`` the key's pending live duplicate is canceled first (a
     claimed one gets a cancel request, and the create answers 409 naming it).
     Shared by the JSON view and the MCP tool, so both accept the same input.
-    ``trace_context`` is the W3C context the request carried (todos.tracing).
+    ``trace_context`` is the W3C context the request carried (todos.telemetry.tracing).
     """
     arguments, replace = create_arguments(fields)
     arguments["trace_context"] = trace_context
@@ -297,7 +299,7 @@ async def aacknowledge_batch(scope: store.Scope, fields: Fields) -> Body:
         moved = await store.aacknowledge_many(scope, list(batch.acks.values()))
         outcomes.update(zip(batch.acks, moved, strict=True))
     if batch.cancels:
-        outcomes.update(await aio.run_pooled(batch.cancel, scope))
+        outcomes.update(await threads.run_pooled(batch.cancel, scope))
     return batch.results(outcomes)
 
 

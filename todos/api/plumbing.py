@@ -5,7 +5,7 @@ fields from ``request.body_fields`` (``todos.api.fields``' validation); every
 failure leaves as the CONTRACT's JSON error ``{"error": code, "detail": text}``
 with its status code, never as a 500 or an HTML page. The event stream and the
 MCP transport reuse the same pieces (``authenticate``, ``api_error_for``); the
-error body, the body reader and strict JSON are ``todos.http``'s.
+error body, the body reader and strict JSON are ``todos.web.http``'s.
 """
 
 import functools
@@ -19,9 +19,11 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import auth, http, store
+from todos import store
+from todos.access import auth
 from todos.api.fields import Fields
 from todos.models import Endpoint
+from todos.web import http
 
 logger = logging.getLogger("switchboard.api")
 

@@ -13,7 +13,7 @@ from todos.api import fields as table
 from todos.api.fields import Fields
 from todos.api.operations import checked, create_schedule, schedule_page
 from todos.api.plumbing import ApiRequest, api_view
-from todos.http import JsonResponse
+from todos.web.http import JsonResponse
 
 
 def _schedule(schedule: store.Schedule, status: int = 200) -> JsonResponse:

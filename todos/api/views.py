@@ -7,7 +7,7 @@ auth, the body parsing and the error mapping.
 
 from collections.abc import Awaitable, Callable
 
-from todos import longpoll, store, tracing, waits
+from todos import store
 from todos.api import fields as table
 from todos.api.fields import Fields, Operation
 from todos.api.operations import (
@@ -28,7 +28,9 @@ from todos.api.plumbing import (
     aprepare,
     todo_response,
 )
-from todos.http import JsonResponse
+from todos.telemetry import tracing
+from todos.waiting import longpoll, results
+from todos.web.http import JsonResponse
 
 # An owner transition of the store (store.ask, …) and its async twin
 # (store.aheartbeat, store.acomplete_todo, …).
@@ -64,7 +66,7 @@ def create(request: ApiRequest) -> JsonResponse:
     return todo_response(todo, status=201 if created else 200, created=created)
 
 
-class ApiResultWait(waits.ResultWait):
+class ApiResultWait(results.ResultWait):
     request: ApiRequest
 
     async def start(self) -> store.Scope:
@@ -81,9 +83,9 @@ class ApiResultWait(waits.ResultWait):
 @api_view("GET")
 async def detail(request: ApiRequest, todo_id: str) -> JsonResponse:
     """Return one todo of this endpoint; with ``wait_seconds`` (≤ 20), once it
-    is terminal or asking, or when the wait ends (todos.waits: no thread and no
-    connection while it waits)."""
-    return todo_response(await waits.wait(ApiResultWait(request, todo_id)))
+    is terminal or asking, or when the wait ends (todos.waiting.results: no
+    thread and no connection while it waits)."""
+    return todo_response(await results.wait(ApiResultWait(request, todo_id)))
 
 
 class ApiClaim(ClaimNext):
@@ -99,7 +101,7 @@ class ApiClaim(ClaimNext):
 async def claim_next(request: ApiRequest) -> JsonResponse:
     """Claim the next claimable todo, waiting up to wait_seconds for one.
 
-    A long poll (todos.longpoll): while it waits it holds no thread and no
+    A long poll (todos.waiting.longpoll): while it waits it holds no thread and no
     database connection. With ``max_todos`` (1..10) it claims up to that many
     in one statement and always answers 200 ``{"todos": [...]}``, an empty
     list after the wait.

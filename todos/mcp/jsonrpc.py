@@ -13,9 +13,10 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from todos import store, waits
+from todos import store
 from todos.api.operations import ClaimNext
 from todos.mcp import tools as mcp_tools
+from todos.waiting import results
 
 # A JSON-RPC message or its parts: JSON values.
 type Message = dict[str, Any]
@@ -107,7 +108,7 @@ class Pending:
 
     def __init__(
         self,
-        work: ClaimNext | waits.ResultWait,
+        work: ClaimNext | results.ResultWait,
         message_id: object,
         headers: dict[str, str],
         scope: store.Scope,

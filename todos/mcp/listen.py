@@ -10,14 +10,14 @@ One long-lived POST-response stream, opted into per notification type:
   carrying the task, as ``tasks/get`` answers it, once when the stream opens
   and again whenever its status changes.
 
-It is a stream of ``todos.streams``, whose waiter hears every ring and todo
-event of its scope (``todos.hub``): a todo turned claimable, ended, asked or
-canceled. A ring of a named task has its todo read again (one pooled call for
-the moment's rings), and the task is pushed when its status, or the questions
-it waits on, differ from what was last pushed. The stream waits holding no
-thread and no connection, and ends as the event stream does, when its token
-is revoked or re-keyed or its grant narrowed; a graceful end (shutdown,
-access gone) is the listen request's own result, as the spec asks.
+It is a stream of ``todos.waiting.streams``, whose waiter hears every ring and
+todo event of its scope (``todos.waiting.doorbell``): a todo turned claimable,
+ended, asked or canceled. A ring of a named task has its todo read again (one
+pooled call for the moment's rings), and the task is pushed when its status, or
+the questions it waits on, differ from what was last pushed. The stream waits
+holding no thread and no connection, and ends as the event stream does, when
+its token is revoked or re-keyed or its grant narrowed; a graceful end
+(shutdown, access gone) is the listen request's own result, as the spec asks.
 """
 
 import json
@@ -28,12 +28,14 @@ from typing import Any, Self
 from django.conf import settings
 from django.http import HttpRequest
 
-from todos import aio, store, streams
-from todos.aio import EventStreamResponse
+from todos import store
 from todos.api.events import same_access
-from todos.hub import Ring, Waiter
 from todos.mcp import resources, tasks
 from todos.mcp.tasks import Json
+from todos.waiting import streams
+from todos.waiting.doorbell import Ring, Waiter
+from todos.web import threads
+from todos.web.threads import EventStreamResponse
 
 # How a revision finishes a result (stateless.completed).
 type Completed = Callable[[Json], Json]
@@ -191,7 +193,7 @@ async def _body(
     found: dict[str, Json] = {}
     if listen.task_ids:
         # After the waiter subscribed: a change from now on rings.
-        found = await aio.run_pooled(read_tasks, listen.scope, listen.task_ids)
+        found = await threads.run_pooled(read_tasks, listen.scope, listen.task_ids)
     watch = TaskWatch(found)
     yield _event(listen.acknowledgement(watch.honoured))
     initial = watch.changed(found.values())
@@ -208,7 +210,7 @@ async def _body(
         messages = listen.updates(said)
         named = watch.named(said)
         if named:
-            found = await aio.run_pooled(read_tasks, listen.scope, named)
+            found = await threads.run_pooled(read_tasks, listen.scope, named)
             moved = watch.changed(found.values())
             messages += map(listen.task_notification, moved)
         yield "".join(map(_event, messages)) if messages else ": keep-alive\n\n"
@@ -221,4 +223,4 @@ async def listen_stream(listen: Listen, completed: Completed) -> EventStreamResp
         return listen.scope, None
 
     waiter, first = await streams.open_stream(authorized)
-    return aio.event_stream(_body(listen, waiter, first, completed), waiter.close)
+    return threads.event_stream(_body(listen, waiter, first, completed), waiter.close)

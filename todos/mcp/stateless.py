@@ -25,13 +25,14 @@ import hashlib
 
 from django.http import HttpRequest, HttpResponse
 
-from todos import store, waits
+from todos import store
 from todos.api.operations import ClaimNext
-from todos.http import JsonResponse
 from todos.mcp import jsonrpc, listen, resources, tasks
 from todos.mcp import tools as mcp_tools
 from todos.mcp.tasks import Json
 from todos.models import Endpoint
+from todos.waiting import results
+from todos.web.http import JsonResponse
 
 MODERN_VERSIONS = ("2026-07-28",)
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -347,7 +348,7 @@ def answer(
         return _refused(exc, message_id)
     if isinstance(result, listen.Listen):
         return result
-    if isinstance(result, ClaimNext | waits.ResultWait):
+    if isinstance(result, ClaimNext | results.ResultWait):
         return jsonrpc.Pending(result, message_id, {}, caller.scope, completed)
     return JsonResponse(
         {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}
@@ -381,7 +382,7 @@ async def aanswer_tool(
         result = await jsonrpc.acall_tool(params, caller)
     except Exception as exc:
         return _refused(exc, message_id)
-    if isinstance(result, ClaimNext | waits.ResultWait):
+    if isinstance(result, ClaimNext | results.ResultWait):
         return jsonrpc.Pending(result, message_id, {}, caller.scope, completed)
     return JsonResponse(
         {"jsonrpc": "2.0", "id": message_id, "result": completed(result)}

@@ -17,13 +17,16 @@ from typing import Any
 
 from django.conf import settings
 
-from todos import http, store, tracing, waits
+from todos import store
 from todos.api import fields
 from todos.api import operations as api
 from todos.api.fields import TODO_ID, Field, Fields, Operation, Schema, object_schema
 from todos.api.plumbing import aauthenticate, api_error_for, bad_request
 from todos.models import Endpoint
 from todos.store import admission
+from todos.telemetry import tracing
+from todos.waiting import results
+from todos.web import http
 
 # A tool result (content, structuredContent, isError): JSON values.
 type Result = dict[str, Any]
@@ -140,7 +143,7 @@ def create_todo(args: Fields, caller: Caller) -> Result:
 
 
 def claim_next(args: Fields, caller: Caller) -> api.ClaimNext:
-    """Read the claim; the transport makes it, a long poll (todos.longpoll)."""
+    """Read the claim; the transport makes it, a long poll (todos.waiting.longpoll)."""
     return api.ClaimNext(None).read(args)
 
 
@@ -189,9 +192,9 @@ def cancel_todo(args: Fields, caller: Caller) -> Result:
     return _todo(todo)
 
 
-class TodoWait(waits.ResultWait):
+class TodoWait(results.ResultWait):
     """A wait_for_todo, read and checked; the transport awaits it
-    (``todos.waits``), as it makes claim_next's long poll."""
+    (``todos.waiting.results``), as it makes claim_next's long poll."""
 
     def __init__(self, scope: store.Scope, todo_id: str, wait: float) -> None:
         super().__init__(None, todo_id)  # the transport sets the request

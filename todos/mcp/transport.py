@@ -37,13 +37,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, http, longpoll, store, streams, waits
-from todos.aio import EventStreamResponse
+from todos import store
 from todos.api.events import same_access
 from todos.api.operations import ClaimNext
 from todos.api.plumbing import aauthenticate, api_error_for, authenticate
-from todos.http import JsonResponse
-from todos.hub import Ring, Waiter
 from todos.mcp import listen, sessions, stateless
 from todos.mcp import tools as mcp_tools
 from todos.mcp.jsonrpc import (
@@ -65,6 +62,11 @@ from todos.mcp.jsonrpc import (
 )
 from todos.mcp.tasks import Json
 from todos.models import Endpoint, McpSession
+from todos.waiting import longpoll, results, streams
+from todos.waiting.doorbell import Ring, Waiter
+from todos.web import http, threads
+from todos.web.http import JsonResponse
+from todos.web.threads import EventStreamResponse
 
 logger = logging.getLogger("switchboard.mcp")
 
@@ -384,7 +386,7 @@ def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params: must be an object")
         result = _dispatch(message["method"], params, caller, session)
-        if isinstance(result, ClaimNext | waits.ResultWait):
+        if isinstance(result, ClaimNext | results.ResultWait):
             # claim_next, wait_for_todo: the POST goes on waiting (``Post``).
             return Pending(result, message_id, headers, caller.scope)
         body = {"jsonrpc": "2.0", "id": message_id, "result": result}
@@ -396,7 +398,7 @@ def _post(request: McpRequest, endpoint: Endpoint) -> Answer:
 class Post(longpoll.LongPoll):
     """An MCP POST: any message is answered in ``start`` (``_aanswer``), but
     a tools/call of claim_next, which claims as a long poll, and one of
-    wait_for_todo, which ``_post_waiting`` then awaits (``todos.waits``)."""
+    wait_for_todo, which ``_post_waiting`` then awaits (``todos.waiting.results``)."""
 
     def __init__(self, request: McpRequest) -> None:
         self.request = request
@@ -432,8 +434,8 @@ async def _post_waiting(request: McpRequest) -> HttpResponseBase:
     try:
         outcome = await longpoll.claim(post)
         work = post.pending.work if post.pending is not None else None
-        if isinstance(work, waits.ResultWait):
-            outcome = await waits.wait(work)
+        if isinstance(work, results.ResultWait):
+            outcome = await results.wait(work)
     except Exception as exc:
         if post.pending is None:
             raise
@@ -525,14 +527,14 @@ async def _authorize_stream(request: McpRequest) -> tuple[store.Scope, uuid.UUID
         )
     _check_origin(request)
     request.endpoint = await aauthenticate(request)
-    request.mcp_session = await aio.run_pooled(_session, request, request.endpoint)
+    request.mcp_session = await threads.run_pooled(_session, request, request.endpoint)
     return store.Scope.for_endpoint(request.endpoint), request.mcp_session.pk
 
 
 async def session_stream(
     request: McpRequest, waiter: Waiter, first: list[Ring]
 ) -> AsyncGenerator[str]:
-    """The body of a session's GET stream (``todos.streams`` waits for it).
+    """The body of a session's GET stream (``todos.waiting.streams`` waits for it).
 
     Besides the streams' own ends, it ends when its session ends (a DELETE,
     possibly in another process, or the endpoint's revocation); the hub's
@@ -545,7 +547,7 @@ async def session_stream(
     async def refresh(notices: set[str]) -> bool:
         if not await same_access(request, scope):
             return False
-        now = await aio.run_pooled(session_level, session.pk)
+        now = await threads.run_pooled(session_level, session.pk)
         if now is None:
             return False
         level[0] = now
@@ -565,7 +567,9 @@ async def session_stream(
 
 async def _stream(request: McpRequest) -> EventStreamResponse:
     waiter, first = await streams.open_stream(_authorize_stream, request)
-    response = aio.event_stream(session_stream(request, waiter, first), waiter.close)
+    response = threads.event_stream(
+        session_stream(request, waiter, first), waiter.close
+    )
     response[SESSION_HEADER] = str(request.mcp_session.id)
     return response
 
@@ -595,7 +599,7 @@ async def endpoint(request: McpRequest) -> HttpResponseBase:
             return await _stream(request)
         if request.method == "POST":
             return await _post_waiting(request)
-        answered = await aio.run_pooled(_answer, request)
+        answered = await threads.run_pooled(_answer, request)
         assert isinstance(answered, HttpResponseBase)  # only a POST waits or listens
         return answered
     except Exception as exc:
@@ -611,7 +615,7 @@ async def _aanswer(request: McpRequest) -> Answer:
     except TransportError:
         message, kind = {}, ""  # _answer refuses it, after the token
     if not stateless.awaits_tool(request, message, kind):
-        return await aio.run_pooled(_answer, request)
+        return await threads.run_pooled(_answer, request)
     try:
         _check_origin(request)
         # The request log names the endpoint, as it does for the JSON API.

@@ -1,7 +1,7 @@
 """SQS credentials per endpoint; webhook signing secrets encrypted at rest.
 
 The existing clear-text webhook secrets are encrypted in place (and decrypted
-again on the way back), with the key of todos.crypto at the time of migrating.
+again on the way back), with the key of todos.access.crypto at the time of migrating.
 """
 
 import django.db.models.deletion
@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 def encrypt_webhook_secrets(apps, schema_editor):
-    from todos import crypto
+    from todos.access import crypto
 
     WebhookSource = apps.get_model("todos", "WebhookSource")
     for source in WebhookSource.objects.all():
@@ -18,7 +18,7 @@ def encrypt_webhook_secrets(apps, schema_editor):
 
 
 def decrypt_webhook_secrets(apps, schema_editor):
-    from todos import crypto
+    from todos.access import crypto
 
     WebhookSource = apps.get_model("todos", "WebhookSource")
     for source in WebhookSource.objects.all():

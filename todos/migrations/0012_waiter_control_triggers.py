@@ -1,4 +1,4 @@
-"""Control rings for waiters (todos/hub.py's CONTROL_CHANNEL).
+"""Control rings for waiters (todos/waiting/doorbell.py's CONTROL_CHANNEL).
 
 Triggers, so that every path that changes an endpoint or an MCP session (the
 CLI, the Board, the lifecycle helpers, plain SQL) tells the servers' doorbell

@@ -1,7 +1,7 @@
 """A control ring when an endpoint's SQS key is rotated or removed.
 
 As migration 0012's triggers do for the endpoint itself: a ReceiveMessage
-waiting with the old key re-validates it (todos/hub.py) and ends.
+waiting with the old key re-validates it (todos/waiting/doorbell.py) and ends.
 """
 
 from django.db import migrations

@@ -17,12 +17,15 @@ from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
-from todos import auth, http, store, tracing
+from todos import store
+from todos.access import auth
 from todos.db import pool
 from todos.db.pool import Runner, db
 from todos.sqs import messages
 from todos.sqs.protocol import Caller, SqsError, SqsRequest, invalid
 from todos.store import admission, sqs_fifo
+from todos.telemetry import tracing
+from todos.web import http
 
 logger = logging.getLogger("switchboard.sqs")
 
@@ -691,7 +694,7 @@ def _outgoing(entry: Body, fifo: dict[str, str] | None = None) -> Outgoing:
 def _trace_context(
     system: Body | None, attributes: messages.Attributes
 ) -> tracing.TraceContext | None:
-    """The W3C context a message carries (todos.tracing): its AWSTraceHeader
+    """The W3C context a message carries (todos.telemetry.tracing): its AWSTraceHeader
     (X-Ray's format), else its traceparent attribute; a malformed one is
     ignored, as SQS passes on what it cannot read."""
     header = (system or {}).get(tracing.AWS_TRACE_HEADER)
@@ -951,7 +954,7 @@ async def receive_message(request: SqsRequest, caller: Caller, body: Body) -> "R
 @dataclass
 class Receive:
     """A ReceiveMessage, read and checked; the view claims it as a long poll
-    (todos.longpoll) and renders what it claimed."""
+    (todos.waiting.longpoll) and renders what it claimed."""
 
     caller: Caller
     queue: Queue

@@ -1,7 +1,7 @@
 """SQS credentials of an endpoint: minted, rotated and shown once.
 
 An endpoint has at most one key pair. The access key id is looked up in the
-clear (SigV4 sends it), the secret is kept encrypted (todos.crypto), and the
+clear (SigV4 sends it), the secret is kept encrypted (todos.access.crypto), and the
 12-digit account id names the endpoint in every queue URL; rotation replaces
 the key pair and keeps the account id, so queue URLs stay valid.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from todos import crypto
+from todos.access import crypto
 from todos.models import Endpoint, SqsCredential
 
 ACCESS_KEY_PREFIX = "SBIA"

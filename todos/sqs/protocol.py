@@ -20,9 +20,11 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from todos import auth, crypto, http, store
+from todos import store
+from todos.access import auth, crypto
 from todos.models import Endpoint
 from todos.sqs import sigv4
+from todos.web import http
 
 logger = logging.getLogger("switchboard.sqs")
 

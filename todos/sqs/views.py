@@ -13,9 +13,11 @@ from typing import NoReturn
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import aio, longpoll, store
+from todos import store
 from todos.sqs import actions, protocol
 from todos.sqs.protocol import Caller, SqsError, SqsRequest
+from todos.waiting import longpoll
+from todos.web import threads
 
 # What a call runs first: ``handle``, or ``misaddressed``.
 type Handler = Callable[[SqsRequest], Awaitable[actions.Body | actions.Receive]]
@@ -29,8 +31,8 @@ async def root(request: SqsRequest) -> HttpResponse:
 
     An async view: a send's, a receive's and an acknowledgement's statements
     are awaited in the event loop (the async store), the queue
-    administration's run in the bounded pool of todos.aio; a waiting
-    ReceiveMessage is a long poll (todos.longpoll) like the JSON API's
+    administration's run in the bounded pool of todos.web.threads; a waiting
+    ReceiveMessage is a long poll (todos.waiting.longpoll) like the JSON API's
     claim, holding no thread and no connection.
     """
     if request.method != "POST":
@@ -146,4 +148,4 @@ async def handle(request: SqsRequest) -> actions.Body | actions.Receive:
             f"The action {name or '(none)'} is not valid for this endpoint.",
         )
     request.sqs_action = name
-    return await aio.run_pooled(action, request, caller, protocol.parse_body(raw))
+    return await threads.run_pooled(action, request, caller, protocol.parse_body(raw))

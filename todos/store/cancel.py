@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import transaction
 
-from todos import tracing
+from todos.telemetry import tracing
 
 from .lifecycle import T_COLUMNS, Created, _lookup_many, _settled, _text, create_todo
 from .rows import (

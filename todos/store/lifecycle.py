@@ -19,8 +19,8 @@ from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 
-from todos import tracing
-from todos.tracing import TraceContext
+from todos.telemetry import tracing
+from todos.telemetry.tracing import TraceContext
 
 from .rows import (
     DEFAULT_PRIORITY,
@@ -656,7 +656,7 @@ CLAIM_STEPS = """
 # holds to the claim index, for any mix of endpoints, queues and backlogs.
 # What a claim row says past the todo's columns: where the todo came from
 # and, for a lapsed lease it took, when that lease's claim began and when it
-# ran out (todos.tracing ends that delivery's span: the reaper never saw it).
+# ran out (todos.telemetry.tracing ends that delivery's span: the reaper never saw it).
 LAPSED = "from_state, lapsed_claimed_at, lapsed_at"
 
 # A grouped row passes the lanes' pre-filter when its group is not blocked

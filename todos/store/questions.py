@@ -31,7 +31,7 @@ from datetime import timedelta
 import jsonschema
 from django.core import signing
 
-from todos import tracing
+from todos.telemetry import tracing
 
 from .lifecycle import T_COLUMNS, _checkpoint, _lookup
 from .rows import (

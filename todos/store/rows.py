@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args, get_type_hints
 
-from todos import tracing
+from todos.telemetry import tracing
 
 if TYPE_CHECKING:
     from todos.models import Endpoint
@@ -406,14 +406,14 @@ class Todo:
         out["cancel_requested"] = self.cancel_requested
         context = self.trace_context
         if context is not None and self.state == "claimed" and tracing.enabled():
-            # The delivery's own context (todos.tracing); else the stored one,
+            # The delivery's own context (todos.telemetry.tracing); else the stored one,
             # validated when it came in.
             context = self.trace_carrier()
         out["trace_context"] = context
         return out
 
     def trace_carrier(self) -> dict[str, str] | None:
-        """The W3C context a claim hands on (todos.tracing): the delivery's
+        """The W3C context a claim hands on (todos.telemetry.tracing): the delivery's
         own while tracing is on and the todo is claimed, else the create's."""
         context = tracing.claim_context(self)
         return context.to_dict() if context is not None else None

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from todos import tracing
+from todos.telemetry import tracing
 
 from .rows import Moved
 from .sql import DOORBELL, ENDED_RING, EVENT_INSERT, _run

@@ -1,4 +1,4 @@
-"""What the store keeps for tracing (todos.tracing): a delivery's span events.
+"""What the store keeps for tracing (todos.telemetry.tracing): a delivery's span events.
 
 A delivery's ``process`` span is written when the delivery ends; what happens
 to the todo meanwhile in other requests (progress, a cancel request, the
@@ -8,7 +8,7 @@ delivery. Only while tracing is on: off, nothing here runs.
 
 import json
 
-from todos import tracing
+from todos.telemetry import tracing
 
 from .rows import JSONObject, Todo
 from .sql import Statement, Steps, on_django

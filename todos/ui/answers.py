@@ -20,8 +20,9 @@ import json
 from django import forms
 from django.core.exceptions import ValidationError
 
-from todos import http, store
+from todos import store
 from todos.ui.forms import BoardForm
+from todos.web import http
 
 # The field a single-value answer (no object schema) is posted in.
 VALUE = "answer"

@@ -13,8 +13,8 @@ import hashlib
 
 from django.contrib.auth import get_user_model
 
-from todos import endpoints as lifecycle
 from todos import store
+from todos.access import endpoints as lifecycle
 
 ENDPOINTS = [
     ("triage-bot", "alice", ["github", "reviews"]),

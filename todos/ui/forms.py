@@ -9,8 +9,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from todos import endpoints, http, store
+from todos import store
+from todos.access import endpoints
 from todos.models import Endpoint
+from todos.web import http
 
 STATE_CHOICES = [
     ("", "any state"),

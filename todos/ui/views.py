@@ -23,9 +23,11 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from todos import endpoints, store, tracing
+from todos import store
+from todos.access import endpoints
 from todos.sqs import messages as sqs_messages
 from todos.store.rows import MAX_PRIORITY, MIN_PRIORITY
+from todos.telemetry import tracing
 from todos.ui.charts import overview_charts
 from todos.ui.core import (
     COUNTS_CHANGED,

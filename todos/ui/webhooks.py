@@ -18,7 +18,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from todos import crypto, store
+from todos import store
+from todos.access import crypto
 from todos.models import WEBHOOK_SCHEMES, WebhookRoute, WebhookSource
 from todos.ui.core import action_page, operator_view
 from todos.ui.forms import BoardForm, endpoint_choices

@@ -23,12 +23,14 @@ from urllib.parse import parse_qs
 
 from django.db import IntegrityError, transaction
 
-from todos import http, store, tracing
+from todos import store
 from todos.models import (
     WebhookDelivery,
     WebhookRoute,
     WebhookSignatureSeen,
 )
+from todos.telemetry import tracing
+from todos.web import http
 from todos.webhooks.signatures import SCHEMES, Replayed, headers_of, tolerance
 
 logger = logging.getLogger("switchboard.webhooks")
@@ -73,7 +75,7 @@ def title_template_error(template):
 @dataclass(frozen=True)
 class Delivery:
     """A verified delivery: the provider's id, its event and its decoded body;
-    and the W3C trace context its headers carried (todos.tracing)."""
+    and the W3C trace context its headers carried (todos.telemetry.tracing)."""
 
     delivery_id: str
     event: str

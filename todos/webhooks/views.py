@@ -13,8 +13,10 @@ import logging
 from django.core.validators import slug_re
 from django.views.decorators.csrf import csrf_exempt
 
-from todos import crypto, http, store
+from todos import store
+from todos.access import crypto
 from todos.models import WebhookSource
+from todos.web import http
 from todos.webhooks import deliveries, signatures
 
 logger = logging.getLogger("switchboard.webhooks")

@@ -5,7 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from todos import endpoints
+from todos.access import endpoints
 from todos.sqs import credentials
 
 

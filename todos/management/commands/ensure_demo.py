@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from todos import auth, endpoints
+from todos.access import auth, endpoints
 from todos.models import Endpoint
 
 TOKEN_FILE = Path(settings.BASE_DIR) / ".switchboard-demo-token"

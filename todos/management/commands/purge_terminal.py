@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from todos import store
 from todos.management.database import unreachable
-from todos.sweeper import batch_size_arg
+from todos.management.sweeper import batch_size_arg
 
 logger = logging.getLogger("switchboard.sweep")
 

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from todos import stored_secrets
+from todos.access import stored_secrets
 
 
 class Command(BaseCommand):

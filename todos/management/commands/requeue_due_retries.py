@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 
 from todos import store
 from todos.management.database import unreachable
-from todos.sweeper import batch_size_arg, drain
+from todos.management.sweeper import batch_size_arg, drain
 
 logger = logging.getLogger("switchboard.sweep")
 

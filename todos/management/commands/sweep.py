@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from todos import store
 from todos.management.database import unreachable
-from todos.sweeper import (
+from todos.management.sweeper import (
     Sweeper,
     batch_size_arg,
     log_pass,

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from todos import auth
+from todos.access import auth
 from todos.models import Endpoint
 
 EVERY_QUEUE = "*"

@@ -2,14 +2,14 @@
 (access keys), with a per-process cache of the credentials it found.
 
 The cache spares a request its lookup statement, and holds only while this
-process's doorbell hub (todos/hub.py) listens: the triggers of migrations 0012
-and 0016 send a control notice whenever an endpoint is revoked, re-keyed,
-re-granted or deleted, or its SQS key rotated, and the hub forgets that
-endpoint's entries before it tells the waiters. Without a listening hub (a
+process's doorbell hub (todos/waiting/doorbell.py) listens: the triggers of
+migrations 0012 and 0016 send a control notice whenever an endpoint is revoked,
+re-keyed, re-granted or deleted, or its SQS key rotated, and the hub forgets
+that endpoint's entries before it tells the waiters. Without a listening hub (a
 command, a process still connecting or reconnecting) every lookup reads the
 database; each (re)connect and disconnect forgets everything, since notices
-sent meanwhile are lost. A change made in this process is forgotten at once
-too (``forget``), and again at its commit.
+sent meanwhile are lost. A change made in this process is forgotten at once too
+(``forget``), and again at its commit.
 
 A lookup takes the cache's generation before it reads and keeps its row only
 if nothing was forgotten since: a row read before a change, and returned after
@@ -30,7 +30,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from todos import tokens
+from todos.access import tokens
 from todos.db.pool import db
 from todos.models import Endpoint, SqsCredential
 

@@ -1,6 +1,6 @@
 """The event-stream loop, one for ``/api/v1/events`` and the MCP GET stream.
 
-A stream is a stream waiter on the doorbell hub (``todos.hub``): no thread,
+A stream is a stream waiter on the doorbell hub (``todos.waiting.doorbell``): no thread,
 no connection while it waits. ``watch`` yields what the stream says next —
 a list of rings (the todos of its scope that became claimable; empty: a
 keep-alive is due) — until the stream ends, and then one ``Ended``. Each
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from todos import store
-from todos.hub import (
+from todos.waiting.doorbell import (
     LOST,
     REVALIDATE,
     SESSION,

@@ -1,7 +1,7 @@
 """The health check: 200 when the database answers, 503 when it does not."""
 
 from todos import store
-from todos.http import JsonResponse
+from todos.web.http import JsonResponse
 
 
 def healthz(request):

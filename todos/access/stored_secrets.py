@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db import models
 
-from todos import crypto
+from todos.access import crypto
 from todos.models import SqsCredential, WebhookSource
 
 # Rows read per query: a table is walked in primary-key order, a batch at a time.

@@ -5,7 +5,7 @@ makes a todo claimable, so a ring is sent exactly when the transition commits;
 its payload is the todo's ``endpoint_id``, ``queue`` and ``id``. Triggers
 (migrations 0012, 0016) send control notices on a second channel: an endpoint
 revoked, its token rotated, its grant changed or its SQS key rotated (which
-also drops its cached credentials, todos.auth, as every (re)connect and
+also drops its cached credentials, todos.access.auth, as every (re)connect and
 disconnect drops them all); an MCP session ended or its log level changed.
 
 The hub listens on connections of its own (never a request's: LISTEN state is
@@ -17,8 +17,8 @@ queued before it (a burst of 100,000 takes the rings connection seconds to
 read). The hub fans each ring out to that process's waiters, filtered by
 endpoint first — the tenant boundary — then by the waiter's queue grant:
 
-- a *stream* waiter (``todos.streams``) hears every ring of its scope;
-- a *claim* waiter (``todos.longpoll``) competes for work: a ring wakes the
+- a *stream* waiter (``todos.waiting.streams``) hears every ring of its scope;
+- a *claim* waiter (``todos.waiting.longpoll``) competes for work: a ring wakes the
   longest-waiting one only, and one that claimed, or left without trying,
   passes the ring on, so no ready todo is slept through and a ring does not
   stampede a thousand claims.
@@ -59,7 +59,7 @@ from django.conf import settings
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from todos import auth
+from todos.access import auth
 from todos.db.params import listen_params
 from todos.store import DOORBELL_CHANNEL, TODO_EVENT_CHANNEL, Scope
 
@@ -199,7 +199,7 @@ class Waiter:
     ) -> None:
         self.hub, self.scope, self.kind = hub, scope, kind
         self.session_id = str(session_id) if session_id is not None else None
-        # A "todo" waiter (todos.waits) hears the events of this one todo.
+        # A "todo" waiter (todos.waiting.results) hears the events of this one todo.
         self.todo_id = str(todo_id) if todo_id is not None else None
         self.rings: deque[Ring] = deque()
         self.notices: set[str] = set()
@@ -335,7 +335,7 @@ class Hub:
         """Register a waiter (from any thread); it hears rings from now on.
 
         ``kind`` is "claim", "stream", or "todo" (with ``todo_id``: a wait for
-        that todo's events, todos.waits).
+        that todo's events, todos.waiting.results).
         """
         waiter = Waiter(self, scope, kind, session_id, todo_id)
         with self.lock:
@@ -432,7 +432,7 @@ class Hub:
         when a todo there turns claimable with no ring (a lease lapses, a
         retry window or a delay ends: ``store.anext_due``). One timer per
         scope, at the earliest instant asked for; called in the hub's loop
-        (a long poll's try, todos.longpoll)."""
+        (a long poll's try, todos.waiting.longpoll)."""
         if self.loop is None or self.loop is not asyncio.get_running_loop():
             return  # a loop of its own (a test's): the periodic re-check covers it
         at = self.loop.time() + max(delay, 0) + DUE_MARGIN_SECONDS

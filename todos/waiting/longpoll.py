@@ -38,7 +38,14 @@ from collections.abc import Coroutine
 from typing import Any
 
 from todos import store
-from todos.hub import REVALIDATE, SHUTDOWN, TRY, UNHEARD_POLL_SECONDS, Waiter, hub
+from todos.waiting.doorbell import (
+    REVALIDATE,
+    SHUTDOWN,
+    TRY,
+    UNHEARD_POLL_SECONDS,
+    Waiter,
+    hub,
+)
 
 logger = logging.getLogger("switchboard.longpoll")
 

@@ -3,7 +3,7 @@
 The log line carries the endpoint id, the route, the todo id, the trace id
 (when the request or its todo has one), the outcome (``ok`` or the API error
 code), the status and the duration; never a header, so never a token.
-Rendered as JSON when ``LOG_FORMAT=json`` (see todos.logs).
+Rendered as JSON when ``LOG_FORMAT=json`` (see todos.telemetry.logs).
 """
 
 import logging
@@ -19,7 +19,8 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from todos import http, tracing
+from todos.telemetry import tracing
+from todos.web import http
 
 logger = logging.getLogger("switchboard.request")
 

@@ -1,10 +1,10 @@
 """Waiting for a result: until a todo ends or asks (CONTRACT §14, "Waiting").
 
 A creator's wait for one todo is a *todo* waiter on the doorbell hub
-(``todos.hub``): it hears that todo's events (``todo.done``, ``todo.failed``,
-``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``) and holds no
-thread and no database connection while it waits, as a long poll does
-(``todos.longpoll``). Each wakeup re-reads the todo, awaited in the event
+(``todos.waiting.doorbell``): it hears that todo's events (``todo.done``,
+``todo.failed``, ``todo.asked``, ``todo.cancel_requested``, ``todo.canceled``)
+and holds no thread and no database connection while it waits, as a long poll does
+(``todos.waiting.longpoll``). Each wakeup re-reads the todo, awaited in the event
 loop on the async store (todos.db.pool); the wait ends when the todo is
 *settled* — terminal (done, canceled, dead letter) or held for an answer — or
 at the deadline, with the todo as it is then.
@@ -22,7 +22,13 @@ import uuid
 from django.http import HttpRequest
 
 from todos import store
-from todos.hub import REVALIDATE, SHUTDOWN, UNHEARD_POLL_SECONDS, Waiter, hub
+from todos.waiting.doorbell import (
+    REVALIDATE,
+    SHUTDOWN,
+    UNHEARD_POLL_SECONDS,
+    Waiter,
+    hub,
+)
 
 SETTLED = ("done", "canceled", "dead_letter", "held")
 

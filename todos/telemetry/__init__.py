@@ -1,0 +1,6 @@
+"""What the process tells its operators, below the store: nothing here imports
+Switchboard.
+
+- ``tracing``: OpenTelemetry, W3C context in and out, and the spans.
+- ``logs``: the log formatters and the filter that keeps credentials out.
+"""
