@@ -27,7 +27,7 @@ Django 6.0.10
   cuts.md, claims and acknowledgements from the loop (HTTP single 461 → 690
   pairs/s). The one-hop sync chain: no committed result.
 - ``HttpResponseBase._resource_closers``: ``asgi.Handler.respond``,
-  ``asgi.close_resources``, ``todos.web.threads.event_stream`` (closers run without
+  ``asgi.close_resources``, ``todos.web.sse.event_stream`` (closers run without
   the ``request_finished`` signal). Tests: tests/system/test_garbage.py,
   tests/api/test_events.py.
 - ``asgi.release``: empties an answered request's ``__dict__`` (what Django's
@@ -36,9 +36,9 @@ Django 6.0.10
   ``django.http.JsonResponse.__init__``, which only encodes. Tests:
   tests/api/test_api.py. Gain: cuts.md, orjson's answers, 9 → 0.4 µs a body,
   a claim+complete pair 0.963.
-- ``StreamingHttpResponse._iterator``:
-  ``todos.web.threads.EventStreamResponse.__aiter__`` (the stream closed as
-  soon as the server stops iterating). Tests: tests/api/test_events.py.
+- ``StreamingHttpResponse._iterator``: ``todos.web.sse.EventStreamResponse.__aiter__``
+  (the stream closed as soon as the server stops iterating). Tests:
+  tests/api/test_events.py.
 - ``middleware.Routes.resolve`` / ``_with_todo_id``: a ``ResolverMatch`` made
   with ``object.__new__`` and its ``__dict__`` (``captured_kwargs``). Tests:
   tests/api/test_api.py, tests/system/test_served_path.py. Gain: cuts.md, one

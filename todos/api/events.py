@@ -21,8 +21,8 @@ from todos import store
 from todos.api.plumbing import ApiRequest, aauthenticate, api_view, aprepare
 from todos.waiting import streams
 from todos.waiting.doorbell import Ring, Waiter
-from todos.web import threads
-from todos.web.threads import EventStreamResponse
+from todos.web import sse
+from todos.web.sse import EventStreamResponse
 
 RECONNECT_MILLISECONDS = 3000
 ENDED = {
@@ -93,4 +93,4 @@ async def events(request: ApiRequest) -> EventStreamResponse:
     # Each event must leave at once: the stream is never compressed (Django's
     # GZipMiddleware would hold small chunks back; it is not installed) and
     # whitenoise passes non-static paths through untouched.
-    return threads.event_stream(_body(request, waiter, first), waiter.close)
+    return sse.event_stream(_body(request, waiter, first), waiter.close)

@@ -34,8 +34,8 @@ from todos.mcp import resources, tasks
 from todos.mcp.tasks import Json
 from todos.waiting import streams
 from todos.waiting.doorbell import Ring, Waiter
-from todos.web import threads
-from todos.web.threads import EventStreamResponse
+from todos.web import sse, threads
+from todos.web.sse import EventStreamResponse
 
 # How a revision finishes a result (stateless.completed).
 type Completed = Callable[[Json], Json]
@@ -223,4 +223,4 @@ async def listen_stream(listen: Listen, completed: Completed) -> EventStreamResp
         return listen.scope, None
 
     waiter, first = await streams.open_stream(authorized)
-    return threads.event_stream(_body(listen, waiter, first, completed), waiter.close)
+    return sse.event_stream(_body(listen, waiter, first, completed), waiter.close)

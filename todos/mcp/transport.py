@@ -64,9 +64,9 @@ from todos.mcp.tasks import Json
 from todos.models import Endpoint, McpSession
 from todos.waiting import longpoll, results, streams
 from todos.waiting.doorbell import Ring, Waiter
-from todos.web import http, threads
+from todos.web import http, sse, threads
 from todos.web.http import JsonResponse
-from todos.web.threads import EventStreamResponse
+from todos.web.sse import EventStreamResponse
 
 logger = logging.getLogger("switchboard.mcp")
 
@@ -567,9 +567,7 @@ async def session_stream(
 
 async def _stream(request: McpRequest) -> EventStreamResponse:
     waiter, first = await streams.open_stream(_authorize_stream, request)
-    response = threads.event_stream(
-        session_stream(request, waiter, first), waiter.close
-    )
+    response = sse.event_stream(session_stream(request, waiter, first), waiter.close)
     response[SESSION_HEADER] = str(request.mcp_session.id)
     return response
 
