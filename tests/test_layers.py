@@ -1,11 +1,13 @@
 """Lower floors never import higher ones (STYLE.md 15), read from the source.
 
 Every module under todos/ and board/ is parsed, its imports collected (at module
-level and inside functions), and four rules checked: todos/ imports nothing
+level and inside functions), and these rules checked: todos/ imports nothing
 from board/ (settings are read through ``django.conf.settings``); the todos
-modules import each other without a cycle when they load; the database
-floor and the store import none of what stands on them; and the database
-floor imports nothing of Switchboard's but itself.
+modules import each other without a cycle when they load; the floors (the
+database, telemetry, the store) import none of what stands on them; the
+database floor and telemetry import nothing of Switchboard's but themselves;
+and MCP's two revisions share their JSON-RPC module without importing each
+other.
 """
 
 import ast
@@ -197,6 +199,18 @@ def test_the_database_floor_imports_nothing_of_switchboard_but_itself():
 def test_telemetry_imports_nothing_of_switchboard():
     """Tracing and the log formatters stand below the store, which traces."""
     assert reaching_past_itself(import_graph(ROOT), "todos.telemetry") == []
+
+
+def test_the_mcp_revisions_share_json_rpc_without_importing_each_other():
+    """The stateless revision and the transport both stand on todos.mcp.jsonrpc;
+    the stateless one imports nothing of the transport, even in a function."""
+    graph = import_graph(ROOT)
+    assert ("todos.mcp.jsonrpc", True) in graph["todos.mcp.stateless"]
+    assert [
+        target
+        for target, _ in graph["todos.mcp.stateless"]
+        if within(target, ("todos.mcp.transport",))
+    ] == []
 
 
 def test_every_module_is_read():
