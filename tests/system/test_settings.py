@@ -208,10 +208,11 @@ def test_the_app_connects_to_the_writable_server_of_a_host_list():
         f"{db['HOST']}:{db['PORT']}/{db['NAME']}?target_session_attrs=read-write"
     )
     probe = (
-        "import asyncio; from django.db import connection; from todos import hub; "
+        "import asyncio; from django.db import connection; "
+        "from todos.waiting import doorbell; "
         "connection.ensure_connection(); "
         "print(connection.connection.info.port, "
-        "asyncio.run(hub._connect()).info.port)"
+        "asyncio.run(doorbell._connect()).info.port)"
     )
     finished = subprocess.run(
         [sys.executable, "-c", f"{SETUP}; {probe}"],
