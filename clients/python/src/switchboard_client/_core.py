@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
+from switchboard_client import _tracing
 from switchboard_client.errors import error_for
 from switchboard_client.models import (
     JSON,
@@ -69,6 +70,7 @@ class Call(Generic[T]):
     empty: T | None = None
     empty_on: frozenset[int] = frozenset()
     wait: float = 0.0
+    headers: Mapping[str, str] | None = None
 
     def bind(self, worker: str) -> Call[T]:
         """This call with ``worker`` filled in where the caller named nobody."""
@@ -257,7 +259,14 @@ def create(
     # Retried only with a key and without replace (a replace sent again would
     # cancel the todo its first sending made).
     safe = idempotency_key is not None and not replace
-    return Call("POST", "/api/v1/todos", _created, body=body, safe=safe)
+    return Call(
+        "POST",
+        "/api/v1/todos",
+        _created,
+        body=body,
+        safe=safe,
+        headers=_tracing.headers(),
+    )
 
 
 def create_many(todos: Sequence[Mapping[str, JSON]]) -> Call[list[CreateResult]]:
@@ -266,7 +275,12 @@ def create_many(todos: Sequence[Mapping[str, JSON]]) -> Call[list[CreateResult]]
     items = [dict(item) for item in todos]
     safe = all(i.get("idempotency_key") and not i.get("replace") for i in items)
     return Call(
-        "POST", "/api/v1/todos", _create_results, body={"todos": items}, safe=safe
+        "POST",
+        "/api/v1/todos",
+        _create_results,
+        body={"todos": items},
+        safe=safe,
+        headers=_tracing.headers(),
     )
 
 

@@ -22,7 +22,7 @@ import contextlib
 import os
 import select
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
 import httptools
@@ -75,13 +75,25 @@ class Wire:
         self._closed = False
 
     async def request(
-        self, method: str, target: str, body: bytes | None, timeout: httpx.Timeout
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        timeout: httpx.Timeout,
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        """Send one request on an idle connection (or a new one); its answer,
-        read whole. A connection a failure or a cancellation interrupts is
-        closed, never reused."""
+        """Send one request on an idle connection (or a new one), with
+        ``headers`` beside the fixed ones; its answer, read whole. A connection
+        a failure or a cancellation interrupts is closed, never reused."""
         target = quote(self.prefix + target, safe=TARGET_SAFE)
         head = f"{method} {target} HTTP/1.1\r\n{self.head}"
+        if headers:
+            # Only printable ASCII: a header must not end the head early.
+            head += "".join(
+                f"{name}: {value}\r\n"
+                for name, value in headers.items()
+                if _clean(name) and _clean(value)
+            )
         if body is not None:
             head += "Content-Type: application/json\r\n"
             head += f"Content-Length: {len(body)}\r\n"

@@ -104,6 +104,7 @@ class AsyncClient:
                 call.path,
                 json=call.body,
                 params=call.params,
+                headers=call.headers,
                 timeout=timeout,
             )
         target = call.path
@@ -116,7 +117,9 @@ class AsyncClient:
                 call.body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             )
             body = text.encode("utf-8")
-        return await self._wire.request(call.method, target, body, timeout)
+        return await self._wire.request(
+            call.method, target, body, timeout, call.headers
+        )
 
     create = _method(_core.create)
     create_many = _method(_core.create_many)

@@ -85,6 +85,7 @@ class Client:
                     call.path,
                     json=call.body,
                     params=call.params,
+                    headers=call.headers,
                     timeout=call.timeout(self._timeout),
                 )
             except httpx.TransportError as exc:

@@ -135,6 +135,9 @@ class Todo:
     checkpoint: JSON = None
     cancel_requested: bool = False
     note: str | None = None
+    # The W3C context a claim hands on ({"traceparent"[, "tracestate"]}): the
+    # worker runs the handler in it (switchboard_client._tracing).
+    trace_context: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

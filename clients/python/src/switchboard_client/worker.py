@@ -9,7 +9,8 @@ period to finish, and releases what is still running with its last checkpoint.
 
 It runs on asyncio; a sync handler runs in a daemon thread (so a handler that
 never returns cannot hold the process after its todo is given back), reused
-for the next handler once it returns.
+for the next handler once it returns. With OpenTelemetry installed, a handler
+runs in its todo's trace context, so its spans join the todo's trace.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
 
-from switchboard_client import _core
+from switchboard_client import _core, _tracing
 from switchboard_client.aio import AsyncClient
 from switchboard_client.client import Client
 from switchboard_client.errors import (
@@ -423,9 +424,11 @@ class Worker:
 
     def _call(self, handler: Handler, ctx: Context) -> asyncio.Future[Any]:
         """The handler's outcome: an async one as a task, a sync one run by
-        one of the worker's threads."""
+        one of the worker's threads; either in the todo's trace context."""
         if inspect.iscoroutinefunction(handler):
-            return asyncio.ensure_future(handler(ctx))
+            # The task copies the context current when it is made.
+            with _tracing.within(ctx.todo.trace_context):
+                return asyncio.ensure_future(handler(ctx))
         assert self._threads is not None
         return self._threads.run(handler, ctx)
 
@@ -613,7 +616,8 @@ class _Threads:
             threading.current_thread().name = f"handler-{ctx.todo.id}"
             result, error = None, None
             try:
-                result = handler(ctx)
+                with _tracing.within(ctx.todo.trace_context):
+                    result = handler(ctx)
             except BaseException as exc:  # carried to the loop, which ends the attempt
                 error = exc
             # The loop is gone when the todo was given back and the worker exited.
