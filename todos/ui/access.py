@@ -21,7 +21,7 @@ from django.db.models import Count, Q
 
 from todos import store
 from todos.models import Endpoint, WebhookRoute, WebhookSource
-from todos.store import admission
+from todos.store import admission, spend
 from todos.store import stats as store_stats
 
 VIEWERS_GROUP = "board-viewers"
@@ -137,6 +137,12 @@ class BoardAccess:
     def todo_events(self, todo_id):
         self.get_todo(todo_id)
         return store.todo_events_any_endpoint(todo_id)
+
+    def todo_usage(self, todo):
+        """A todo's usage ledger rows, one per attempt that reported."""
+        if not self.covers(todo.endpoint_id):
+            raise store.NotFound(todo_id=todo.id)
+        return store.usage_ledger(store.Scope(todo.endpoint_id), todo_id=todo.id)
 
     def overview(self):
         return store.board_overview(endpoint_ids=self.scope_ids)
@@ -316,6 +322,42 @@ class BoardAccess:
         todo = self.get_todo(todo_id)
         return admission.set_priority(
             store.Scope(str(todo.endpoint_id)), todo.id, priority
+        )
+
+    # --- Budgets (store.budgets, each through its endpoint's whole scope) ---
+
+    def budgets(self):
+        """The budgets in scope, each with its window's spend."""
+        return spend.budgets_any_endpoint(endpoint_ids=self.scope_ids)
+
+    def budget(self, budget_id):
+        """One budget in scope, or None (foreign, missing or malformed)."""
+        found = spend.budgets_any_endpoint(
+            endpoint_ids=self.scope_ids, budget_id=budget_id
+        )
+        return found[0] if found else None
+
+    def _budget_scope(self, budget_id):
+        budget = self.budget(budget_id)
+        if budget is None:
+            raise store.NotFound("no such budget")
+        return store.Scope(budget.endpoint_id), budget.id
+
+    def create_budget(self, endpoint_id, **fields):
+        return store.create_budget(self._endpoint_scope(endpoint_id), **fields)
+
+    def update_budget(self, budget_id, **changes):
+        scope, budget_id = self._budget_scope(budget_id)
+        return store.update_budget(scope, budget_id, **changes)
+
+    def delete_budget(self, budget_id):
+        scope, budget_id = self._budget_scope(budget_id)
+        store.delete_budget(scope, budget_id)
+
+    def spend(self, range_name, by, **narrow):
+        """Spend over a range per endpoint, queue or group (store.spend)."""
+        return spend.spend_series(
+            range_name=range_name, by=by, endpoint_ids=self.scope_ids, **narrow
         )
 
     # --- Webhook sources ----------------------------------------------------

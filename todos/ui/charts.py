@@ -67,7 +67,7 @@ def _number(value):
     return f"{value:,}".replace(",", " ")
 
 
-def _axes(frame, series, top, unit):
+def _axes(frame, series, top, unit, top_label=None):
     bottom = frame.height - BOTTOM
     times = []
     ends = ((0, "start"), (series.buckets // 2, "middle"), (series.buckets - 1, "end"))
@@ -91,7 +91,7 @@ def _axes(frame, series, top, unit):
         TOP,
         LEFT - 6,
         TOP + 4,
-        _number(top),
+        top_label or _number(top),
         LEFT - 6,
         bottom,
         LEFT + 4,
@@ -256,3 +256,115 @@ def overview_charts(request, endpoint_ids):
             for endpoint_id in endpoint_ids
         },
     }
+
+
+# --- Spend (usage_ledger) -------------------------------------------------------
+
+# The colours of a spend chart's lines, in order of spend; "others" is grey.
+SPEND_COLOURS = 6
+MEASURES = {"usd": "dollars", "tokens": "tokens"}
+
+
+def _spend_top(peak):
+    """The top of a spend scale: 1, 2 or 5 times a power of ten, cents too."""
+    if peak <= 0:
+        return 1
+    magnitude = 0.01
+    while magnitude * 10 <= peak:
+        magnitude *= 10
+    for step in (1, 2, 5, 10):
+        if peak <= step * magnitude:
+            return round(step * magnitude, 2)
+    return round(10 * magnitude, 2)
+
+
+def money(value):
+    """Dollars as the Board writes them: cents, more digits below a cent."""
+    value = float(value)
+    if value and abs(value) < 0.01:
+        return f"${value:.4f}".rstrip("0")
+    return f"${value:,.2f}".replace(",", " ")
+
+
+def _money_tick(top):
+    """A scale's top in dollars, short enough for the axis: $5 000, $0.05."""
+    return f"${_number(int(top))}" if top >= 1 else f"${top:g}"
+
+
+def _spend_svg(series, lines, measure, label, frame, variant):
+    values = [line[1] for line in lines]
+    peak = max((max(points) for points in values), default=0)
+    top = _spend_top(float(peak)) if measure == "usd" else _scale_top(int(peak))
+    xs = [f"{frame.x(i, series.buckets):.1f}" for i in range(series.buckets)]
+    # Numbers and fixed class names only: nothing here needs escaping.
+    drawn = "".join(
+        f'<polyline class="series spend-line spend-{slot}" fill="none" points="'
+        + " ".join(
+            f"{x},{frame.y(float(value), top):.1f}"
+            for x, value in zip(xs, points, strict=True)
+        )
+        + '"/>'
+        for slot, points in ((line[2], line[1]) for line in lines)
+    )
+    unit = "$ per " if measure == "usd" else "tokens per "
+    top_label = _money_tick(top) if measure == "usd" else None
+    axes = _axes(frame, series, top, unit + _per(series), top_label)
+    return format_html(
+        '<svg class="chart {}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}{}</svg>",
+        variant,
+        frame.width,
+        frame.height,
+        label,
+        label,
+        axes,
+        mark_safe(drawn),
+    )
+
+
+def spend_chart(series, names, measure="usd", label="Spend"):
+    """The spend per bucket of each line of a ``store.spend.SpendSeries`` (the
+    largest first, the rest as "others"), in dollars or tokens, with a legend
+    of each line's total over the range. ``names`` labels a line from its
+    (endpoint id, queue, group)."""
+    lines = []
+    for slot, line in enumerate(series.lines):
+        points = line.cost_usd if measure == "usd" else line.tokens
+        text = names(line.endpoint_id, line.queue, line.group)
+        lines.append((text, points, slot % SPEND_COLOURS, line))
+    if series.others is not None:
+        points = series.others.cost_usd if measure == "usd" else series.others.tokens
+        lines.append(("others", points, "others", series.others))
+    svg = _spend_svg(series, lines, measure, label, WIDE, "chart-wide")
+    svg += _spend_svg(
+        series,
+        lines,
+        measure,
+        label,
+        Frame(COMPACT_WIDTH, WIDE.height),
+        "chart-compact",
+    )
+    legend = format_html_join(
+        "",
+        '<li><span class="swatch spend-swatch spend-{}"></span>'
+        '<span class="spend-name">{}</span> '
+        '<strong class="series-total">{}</strong></li>',
+        (
+            (
+                slot,
+                text,
+                money(line.total_usd)
+                if measure == "usd"
+                else f"{_number(line.total_tokens)} tokens",
+            )
+            for text, _, slot, line in lines
+        ),
+    )
+    if not lines:
+        legend = format_html(
+            '<li class="muted">{}</li>', "Nothing spent in this range."
+        )
+    return mark_safe(
+        f'<figure class="chart-box spend-chart">{svg}'
+        f'<figcaption><ul class="legend">{legend}</ul></figcaption></figure>'
+    )

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from todos.ui import (
+    budgets,
     cancel,
     dead_letters,
     groups,
@@ -53,6 +54,13 @@ urlpatterns = [
         "queues/<uuid:endpoint_id>/<path:queue>/",
         queues.queue_detail,
         name="queue",
+    ),
+    path("budgets/", budgets.budget_list, name="budgets"),
+    path("budgets/<uuid:budget_id>/", budgets.budget_detail, name="budget"),
+    path(
+        "budgets/<uuid:budget_id>/delete/",
+        budgets.budget_delete,
+        name="budget_delete",
     ),
     path("schedules/", schedules.schedule_list, name="schedules"),
     path(

@@ -28,7 +28,7 @@ from todos.access import endpoints
 from todos.sqs import messages as sqs_messages
 from todos.store.rows import MAX_PRIORITY, MIN_PRIORITY
 from todos.telemetry import tracing
-from todos.ui.charts import overview_charts
+from todos.ui.charts import money, overview_charts
 from todos.ui.core import (
     COUNTS_CHANGED,
     ROWS_CHANGED,
@@ -284,8 +284,17 @@ def _detail_context(request, todo):
             else json.dumps(todo.result, indent=2, sort_keys=True)
         ),
         "priority_levels": range(MIN_PRIORITY, MAX_PRIORITY + 1),
+        "usage_rows": _usage_rows(request, todo),
         **_trace_context(todo),
     }
+
+
+def _usage_rows(request, todo):
+    """Each attempt's usage as reported (its ledger row), oldest first."""
+    if not todo.usage:
+        return []
+    reports = request.board.todo_usage(todo)
+    return [{"report": report, "cost": money(report.cost_usd)} for report in reports]
 
 
 def _trace_context(todo):

@@ -1,0 +1,213 @@
+"""Spend as the Board and ``/metrics`` read it (CONTRACT §18).
+
+- ``budgets_any_endpoint``: the budgets of a Board user's endpoints, each with
+  what its scope spent in the current window (the operator twin of
+  ``budgets.list_budgets``, read the same way);
+- ``spend_series``: dollars and tokens per bucket over the last hour or day,
+  per endpoint, queue or group, from ``usage_ledger`` (a row counts in the
+  bucket of its last report, as it counts in a budget's window);
+- ``spend_figures``: the ledger's totals per endpoint and queue (the
+  metrics' counters).
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from .budgets import BUDGET_COLUMNS, Budget, _with_spend
+from .operator import _board_scope
+from .sql import _run, _uuid
+from .stats import RANGES
+
+BUDGETS_SQL = f"""
+SELECT {BUDGET_COLUMNS} FROM budgets b
+ WHERE {{scope}} {{one}}
+ ORDER BY b.endpoint_id, b.scope, b.queue NULLS FIRST, b.group_key NULLS FIRST,
+          b.created_at, b.id
+"""
+
+
+def budgets_any_endpoint(
+    *, endpoint_ids: Iterable[object] | None = None, budget_id: object = None
+) -> list[Budget]:
+    """Return the budgets of these endpoints (None: every one) with their
+    spend, by endpoint and scope; ``budget_id`` narrows to that one (a
+    malformed id finds none)."""
+    scope, scope_params = _board_scope(endpoint_ids)
+    params: dict[str, object] = {**scope_params}
+    one = ""
+    if budget_id is not None:
+        canonical = _uuid(budget_id)
+        if canonical is None:
+            return []
+        one, params = "AND b.id = %(id)s", {**params, "id": canonical}
+    sql = BUDGETS_SQL.format(scope=scope, one=one)
+    return _with_spend(_run("budgets_any_endpoint", sql, params))
+
+
+# --- Spend over time ------------------------------------------------------------
+
+SPEND_BY = {
+    # what a line is: the columns that name it
+    "endpoint": ("l.endpoint_id", "NULL::text", "NULL::text"),
+    "queue": ("l.endpoint_id", "l.queue", "NULL::text"),
+    "group": ("l.endpoint_id", "l.queue", "l.group_key"),
+}
+
+# The range's start from PostgreSQL's clock (as the transitions' charts), then
+# the ledger rows last reported since then, summed per line and bucket
+# (usage_ledger_scope_idx). The clock row is LEFT JOINed, so an empty range
+# still answers its start.
+SPEND_SQL = """
+WITH clock AS (
+    SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / %(step)s) * %(step)s)
+           - %(span)s + make_interval(secs => %(step)s) AS start
+), spent AS (
+    SELECT {endpoint} AS endpoint_id, {queue} AS queue, {group} AS group_key,
+           floor(EXTRACT(EPOCH FROM l.reported_at - clock.start)
+                 / %(step)s)::int AS bucket,
+           sum(l.cost_usd) AS cost_usd,
+           sum(l.input_tokens + l.output_tokens) AS tokens
+      FROM usage_ledger l, clock
+     WHERE l.reported_at >= clock.start AND {scope} {narrow}
+     GROUP BY 1, 2, 3, 4
+)
+SELECT clock.start, s.endpoint_id, s.queue, s.group_key, s.bucket, s.cost_usd,
+       s.tokens
+  FROM clock LEFT JOIN spent s ON TRUE
+"""
+
+
+@dataclass
+class SpendLine:
+    """One line of a spend chart: an endpoint, a queue or a group."""
+
+    endpoint_id: str
+    queue: str | None
+    group: str | None
+    cost_usd: list[Decimal]
+    tokens: list[int]
+
+    @property
+    def total_usd(self) -> Decimal:
+        return sum(self.cost_usd, Decimal(0))
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+@dataclass
+class SpendSeries:
+    """A spend chart's buckets, oldest first, one line per endpoint, queue or
+    group (largest spend first); ``others`` sums the lines past the first
+    ``top``."""
+
+    start: datetime
+    bucket_seconds: int
+    buckets: int
+    by: str
+    lines: list[SpendLine] = field(default_factory=list)
+    others: SpendLine | None = None
+
+    @property
+    def total_usd(self) -> Decimal:
+        lines = [*self.lines, *([self.others] if self.others else [])]
+        return sum((line.total_usd for line in lines), Decimal(0))
+
+    @property
+    def total_tokens(self) -> int:
+        lines = [*self.lines, *([self.others] if self.others else [])]
+        return sum(line.total_tokens for line in lines)
+
+
+def spend_series(
+    *,
+    range_name: str = "hour",
+    by: str = "queue",
+    endpoint_ids: Iterable[object] | None = None,
+    endpoint_id: str | None = None,
+    queue: str | None = None,
+    top: int = 5,
+) -> SpendSeries:
+    """Return the spend per bucket ("hour": per minute, "day": per 10 minutes)
+    per endpoint, queue or group (``by``) in the Board's scope; the ``top``
+    lines that spent most, the rest summed in ``others``."""
+    span, step = RANGES[range_name]
+    buckets = int(span.total_seconds() // step)
+    scope, scope_params = _board_scope(endpoint_ids)
+    params: dict[str, object] = {**scope_params, "step": step, "span": span}
+    narrow = ""
+    if endpoint_id is not None:
+        narrow += " AND l.endpoint_id = %(endpoint_id)s"
+        params["endpoint_id"] = str(endpoint_id)
+    if queue is not None:
+        narrow += " AND l.queue = %(queue)s"
+        params["queue"] = queue
+    endpoint, queue_column, group = SPEND_BY[by]
+    sql = SPEND_SQL.format(
+        endpoint=endpoint,
+        queue=queue_column,
+        group=group,
+        scope=scope,
+        narrow=narrow,
+    )
+    rows = _run("spend_series", sql, params)
+    series = SpendSeries(rows[0][0], step, buckets, by)
+    lines: dict[tuple[Any, ...], SpendLine] = {}
+    for _, line_endpoint, line_queue, line_group, bucket, cost, tokens in rows:
+        if bucket is None or not 0 <= bucket < buckets:
+            continue
+        key = (str(line_endpoint), line_queue, line_group)
+        line = lines.get(key)
+        if line is None:
+            line = lines[key] = SpendLine(*key, [Decimal(0)] * buckets, [0] * buckets)
+        line.cost_usd[bucket] = Decimal(cost or 0)
+        line.tokens[bucket] = int(tokens or 0)
+    ranked = sorted(
+        lines.values(),
+        key=lambda line: (-line.total_usd, -line.total_tokens, line.queue or ""),
+    )
+    series.lines = ranked[:top]
+    if len(ranked) > top:
+        others = SpendLine("", None, None, [Decimal(0)] * buckets, [0] * buckets)
+        for line in ranked[top:]:
+            for index in range(buckets):
+                others.cost_usd[index] += line.cost_usd[index]
+                others.tokens[index] += line.tokens[index]
+        series.others = others
+    return series
+
+
+# --- Metrics --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpendFigures:
+    """One (endpoint, queue)'s spend as the ledger sums it."""
+
+    endpoint_id: str
+    queue: str
+    cost_usd: Decimal
+    input_tokens: int
+    output_tokens: int
+
+
+SPEND_FIGURES_SQL = """
+SELECT endpoint_id, queue, sum(cost_usd), sum(input_tokens), sum(output_tokens)
+  FROM usage_ledger
+ GROUP BY endpoint_id, queue
+ ORDER BY endpoint_id, queue
+"""
+
+
+def spend_figures() -> list[SpendFigures]:
+    """Return what every (endpoint, queue) spent, summed over the ledger."""
+    return [
+        SpendFigures(str(endpoint_id), queue, Decimal(cost), int(inp), int(out))
+        for endpoint_id, queue, cost, inp, out in _run(
+            "spend_figures", SPEND_FIGURES_SQL, {}
+        )
+    ]

@@ -1,0 +1,327 @@
+"""The Board's budgets (CONTRACT §18): what each endpoint, queue or group may
+spend in its window, what it spent, and the spend over time.
+
+- ``budget_list``: the budgets in scope with their window, limit, spent,
+  left, soft threshold and state; the spend charts (per endpoint, queue or
+  group, in dollars or tokens, over the last hour or day); the form that
+  creates a budget;
+- ``budget_detail``: one budget's edit form; ``budget_delete`` removes it.
+
+Everything goes through ``request.board`` (the user's scope): a budget of an
+endpoint the user does not own is a 404, like a missing one. A queue's and a
+group's names are written by agents: templates render them as text.
+"""
+
+from decimal import Decimal
+
+from django import forms
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from todos import store
+from todos.store.rows import (
+    MAX_GROUP_CHARS,
+    MAX_NAME_CHARS,
+    MAX_USAGE_COST_USD,
+    MAX_USAGE_TOKENS,
+)
+from todos.ui.charts import MEASURES, chart_range, money, spend_chart
+from todos.ui.core import operator_view
+from todos.ui.forms import BoardForm, endpoint_choices
+
+WINDOW_NAMES = {"hour": "Hourly", "day": "Daily", "month": "Monthly"}
+WINDOW_SPANS = {"hour": "this hour", "day": "today", "month": "this month"}
+SPEND_BY = {"endpoint": "per endpoint", "queue": "per queue", "group": "per group"}
+
+
+class BudgetForm(BoardForm):
+    """A budget's fields; the store checks them whole (and names a bad one)."""
+
+    endpoint = forms.ChoiceField(label="Endpoint")
+    scope = forms.ChoiceField(
+        label="Covers",
+        choices=[
+            ("queue", "a queue"),
+            ("group", "a group of a queue"),
+            ("endpoint", "the whole endpoint"),
+        ],
+    )
+    queue = forms.CharField(
+        label="Queue",
+        max_length=MAX_NAME_CHARS,
+        required=False,
+        help_text="For a queue or a group.",
+    )
+    group = forms.CharField(
+        label="Group",
+        max_length=MAX_GROUP_CHARS,
+        required=False,
+        help_text="For a group only.",
+    )
+    window = forms.ChoiceField(
+        label="Window",
+        choices=[("day", "day"), ("hour", "hour"), ("month", "calendar month")],
+    )
+    time_zone = forms.CharField(
+        label="Time zone",
+        initial="UTC",
+        max_length=64,
+        help_text="Where the day or month starts (IANA name).",
+    )
+    limit_usd = forms.DecimalField(
+        label="Limit ($)",
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_value=MAX_USAGE_COST_USD,
+        decimal_places=6,
+    )
+    limit_tokens = forms.IntegerField(
+        label="Limit (tokens)",
+        required=False,
+        min_value=1,
+        max_value=MAX_USAGE_TOKENS,
+        help_text="Input plus output.",
+    )
+    soft_percent = forms.IntegerField(
+        label="Soft threshold (%)",
+        initial=80,
+        min_value=1,
+        max_value=100,
+        help_text="An event and a banner at this share of the limit.",
+    )
+    action = forms.ChoiceField(
+        label="At the limit",
+        choices=[
+            ("pause", "pause its work and ask me"),
+            ("reject_new", "refuse new todos (429)"),
+        ],
+    )
+
+    def __init__(self, *args, endpoints=None, editing=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if editing is not None:
+            # A budget stays on its endpoint; the store keeps a limit left
+            # blank as it was.
+            del self.fields["endpoint"]
+            for name in ("limit_usd", "limit_tokens"):
+                self.fields[name].help_text = "Blank: unchanged."
+        else:
+            choices = endpoint_choices("choose…", active_only=True, in_scope=endpoints)
+            self.fields["endpoint"].choices = choices
+
+    def clean(self):
+        data = super().clean()
+        if data.get("scope") in ("queue", "group") and not data.get("queue"):
+            self.add_error("queue", "Name the queue.")
+        if data.get("scope") == "group" and not data.get("group"):
+            self.add_error("group", "Name the group.")
+        return data
+
+    def budget_fields(self):
+        """The cleaned form as the store's budget fields."""
+        data = self.cleaned_data
+        kind = data["scope"]
+        usd = data["limit_usd"]
+        return {
+            "scope": kind,
+            "queue": data["queue"] if kind != "endpoint" else None,
+            "group": data["group"] if kind == "group" else None,
+            "window": data["window"],
+            "time_zone": data["time_zone"],
+            "limit_usd": None if usd is None else float(usd),
+            "limit_tokens": data["limit_tokens"],
+            "soft_percent": data["soft_percent"],
+            "action": data["action"],
+        }
+
+    def store_error(self, exc):
+        """Show the store's refusal beside the field it names."""
+        if isinstance(exc, store.QueueNotGranted):
+            self.add_error("queue", "Outside the endpoint's queue grant.")
+            return
+        field = getattr(exc, "field", None)
+        text = str(exc).split(": ", 1)[-1]
+        self.add_error(field if field in self.fields else None, text)
+
+    @staticmethod
+    def initial_for(budget):
+        return {
+            "scope": budget.scope,
+            "queue": budget.queue or "",
+            "group": budget.group or "",
+            "window": budget.window,
+            "time_zone": budget.time_zone,
+            "limit_usd": budget.limit_usd,
+            "limit_tokens": budget.limit_tokens,
+            "soft_percent": budget.soft_percent,
+            "action": budget.action,
+        }
+
+
+def budget_state(budget):
+    """ok, soft (past the soft threshold), exhausted (at its limit)."""
+    shares = []
+    if budget.limit_usd:
+        shares.append(budget.spent_usd / budget.limit_usd)
+    if budget.limit_tokens:
+        shares.append(Decimal(budget.spent_tokens) / budget.limit_tokens)
+    share = max(shares, default=Decimal(0))
+    if share >= 1:
+        return "exhausted"
+    if share * 100 >= budget.soft_percent:
+        return "soft"
+    return "ok"
+
+
+def budget_row(budget, endpoint):
+    """What the list shows of a budget: its fields, spend and state."""
+    return {
+        "budget": budget,
+        "endpoint": endpoint,
+        "state": budget_state(budget),
+        "window_name": WINDOW_NAMES[budget.window],
+        "window_span": WINDOW_SPANS[budget.window],
+        "limit_usd": None if budget.limit_usd is None else money(budget.limit_usd),
+        "spent_usd": money(budget.spent_usd),
+        "left_usd": None if budget.left_usd is None else money(budget.left_usd),
+        "percent": _percent(budget),
+    }
+
+
+def _percent(budget):
+    """The larger share of its limits the budget spent, in whole percent."""
+    shares = []
+    if budget.limit_usd:
+        shares.append(budget.spent_usd * 100 / budget.limit_usd)
+    if budget.limit_tokens:
+        shares.append(Decimal(budget.spent_tokens) * 100 / budget.limit_tokens)
+    return min(int(max(shares, default=0)), 100)
+
+
+def _not_found(request):
+    return render(request, "board/not_found.html", {"what": "budget"}, status=404)
+
+
+def _line_names(endpoints, several):
+    """Label a chart line from its endpoint id, queue and group."""
+
+    def name(endpoint_id, queue, group):
+        endpoint = endpoints.get(endpoint_id)
+        parts = [endpoint.name if endpoint else endpoint_id[:8]] if several else []
+        if queue is not None:
+            parts.append(queue)
+        if group is not None:
+            parts.append(group)
+        return " / ".join(parts) or (endpoint.name if endpoint else endpoint_id[:8])
+
+    return name
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def budget_list(request):
+    """The budgets in scope and the spend charts; POST creates a budget."""
+    endpoints = {str(e.id): e for e in request.board.endpoints()}
+    form = BudgetForm(endpoints=request.board.endpoints())
+    status = 200
+    if request.method == "POST":
+        form = BudgetForm(request.POST, endpoints=request.board.endpoints())
+        if form.is_valid():
+            try:
+                budget = request.board.create_budget(
+                    form.cleaned_data["endpoint"], **form.budget_fields()
+                )
+            except (store.InvalidBudget, store.QueueNotGranted) as exc:
+                form.store_error(exc)
+            except store.NotFound:
+                form.add_error("endpoint", "No such endpoint.")
+            else:
+                messages.success(request, f"Created the {_title(budget)}.")
+                return redirect("board:budgets")
+        status = 400
+    range_name = chart_range(request)
+    by = request.GET.get("by", "queue")
+    by = by if by in SPEND_BY else "queue"
+    measure = request.GET.get("measure", "usd")
+    measure = measure if measure in MEASURES else "usd"
+    series = request.board.spend(range_name, by)
+    names = _line_names(endpoints, several=len(endpoints) > 1)
+    context = {
+        "rows": [
+            budget_row(budget, endpoints.get(budget.endpoint_id))
+            for budget in request.board.budgets()
+        ],
+        "form": form,
+        "chart": spend_chart(
+            series, names, measure, f"Spend {SPEND_BY[by]}, {MEASURES[measure]}"
+        ),
+        "spend_total": money(series.total_usd),
+        "spend_tokens": series.total_tokens,
+        "range": range_name,
+        "by": by,
+        "by_label": SPEND_BY[by],
+        "measure": measure,
+        "spend_by": SPEND_BY,
+        "measures": MEASURES,
+        "nav": "budgets",
+    }
+    return render(request, "board/budgets.html", context, status=status)
+
+
+def _title(budget):
+    """ "daily budget of queue reviews", as a sentence names it."""
+    window = WINDOW_NAMES[budget.window].lower()
+    if budget.scope == "endpoint":
+        return f"{window} budget of the endpoint"
+    if budget.scope == "queue":
+        return f"{window} budget of queue {budget.queue}"
+    return f"{window} budget of group {budget.group} in {budget.queue}"
+
+
+@require_http_methods(["GET", "POST"])
+@operator_view
+def budget_detail(request, budget_id):
+    """One budget's figures and its edit form (POST saves it)."""
+    budget = request.board.budget(budget_id)
+    if budget is None:
+        return _not_found(request)
+    form = BudgetForm(initial=BudgetForm.initial_for(budget), editing=budget)
+    status = 200
+    if request.method == "POST":
+        form = BudgetForm(request.POST, editing=budget)
+        if form.is_valid():
+            try:
+                budget = request.board.update_budget(budget.id, **form.budget_fields())
+            except (store.InvalidBudget, store.QueueNotGranted) as exc:
+                form.store_error(exc)
+            except store.NotFound:
+                return _not_found(request)
+            else:
+                messages.success(request, f"Saved the {_title(budget)}.")
+                return redirect("board:budgets")
+        status = 400
+    endpoint = request.board.endpoint(budget.endpoint_id)
+    context = {
+        "row": budget_row(budget, endpoint),
+        "form": form,
+        "title": _title(budget),
+        "nav": "budgets",
+    }
+    return render(request, "board/budget.html", context, status=status)
+
+
+@require_POST
+@operator_view
+def budget_delete(request, budget_id):
+    """Delete a budget: its scope spends without a limit from now on."""
+    budget = request.board.budget(budget_id)
+    if budget is None:
+        return _not_found(request)
+    try:
+        request.board.delete_budget(budget.id)
+    except store.NotFound:
+        return _not_found(request)
+    messages.success(request, f"Deleted the {_title(budget)}.")
+    return redirect(reverse("board:budgets"))
