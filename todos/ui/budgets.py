@@ -27,7 +27,7 @@ from todos.store.rows import (
     MAX_USAGE_COST_USD,
     MAX_USAGE_TOKENS,
 )
-from todos.ui.charts import MEASURES, chart_range, money, spend_chart
+from todos.ui.charts import MEASURES, chart_range, money, spend_chart, tokens
 from todos.ui.core import operator_view
 from todos.ui.forms import BoardForm, endpoint_choices
 
@@ -186,8 +186,15 @@ def budget_row(budget, endpoint):
         "limit_usd": None if budget.limit_usd is None else money(budget.limit_usd),
         "spent_usd": money(budget.spent_usd),
         "left_usd": None if budget.left_usd is None else money(budget.left_usd),
+        "limit_tokens": _tokens(budget.limit_tokens),
+        "spent_tokens": tokens(budget.spent_tokens),
+        "left_tokens": _tokens(budget.left_tokens),
         "percent": _percent(budget),
     }
+
+
+def _tokens(value):
+    return None if value is None else tokens(value)
 
 
 def _percent(budget):
@@ -258,7 +265,7 @@ def budget_list(request):
             series, names, measure, f"Spend {SPEND_BY[by]}, {MEASURES[measure]}"
         ),
         "spend_total": money(series.total_usd),
-        "spend_tokens": series.total_tokens,
+        "spend_tokens": tokens(series.total_tokens),
         "range": range_name,
         "by": by,
         "by_label": SPEND_BY[by],

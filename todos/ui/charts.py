@@ -262,6 +262,8 @@ def overview_charts(request, endpoint_ids):
 
 # The colours of a spend chart's lines, in order of spend; "others" is grey.
 SPEND_COLOURS = 6
+# A spend chart takes a whole row.
+SPEND_WIDE = Frame(960, 200)
 MEASURES = {"usd": "dollars", "tokens": "tokens"}
 
 
@@ -289,6 +291,11 @@ def money(value):
 def _money_tick(top):
     """A scale's top in dollars, short enough for the axis: $5 000, $0.05."""
     return f"${_number(int(top))}" if top >= 1 else f"${top:g}"
+
+
+def tokens(value):
+    """A token count as the Board writes it: 2 000 000."""
+    return _number(int(value))
 
 
 def _spend_svg(series, lines, measure, label, frame, variant):
@@ -335,7 +342,7 @@ def spend_chart(series, names, measure="usd", label="Spend"):
     if series.others is not None:
         points = series.others.cost_usd if measure == "usd" else series.others.tokens
         lines.append(("others", points, "others", series.others))
-    svg = _spend_svg(series, lines, measure, label, WIDE, "chart-wide")
+    svg = _spend_svg(series, lines, measure, label, SPEND_WIDE, "chart-wide")
     svg += _spend_svg(
         series,
         lines,

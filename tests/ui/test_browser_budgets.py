@@ -1,0 +1,110 @@
+"""The budgets page in a real browser, at laptop and phone width: it fits the
+screen, each budget shows its spend and state, the spend chart draws its
+lines, and a budget is created and edited from its forms.
+
+Playwright drives Debian's headless Chromium, as in test_browser.py (whose
+fixtures these tests share). SWITCHBOARD_SCREENSHOTS=<dir> saves the pages.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.ui.test_browser import (  # noqa: F401
+    LAPTOP,
+    PHONE,
+    browser,
+    demo,
+    log_in,
+    page,
+    pytestmark,
+)
+from todos import store
+
+SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
+
+
+@pytest.fixture
+def spending(demo):  # noqa: F811
+    """The demo endpoint's queue reviews has a daily budget of $50 it spent
+    $41 of; two more queues spent a little."""
+    endpoint = demo["triage-bot"]
+    scope = store.Scope.for_endpoint(endpoint)
+    budget = store.create_budget(
+        scope, scope="queue", queue="reviews", window="day", limit_usd=50
+    )
+    store.create_budget(
+        scope,
+        scope="group",
+        queue="reviews",
+        group="acme/web-frontend-monorepo",
+        window="hour",
+        time_zone="Europe/Paris",
+        limit_tokens=2_000_000,
+        action="reject_new",
+    )
+    for queue, cost, tokens in [("reviews", 41, 180_000), ("github", 3.2, 9_000)]:
+        store.report_usage(
+            scope,
+            queue=queue,
+            usage={"cost_usd": cost, "input_tokens": tokens, "model": "m"},
+        )
+    return {"endpoint": endpoint, "scope": scope, "budget": budget}
+
+
+def fits(page):
+    return page.evaluate("document.documentElement.scrollWidth - innerWidth") <= 0
+
+
+def shoot(page, name):
+    folder = os.environ.get("SWITCHBOARD_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / name), full_page=True)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_budgets_page_fits_and_shows_spend_and_state(
+    page,  # noqa: F811
+    spending,
+    size,
+):
+    page.set_viewport_size(size)
+    log_in(page, "/board/budgets/")
+
+    row = page.locator(f"#budget-{spending['budget'].id}")
+    assert "$41.00" in row.inner_text() and "$9.00" in row.inner_text()
+    assert row.locator(".badge-budget-soft").is_visible()
+    assert page.locator("tr.budget-row").count() == 2
+    chart = page.locator(".spend-chart svg:visible")
+    assert chart.count() == 1
+    assert chart.locator("polyline").count() == 2
+    assert fits(page)
+    shoot(page, f"budgets-{size['width']}.png")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_budget_is_created_and_edited_from_the_board(
+    page,  # noqa: F811
+    spending,
+    size,
+):
+    page.set_viewport_size(size)
+    log_in(page, "/board/budgets/")
+    page.get_by_label("Endpoint").select_option(label="triage-bot (alice)")
+    page.get_by_role("textbox", name="Queue").fill("github")
+    page.get_by_label("Limit ($)").fill("5")
+    page.get_by_role("button", name="Create budget").click()
+    page.get_by_text("Created the daily budget of queue github.").wait_for()
+    created = [b for b in store.list_budgets(spending["scope"]) if b.queue == "github"]
+    assert [(b.limit_usd, b.action) for b in created] == [(5, "pause")]
+
+    page.locator(f"#budget-{created[0].id}").get_by_role("link", name="Edit").click()
+    page.get_by_label("Limit ($)").fill("7.5")
+    page.get_by_label("Soft threshold (%)").fill("60")
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("Saved the daily budget of queue github.").wait_for()
+
+    edited = store.get_budget(spending["scope"], created[0].id)
+    assert (edited.limit_usd, edited.soft_percent) == (7.5, 60)
+    assert fits(page)
