@@ -53,14 +53,14 @@ def spending(demo):  # noqa: F811
     return {"endpoint": endpoint, "scope": scope, "budget": budget}
 
 
-def fits(page):
-    return page.evaluate("document.documentElement.scrollWidth - innerWidth") <= 0
+def fits(shown):
+    return shown.evaluate("document.documentElement.scrollWidth - innerWidth") <= 0
 
 
-def shoot(page, name):
+def shoot(shown, name):
     folder = os.environ.get("SWITCHBOARD_SCREENSHOTS")
     if folder:
-        page.screenshot(path=str(Path(folder) / name), full_page=True)
+        shown.screenshot(path=str(Path(folder) / name), full_page=True)
 
 
 @pytest.mark.parametrize("size", SIZES)
