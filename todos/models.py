@@ -612,6 +612,53 @@ class RollupState(models.Model):
         return f"folded through {self.folded_through}"
 
 
+class UsageTotal(models.Model):
+    """What an (endpoint, queue) spent, summed over its ledger rows as the
+    sweep loop last folded them: the metrics' spend counters."""
+
+    pk = models.CompositePrimaryKey("endpoint_id", "queue")
+    endpoint_id = models.UUIDField()
+    queue = models.TextField()
+    cost_usd = models.DecimalField(max_digits=24, decimal_places=6, db_default=0)
+    input_tokens = models.BigIntegerField(db_default=0)
+    output_tokens = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "usage_totals"
+
+    def __str__(self):
+        return f"{self.endpoint_id}:{self.queue}"
+
+
+class UsageFolded(models.Model):
+    """A ledger row's figures as last folded into ``usage_totals``: a row a
+    later report changed adds only its difference."""
+
+    id = models.BigIntegerField(primary_key=True)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=6)
+    input_tokens = models.BigIntegerField()
+    output_tokens = models.BigIntegerField()
+
+    class Meta:
+        db_table = "usage_folded"
+
+    def __str__(self):
+        return f"ledger row {self.id}"
+
+
+class UsageRollupState(models.Model):
+    """One row: when the last fold of the ledger started."""
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    folded_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "usage_rollup_state"
+
+    def __str__(self):
+        return f"folded at {self.folded_at}"
+
+
 # --- Schedules ------------------------------------------------------------------
 
 SCHEDULE_OVERLAP = ("allow", "skip")

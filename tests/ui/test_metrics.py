@@ -199,3 +199,75 @@ def test_metrics_report_groups_at_their_limit_and_the_todos_they_hold(staff, sco
     # repo-c: paused, 1 waiting.
     assert found[("switchboard_groups_at_limit", labels)] == 2
     assert found[("switchboard_todos_held_by_limit", labels)] == 3
+
+
+def test_metrics_count_spend_per_queue_once_per_report_folded_by_the_sweep(
+    staff, scope
+):
+    from todos.store import spend
+
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_todo(scope, todo.id, "w")
+    store.heartbeat(scope, todo.id, "w", usage={"input_tokens": 100, "cost_usd": 0.1})
+    spend.roll_up_usage()
+    # The attempt's running total replaces its last report: only the
+    # difference is added, however often the sweep folds.
+    store.complete_todo(
+        scope,
+        todo.id,
+        "w",
+        usage={"input_tokens": 250, "output_tokens": 40, "cost_usd": 0.25},
+    )
+    store.report_usage(scope, queue="other", usage={"cost_usd": 1.5})
+    spend.roll_up_usage()
+    spend.roll_up_usage()
+
+    found = samples(staff.get("/metrics"))
+
+    def value(name, queue, **labels):
+        key = frozenset({"endpoint": "agent-a", "queue": queue, **labels}.items())
+        return found[(name, key)]
+
+    assert value("switchboard_usage_cost_usd_total", "q") == pytest.approx(0.25)
+    assert value("switchboard_usage_tokens_total", "q", direction="input") == 250
+    assert value("switchboard_usage_tokens_total", "q", direction="output") == 40
+    assert value("switchboard_usage_cost_usd_total", "other") == pytest.approx(1.5)
+
+
+def test_a_report_the_sweep_folded_late_counts_once(staff, scope):
+    """A report whose row committed after a fold began, with an earlier
+    timestamp, is caught by the next fold's margin and counted once."""
+    from django.db import connection
+
+    from todos.store import spend
+
+    spend.roll_up_usage()
+    store.report_usage(scope, queue="q", usage={"cost_usd": 2})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE usage_ledger SET reported_at = reported_at - interval '1 minute'"
+        )
+    spend.roll_up_usage()
+    spend.roll_up_usage()
+
+    found = samples(staff.get("/metrics"))
+
+    key = frozenset({("endpoint", "agent-a"), ("queue", "q")})
+    assert found[("switchboard_usage_cost_usd_total", key)] == 2
+
+
+def test_metrics_report_budgets_and_those_at_their_limit(staff, scope):
+    store.create_budget(scope, scope="queue", queue="q", window="day", limit_usd=1)
+    store.create_budget(scope, scope="queue", queue="q", window="day", limit_usd=9)
+    store.create_budget(scope, scope="endpoint", window="month", limit_tokens=10)
+    store.report_usage(scope, queue="q", usage={"cost_usd": 1, "input_tokens": 4})
+
+    found = samples(staff.get("/metrics"))
+
+    def value(name, queue):
+        return found[(name, frozenset({("endpoint", "agent-a"), ("queue", queue)}))]
+
+    assert value("switchboard_budgets", "q") == 2
+    assert value("switchboard_budgets_at_limit", "q") == 1
+    assert value("switchboard_budgets", "") == 1
+    assert value("switchboard_budgets_at_limit", "") == 0

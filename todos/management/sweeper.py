@@ -8,8 +8,9 @@ The commands build on the two pieces here:
 - ``drain`` runs one sweep batch after batch until a batch comes back short.
 - ``sweep_once`` fires the schedules whose slots came due first (one todo
   per slot, ``store.fire_due_schedules``), and also rolls the history up into
-  the Board's per-minute statistics (``store.stats.roll_up_minutes``): the
-  charts and /metrics read those, so they are as fresh as the last pass.
+  the Board's per-minute statistics (``store.stats.roll_up_minutes``) and
+  the usage ledger into the spend totals (``store.spend.roll_up_usage``):
+  the charts and /metrics read those, so they are as fresh as the last pass.
 - ``Sweeper`` runs both sweeps every ``interval`` seconds until ``stop()`` (or
   SIGTERM/SIGINT once ``install_signal_handlers()`` was called); between
   passes it fires each schedule slot at its time. It sleeps in
@@ -29,6 +30,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from todos import store
 from todos.mcp import sessions as mcp_sessions
+from todos.store import spend
 from todos.store import stats as store_stats
 
 logger = logging.getLogger("switchboard.sweep")
@@ -204,6 +206,7 @@ def sweep_once(*, batch_size=store.SWEEP_BATCH, should_stop=None, delayed_since=
     result.delayed_until = since
     # After the sweeps, so the minutes include what they just moved.
     result.rolled_up = store_stats.roll_up_minutes().ran
+    spend.roll_up_usage()
     result.seconds = time.monotonic() - started
     return result
 

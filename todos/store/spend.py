@@ -12,9 +12,11 @@
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from django.db import transaction
 
 from .budgets import BUDGET_COLUMNS, Budget, _with_spend
 from .operator import _board_scope
@@ -183,10 +185,75 @@ def spend_series(
 
 # --- Metrics --------------------------------------------------------------------
 
+# A report's row carries its transaction's start time (``now()``) and commits
+# within this margin: each fold looks this far behind the last one's start.
+FOLD_MARGIN = timedelta(minutes=2)
+
+# One sweeper at a time: a second one skips the fold instead of waiting.
+FOLD_LOCK_SQL = """
+WITH init AS (
+    INSERT INTO usage_rollup_state (id, folded_at) VALUES (1, NULL)
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT folded_at, statement_timestamp() FROM usage_rollup_state
+ WHERE id = 1 FOR UPDATE SKIP LOCKED
+"""
+
+# The ledger rows reported since the last fold (less the margin; the BRIN
+# index finds them) whose figures differ from what was folded of them: their
+# difference goes into the totals, their figures into usage_folded. Folding a
+# row twice adds nothing, so the margin never counts a report twice.
+FOLD_SQL = """
+WITH changed AS (
+    SELECT l.id, l.endpoint_id, l.queue, l.cost_usd, l.input_tokens,
+           l.output_tokens,
+           l.cost_usd - coalesce(f.cost_usd, 0) AS cost_added,
+           l.input_tokens - coalesce(f.input_tokens, 0) AS input_added,
+           l.output_tokens - coalesce(f.output_tokens, 0) AS output_added
+      FROM usage_ledger l
+      LEFT JOIN usage_folded f ON f.id = l.id
+     WHERE l.reported_at >= coalesce(%(since)s::timestamptz, '-infinity')
+       AND (f.id IS NULL
+            OR (f.cost_usd, f.input_tokens, f.output_tokens)
+               IS DISTINCT FROM (l.cost_usd, l.input_tokens, l.output_tokens))
+), folded AS (
+    INSERT INTO usage_folded AS f (id, cost_usd, input_tokens, output_tokens)
+    SELECT id, cost_usd, input_tokens, output_tokens FROM changed
+    ON CONFLICT (id) DO UPDATE
+       SET cost_usd = EXCLUDED.cost_usd, input_tokens = EXCLUDED.input_tokens,
+           output_tokens = EXCLUDED.output_tokens
+)
+INSERT INTO usage_totals AS t (endpoint_id, queue, cost_usd, input_tokens,
+                               output_tokens)
+SELECT endpoint_id, queue, sum(cost_added), sum(input_added), sum(output_added)
+  FROM changed
+ GROUP BY endpoint_id, queue
+ON CONFLICT (endpoint_id, queue) DO UPDATE
+   SET cost_usd = t.cost_usd + EXCLUDED.cost_usd,
+       input_tokens = t.input_tokens + EXCLUDED.input_tokens,
+       output_tokens = t.output_tokens + EXCLUDED.output_tokens
+"""
+
+SET_FOLDED_SQL = "UPDATE usage_rollup_state SET folded_at = %(at)s WHERE id = 1"
+
+
+def roll_up_usage() -> bool:
+    """Fold the ledger rows reported since the last fold into the totals
+    (the sweep loop's pass); False when another sweeper is folding."""
+    with transaction.atomic():
+        row = _run("roll_up_usage", FOLD_LOCK_SQL, {}, fetch="one")
+        if row is None:
+            return False
+        folded_at, now = row
+        since = folded_at - FOLD_MARGIN if folded_at is not None else None
+        _run("roll_up_usage", FOLD_SQL, {"since": since}, None)
+        _run("roll_up_usage", SET_FOLDED_SQL, {"at": now}, None)
+    return True
+
 
 @dataclass(frozen=True)
 class SpendFigures:
-    """One (endpoint, queue)'s spend as the ledger sums it."""
+    """One (endpoint, queue)'s spend as the sweep loop last folded it."""
 
     endpoint_id: str
     queue: str
@@ -196,18 +263,49 @@ class SpendFigures:
 
 
 SPEND_FIGURES_SQL = """
-SELECT endpoint_id, queue, sum(cost_usd), sum(input_tokens), sum(output_tokens)
-  FROM usage_ledger
- GROUP BY endpoint_id, queue
+SELECT endpoint_id, queue, cost_usd, input_tokens, output_tokens
+  FROM usage_totals
  ORDER BY endpoint_id, queue
 """
 
 
 def spend_figures() -> list[SpendFigures]:
-    """Return what every (endpoint, queue) spent, summed over the ledger."""
+    """Return what every (endpoint, queue) spent (one row each)."""
     return [
         SpendFigures(str(endpoint_id), queue, Decimal(cost), int(inp), int(out))
         for endpoint_id, queue, cost, inp, out in _run(
             "spend_figures", SPEND_FIGURES_SQL, {}
         )
     ]
+
+
+@dataclass(frozen=True)
+class BudgetFigure:
+    """How many of an (endpoint, queue)'s budgets are at their limit now."""
+
+    endpoint_id: str
+    queue: str
+    budgets: int
+    at_limit: int
+
+
+def budget_figures() -> list[BudgetFigure]:
+    """Count every endpoint's budgets, and those at their limit, per queue
+    (an endpoint budget under the queue "")."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for budget in budgets_any_endpoint():
+        key = (budget.endpoint_id, budget.queue or "")
+        figure = counts.setdefault(key, [0, 0])
+        figure[0] += 1
+        figure[1] += at_limit(budget)
+    return [
+        BudgetFigure(endpoint_id, queue, total, full)
+        for (endpoint_id, queue), (total, full) in sorted(counts.items())
+    ]
+
+
+def at_limit(budget: Budget) -> bool:
+    """Whether the budget's scope spent its limit (dollars or tokens)."""
+    return (budget.limit_usd is not None and budget.spent_usd >= budget.limit_usd) or (
+        budget.limit_tokens is not None and budget.spent_tokens >= budget.limit_tokens
+    )

@@ -12,7 +12,13 @@ summed over the fires: divided by the fires, the mean lateness), kept on each
 schedule's row by the sweep that fires it. Admission (per endpoint and
 queue): ``switchboard_groups_at_limit`` and ``switchboard_todos_held_by_limit``,
 the groups whose due todos a group limit or pause holds back now, and those
-todos (``todos.store.limit_figures``). The gauges are read from
+todos (``todos.store.limit_figures``). Spend (per endpoint and queue): the
+counters ``switchboard_usage_cost_usd_total`` and
+``switchboard_usage_tokens_total{direction=input|output}``, what agents
+reported, folded from the ledger by the sweep loop
+(``todos.store.spend.roll_up_usage``); the gauges ``switchboard_budgets`` and
+``switchboard_budgets_at_limit`` (an endpoint's own budgets under queue "").
+The gauges are read from
 the partial indexes of live rows and of dead letters (never the done backlog);
 the counters from the sweep loop's rollup (``todos.store_stats``), so they
 advance once per sweep pass.
@@ -34,7 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from todos import store
 from todos.models import Endpoint
-from todos.store import limit_figures
+from todos.store import limit_figures, spend
 from todos.store import stats as store_stats
 
 # The classic text format every Prometheus (and Debian's 2.x) scrapes; the
@@ -182,6 +188,63 @@ class LimitCollector:
         yield todos
 
 
+class SpendCollector:
+    """Spend per endpoint and queue, and the budgets at their limit."""
+
+    def __init__(self, figures, budgets, names):
+        self.figures = figures
+        self.budgets = budgets
+        self.names = names
+
+    def collect(self):
+        labels = ["endpoint_id", "endpoint", "queue"]
+        cost = CounterMetricFamily(
+            "switchboard_usage_cost_usd",
+            "Dollars agents reported spending per endpoint and queue (usage on "
+            "heartbeat, complete, fail and outside a todo), folded from the "
+            "ledger by the sweep loop.",
+            labels=labels,
+        )
+        tokens = CounterMetricFamily(
+            "switchboard_usage_tokens",
+            "Tokens agents reported per endpoint, queue and direction (input, "
+            "output), folded from the ledger by the sweep loop.",
+            labels=[*labels, "direction"],
+        )
+        budgets = GaugeMetricFamily(
+            "switchboard_budgets",
+            'Budgets per endpoint and queue (an endpoint\'s own under queue "").',
+            labels=labels,
+        )
+        at_limit = GaugeMetricFamily(
+            "switchboard_budgets_at_limit",
+            "Budgets whose scope spent their limit in the current window "
+            '(an endpoint\'s own under queue "").',
+            labels=labels,
+        )
+        for figure in self.figures:
+            values = [
+                figure.endpoint_id,
+                self.names.get(figure.endpoint_id, ""),
+                figure.queue,
+            ]
+            cost.add_metric(values, float(figure.cost_usd))
+            tokens.add_metric([*values, "input"], figure.input_tokens)
+            tokens.add_metric([*values, "output"], figure.output_tokens)
+        for figure in self.budgets:
+            values = [
+                figure.endpoint_id,
+                self.names.get(figure.endpoint_id, ""),
+                figure.queue,
+            ]
+            budgets.add_metric(values, figure.budgets)
+            at_limit.add_metric(values, figure.at_limit)
+        yield cost
+        yield tokens
+        yield budgets
+        yield at_limit
+
+
 def _bearer(request):
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -223,6 +286,8 @@ def metrics(request):
         figures = store_stats.metrics_figures()
         schedules = store.schedule_figures()
         held = limit_figures.held_by_limit()
+        spent = spend.spend_figures()
+        budgets = spend.budget_figures()
         names = {
             str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
         }
@@ -234,6 +299,7 @@ def metrics(request):
     registry.register(QueueCollector(figures, names))
     registry.register(ScheduleCollector(schedules))
     registry.register(LimitCollector(held, names))
+    registry.register(SpendCollector(spent, budgets, names))
     response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response
