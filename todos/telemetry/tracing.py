@@ -91,6 +91,8 @@ class Traced(Protocol):
     @property
     def trace_events(self) -> list[dict[str, Any]] | None: ...
     @property
+    def attempt_usage(self) -> dict[str, Any] | None: ...
+    @property
     def is_canceled(self) -> bool: ...
     @property
     def is_dead_letter(self) -> bool: ...
@@ -547,6 +549,37 @@ def event(name: str, delivery: int, **attributes: Any) -> "dict[str, Any] | None
     }
 
 
+# A delivery's usage (CONTRACT §18) by OpenTelemetry's GenAI names; the cost
+# has none there, so it is Switchboard's own.
+USAGE_ATTRIBUTES = {
+    "input_tokens": "gen_ai.usage.input_tokens",
+    "output_tokens": "gen_ai.usage.output_tokens",
+    "cost_usd": "switchboard.usage.cost_usd",
+}
+
+
+def usage_attributes(todo: "Traced", delivery: int) -> dict[str, Any]:
+    """The attributes of what the agent reported spending in ``delivery``
+    (its last report: the delivery's running total); none without a report.
+    The one ``model`` a report names is the request's and the response's."""
+    usage = todo.attempt_usage
+    if not usage or usage.get("delivery") != delivery:
+        return {}
+    attributes: dict[str, Any] = {
+        name: usage[field]
+        for field, name in USAGE_ATTRIBUTES.items()
+        if usage.get(field) is not None
+    }
+    if "switchboard.usage.cost_usd" in attributes:
+        attributes["switchboard.usage.cost_usd"] = float(
+            attributes["switchboard.usage.cost_usd"]
+        )
+    if usage.get("model"):
+        attributes["gen_ai.request.model"] = usage["model"]
+        attributes["gen_ai.response.model"] = usage["model"]
+    return attributes
+
+
 def _ns(at: datetime | None) -> int | None:
     return int(at.timestamp() * 1e9) if at is not None else None
 
@@ -570,7 +603,9 @@ def ended(
     kept for this delivery. ``given_back``: the end gave the attempt back (an
     ask, a claim never received), so the delivery's attempt is one more.
     ``worker``: who held the delivery, when the end cleared the todo's owner.
-    ``end_time``: when it ended, if not now (a lease that ran out).
+    ``end_time``: when it ended, if not now (a lease that ran out). The
+    process span carries the delivery's usage as last reported (a heartbeat's
+    running total, or the complete's or fail's), as ``gen_ai.usage.*``.
     """
     tracer = _tracer
     if tracer is None:
@@ -591,6 +626,7 @@ def ended(
     if given_back:
         attributes["messaging.switchboard.attempt"] = todo.attempt + 1
     attributes["messaging.switchboard.outcome"] = how
+    attributes.update(usage_attributes(todo, number))
     if worker or todo.owner:
         attributes["messaging.client.id"] = worker or todo.owner
     token = _forced_ids.set(
