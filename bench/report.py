@@ -42,6 +42,7 @@ NAMES = (
     "admission_run",
     "admission",
     "schedule_lateness",
+    "tracing",
 )
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
@@ -442,6 +443,44 @@ def admission(data):
     )
 
 
+def tracing(data):
+    results = data["results"]
+    params = data["parameters"]
+    median = results["median"]
+    targets = results["targets"]
+    rows = []
+    for path, label in (("http", "HTTP"), ("store", "store")):
+        for phase, what in (
+            ("create", "create p50 (ms)"),
+            ("drain", "claim+complete todos/s"),
+        ):
+            row = median[f"{path}_{phase}"]
+            rows.append(
+                [
+                    f"{label} {what}",
+                    *(row["figures"][mode] for mode in ("on", "off", "bare")),
+                    f"{row['slowdown']['on']:+.1%}",
+                    f"{row['slowdown']['off']:+.1%}",
+                ]
+            )
+    loads = ", ".join(
+        f"{rep['load_before'][0]:.1f}→{rep['load_after'][0]:.1f}"
+        for rep in results["reps"]
+    )
+    spans = results["spans_received"]
+    received = ", ".join(f"{spans.get(kind, 0):,} {kind}" for kind in spans)
+    return (
+        f"{params['workers']} processes, {params['seconds']:g} s a phase, turns of "
+        f"{params['slice']:g} s, median of {len(results['reps'])} rep(s) (load "
+        f"average per rep: {loads}). Slower than bare: a create's p50 over bare's, "
+        f"bare's todos/s over the mode's; the targets are on ≤ "
+        f"+{targets['on']:.0%}, off ≤ +{targets['off']:.0%}. The receiver got "
+        f"{received} spans, decoding them in "
+        f"{results['receiver_cpu_seconds']:.1f} CPU s.\n\n"
+        + table(["figure", "on", "off", "bare", "on vs bare", "off vs bare"], rows)
+    )
+
+
 def cpu_share(results):
     share = results.get("machine_cpu") or {}
     if not share:
@@ -492,6 +531,7 @@ RENDERERS = {
     "admission_run": admission_run,
     "admission": admission,
     "schedule_lateness": schedule_lateness,
+    "tracing": tracing,
 }
 
 

@@ -23,6 +23,7 @@ SCRIPTS = (
     "admission_run",
     "admission",
     "schedule_lateness",
+    "tracing",
 )
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
@@ -38,9 +39,9 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_eleven_scripts_their_helpers_the_floor_and_the_profiler():
+def test_bench_holds_the_twelve_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
-    helpers = {"benchlib", "report", "floor_server", "profile_served"}
+    helpers = {"benchlib", "report", "floor_server", "profile_served", "tracing_bare"}
     assert found == {*SCRIPTS, *helpers}
     assert set(report.RENDERERS) == set(SCRIPTS)
 
@@ -191,6 +192,35 @@ def test_schedule_lateness_runs_at_quick_sizes(tmp_path, bench_database_url):
     assert results["lateness_seconds"]["p99"] is not None
     assert results["sweep_exit_code"] == 0
     assert "lateness p99 (s)" in report.render(data)
+
+
+@pytest.mark.slow
+def test_tracing_runs_at_quick_sizes(tmp_path, bench_database_url):
+    """The three modes serve and drain, the on mode's spans reach the receiver,
+    and the bare mode keeps no context; a quick run's ratios are a smoke
+    figure, so only their presence is held."""
+    data = quick_result(
+        tmp_path,
+        "tracing",
+        bench_database_url,
+        "--port",
+        os.environ.get("BENCH_HTTP_PORT", "0"),
+        timeout=300,
+    )
+    results = data["results"]
+    [rep] = results["reps"]
+    for part in ("http_create", "http_drain", "store_create", "store_drain"):
+        assert all(rep[part]["done"][mode] > 0 for mode in ("on", "off", "bare"))
+    for part in ("http_create", "store_create"):
+        kept = rep[part]["contexts_kept"]
+        assert kept["bare"]["kept"] == 0
+        assert kept["on"]["kept"] == kept["on"]["todos"] > 0
+        assert kept["off"]["kept"] == kept["off"]["todos"] > 0
+    spans = results["spans_received"]
+    assert spans["send"] >= results["on_todos"]["created"]
+    assert spans["process"] >= results["on_todos"]["drained"]
+    assert spans["settle"] == spans["process"]
+    assert "on vs bare" in report.render(data)
 
 
 def peers_data(**figures):
