@@ -42,6 +42,7 @@ def noops(tracing):
         "from_headers": _nothing,
         "from_meta": _nothing,
         "from_xray": _nothing,
+        "to_xray": _nothing,
         "from_stored": _nothing,
         "send": lambda queue, parent: unsent,
         "event": _nothing,

@@ -3,6 +3,7 @@ sizes, and the docs' marked tables match the committed result files."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,22 @@ def test_schedule_lateness_runs_at_quick_sizes(tmp_path, bench_database_url):
     assert results["lateness_seconds"]["p99"] is not None
     assert results["sweep_exit_code"] == 0
     assert "lateness p99 (s)" in report.render(data)
+
+
+def test_the_bare_build_strips_every_tracing_hook_the_code_calls():
+    """bench/tracing.py's "bare" mode is the code without its tracing only if
+    every function of todos.telemetry.tracing the rest calls is replaced."""
+    import tracing_bare
+
+    from todos.telemetry import tracing
+
+    called = set()
+    for top in ("todos", "board"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path != ROOT / "todos" / "telemetry" / "tracing.py":
+                called |= set(re.findall(r"\btracing\.([a-z_]+)\(", path.read_text()))
+    assert called, "the scan found no call"
+    assert called <= set(tracing_bare.noops(tracing))
 
 
 @pytest.mark.slow
