@@ -3,21 +3,29 @@
 Question: whatever runs at once, does any group ever hold more claimed todos
 than its limit, or any rate window admit more than its bucket?
 
-Worker processes, each on its own database connection, create grouped and
-ungrouped todos (priorities, costs) and claim them, single and in batches,
-then complete, fail, release, ask (answered later by another worker), cancel,
-or walk away and let the lease lapse; a reaper process sweeps lapsed leases,
-due retries and expired questions all along; a settings process lowers and
-raises the queue's group_concurrency and the groups' overrides (pausing and
-resuming some) while it runs. Queue ``adm`` limits groups; queue
-``adm-rate`` has a rate limit and a per-group rate limit.
+Worker processes create grouped and ungrouped todos (priorities, costs) and
+claim them, single and in batches, by queue and by id, then complete, fail,
+release, ask (answered later by another worker), cancel, or walk away and let
+the lease lapse; a reaper process sweeps lapsed leases, due retries and
+expired questions all along; a settings process lowers and raises the queue's
+group_concurrency and the groups' overrides (pausing and resuming some) while
+it runs. Queue ``adm`` limits groups; queue ``adm-rate`` has a rate limit and
+a per-group rate limit.
+
+By default the run is over ``--servers`` (2) app servers, served as
+``make run`` serves (gunicorn with uvicorn workers): every worker but
+``--direct`` (1) goes through the JSON API of one of them (in turn), with
+single and batch claims and acknowledgements, and the settings changer
+through their queue and group endpoints; the ``--direct`` workers and the
+reaper call the store on their own connections. ``--servers 0`` runs every
+worker on the store.
 
 Afterwards ``todos.store.admission_check`` replays ``todo_events`` and looks,
 for every group, for any instant with more claimed todos than the limit the
 claim was admitted under, and for any rate window with more cost than the
 bucket allows. The run fails (exit 1) on any violation.
 
-    python bench/admission_run.py --operations 100000 --processes 6
+    python bench/admission_run.py --operations 100000 --processes 6 --port 18500
     python bench/admission_run.py --quick
 
 With ``--ha`` the run is on a throwaway failover pair (scripts/ha.sh: Patroni
@@ -25,12 +33,16 @@ and etcd on free ports, a temporary data folder, deleted afterwards) whose
 primary's postmaster is killed ``--kill-after`` seconds into the run. Every
 process lives through the outage: a call that meets no primary (the store's
 Unavailable) is counted and tried again on a new connection; the checker then
-replays the events the new primary has.
+replays the events the new primary has. The app servers reach the pair as
+every server of a failover pair does, through a multi-host ``DATABASE_URL``
+(``target_session_attrs=read-write``); an answer 503, or a connection that
+drops, is an outage the worker tries again.
 
-    python bench/admission_run.py --ha --operations 20000
+    python bench/admission_run.py --ha --operations 100000
 """
 
 import contextlib
+import http.client
 import importlib.util
 import random
 import sys
@@ -79,6 +91,30 @@ def options():
         help="stop after this long even if short of the operations",
     )
     parse.add_argument("--seed", type=int, default=45)
+    parse.add_argument(
+        "--servers",
+        type=int,
+        default=2,
+        help="app servers the workers go through (0: all on the store)",
+    )
+    parse.add_argument(
+        "--direct",
+        type=int,
+        default=1,
+        help="workers that call the store beside the served ones (%(default)s)",
+    )
+    parse.add_argument(
+        "--server-workers",
+        type=int,
+        default=1,
+        help="gunicorn worker processes per app server (%(default)s)",
+    )
+    parse.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the first app server's port, the next ones follow (0: any free)",
+    )
     parse.add_argument(
         "--ha",
         action="store_true",
@@ -250,9 +286,211 @@ def worker(index, url, endpoint_id, quota, groups, seed, finished):
     return ready
 
 
-def sweeper(index, url, endpoint_id, groups, seed, finished, processes):
+class Outage(Exception):
+    """An answer 503, or a connection that dropped: no primary to serve."""
+
+
+class Race(Exception):
+    """An answer 404 or 409: a race another worker, the reaper or a cancel won."""
+
+
+class Api:
+    """A worker's keep-alive JSON client of one app server, sorting answers
+    into success, race (404, 409), outage (503, dropped) and error."""
+
+    def __init__(self, port, token):
+        self.port, self.token = port, token
+        self.client = benchlib.Client(port, token=token, timeout=60)
+        self.requests = 0
+
+    def call(self, method, path, body=None, *, empty=False):
+        """The answer's JSON; with ``empty``, None for a 404 (no work)."""
+        self.requests += 1
+        try:
+            status, data = self.client.request(method, f"/api/v1/{path}", body)
+        except (OSError, http.client.HTTPException) as exc:
+            self.client = benchlib.Client(self.port, token=self.token, timeout=60)
+            raise Outage(f"{method} {path}: {exc!r}") from None
+        if status == 503:
+            raise Outage(f"{method} {path}: 503 {data}")
+        if status == 404 and empty:
+            return None
+        if status in (404, 409):
+            raise Race(f"{method} {path}: {status} {data}")
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {data}")
+        return data
+
+
+def served_worker(index, port, token, quota, groups, seed, finished):
+    """One worker process through an app server's JSON API: the store
+    worker's mix of calls, plus claims by id, batch acknowledgements and
+    priority changes."""
+    rng = random.Random(seed * 1000 + index)
+    api = Api(port, token)
+    names = [f"org/repo-{n}" for n in range(groups)]
+    name = f"w{index}"
+    asked = []
+
+    def create(counts):
+        items = []
+        for _ in range(rng.randint(1, 8)):
+            item = {"queue": rng.choice([GROUPED, GROUPED, RATED]), "title": "t"}
+            if rng.random() < 0.85:
+                item["group"] = rng.choice(names)
+            if rng.random() < 0.3:
+                item["priority"] = rng.randint(1, 5)
+            if rng.random() < 0.3:
+                item["cost"] = rng.choice([0.5, 1, 2, 3])
+            items.append(item)
+        answer = api.call("POST", "todos", {"todos": items})
+        made = [item for item in answer["results"] if "todo" in item]
+        if len(made) != len(items):
+            raise RuntimeError(f"batch create refused: {answer['results']}")
+        counts["created"] += len(items)
+
+    def settle(todo, counts):
+        roll = rng.random()
+        path = f"todos/{todo['id']}"
+        owner = {"worker": name, "lease_token": todo["lease_token"]}
+        if roll < 0.5:
+            api.call("POST", f"{path}/complete", {**owner, "result": {"ok": 1}})
+        elif roll < 0.6:
+            api.call("POST", f"{path}/fail", {**owner, "error": "bench"})
+        elif roll < 0.7:
+            api.call("POST", f"{path}/release", owner)
+        elif roll < 0.78:
+            api.call(
+                "POST",
+                f"{path}/ask",
+                {**owner, "question": "go on?", "return_to": "pool"},
+            )
+            asked.append(todo["id"])
+        elif roll < 0.84:
+            api.call("POST", f"{path}/cancel", {"reason": "bench"})
+            counts["cancel_requests"] += 1
+        # else: walk away; the short lease lapses under the reaper.
+
+    def settle_batch(todos, counts):
+        """Acknowledge a batch claim in one call: complete, fail or release
+        each todo (a 404 or 409 in a result is a race, as alone)."""
+        actions = []
+        for todo in todos:
+            op = rng.choice(["complete", "complete", "fail", "release"])
+            action = {"op": op, "id": todo["id"], "lease_token": todo["lease_token"]}
+            if op == "complete":
+                action["result"] = {"ok": 1}
+            elif op == "fail":
+                action["error"] = "bench"
+            actions.append(action)
+        answer = api.call("POST", "todos/batch", {"worker": name, "actions": actions})
+        for result in answer["results"]:
+            if result["status"] in (404, 409):
+                counts["races"] += 1
+            elif result["status"] != 200:
+                raise RuntimeError(f"batch acknowledge: {result}")
+
+    def claim(counts):
+        limit = rng.choice([1, 1, 1, 3, 5, 10])
+        body = {"worker": name, "lease_seconds": rng.choice([1, 2, 5])}
+        queue = rng.choice([None, GROUPED, RATED])
+        if queue is not None:
+            body["queue"] = queue
+        if limit == 1 and rng.random() < 0.5:
+            answer = api.call("POST", "todos/claim", body, empty=True)
+            claimed = [] if answer is None else [answer["todo"]]
+        else:
+            answer = api.call("POST", "todos/claim", {**body, "max_todos": limit})
+            claimed = answer["todos"]
+        counts["claims"] += 1
+        counts["claimed"] += len(claimed)
+        if len(claimed) > 1 and rng.random() < 0.3:
+            counts["done"] += 1
+            settle_batch(claimed, counts)
+            return
+        for todo in claimed:
+            counts["done"] += 1
+            try:
+                settle(todo, counts)
+            except Race:
+                counts["races"] += 1
+
+    def pick_pending(counts):
+        """Cancel, reprioritize or claim by id one of a few pending todos."""
+        pending = api.call("GET", "todos?state=pending&limit=5")["todos"]
+        if not pending:
+            return
+        todo = rng.choice(pending)
+        roll = rng.random()
+        if roll < 0.4:
+            api.call("POST", f"todos/{todo['id']}/cancel", {})
+        elif roll < 0.6:
+            api.call(
+                "POST", f"todos/{todo['id']}/priority", {"priority": rng.randint(1, 5)}
+            )
+        else:
+            answer = api.call(
+                "POST",
+                f"todos/{todo['id']}/claim",
+                {"worker": name, "lease_seconds": rng.choice([1, 2, 5])},
+            )
+            counts["claims"] += 1
+            counts["claimed"] += 1
+            counts["done"] += 1
+            settle(answer["todo"], counts)
+
+    def ready(stop_at):
+        counts = {
+            "done": 0,
+            "claims": 0,
+            "claimed": 0,
+            "errors": 0,
+            "races": 0,
+            "cancel_requests": 0,
+            "created": 0,
+            "outage_retries": 0,
+        }
+        reported = time.perf_counter()
+        errors = []
+        while counts["done"] < quota and time.perf_counter() < stop_at:
+            roll = rng.random()
+            try:
+                if roll < 0.18 and counts["created"] - counts["claimed"] < BACKLOG:
+                    create(counts)
+                elif roll < 0.22 and asked:
+                    todo_id = asked.pop(rng.randrange(len(asked)))
+                    api.call("POST", f"todos/{todo_id}/answer", {"answer": "yes"})
+                elif roll < 0.25:
+                    pick_pending(counts)
+                else:
+                    claim(counts)
+            except Outage as exc:
+                counts["outage_retries"] += 1
+                if len(errors) < 5:
+                    errors.append(f"retried after {exc}")
+                time.sleep(0.1)
+            except Race:
+                counts["races"] += 1
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                counts["errors"] += 1
+                errors.append(repr(exc))
+            counts["done"] += 1
+            if time.perf_counter() - reported > 10 and index == 1:
+                reported = time.perf_counter()
+                benchlib.progress(f"  served worker {index}: {counts['done']} calls")
+        counts["error_samples"] = errors[:5]
+        counts["requests"] = api.requests
+        (finished / f"done-{index}").touch()
+        return counts
+
+    return ready
+
+
+def sweeper(index, url, endpoint_id, groups, seed, finished, processes, served):
     """The reaper, the retry scheduler and the questions' deadlines (index 0),
-    or the settings changer (index 1), until the workers stop."""
+    or the settings changer (index 1), until the workers stop. With
+    ``served`` (the app servers' ports and the token) the settings changer
+    goes through the servers' JSON API, in turn."""
     benchlib.setup_django(url)
     from todos import store
     from todos.store import admission, sweeps
@@ -260,10 +498,12 @@ def sweeper(index, url, endpoint_id, groups, seed, finished, processes):
     rng = random.Random(seed + index)
     scope = store.Scope(endpoint_id)
     names = [f"org/repo-{n}" for n in range(groups)]
+    ports, token = served
+    apis = [Api(port, token) for port in ports]
 
     def ready(stop_at):
         counts = {"done": 0, "reaped": 0, "requeued": 0, "changes": 0, "outages": 0}
-        outage = outages()
+        outage = (*outages(), Outage)
         while time.perf_counter() < stop_at:
             if len(list(finished.glob("done-*"))) >= processes:
                 break
@@ -282,28 +522,29 @@ def sweeper(index, url, endpoint_id, groups, seed, finished, processes):
             counts["requeued"] += len(sweeps.requeue_due_retries())
             sweeps.expire_questions()
             time.sleep(0.1)
+            return
+        roll = rng.random()
+        if roll < 0.4:
+            queue, group = GROUPED, None
+            setting = {"group_concurrency": rng.choice([1, 2, 2, 3, 4])}
+        elif roll < 0.8:
+            queue, group = GROUPED, rng.choice(names)
+            setting = {"concurrency": rng.choice([None, 0, 1, 2, 5])}
         else:
-            roll = rng.random()
-            if roll < 0.4:
-                admission.set_admission(
-                    scope, GROUPED, group_concurrency=rng.choice([1, 2, 2, 3, 4])
-                )
-            elif roll < 0.8:
-                admission.set_group(
-                    scope,
-                    GROUPED,
-                    rng.choice(names),
-                    concurrency=rng.choice([None, 0, 1, 2, 5]),
-                )
+            queue, group = rng.choice([GROUPED, RATED]), rng.choice(names)
+            setting = {"paused": rng.random() < 0.5}
+        if apis:
+            api = apis[counts["changes"] % len(apis)]
+            if group is None:
+                api.call("PATCH", f"queues/{queue}", setting)
             else:
-                admission.set_group(
-                    scope,
-                    rng.choice([GROUPED, RATED]),
-                    rng.choice(names),
-                    paused=rng.random() < 0.5,
-                )
-            counts["changes"] += 1
-            time.sleep(0.2)
+                api.call("PUT", f"queues/{queue}/groups/{group}", setting)
+        elif group is None:
+            admission.set_admission(scope, queue, **setting)
+        else:
+            admission.set_group(scope, queue, group, **setting)
+        counts["changes"] += 1
+        time.sleep(0.2)
 
     return ready
 
@@ -378,11 +619,11 @@ def measure(args, url, cluster=None):
     result = benchlib.Result("admission_run_ha" if cluster else "admission_run", args)
     benchlib.progress(f"preparing {url}")
     benchlib.prepare_database(url)
-    endpoint_id, _ = benchlib.ensure_endpoint(url, name="admission-run")
+    endpoint_id, token = benchlib.ensure_endpoint(url, name="admission-run")
     reset(url, endpoint_id)
     benchlib.setup_django(url)
     from todos import store
-    from todos.store import admission, admission_check
+    from todos.store import admission
 
     scope = store.Scope(endpoint_id)
     admission.set_admission(scope, GROUPED, group_concurrency=2)
@@ -392,10 +633,32 @@ def measure(args, url, cluster=None):
     from django.db import connection
 
     connection.close()
+    with contextlib.ExitStack() as servers:
+        ports = [
+            servers.enter_context(
+                benchlib.serve(
+                    url,
+                    workers=args.server_workers,
+                    port=args.port + number if args.port else None,
+                )
+            ).port
+            for number in range(args.servers)
+        ]
+        return run_and_check(args, url, cluster, result, endpoint_id, (ports, token))
+
+
+def run_and_check(args, url, cluster, result, endpoint_id, served):
+    """Run the processes (through the ``served`` app servers' ports, with the
+    endpoint's token), check the events and report; return the exit status."""
+    from todos.store import admission_check
+
     quota = args.operations // args.processes
+    ports = served[0]
+    direct = args.processes if not ports else min(args.direct, args.processes)
     benchlib.progress(
-        f"running {args.processes} workers x {quota} operations, a reaper and a"
-        f" settings changer, over {args.groups} groups"
+        f"running {args.processes} workers x {quota} operations ({direct} on the"
+        f" store, {args.processes - direct} through {len(ports)} app servers),"
+        f" a reaper and a settings changer, over {args.groups} groups"
     )
     started = time.perf_counter()
     failover = {}
@@ -406,7 +669,7 @@ def measure(args, url, cluster=None):
         def on_start():
             killers.append(kill_primary_later(cluster, args.kill_after, failover))
 
-    outcomes = run_all(args, url, endpoint_id, quota, on_start)
+    outcomes = run_all(args, url, endpoint_id, quota, served, direct, on_start)
     # A run shorter than --kill-after still sees its failover through: the
     # check then reads the new primary.
     for killer in killers:
@@ -421,6 +684,10 @@ def measure(args, url, cluster=None):
     results = {
         "operations": operations,
         "seconds": round(elapsed, 1),
+        "app_servers": len(ports),
+        "workers_on_store": direct,
+        "workers_served": args.processes - direct,
+        "http_requests": sum(item.get("requests", 0) for item in workers),
         "claim_calls": sum(item["claims"] for item in workers),
         "todos_claimed": sum(item["claimed"] for item in workers),
         "races": sum(item["races"] for item in workers),
@@ -457,6 +724,9 @@ def measure(args, url, cluster=None):
             "processes": args.processes,
             "groups": args.groups,
             "seed": args.seed,
+            "servers": args.servers,
+            "direct": direct,
+            "server_workers": args.server_workers,
             "ha": args.ha,
             "kill_after": args.kill_after if args.ha else None,
             "rate_limit": RATE,
@@ -469,9 +739,11 @@ def measure(args, url, cluster=None):
     return 1 if report.violations or results["errors"] or not failed_over else 0
 
 
-def run_all(args, url, endpoint_id, quota, on_start=None):
+def run_all(args, url, endpoint_id, quota, served, direct, on_start=None):
     """Workers and the two sweepers in one set of processes: each worker
-    leaves a file when it is done, and the sweepers stop when all have."""
+    leaves a file when it is done, and the sweepers stop when all have. The
+    first ``direct`` workers call the store; the others the ``served`` app
+    servers, in turn."""
     with tempfile.TemporaryDirectory(prefix="admission-run-") as folder:
         return benchlib.run_processes(
             _dispatch,
@@ -485,16 +757,24 @@ def run_all(args, url, endpoint_id, quota, on_start=None):
                 args.groups,
                 args.seed,
                 Path(folder),
+                served,
+                direct,
             ),
             on_start=on_start,
         )
 
 
-def _dispatch(index, processes, url, endpoint_id, quota, groups, seed, finished):
-    if index < processes:
+def _dispatch(
+    index, processes, url, endpoint_id, quota, groups, seed, finished, served, direct
+):
+    if index < direct:
         return worker(index, url, endpoint_id, quota, groups, seed, finished)
+    if index < processes:
+        ports, token = served
+        port = ports[(index - direct) % len(ports)]
+        return served_worker(index, port, token, quota, groups, seed, finished)
     return sweeper(
-        index - processes, url, endpoint_id, groups, seed, finished, processes
+        index - processes, url, endpoint_id, groups, seed, finished, processes, served
     )
 
 
