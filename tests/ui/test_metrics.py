@@ -271,3 +271,25 @@ def test_metrics_report_budgets_and_those_at_their_limit(staff, scope):
     assert value("switchboard_budgets_at_limit", "q") == 1
     assert value("switchboard_budgets", "") == 1
     assert value("switchboard_budgets_at_limit", "") == 0
+
+
+def test_metrics_count_the_todos_admission_passed_over_per_reason(staff, scope):
+    """CONTRACT §17 /metrics: claims passed over by a limit or a rate window,
+    per queue: a batch claim the rate window lets take one of three todos
+    counts two passed over, reason rate_limit; no rate-limited wait yet."""
+    from todos.store import admission
+
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 1, "per_seconds": 60, "burst": 1}
+    )
+    for _ in range(3):
+        store.create_todo(scope, queue="q")
+    assert len(store.claim_many(scope, "w", limit=3)) == 1
+
+    found = samples(staff.get("/metrics"))
+
+    labels = {("endpoint", "agent-a"), ("queue", "q")}
+    passed = "switchboard_claims_passed_over_total"
+    assert found[(passed, frozenset({*labels, ("reason", "rate_limit")}))] == 2
+    assert (passed, frozenset({*labels, ("reason", "limit")})) not in found
+    assert ("switchboard_rate_limited_waits_total", frozenset(labels)) not in found

@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from todos.telemetry import tracing
 from todos.telemetry.tracing import TraceContext
 
+from . import limit_figures
 from .rows import (
     DEFAULT_PRIORITY,
     MAX_ACK_BATCH,
@@ -647,7 +648,8 @@ CLAIM_STEPS = """
 #    A lapsed lease under a cancel request is not redelivered: the reaper
 #    ends it canceled.
 # 7. history (a limited claim's row carries its admission), and the rows in
-#    claim order (redeliveries first).
+#    claim order (redeliveries first), each with what switchboard_admit passed
+#    over (PASSED); when nothing was claimed, one row of NULLs carries it.
 # Every value is read through a one-row subquery, (SELECT %(x)s): the planner
 # then cannot see the values, so a custom plan costs exactly what the generic
 # one does, and a prepared claim settles on the generic plan after five runs
@@ -658,6 +660,11 @@ CLAIM_STEPS = """
 # and, for a lapsed lease it took, when that lease's claim began and when it
 # ran out (todos.telemetry.tracing ends that delivery's span: the reaper never saw it).
 LAPSED = "from_state, lapsed_claimed_at, lapsed_at"
+# What switchboard_admit passed over (its rows with no id: a limit's reason and
+# queue, todos.store.limit_figures counts them), as one jsonb array or NULL.
+PASSED = """(SELECT jsonb_agg(a.admission) FILTER (WHERE a.id IS NULL) AS passed
+          FROM admitted a) p
+  LEFT JOIN moved ON TRUE"""
 
 # A grouped row passes the lanes' pre-filter when its group is not blocked
 # (paused, an override of 0, or as many claimed as its limit: ``blocked``,
@@ -855,7 +862,9 @@ WITH RECURSIVE pending_queue (name) AS (
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS}, {LAPSED} FROM moved ORDER BY rank, level, rank_at, tag
+SELECT {TODO_COLUMNS}, {LAPSED}, p.passed
+  FROM {PASSED}
+ ORDER BY rank, level, rank_at, tag
 """
 
 
@@ -893,8 +902,13 @@ aclaim_many = on_pool(claim_many_steps)
 
 
 def _claimed(rows: list[Row]) -> list[Todo]:
-    """The todos a claim statement took; while tracing is on, a lapsed lease
-    it took ends that delivery's process span, as the reaper would have."""
+    """The todos a claim statement took (its rows past a row of NULLs, which
+    only says what it passed over, counted here); while tracing is on, a
+    lapsed lease it took ends that delivery's process span, as the reaper
+    would have."""
+    if rows:
+        limit_figures.note_passed(rows[0][-1])
+    rows = [row for row in rows if row[0] is not None]
     claimed = [Todo.from_row(row) for row in rows]
     if tracing.enabled():
         for row, todo in zip(rows, claimed, strict=True):
@@ -1021,7 +1035,7 @@ WITH candidate AS (
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS}, {LAPSED} FROM moved
+SELECT {TODO_COLUMNS}, {LAPSED}, p.passed FROM {PASSED}
 """
 
 CLAIMABLE = (
@@ -1056,14 +1070,13 @@ def _claim_one(
         "worker": worker,
         "lease": _lease(lease_seconds),
     }
-    row = _run("claim_todo", CLAIM_ONE_SQL, params, fetch="one")
-    if row is None:
+    claimed = _claimed(_run("claim_todo", CLAIM_ONE_SQL, params))
+    if not claimed:
         todo = _lookup(scope, todo_id)
         raise Conflict(
             f"todo is {todo.state}; {CLAIMABLE}", todo_id=todo_id, state=todo.state
         )
-    (claimed,) = _claimed([row])
-    return claimed
+    return claimed[0]
 
 
 # When a todo of a scope next turns claimable by itself, no transition ringing

@@ -38,6 +38,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from todos import store
+from todos.store import limit_figures
 from todos.waiting.doorbell import (
     REVALIDATE,
     SHUTDOWN,
@@ -123,6 +124,7 @@ class _State:
         self.empty: store.NotFound | list[store.Todo] | None = None
         self.gone = False
         self.until = 0.0  # when the wait ends (time.monotonic)
+        self.rate_waited = False  # counted as a rate-limited wait
 
     async def first(self) -> Claimed | None:
         self.scope = await self.poll.start()
@@ -179,6 +181,7 @@ class _State:
         return store.Scope(scope.endpoint_id, (queue,)) if queue else scope
 
     async def _try(self) -> Claimed | None:
+        limit_figures.forget_rate_limited()
         try:
             result = await self.poll.attempt(self._started())
         except store.NotFound as exc:
@@ -193,6 +196,17 @@ class _State:
             return None
         return result
 
+    def _count_rate_wait(self) -> None:
+        """A waiting poll whose try came back empty because a rate window
+        held back what it could have claimed: one rate-limited wait (/metrics),
+        once per poll."""
+        if self.waiter is None or self.rate_waited:
+            return
+        rated = limit_figures.rate_limited()
+        if rated:
+            self.rate_waited = True
+            limit_figures.note_rate_wait(rated)
+
     async def _look_ahead(self) -> None:
         """After a try that found nothing, while waiting: have the hub wake
         the scope when its next todo turns claimable with no ring (a lease
@@ -200,6 +214,7 @@ class _State:
         ends."""
         if self.waiter is None:
             return
+        self._count_rate_wait()
         scope = self.waiter.scope
         delay = await store.anext_due(scope, within=self.until - time.monotonic())
         if delay is not None:

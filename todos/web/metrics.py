@@ -12,9 +12,13 @@ summed over the fires: divided by the fires, the mean lateness), kept on each
 schedule's row by the sweep that fires it. Admission (per endpoint and
 queue): ``switchboard_groups_at_limit`` and ``switchboard_todos_held_by_limit``,
 the groups whose due todos a group limit or pause holds back now, and those
-todos (``todos.store.limit_figures``). Spend (per endpoint and queue): the
-counters ``switchboard_usage_cost_usd_total`` and
-``switchboard_usage_tokens_total{direction=input|output}``, what agents
+todos; the counters ``switchboard_claims_passed_over_total{reason=…}`` (the
+todos a claim's admission passed over: limit, paused, rate_limit,
+group_rate_limit) and ``switchboard_rate_limited_waits_total`` (long polls
+that waited because a rate window held back their todos), which every process
+adds to the database within seconds (``todos.store.limit_figures``). Spend
+(per endpoint and queue): the counters ``switchboard_usage_cost_usd_total``
+and ``switchboard_usage_tokens_total{direction=input|output}``, what agents
 reported, folded from the ledger by the sweep loop
 (``todos.store.spend.roll_up_usage``); the gauges ``switchboard_budgets`` and
 ``switchboard_budgets_at_limit`` (an endpoint's own budgets under queue "").
@@ -188,6 +192,44 @@ class LimitCollector:
         yield todos
 
 
+class AdmissionCountCollector:
+    """The admission counters, read once per scrape."""
+
+    def __init__(self, counts, names):
+        self.counts = counts
+        self.names = names
+
+    def collect(self):
+        labels = ["endpoint_id", "endpoint", "queue"]
+        passed = CounterMetricFamily(
+            "switchboard_claims_passed_over",
+            "Todos a claim's admission passed over, by reason: limit (the "
+            "group at its limit), paused (the group paused), rate_limit or "
+            "group_rate_limit (the window had no room for its cost). A group "
+            "seen at its limit before admission is skipped without counting "
+            "(switchboard_todos_held_by_limit shows those).",
+            labels=[*labels, "reason"],
+        )
+        waits = CounterMetricFamily(
+            "switchboard_rate_limited_waits",
+            "Waiting claims (long polls) that waited because a rate window "
+            "held back a todo they could have claimed, counted once per claim.",
+            labels=labels,
+        )
+        for count in self.counts:
+            values = [
+                count.endpoint_id,
+                self.names.get(count.endpoint_id, ""),
+                count.queue,
+            ]
+            if count.counter == limit_figures.RATE_WAIT:
+                waits.add_metric(values, count.count)
+            else:
+                passed.add_metric([*values, count.counter], count.count)
+        yield passed
+        yield waits
+
+
 class SpendCollector:
     """Spend per endpoint and queue, and the budgets at their limit."""
 
@@ -288,6 +330,7 @@ def metrics(request):
         held = limit_figures.held_by_limit()
         spent = spend.spend_figures()
         budgets = spend.budget_figures()
+        counts = limit_figures.admission_counts()
         names = {
             str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
         }
@@ -300,6 +343,7 @@ def metrics(request):
     registry.register(ScheduleCollector(schedules))
     registry.register(LimitCollector(held, names))
     registry.register(SpendCollector(spent, budgets, names))
+    registry.register(AdmissionCountCollector(counts, names))
     response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response
