@@ -321,7 +321,7 @@ CREATE TABLE admission_counts (
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0026_webhook_route_admission")]
+    dependencies = [("todos", "0027_usage_totals")]
 
     operations = [
         migrations.RunSQL(sql=COUNTS, reverse_sql="DROP TABLE admission_counts;"),
