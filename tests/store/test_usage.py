@@ -91,6 +91,29 @@ def test_an_attempt_given_back_by_a_question_keeps_its_spend(scope):
     assert sum(r.cost_usd for r in ledger(scope, todo.id)) == 3
 
 
+def test_an_acknowledgement_without_usage_keeps_the_attempts_figure(scope):
+    """An acknowledgement that reports nothing leaves the todo's usage, the
+    attempt's figure and the ledger as the last report made them."""
+    todo = claimed(scope)
+    other = claimed(scope)
+    for each in (todo, other):
+        store.heartbeat(scope, each.id, "w1", usage={"input_tokens": 9, "model": "m"})
+    done = store.complete_todo(scope, todo.id, "w1")
+    failed, beat = store.acknowledge_many(
+        scope,
+        [
+            store.Ack("fail", other.id, "w1", error="boom"),
+            store.Ack("heartbeat", todo.id, "w1"),
+        ],
+    )
+    assert isinstance(beat, store.Conflict)
+    for each in (done, failed):
+        assert each.usage == {"input_tokens": 9, "output_tokens": 0, "cost_usd": 0}
+        assert each.attempt_usage["input_tokens"] == 9
+        (row,) = ledger(scope, each.id)
+        assert (row.input_tokens, row.model) == (9, "m")
+
+
 def test_the_history_shows_each_reports_attempt_figure(scope):
     todo = claimed(scope)
     store.heartbeat(scope, todo.id, "w1", usage={"output_tokens": 4})
