@@ -469,6 +469,14 @@ class UsageReport(models.Model):
     model = models.TextField(db_default="", blank=True)
     idempotency_key = models.TextField(null=True, blank=True)
     reported_at = models.DateTimeField(db_default=Now())
+    # The row's figures and report time before its last replacement (NULL
+    # for a new row): what the budgets had counted of it, so a replacement
+    # counts only its difference (``switchboard_budget_spend``).
+    prev_cost_usd = models.DecimalField(
+        max_digits=20, decimal_places=6, null=True, blank=True
+    )
+    prev_tokens = models.BigIntegerField(null=True, blank=True)
+    prev_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "usage_ledger"
@@ -524,10 +532,34 @@ class Budget(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # The current window's running figures, kept by the statement that
+    # writes a ledger row (``switchboard_budget_count``); a report in a later
+    # window rolls them over.
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    spent_usd = models.DecimalField(max_digits=20, decimal_places=6, db_default=0)
+    spent_tokens = models.BigIntegerField(db_default=0)
+    # Set by the report that reached the soft threshold or the limit.
+    soft_reached_at = models.DateTimeField(null=True, blank=True)
+    exhausted_at = models.DateTimeField(null=True, blank=True)
+    # The owner's decisions for the current window: extra allowed, resumed.
+    raised_usd = models.DecimalField(max_digits=20, decimal_places=6, db_default=0)
+    raised_tokens = models.BigIntegerField(db_default=0)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    # The action (pause or reject_new) holds until then (the window's end):
+    # what a claim or a create reads, through budgets_in_force_idx.
+    in_force_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "budgets"
-        indexes = [models.Index(fields=["endpoint_id"], name="budgets_endpoint_idx")]
+        indexes = [
+            models.Index(fields=["endpoint_id"], name="budgets_endpoint_idx"),
+            models.Index(
+                fields=["endpoint_id"],
+                name="budgets_in_force_idx",
+                condition=models.Q(in_force_until__isnull=False),
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(scope__in=("endpoint", "queue", "group")),
@@ -545,6 +577,33 @@ class Budget(models.Model):
 
     def __str__(self):
         return f"{self.scope} {self.queue or ''} {self.window}"
+
+
+class BudgetEvent(models.Model):
+    """A budget's history: ``budget.soft_limit``, ``budget.exhausted`` and
+    ``budget.resumed`` as they happen, and each owner decision (who, when,
+    what) as ``budget.decision``. No foreign key: a deleted budget's history
+    goes with ``budgets_events_budget_idx``'s rows when it is deleted."""
+
+    id = models.BigAutoField(primary_key=True)
+    budget_id = models.UUIDField()
+    endpoint_id = models.UUIDField()
+    event = models.TextField()
+    actor = models.TextField(db_default="", blank=True)
+    detail = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "budget_events"
+        indexes = [
+            models.Index(fields=["budget_id", "id"], name="budget_events_budget_idx"),
+            models.Index(
+                fields=["endpoint_id", "id"], name="budget_events_endpoint_idx"
+            ),
+        ]
+
+    def __str__(self):
+        return self.event
 
 
 class TodoMinute(models.Model):

@@ -51,9 +51,15 @@ def test_spend_before_the_window_does_not_count(scope):
         scope, scope="queue", queue="q", window="hour", limit_usd=1
     )
     spend(scope, cost_usd=0.75)
+    # Two hours pass: the report, and the window the budget counted it in,
+    # move into the past.
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE usage_ledger SET reported_at = reported_at - interval '2 hours'"
+        )
+        cursor.execute(
+            "UPDATE budgets SET window_start = window_start - interval '2 hours',"
+            " window_end = window_end - interval '2 hours'"
         )
     assert store.get_budget(scope, budget.id).spent_usd == 0
 

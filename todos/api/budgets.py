@@ -2,6 +2,7 @@
 
 A budget of another endpoint, one of a queue outside the grant and a malformed
 id all answer the same 404; a field the store refuses answers 400 naming it.
+The owner's decision on a budget at its limit is ``POST …/decision``.
 """
 
 from django.http import HttpResponse
@@ -39,3 +40,20 @@ def budget(request: ApiRequest, budget_id: str) -> HttpResponse:
         store.delete_budget(request.scope, budget_id)
         return HttpResponse(status=204)
     return _budget(store.get_budget(request.scope, budget_id))
+
+
+@api_view("POST")
+def decision(request: ApiRequest, budget_id: str) -> JsonResponse:
+    """Answer a budget at its limit: raise it for this window, resume, or
+    keep paused; recorded as this endpoint's (``agent:<name>``) decision."""
+    given = request.body_fields.read(table.DECIDE_BUDGET)
+    decided = checked(
+        store.decide_budget,
+        request.scope,
+        budget_id,
+        given["decision"],
+        given["amount_usd"],
+        given["amount_tokens"],
+        actor=f"agent:{request.endpoint.name}",
+    )
+    return _budget(decided)

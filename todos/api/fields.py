@@ -877,6 +877,29 @@ UPDATE_BUDGET = (
     SOFT_PERCENT,
     BUDGET_ACTION,
 )
+BUDGET_DECISION = Field(
+    "decision",
+    "enum",
+    "The owner's answer to a budget at its limit, for the current window: "
+    "raise (allow amount_usd and/or amount_tokens more), resume (lift the "
+    "action anyway until the window ends) or keep_paused (leave it as it is).",
+    choices=store.BUDGET_DECISIONS,
+    required=True,
+)
+AMOUNT_USD = Field(
+    "amount_usd",
+    "number",
+    "A raise: the dollars allowed on top of the limit for the current window.",
+    maximum=store.MAX_USAGE_COST_USD,
+)
+AMOUNT_TOKENS = Field(
+    "amount_tokens",
+    "integer",
+    "A raise: the tokens allowed on top of the limit for the current window.",
+    minimum=1,
+    maximum=store.MAX_USAGE_TOKENS,
+)
+DECIDE_BUDGET = (BUDGET_DECISION, AMOUNT_USD, AMOUNT_TOKENS)
 
 # --- Schedules (CONTRACT §20) ------------------------------------------------------
 

@@ -482,6 +482,9 @@ ERRORS = {
     "409": "The todo exists but is not in the needed state or not this worker's, "
     "or the lease_token is not the current lease's (lease superseded).",
     "413": "The body exceeds 256 KiB.",
+    "429": "budget_exhausted: a reject_new budget of the todo's endpoint, queue or "
+    "group is at its limit; the detail names it, Retry-After says when its "
+    "window ends.",
     "503": "The database cannot be reached.",
 }
 
@@ -618,6 +621,13 @@ BUDGET_SCHEMA = {
         "spent_tokens",
         "left_usd",
         "left_tokens",
+        "raised_usd",
+        "raised_tokens",
+        "state",
+        "soft_reached_at",
+        "exhausted_at",
+        "resumed_at",
+        "in_force_until",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -644,8 +654,29 @@ BUDGET_SCHEMA = {
             "current window, add up to.",
         },
         "spent_tokens": {"type": "integer"},
-        "left_usd": {"type": ["number", "null"]},
+        "left_usd": {
+            "type": ["number", "null"],
+            "description": "The limit, plus what the owner raised it by for "
+            "this window, less what was spent (never below 0).",
+        },
         "left_tokens": {"type": ["integer", "null"]},
+        "raised_usd": {"type": "number"},
+        "raised_tokens": {"type": "integer"},
+        "state": {
+            "type": "string",
+            "enum": ["ok", "soft_limit", "exhausted", "resumed"],
+            "description": "ok; soft_limit (past soft_percent); exhausted (at "
+            "the limit: the action holds until in_force_until); resumed (at the "
+            "limit, and the owner resumed it for this window).",
+        },
+        "soft_reached_at": NULLABLE_TIME,
+        "exhausted_at": NULLABLE_TIME,
+        "resumed_at": NULLABLE_TIME,
+        "in_force_until": {
+            **NULLABLE_TIME,
+            "description": "While the action (pause or reject_new) holds: "
+            "until the window's end.",
+        },
     },
 }
 
@@ -738,6 +769,22 @@ def _budget_paths() -> Schema:
                 "responses": {
                     "204": {"description": "Deleted."},
                     **_errors("401", "503"),
+                    **BUDGET_NOT_FOUND,
+                },
+            },
+        },
+        "/api/v1/budgets/{budget_id}/decision": {
+            "post": {
+                "summary": "Answer a budget at its limit for the current window: "
+                "raise it by amount_usd and/or amount_tokens, resume anyway, or "
+                "keep it paused. Acts at once, is recorded in the budget's "
+                "history, and wakes the scope's waiting claims.",
+                "operationId": "decide_budget",
+                "parameters": on_one,
+                "requestBody": _body(fields.DECIDE_BUDGET),
+                "responses": {
+                    **_budget_ok("The budget after the decision."),
+                    **_errors("400", "401", "413", "503"),
                     **BUDGET_NOT_FOUND,
                 },
             },
@@ -1080,7 +1127,7 @@ def build_document() -> Schema:
                             }
                         ),
                     },
-                    **_errors("400", "401", "403", "404", "409", "413", "503"),
+                    **_errors("400", "401", "403", "404", "409", "413", "429", "503"),
                 },
             },
         },

@@ -11,7 +11,9 @@ error body, the body reader and strict JSON are ``todos.web.http``'s.
 import functools
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from django.core.exceptions import RequestDataTooBig
@@ -42,20 +44,25 @@ class ApiRequest(HttpRequest):
 class ApiError(Exception):
     """A failure the API answers with a JSON error of the CONTRACT's shape."""
 
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(
+        self, status: int, code: str, detail: str, retry_after: int | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
+        self.retry_after = retry_after
 
     @property
     def headers(self) -> dict[str, str]:
-        """A 401 names the scheme to authenticate with (RFC 6750); a 503 says
-        when to try again."""
+        """A 401 names the scheme to authenticate with (RFC 6750); a 503, and
+        a 429 that knows it, say when to try again."""
         if self.status == 401:
             return {"WWW-Authenticate": "Bearer"}
         if self.status == 503:
             return {"Retry-After": str(store.Unavailable.retry_after)}
+        if self.retry_after is not None:
+            return {"Retry-After": str(self.retry_after)}
         return {}
 
 
@@ -77,6 +84,11 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         return ApiError(409, "conflict", exc.detail)
     if isinstance(exc, store.QueueNotGranted):
         return ApiError(403, "forbidden", exc.detail)
+    if isinstance(exc, store.BudgetExhausted):
+        # Refused until the budget's window ends (or its owner raises it).
+        left = exc.budget.window_end - datetime.now(UTC)
+        retry_after = max(1, math.ceil(left.total_seconds()))
+        return ApiError(429, "budget_exhausted", exc.detail, retry_after)
     if isinstance(exc, store.Unavailable):
         # What happened: the database is down, or a statement timed out (a
         # todo another request held, or a slow statement).

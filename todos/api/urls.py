@@ -32,6 +32,11 @@ urlpatterns = [
     ),
     path("budgets", budgets.budgets, name="api-budgets"),
     path("budgets/<str:budget_id>", budgets.budget, name="api-budget"),
+    path(
+        "budgets/<str:budget_id>/decision",
+        budgets.decision,
+        name="api-budget-decision",
+    ),
     path("schedules", schedules.schedules, name="api-schedules"),
     path("schedules/<str:schedule_id>", schedules.schedule, name="api-schedule"),
     path(

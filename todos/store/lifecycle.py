@@ -23,6 +23,12 @@ from todos.telemetry import tracing
 from todos.telemetry.tracing import TraceContext
 
 from . import limit_figures
+from .budgets import (
+    PAUSED_BY_BUDGET,
+    REFUSED_BY_BUDGET,
+    BudgetExhausted,
+    refusing_budget_steps,
+)
 from .rows import (
     DEFAULT_PRIORITY,
     MAX_ACK_BATCH,
@@ -67,7 +73,7 @@ from .sql import (
     on_pool,
     run_steps,
 )
-from .usage import usage_json
+from .usage import BUDGET_SPEND, LEDGER_WRITTEN, usage_json
 
 # A release that leaves the assignment as it was (None hands it to the pool).
 KEEP_ASSIGNEE = object()
@@ -112,6 +118,8 @@ SELECT {TODO_COLUMNS},
 #    switchboard_fair_tag): claims take the least first.
 # 4. history, then the ring, unless the todo is delayed: the sweep rings when
 #    it becomes due (ring_due_delayed).
+# A reject_new budget in force over the todo's scope (CONTRACT §18) inserts
+# nothing (a probe of budgets_in_force_idx); ``_create`` then names it.
 CREATE_SQL = f"""
 WITH queue_row AS (
     INSERT INTO queues (endpoint_id, name)
@@ -138,6 +146,7 @@ WITH queue_row AS (
            %(trace_context)s::jsonb
       FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
+       AND NOT {REFUSED_BY_BUDGET.format(queue="%(queue)s", group="%(group)s::text")}
 {CREATED}"""
 
 LIVE_DUPLICATE_SQL = f"""
@@ -399,6 +408,11 @@ def _create(
         row = yield Statement("create_todo", LIVE_DUPLICATE_SQL, params, "one")
         if row is not None:
             return _duplicate(scope, Todo.from_row(row))
+        refusing = yield from refusing_budget_steps(
+            endpoint_id, item["queue"], item["group"]
+        )
+        if refusing is not None:
+            raise BudgetExhausted(refusing)
         exists = yield Statement("create_todo", ENDPOINT_EXISTS_SQL, params, "one")
         if exists is None:
             raise NotFound("no such endpoint")
@@ -447,6 +461,7 @@ WITH item AS (
      CROSS JOIN (SELECT clock_timestamp() AS at) clock
      CROSS JOIN LATERAL (
          SELECT clock.at + (i.ord - 1) * interval '1 microsecond' AS created) at
+     WHERE NOT {REFUSED_BY_BUDGET.format(queue="i.queue", group="i.group_key")}
      ORDER BY i.ord
 {CREATED}"""
 
@@ -552,7 +567,7 @@ def create_many_steps(
                 # The winner turned terminal meanwhile (or the endpoint is
                 # gone): the single create's loop settles it.
                 results[index] = yield from _create(endpoint_id, scope, item, actor)
-        except (Conflict, NotFound) as exc:
+        except (Conflict, NotFound, BudgetExhausted) as exc:
             results[index] = exc
     settled: list[Created | Exception] = _settled(results)
     for index, sent in sends.items():
@@ -610,10 +625,16 @@ CLAIM_STEPS = """
 # 1. pending_queue: when the call names no queues, the endpoint's queues that
 #    have pending rows, found by skipping through todos_pending_claim_idx one
 #    queue at a time (one index descent per queue, however long its backlog).
+#    budget_paused: the endpoint's pause budgets in force (at their limit,
+#    CONTRACT §18), read once through budgets_in_force_idx, which holds only
+#    budgets in force: without one, a probe of an empty index. A claim whose
+#    statement starts after the commit that reached a limit sees it.
 # 2. lane: each queue that is not paused, times the pool ('' = assigned to
 #    nobody) and the worker's own assignments, with the queue's admission
-#    settings. todos_pending_claim_idx leads with exactly (endpoint_id, queue,
-#    assignee or ''), then priority and available_at.
+#    settings; a queue under a budget in force (its own, its endpoint's) has
+#    no lane, and a group under one is ``blocked``. todos_pending_claim_idx
+#    leads with exactly (endpoint_id, queue, assignee or ''), then priority
+#    and available_at.
 # 3. due: first the due redeliveries (a lapsed lease below the cap, an elapsed
 #    retry window), oldest first, through the small lease and retry-window
 #    indexes (the sweeps move them within seconds, so they are few).
@@ -691,6 +712,11 @@ WITH RECURSIVE pending_queue (name) AS (
              LIMIT 1)
       FROM pending_queue p
      WHERE p.name IS NOT NULL
+), budget_paused (queue, group_key) AS (
+    SELECT b.queue, b.group_key FROM budgets b
+     WHERE b.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+       AND b.in_force_until IS NOT NULL AND b.in_force_until > now()
+       AND b.action = 'pause'
 ), lane (queue, assignee_key, group_limit, fair, aging, rated) AS (
     SELECT q.name, k.assignee_key, p.group_concurrency, coalesce(p.fair, FALSE),
            p.priority_aging_seconds, p.rate_limit IS NOT NULL
@@ -704,6 +730,9 @@ WITH RECURSIVE pending_queue (name) AS (
       LEFT JOIN queues p
         ON p.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND p.name = q.name
      WHERE p.paused_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM budget_paused s
+                        WHERE s.group_key IS NULL
+                          AND (s.queue IS NULL OR s.queue = q.name))
 ), blocked (queue, group_key) AS (
     SELECT busy.queue, busy.group_key
       FROM (SELECT t.queue, t.group_key, count(*) AS n FROM todos t
@@ -722,6 +751,8 @@ WITH RECURSIVE pending_queue (name) AS (
      WHERE g.endpoint_id = (SELECT %(endpoint_id)s::uuid)
        AND (g.paused OR g.concurrency = 0)
        AND g.queue IN (SELECT l.queue FROM lane l)
+    UNION ALL
+    SELECT s.queue, s.group_key FROM budget_paused s WHERE s.group_key IS NOT NULL
 ), opened (queue, group_key) AS (
     SELECT g.queue, g.group_key FROM queue_groups g
      WHERE g.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND g.concurrency > 0
@@ -742,6 +773,9 @@ WITH RECURSIVE pending_queue (name) AS (
             OR t.queue = ANY((SELECT %(queues)s::text[])::text[]))
        AND (t.assignee IS NULL OR t.assignee = (SELECT %(worker)s::text))
        AND p.paused_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM budget_paused s
+                        WHERE (s.queue IS NULL OR s.queue = t.queue)
+                          AND (s.group_key IS NULL OR s.group_key = t.group_key))
        AND (t.group_key IS NULL OR t.state = 'claimed'
             OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
                                           p.group_concurrency))
@@ -997,6 +1031,7 @@ WITH candidate AS (
            SELECT 1 FROM queues p
             WHERE p.endpoint_id = t.endpoint_id AND p.name = t.queue
               AND p.paused_at IS NOT NULL)
+       AND NOT {PAUSED_BY_BUDGET.format(t="t")}
        FOR UPDATE SKIP LOCKED
 ), admitted AS (
     SELECT c.id, NULL::jsonb AS admission FROM candidate c
@@ -1305,11 +1340,13 @@ class Ack:
 # - usage (CONTRACT §18), on any of them: the delivery's running total; its
 #   fields replace the delivery's last ones on the row (attempt_usage), the
 #   todo's sum moves by the difference (usage), the history row records it,
-#   and ``ledger`` upserts the delivery's one row in usage_ledger. All in this
-#   statement: a report counts exactly when its acknowledgement does, and a
-#   repeated request that moves nothing writes nothing. Without usage the
-#   two functions are not called at all: PostgreSQL cannot inline them, so
-#   each call plans its body again (half of a plain acknowledgement's time).
+#   and ``ledger`` upserts the delivery's one row in usage_ledger, which
+#   ``spend`` counts against the budgets it falls under (usage.BUDGET_SPEND).
+#   All in this statement: a report counts exactly when its acknowledgement
+#   does, and a repeated request that moves nothing writes nothing. Without
+#   usage the two functions are not called at all: PostgreSQL cannot inline
+#   them, so each call plans its body again (half of a plain
+#   acknowledgement's time).
 # - under a cancel request (CONTRACT §14), fail and release end the todo
 #   canceled instead (claimed → done, ``result`` = {"canceled": request});
 #   complete stores the worker's result as usual: the work was finished.
@@ -1462,8 +1499,12 @@ WITH action AS (
        SET input_tokens = EXCLUDED.input_tokens,
            output_tokens = EXCLUDED.output_tokens,
            cost_usd = EXCLUDED.cost_usd, model = EXCLUDED.model,
-           reported_at = EXCLUDED.reported_at
-)
+           reported_at = EXCLUDED.reported_at,
+           prev_cost_usd = l.cost_usd,
+           prev_tokens = l.input_tokens + l.output_tokens,
+           prev_reported_at = l.reported_at
+    RETURNING {LEDGER_WRITTEN}
+){BUDGET_SPEND}
 SELECT {TODO_COLUMNS}, ord,
        CASE WHEN state = 'pending' THEN pg_notify('switchboard_todo_ready',
                json_build_object('id', id, 'endpoint_id', endpoint_id,

@@ -118,21 +118,53 @@ def _report(row: Any) -> UsageReport:
     return UsageReport(*values)
 
 
+# What a statement that writes ledger rows (a CTE named ``ledger``) returns
+# of each, for BUDGET_SPEND: its scope, its figures, and its figures and time
+# before this write (prev_*: NULL for a new row).
+LEDGER_WRITTEN = (
+    "endpoint_id, queue, group_key, cost_usd, input_tokens + output_tokens AS tokens,"
+    " prev_cost_usd, prev_tokens, prev_reported_at"
+)
+
+# Count the rows ``ledger`` wrote against their budgets (CONTRACT §18), in
+# the same statement, so a report counts exactly when its row is written:
+# switchboard_budget_spend locks each budget the rows fall under, adds the
+# difference each row made, and returns the events of the limits reached,
+# which go into budget_events (a data-modifying step always runs). No row
+# written (an acknowledgement without usage), no call.
+BUDGET_SPEND = """, spend AS (
+    INSERT INTO budget_events (budget_id, endpoint_id, event, actor, detail)
+    SELECT s.budget_id, s.endpoint_id, s.event, s.actor, s.detail
+      FROM (SELECT array_agg(endpoint_id) AS endpoints, array_agg(queue) AS queues,
+                   array_agg(group_key) AS groups, array_agg(cost_usd) AS usd,
+                   array_agg(tokens) AS tokens, array_agg(prev_cost_usd) AS prev_usd,
+                   array_agg(prev_tokens) AS prev_tokens,
+                   array_agg(prev_reported_at) AS prev_at
+              FROM ledger HAVING count(*) > 0) w
+     CROSS JOIN LATERAL switchboard_budget_spend(
+           w.endpoints, w.queues, w.groups, w.usd, w.tokens, w.prev_usd,
+           w.prev_tokens, w.prev_at) s
+)"""
+
 # A report outside a todo: one row, unless its idempotency key already made
 # one (NULL keys never conflict): then nothing is written and the first
-# report is read back.
+# report is read back. The row counts against its budgets (BUDGET_SPEND).
 REPORT_USAGE_SQL = f"""
-INSERT INTO usage_ledger (endpoint_id, queue, group_key, input_tokens,
-                          output_tokens, cost_usd, model, idempotency_key,
-                          reported_at)
-SELECT e.id, %(queue)s, %(group)s, coalesce((r->>'input_tokens')::bigint, 0),
-       coalesce((r->>'output_tokens')::bigint, 0),
-       coalesce((r->>'cost_usd')::numeric, 0), coalesce(r->>'model', ''),
-       %(idempotency_key)s, now()
-  FROM endpoints e, (SELECT %(usage)s::jsonb AS r) report
- WHERE e.id = %(endpoint_id)s
-ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-RETURNING {REPORT_COLUMNS}
+WITH ledger AS (
+    INSERT INTO usage_ledger (endpoint_id, queue, group_key, input_tokens,
+                              output_tokens, cost_usd, model, idempotency_key,
+                              reported_at)
+    SELECT e.id, %(queue)s, %(group)s, coalesce((r->>'input_tokens')::bigint, 0),
+           coalesce((r->>'output_tokens')::bigint, 0),
+           coalesce((r->>'cost_usd')::numeric, 0), coalesce(r->>'model', ''),
+           %(idempotency_key)s, now()
+      FROM endpoints e, (SELECT %(usage)s::jsonb AS r) report
+     WHERE e.id = %(endpoint_id)s
+    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
+    RETURNING {REPORT_COLUMNS}, endpoint_id, input_tokens + output_tokens AS tokens,
+              prev_cost_usd, prev_tokens, prev_reported_at
+){BUDGET_SPEND}
+SELECT {REPORT_COLUMNS} FROM ledger
 """
 
 REPORTED_SQL = f"""
