@@ -305,7 +305,6 @@ def budget_figures() -> list[BudgetFigure]:
 
 
 def at_limit(budget: Budget) -> bool:
-    """Whether the budget's scope spent its limit (dollars or tokens)."""
-    return (budget.limit_usd is not None and budget.spent_usd >= budget.limit_usd) or (
-        budget.limit_tokens is not None and budget.spent_tokens >= budget.limit_tokens
-    )
+    """Whether the budget's scope spent its limit (dollars or tokens, plus
+    what the owner raised it by for this window), resumed or not."""
+    return budget.exhausted_at is not None

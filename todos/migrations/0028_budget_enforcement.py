@@ -183,7 +183,7 @@ DROP FUNCTION switchboard_budget_window(text, text, timestamptz);
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0026_webhook_route_admission'),
+        ('todos', '0027_usage_totals'),
     ]
 
     operations = [
