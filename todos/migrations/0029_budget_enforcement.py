@@ -183,7 +183,7 @@ DROP FUNCTION switchboard_budget_window(text, text, timestamptz);
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0027_usage_totals'),
+        ('todos', '0028_admission_passes'),
     ]
 
     operations = [
