@@ -165,3 +165,29 @@ def test_a_failure_inside_the_server_is_a_server_error_sent_once(
     assert raised.value.status == 500
     assert raised.value.error == "internal_error"
     assert retry.tries == [1]
+
+
+def test_a_create_a_budget_refuses_is_budget_exhausted_a_rate_limit(client, endpoint):
+    """A reject_new budget at its limit: the 429 budget_exhausted arrives as
+    BudgetExhausted (a RateLimited), naming the budget, with Retry-After."""
+    from switchboard_client import BudgetExhausted, RateLimited
+
+    from todos import store
+
+    scope = store.Scope.for_endpoint(endpoint)
+    budget = store.create_budget(
+        scope,
+        scope="queue",
+        queue="q",
+        window="day",
+        limit_usd=1,
+        action="reject_new",
+    )
+    store.report_usage(scope, queue="q", usage={"cost_usd": 1})
+    with pytest.raises(BudgetExhausted) as raised:
+        client.create("q")
+    assert isinstance(raised.value, RateLimited)
+    assert raised.value.status == 429 and raised.value.error == "budget_exhausted"
+    assert budget.id in raised.value.detail
+    assert 0 < raised.value.retry_after <= 86400
+    assert client.create("other").created

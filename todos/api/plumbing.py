@@ -11,9 +11,7 @@ error body, the body reader and strict JSON are ``todos.web.http``'s.
 import functools
 import inspect
 import logging
-import math
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from django.core.exceptions import RequestDataTooBig
@@ -86,9 +84,7 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         return ApiError(403, "forbidden", exc.detail)
     if isinstance(exc, store.BudgetExhausted):
         # Refused until the budget's window ends (or its owner raises it).
-        left = exc.budget.window_end - datetime.now(UTC)
-        retry_after = max(1, math.ceil(left.total_seconds()))
-        return ApiError(429, "budget_exhausted", exc.detail, retry_after)
+        return ApiError(429, "budget_exhausted", exc.detail, exc.retry_after)
     if isinstance(exc, store.Unavailable):
         # What happened: the database is down, or a statement timed out (a
         # todo another request held, or a slow statement).

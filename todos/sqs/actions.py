@@ -725,6 +725,8 @@ def _create_failure(exc: Exception) -> Exception:
         )
     if isinstance(exc, store.Conflict):
         return invalid(f"MessageDeduplicationId: {exc.detail}")
+    if isinstance(exc, store.BudgetExhausted):
+        return SqsError("BudgetExhausted", exc.detail)
     return exc
 
 
@@ -748,7 +750,7 @@ async def send_message(request: SqsRequest, caller: Caller, body: Body) -> Body:
         todo, _ = await store.acreate_todo(
             queue.scope, **outgoing.create_args(queue), actor=_actor(caller)
         )
-    except store.Conflict as exc:
+    except (store.Conflict, store.BudgetExhausted) as exc:
         raise _create_failure(exc) from None
     return outgoing.sent(todo)
 

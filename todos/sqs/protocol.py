@@ -64,6 +64,9 @@ ERRORS = {
     "InvalidClientTokenId": (403, "InvalidClientTokenId"),
     "SignatureDoesNotMatch": (403, "SignatureDoesNotMatch"),
     "InvalidAddress": (404, "InvalidAddress"),
+    # A reject_new budget at its limit (CONTRACT §18): a throttle the caller
+    # must not retry at once; the message names the budget.
+    "BudgetExhausted": (429, "BudgetExhausted"),
     "ServiceUnavailable": (503, "ServiceUnavailable"),
     "InternalFailure": (500, "InternalFailure"),
 }
@@ -122,6 +125,8 @@ def error_for(exc: BaseException) -> SqsError | None:
         return exc
     if isinstance(exc, store.QueueNotGranted):
         return SqsError("AccessDenied", exc.detail)
+    if isinstance(exc, store.BudgetExhausted):
+        return SqsError("BudgetExhausted", exc.detail)
     if isinstance(exc, store.Unavailable):
         # What happened: the database is down, or a statement timed out.
         return SqsError("ServiceUnavailable", exc.detail)

@@ -24,6 +24,7 @@ the counting statement computes them in PostgreSQL
 """
 
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -82,6 +83,12 @@ class BudgetExhausted(StoreError):
         )
         self.detail = str(self)
         self.budget = budget
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds until the budget's window ends (at least 1)."""
+        left = self.budget.window_end - datetime.now(UTC)
+        return max(1, math.ceil(left.total_seconds()))
 
 
 def window_bounds(

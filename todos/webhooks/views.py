@@ -5,7 +5,12 @@ unknown slug 404, oversized body 413, a secret the server's keys cannot read
 503, missing, wrong or stale signature 401, unusable delivery 400. Only then
 does the delivery fan out (``deliveries.ingest``), all targets in one
 transaction, answered 202 with each target's outcome (409 for a replay of a
-timestamped delivery already received).
+timestamped delivery already received). A target whose scope a reject_new
+budget at its limit refuses (CONTRACT §18) refuses the whole delivery: 429
+``budget_exhausted`` with Retry-After, nothing applied and nothing
+remembered, so the sender's redelivery is taken once the window ends or the
+owner raises the budget (a paused budget's queue takes deliveries as a paused
+queue does: they wait in it).
 """
 
 import logging
@@ -89,6 +94,17 @@ def _receive(request, slug):
         outcome = deliveries.ingest(source, delivery, verified)
     except store.Conflict as exc:
         return http.error_response(409, "conflict", exc.detail)
+    except store.BudgetExhausted as exc:
+        logger.warning(
+            "webhook delivery refused: a budget is exhausted; nothing applied",
+            extra={"fields": {"source": slug, "budget": exc.budget.id}},
+        )
+        return http.error_response(
+            429,
+            "budget_exhausted",
+            f"{exc.detail}; nothing was applied, redeliver later",
+            {"Retry-After": str(exc.retry_after)},
+        )
     except signatures.Replayed as exc:
         logger.warning(
             "webhook delivery rejected: a replay",

@@ -7,6 +7,7 @@ from switchboard_client.client import Client
 from switchboard_client.errors import (
     APIError,
     BadRequest,
+    BudgetExhausted,
     Conflict,
     Forbidden,
     LeaseSuperseded,
@@ -43,6 +44,7 @@ __all__ = [
     "Answer",
     "AsyncClient",
     "BadRequest",
+    "BudgetExhausted",
     "Client",
     "Conflict",
     "Context",

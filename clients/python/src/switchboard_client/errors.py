@@ -69,6 +69,13 @@ class RateLimited(APIError):
     retry_after: float | None = None
 
 
+class BudgetExhausted(RateLimited):
+    """429 ``budget_exhausted``: a reject_new spend budget of the todo's
+    endpoint, queue or group is at its limit (``detail`` names it). Creates
+    are refused until its window ends (``retry_after``) or its owner raises
+    it; retrying sooner does not help."""
+
+
 class Unavailable(APIError):
     """503: the server cannot reach its database; try again."""
 
@@ -97,6 +104,8 @@ def error_for(
     kind = _BY_STATUS.get(status, ServerError if status >= 500 else APIError)
     if kind is Conflict and "lease superseded" in str(body.get("detail", "")):
         kind = LeaseSuperseded
+    if kind is RateLimited and body.get("error") == "budget_exhausted":
+        kind = BudgetExhausted
     error = kind(status, body)
     if isinstance(error, RateLimited) and retry_after:
         with contextlib.suppress(ValueError):
