@@ -276,3 +276,126 @@ def test_a_todo_shows_its_attempts_usage(world):
     expected = [(">1<", "900", "$0.12", "m-1"), (">2<", "300", "$0.04", "m2")]
     for row, figures in zip(rows, expected, strict=True):
         assert all(figure in row for figure in figures), row
+
+
+# --- The inbox's budget cards ---------------------------------------------------
+
+
+@pytest.fixture
+def exhausted(world):
+    """alice's queue reviews reached its daily budget of $50: paused."""
+    store.report_usage(world["scope"], queue="reviews", usage={"cost_usd": 9})
+    return world
+
+
+def card_of(html, budget):
+    start = html.index(f'id="budget-card-{budget.id}"')
+    return html[start : html.index("</article>", start)]
+
+
+def test_the_inbox_asks_the_owner_about_a_budget_at_its_limit(exhausted):
+    html = logged_in(exhausted["alice"]).get("/board/inbox/").content.decode()
+
+    card = card_of(html, exhausted["budget"])
+    assert "Daily budget of $50 reached on queue reviews" in card
+    assert "Its work is paused" in card
+    for decision in ("raise", "resume", "keep_paused"):
+        assert f'name="decision" value="{decision}"' in card
+    assert re.search(r'id="inbox-count"[^>]*>.*?</span>1</span>', html)
+
+
+def test_another_owners_budget_card_is_not_shown_or_answered(exhausted):
+    bob = logged_in(exhausted["bob"])
+    budget = exhausted["budget"]
+
+    assert f"budget-card-{budget.id}" not in bob.get("/board/inbox/").content.decode()
+    refused = bob.post(f"/board/budgets/{budget.id}/decision/", {"decision": "resume"})
+    assert refused.status_code == 404
+    assert store.get_budget(exhausted["scope"], budget.id).state == "exhausted"
+
+
+def test_raising_a_budget_from_its_card_lifts_the_pause_and_is_recorded(exhausted):
+    scope, budget = exhausted["scope"], exhausted["budget"]
+    todo, _ = store.create_todo(scope, queue="reviews")
+    assert store.claim_next(scope, "w", queue="reviews") is None
+
+    response = logged_in(exhausted["alice"]).post(
+        f"/board/budgets/{budget.id}/decision/",
+        {"decision": "raise", "amount_usd": "10"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET=f"budget-card-{budget.id}",
+    )
+
+    assert response.status_code == 200
+    assert "Raised by $10.00 for today: its work goes on." in response.content.decode()
+    assert store.get_budget(scope, budget.id).left_usd == 10
+    assert store.claim_next(scope, "w", queue="reviews").id == todo.id
+    [decision] = [
+        e
+        for e in store.budget_history(scope, budget.id)
+        if e.event == "budget.decision"
+    ]
+    assert decision.actor == "operator:alice"
+    assert decision.detail["decision"] == "raise"
+
+
+def test_resuming_from_the_card_lets_claims_take_the_work(exhausted):
+    scope, budget = exhausted["scope"], exhausted["budget"]
+    todo, _ = store.create_todo(scope, queue="reviews")
+
+    response = logged_in(exhausted["alice"]).post(
+        f"/board/budgets/{budget.id}/decision/", {"decision": "resume"}
+    )
+
+    assert response.status_code == 302
+    assert store.get_budget(scope, budget.id).state == "resumed"
+    assert store.claim_next(scope, "w", queue="reviews").id == todo.id
+    page = logged_in(exhausted["alice"]).get(f"/board/budgets/{budget.id}/")
+    assert "resumed</strong>" in page.content.decode()
+
+
+def test_keeping_a_budget_paused_is_recorded_and_keeps_its_card(exhausted):
+    client = logged_in(exhausted["alice"])
+    budget = exhausted["budget"]
+
+    response = client.post(
+        f"/board/budgets/{budget.id}/decision/",
+        {"decision": "keep_paused"},
+        follow=True,
+    )
+
+    assert "Kept paused until the window ends." in response.content.decode()
+    assert f"budget-card-{budget.id}" in response.content.decode()
+    history = store.budget_history(exhausted["scope"], budget.id)
+    assert history[0].detail["decision"] == "keep_paused"
+
+
+def test_a_raise_without_an_amount_is_refused_in_the_card(exhausted):
+    budget = exhausted["budget"]
+
+    response = logged_in(exhausted["alice"]).post(
+        f"/board/budgets/{budget.id}/decision/",
+        {"decision": "raise", "amount_usd": ""},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET=f"budget-card-{budget.id}",
+    )
+
+    assert response.status_code == 200
+    assert "Give the amount to raise it by." in response.content.decode()
+    assert store.get_budget(exhausted["scope"], budget.id).state == "exhausted"
+
+
+def test_a_read_only_viewer_cannot_answer_a_budget_card(exhausted):
+    viewer = user("vera", viewer=True)
+    exhausted["mine"].owner = viewer
+    exhausted["mine"].save()
+    client = logged_in(viewer)
+    budget = exhausted["budget"]
+
+    card = card_of(client.get("/board/inbox/").content.decode(), budget)
+
+    assert "Read-only" in card and 'name="decision"' not in card
+    refused = client.post(
+        f"/board/budgets/{budget.id}/decision/", {"decision": "resume"}
+    )
+    assert refused.status_code == 403

@@ -354,6 +354,39 @@ class BoardAccess:
         scope, budget_id = self._budget_scope(budget_id)
         store.delete_budget(scope, budget_id)
 
+    # --- Budget cards (the inbox) -------------------------------------------
+
+    def exhausted_budgets(self):
+        """The budgets in scope at their limit, their action in force."""
+        return store.exhausted_budgets_any_endpoint(endpoint_ids=self.scope_ids)
+
+    @cached_property
+    def budget_card_count(self):
+        return len(self.exhausted_budgets())
+
+    @cached_property
+    def inbox_count(self):
+        """What waits for the user: open questions and budgets at their limit."""
+        return self.open_question_count + self.budget_card_count
+
+    def decide_budget(
+        self, budget_id, decision, *, amount_usd=None, amount_tokens=None
+    ):
+        """Raise, resume or keep paused a budget in scope, as this user."""
+        return store.decide_budget_any_endpoint(
+            budget_id,
+            decision,
+            amount_usd,
+            amount_tokens,
+            endpoint_ids=self.scope_ids,
+            actor=self.actor,
+        )
+
+    def budget_history(self, budget_id, *, limit=20):
+        return store.budget_history_any_endpoint(
+            budget_id, endpoint_ids=self.scope_ids, limit=limit
+        )
+
     def spend(self, range_name, by, **narrow):
         """Spend over a range per endpoint, queue or group (store.spend)."""
         return spend.spend_series(

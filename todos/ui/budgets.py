@@ -5,7 +5,11 @@ spend in its window, what it spent, and the spend over time.
   left, soft threshold and state; the spend charts (per endpoint, queue or
   group, in dollars or tokens, over the last hour or day); the form that
   creates a budget;
-- ``budget_detail``: one budget's edit form; ``budget_delete`` removes it.
+- ``budget_detail``: one budget's figures, history and edit form;
+  ``budget_delete`` removes it;
+- the inbox's budget cards (``budget_cards``): a budget at its limit asks its
+  owner to raise it for the window, resume anyway, or keep it paused;
+  ``budget_decision`` takes the answer, which acts at once and is recorded.
 
 Everything goes through ``request.board`` (the user's scope): a budget of an
 endpoint the user does not own is a 404, like a missing one. A queue's and a
@@ -28,11 +32,24 @@ from todos.store.rows import (
     MAX_USAGE_TOKENS,
 )
 from todos.ui.charts import MEASURES, chart_range, money, spend_chart, tokens
-from todos.ui.core import operator_view
+from todos.ui.core import (
+    COUNTS_CHANGED,
+    _flash,
+    _fragments,
+    _next_url,
+    _notice,
+    operator_view,
+)
 from todos.ui.forms import BoardForm, endpoint_choices
 
 WINDOW_NAMES = {"hour": "Hourly", "day": "Daily", "month": "Monthly"}
 WINDOW_SPANS = {"hour": "this hour", "day": "today", "month": "this month"}
+STATE_LABELS = {
+    "ok": "ok",
+    "soft": "past its soft threshold",
+    "exhausted": "at its limit",
+    "resumed": "resumed past its limit",
+}
 SPEND_BY = {"endpoint": "per endpoint", "queue": "per queue", "group": "per group"}
 
 
@@ -160,6 +177,155 @@ class BudgetForm(BoardForm):
         }
 
 
+class DecisionForm(BoardForm):
+    """The owner's answer to a budget at its limit."""
+
+    decision = forms.ChoiceField(
+        choices=[
+            ("raise", "Raise"),
+            ("resume", "Resume anyway"),
+            ("keep_paused", "Keep paused"),
+        ]
+    )
+    amount_usd = forms.DecimalField(
+        label="By ($)",
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_value=MAX_USAGE_COST_USD,
+        decimal_places=6,
+    )
+    amount_tokens = forms.IntegerField(
+        label="By (tokens)", required=False, min_value=1, max_value=MAX_USAGE_TOKENS
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") != "raise":
+            # The amount matters only to a raise; a typed one is not sent.
+            data["amount_usd"] = data["amount_tokens"] = None
+        elif data.get("amount_usd") is None and data.get("amount_tokens") is None:
+            raise forms.ValidationError("Give the amount to raise it by.")
+        return data
+
+    def amounts(self):
+        usd = self.cleaned_data["amount_usd"]
+        return {
+            "amount_usd": None if usd is None else float(usd),
+            "amount_tokens": self.cleaned_data["amount_tokens"],
+        }
+
+
+def limit_text(budget):
+    """A budget's limit as a sentence says it: $50, 2 000 000 tokens."""
+    parts = []
+    if budget.limit_usd is not None:
+        parts.append(_dollars(budget.limit_usd))
+    if budget.limit_tokens is not None:
+        parts.append(f"{tokens(budget.limit_tokens)} tokens")
+    return " and ".join(parts)
+
+
+def _dollars(value):
+    """$50 for whole dollars, else with cents."""
+    return f"${int(value)}" if value == int(value) else money(value)
+
+
+def scope_text(budget, endpoint):
+    """What a budget covers, as a sentence names it."""
+    if budget.scope == "endpoint":
+        return f"endpoint {endpoint.name if endpoint else budget.endpoint_id}"
+    if budget.scope == "queue":
+        return f"queue {budget.queue}"
+    return f"group {budget.group} of queue {budget.queue}"
+
+
+def card_context(request, budget, endpoint, form=None, decided=None):
+    """What a budget card shows: the budget, its sentence, its answer form."""
+    return {
+        "budget": budget,
+        "endpoint": endpoint,
+        "row": budget_row(budget, endpoint),
+        "headline": (
+            f"{WINDOW_NAMES[budget.window]} budget of {limit_text(budget)} "
+            f"reached on {scope_text(budget, endpoint)}"
+        ),
+        "form": (form or DecisionForm()) if request.board.can_act else None,
+        "decided": decided,
+    }
+
+
+def budget_cards(request, endpoints):
+    """The inbox's cards: a budget at its limit each, the longest first."""
+    return [
+        card_context(request, budget, endpoints.get(budget.endpoint_id))
+        for budget in request.board.exhausted_budgets()
+    ]
+
+
+DECIDED = {
+    "raise": "Raised by {amount} for {span}: its work goes on.",
+    "resume": "Resumed for {span}: its work goes on past the limit.",
+    "keep_paused": "Kept paused until the window ends.",
+}
+
+
+def _decided_text(decision, amounts, budget):
+    parts = []
+    if amounts["amount_usd"] is not None:
+        parts.append(money(amounts["amount_usd"]))
+    if amounts["amount_tokens"] is not None:
+        parts.append(f"{tokens(amounts['amount_tokens'])} tokens")
+    text = DECIDED[decision].format(
+        amount=" and ".join(parts), span=WINDOW_SPANS[budget.window]
+    )
+    if decision == "keep_paused" and budget.action == "reject_new":
+        text = "New todos stay refused until the window ends."
+    return text
+
+
+@require_POST
+@operator_view
+def budget_decision(request, budget_id):
+    """Answer a budget card: raise for this window, resume, or keep paused."""
+    budget = request.board.budget(budget_id)
+    if budget is None:
+        return _not_found(request)
+    endpoint = request.board.endpoint(budget.endpoint_id)
+    form = DecisionForm(request.POST)
+    notices, status, decided = [], 200, None
+    if form.is_valid():
+        decision = form.cleaned_data["decision"]
+        try:
+            budget = request.board.decide_budget(budget.id, decision, **form.amounts())
+        except store.InvalidBudget as exc:
+            form.add_error(None, str(exc).split(": ", 1)[-1])
+            status = 400
+        except store.NotFound:
+            return _not_found(request)
+        else:
+            decided = _decided_text(decision, form.amounts(), budget)
+            notices.append(_notice("success", decided))
+            form = None
+    else:
+        status = 400
+    if not request.htmx:
+        if status == 400:
+            messages.error(request, _form_errors(form))
+        _flash(request, notices)
+        return redirect(_next_url(request, reverse("board:inbox")))
+    part = (
+        "board/inbox.html#budget-card",
+        card_context(request, budget, endpoint, form, decided),
+    )
+    events = (COUNTS_CHANGED,) if status == 200 else ()
+    return _fragments(request, [part], notices, events)
+
+
+def _form_errors(form):
+    errors = [error for errors in form.errors.values() for error in errors]
+    return "Not decided: " + " ".join(errors)
+
+
 def budget_state(budget):
     """ok, soft (past the soft threshold), exhausted (at its limit)."""
     shares = []
@@ -181,6 +347,7 @@ def budget_row(budget, endpoint):
         "budget": budget,
         "endpoint": endpoint,
         "state": budget_state(budget),
+        "state_label": STATE_LABELS[budget_state(budget)],
         "window_name": WINDOW_NAMES[budget.window],
         "window_span": WINDOW_SPANS[budget.window],
         "limit_usd": None if budget.limit_usd is None else money(budget.limit_usd),
@@ -313,6 +480,7 @@ def budget_detail(request, budget_id):
     context = {
         "row": budget_row(budget, endpoint),
         "form": form,
+        "history": request.board.budget_history(budget.id),
         "title": _title(budget),
         "nav": "budgets",
     }

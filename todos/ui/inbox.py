@@ -1,6 +1,8 @@
 """The Board's inbox of agents' questions, and the signed answer-link page.
 
-``/board/inbox/`` lists the open questions of the user's scope (CONTRACT §13),
+``/board/inbox/`` shows a card for each budget of the user's scope at its
+limit (CONTRACT §18, ``todos.ui.budgets``: raise it, resume, keep paused),
+then lists the open questions of the user's scope (CONTRACT §13),
 oldest first or nearest deadline first, each as a card with the question in
 the agent's words and its answer form (``todos.ui.answers``); the latest
 answers stay below with who gave them and when. The same card is the
@@ -20,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from todos import store
 from todos.ui.answers import AnswerForm
+from todos.ui.budgets import budget_cards
 from todos.ui.core import (
     COUNTS_CHANGED,
     _flash,
@@ -78,6 +81,7 @@ def inbox(request):
     endpoints = {str(e.id): e for e in request.board.endpoints()}
     questions = request.board.open_questions(order=order, limit=INBOX_SIZE)
     context = {
+        "budget_cards": budget_cards(request, endpoints),
         "cards": [
             card_context(request, todo, endpoint=endpoints.get(todo.endpoint_id))
             for todo in questions
@@ -99,7 +103,10 @@ def inbox(request):
         "checked_at": timezone.now(),
     }
     return _page(
-        request, "board/inbox.html", context, fragments=("questions", "answered")
+        request,
+        "board/inbox.html",
+        context,
+        fragments=("budget-cards", "questions", "answered"),
     )
 
 

@@ -58,6 +58,11 @@ urlpatterns = [
     path("budgets/", budgets.budget_list, name="budgets"),
     path("budgets/<uuid:budget_id>/", budgets.budget_detail, name="budget"),
     path(
+        "budgets/<uuid:budget_id>/decision/",
+        budgets.budget_decision,
+        name="budget_decision",
+    ),
+    path(
         "budgets/<uuid:budget_id>/delete/",
         budgets.budget_delete,
         name="budget_delete",
