@@ -20,6 +20,7 @@ from tests.ui.test_browser import (  # noqa: F401
     page,
     pytestmark,
 )
+from tests.ui.test_browser_layout import box
 from todos import store
 
 SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
@@ -107,4 +108,59 @@ def test_a_budget_is_created_and_edited_from_the_board(
 
     edited = store.get_budget(spending["scope"], created[0].id)
     assert (edited.limit_usd, edited.soft_percent) == (7.5, 60)
+    assert fits(page)
+
+
+@pytest.fixture
+def exhausted(spending):
+    """The queue reviews reached its daily budget of $50: its work paused."""
+    scope = spending["scope"]
+    store.report_usage(scope, queue="reviews", usage={"cost_usd": 9.5})
+    with pytest.raises(store.NotFound):
+        store.claim_next(scope, "w", queue="reviews")
+    return spending
+
+
+@pytest.mark.parametrize(
+    "size, decision",
+    [
+        pytest.param(LAPTOP, "raise", id="laptop-raise"),
+        pytest.param(PHONE, "resume", id="phone-resume"),
+    ],
+)
+def test_the_owner_answers_the_budget_card_and_the_work_resumes(
+    page,  # noqa: F811
+    exhausted,
+    size,
+    decision,
+):
+    page.set_viewport_size(size)
+    log_in(page, "/board/inbox/")
+    budget = exhausted["budget"]
+    card = page.locator(f"#budget-card-{budget.id}")
+    assert "Daily budget of $50 reached on queue reviews" in card.inner_text()
+    assert page.locator("#inbox-count").inner_text().strip().endswith("1")
+    assert fits(page)
+    for control in card.locator("input:visible, button").all():
+        c_left, _, c_right, _ = box(control)
+        left, _, right, _ = box(card)
+        assert left <= c_left and c_right <= right
+    shoot(page, f"inbox-budget-{size['width']}.png")
+
+    if decision == "raise":
+        card.get_by_label("By ($)").fill("20")
+        card.get_by_role("button", name="Raise for today").click()
+        page.locator("#notices").get_by_text("Raised by $20.00 for today").wait_for()
+    else:
+        card.get_by_role("button", name="Resume anyway").click()
+        page.locator("#notices").get_by_text("Resumed for today").wait_for()
+
+    # The queue's work is claimed again (the demo has more pending reviews).
+    claimed = store.claim_next(exhausted["scope"], "w", queue="reviews")
+    assert claimed.queue == "reviews"
+    page.goto(f"/board/budgets/{budget.id}/")
+    history = page.locator(".budget-history").inner_text()
+    said = "raised for the window" if decision == "raise" else "resumed anyway"
+    assert said in history and "operator:operator" in history
+    assert "limit reached" in history
     assert fits(page)

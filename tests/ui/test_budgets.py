@@ -317,7 +317,8 @@ def test_another_owners_budget_card_is_not_shown_or_answered(exhausted):
 def test_raising_a_budget_from_its_card_lifts_the_pause_and_is_recorded(exhausted):
     scope, budget = exhausted["scope"], exhausted["budget"]
     todo, _ = store.create_todo(scope, queue="reviews")
-    assert store.claim_next(scope, "w", queue="reviews") is None
+    with pytest.raises(store.NotFound):
+        store.claim_next(scope, "w", queue="reviews")
 
     response = logged_in(exhausted["alice"]).post(
         f"/board/budgets/{budget.id}/decision/",
@@ -351,7 +352,7 @@ def test_resuming_from_the_card_lets_claims_take_the_work(exhausted):
     assert store.get_budget(scope, budget.id).state == "resumed"
     assert store.claim_next(scope, "w", queue="reviews").id == todo.id
     page = logged_in(exhausted["alice"]).get(f"/board/budgets/{budget.id}/")
-    assert "resumed</strong>" in page.content.decode()
+    assert "resumed anyway</strong>" in page.content.decode()
 
 
 def test_keeping_a_budget_paused_is_recorded_and_keeps_its_card(exhausted):

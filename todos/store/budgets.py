@@ -217,12 +217,6 @@ def _budget(row: Any, now: datetime | None = None) -> Budget:
     return Budget(*values)
 
 
-def _with_spend(rows: list[Any]) -> list[Budget]:
-    """Budgets from rows of BUDGET_COLUMNS, each as of one clock reading."""
-    now = datetime.now(UTC)
-    return [_budget(row, now) for row in rows]
-
-
 # What each budget's scope spent in its window, summed from the ledger: the
 # rows of the endpoint (of the queue, of the group) last reported inside the
 # window. A new budget (or one whose scope or window changed) starts from it.

@@ -1,8 +1,5 @@
 """Spend as the Board and ``/metrics`` read it (CONTRACT §18).
 
-- ``budgets_any_endpoint``: the budgets of a Board user's endpoints, each with
-  what its scope spent in the current window (the operator twin of
-  ``budgets.list_budgets``, read the same way);
 - ``spend_series``: dollars and tokens per bucket over the last hour or day,
   per endpoint, queue or group, from ``usage_ledger`` (a row counts in the
   bucket of its last report, as it counts in a budget's window);
@@ -18,36 +15,10 @@ from typing import Any
 
 from django.db import transaction
 
-from .budgets import BUDGET_COLUMNS, Budget, _with_spend
+from .budgets import list_budgets_any_endpoint
 from .operator import _board_scope
-from .sql import _run, _uuid
+from .sql import _run
 from .stats import RANGES
-
-BUDGETS_SQL = f"""
-SELECT {BUDGET_COLUMNS} FROM budgets b
- WHERE {{scope}} {{one}}
- ORDER BY b.endpoint_id, b.scope, b.queue NULLS FIRST, b.group_key NULLS FIRST,
-          b.created_at, b.id
-"""
-
-
-def budgets_any_endpoint(
-    *, endpoint_ids: Iterable[object] | None = None, budget_id: object = None
-) -> list[Budget]:
-    """Return the budgets of these endpoints (None: every one) with their
-    spend, by endpoint and scope; ``budget_id`` narrows to that one (a
-    malformed id finds none)."""
-    scope, scope_params = _board_scope(endpoint_ids)
-    params: dict[str, object] = {**scope_params}
-    one = ""
-    if budget_id is not None:
-        canonical = _uuid(budget_id)
-        if canonical is None:
-            return []
-        one, params = "AND b.id = %(id)s", {**params, "id": canonical}
-    sql = BUDGETS_SQL.format(scope=scope, one=one)
-    return _with_spend(_run("budgets_any_endpoint", sql, params))
-
 
 # --- Spend over time ------------------------------------------------------------
 
@@ -293,18 +264,14 @@ def budget_figures() -> list[BudgetFigure]:
     """Count every endpoint's budgets, and those at their limit, per queue
     (an endpoint budget under the queue "")."""
     counts: dict[tuple[str, str], list[int]] = {}
-    for budget in budgets_any_endpoint():
+    for budget in list_budgets_any_endpoint():
         key = (budget.endpoint_id, budget.queue or "")
         figure = counts.setdefault(key, [0, 0])
         figure[0] += 1
-        figure[1] += at_limit(budget)
+        # At its limit (dollars or tokens, plus what the owner raised it by
+        # for this window), resumed or not.
+        figure[1] += budget.exhausted_at is not None
     return [
         BudgetFigure(endpoint_id, queue, total, full)
         for (endpoint_id, queue), (total, full) in sorted(counts.items())
     ]
-
-
-def at_limit(budget: Budget) -> bool:
-    """Whether the budget's scope spent its limit (dollars or tokens, plus
-    what the owner raised it by for this window), resumed or not."""
-    return budget.exhausted_at is not None

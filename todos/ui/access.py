@@ -328,14 +328,12 @@ class BoardAccess:
 
     def budgets(self):
         """The budgets in scope, each with its window's spend."""
-        return spend.budgets_any_endpoint(endpoint_ids=self.scope_ids)
+        return store.list_budgets_any_endpoint(endpoint_ids=self.scope_ids)
 
     def budget(self, budget_id):
         """One budget in scope, or None (foreign, missing or malformed)."""
-        found = spend.budgets_any_endpoint(
-            endpoint_ids=self.scope_ids, budget_id=budget_id
-        )
-        return found[0] if found else None
+        wanted = str(budget_id)
+        return next((b for b in self.budgets() if b.id == wanted), None)
 
     def _budget_scope(self, budget_id):
         budget = self.budget(budget_id)

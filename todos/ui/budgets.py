@@ -321,24 +321,45 @@ def budget_decision(request, budget_id):
     return _fragments(request, [part], notices, events)
 
 
+EVENT_LABELS = {
+    "budget.soft_limit": "soft threshold reached",
+    "budget.exhausted": "limit reached",
+    "budget.resumed": "work resumed",
+}
+DECISION_LABELS = {
+    "raise": "raised for the window",
+    "resume": "resumed anyway",
+    "keep_paused": "kept paused",
+}
+
+
+def history_row(event):
+    """A budget event as its history lists it: what, who, by how much."""
+    detail = event.detail or {}
+    if event.event == "budget.decision":
+        label = DECISION_LABELS.get(detail.get("decision"), "decided")
+    else:
+        label = EVENT_LABELS.get(event.event, event.event)
+    amounts = []
+    if detail.get("amount_usd") is not None:
+        amounts.append(money(detail["amount_usd"]))
+    if detail.get("amount_tokens") is not None:
+        amounts.append(f"{tokens(detail['amount_tokens'])} tokens")
+    return {"event": event, "label": label, "amount": " and ".join(amounts)}
+
+
 def _form_errors(form):
     errors = [error for errors in form.errors.values() for error in errors]
     return "Not decided: " + " ".join(errors)
 
 
-def budget_state(budget):
-    """ok, soft (past the soft threshold), exhausted (at its limit)."""
-    shares = []
-    if budget.limit_usd:
-        shares.append(budget.spent_usd / budget.limit_usd)
-    if budget.limit_tokens:
-        shares.append(Decimal(budget.spent_tokens) / budget.limit_tokens)
-    share = max(shares, default=Decimal(0))
-    if share >= 1:
-        return "exhausted"
-    if share * 100 >= budget.soft_percent:
-        return "soft"
-    return "ok"
+# A budget's state (store.Budget.state) as the Board's badges name it.
+STATES = {
+    "ok": "ok",
+    "soft_limit": "soft",
+    "exhausted": "exhausted",
+    "resumed": "resumed",
+}
 
 
 def budget_row(budget, endpoint):
@@ -346,8 +367,8 @@ def budget_row(budget, endpoint):
     return {
         "budget": budget,
         "endpoint": endpoint,
-        "state": budget_state(budget),
-        "state_label": STATE_LABELS[budget_state(budget)],
+        "state": STATES[budget.state],
+        "state_label": STATE_LABELS[STATES[budget.state]],
         "window_name": WINDOW_NAMES[budget.window],
         "window_span": WINDOW_SPANS[budget.window],
         "limit_usd": None if budget.limit_usd is None else money(budget.limit_usd),
@@ -480,7 +501,9 @@ def budget_detail(request, budget_id):
     context = {
         "row": budget_row(budget, endpoint),
         "form": form,
-        "history": request.board.budget_history(budget.id),
+        "history": [
+            history_row(event) for event in request.board.budget_history(budget.id)
+        ],
         "title": _title(budget),
         "nav": "budgets",
     }
