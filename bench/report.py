@@ -40,10 +40,13 @@ NAMES = (
     "board",
     "worker_runtime",
     "admission_run",
+    "admission_run_ha",
     "admission",
     "schedule_lateness",
     "tracing",
 )
+# Result files a script writes beside its own: the name, and the run that does.
+ALSO_WRITTEN = {"admission_run_ha": "admission_run.py --ha"}
 MARKER = re.compile(
     r"(<!-- bench:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)",
     re.DOTALL,
@@ -358,11 +361,21 @@ def worker_runtime(data):
     )
 
 
-def admission_run(data):
-    results = data["results"]
-    params = data["parameters"]
-    rows = [
-        ["store calls", results["operations"]],
+def admission_run_rows(results):
+    """The figures of an admission run, plain or across a failover."""
+    served = []
+    if results.get("app_servers"):
+        served = [
+            ["app servers", results["app_servers"]],
+            [
+                "workers through them / on the store",
+                f"{results['workers_served']} / {results['workers_on_store']}",
+            ],
+            ["HTTP requests", results["http_requests"]],
+        ]
+    return [
+        ["store and API calls", results["operations"]],
+        *served,
         ["claim calls", results["claim_calls"]],
         ["todos claimed", results["todos_claimed"]],
         ["leases lapsed and reaped", results["reaped"]],
@@ -374,9 +387,28 @@ def admission_run(data):
         ["errors", results["errors"]],
         ["**violations**", results["violations"]],
     ]
+
+
+def admission_run(data):
+    results = data["results"]
+    params = data["parameters"]
     return (
         f"{params['processes']} worker processes, a reaper and a settings changer, "
         f"{params['groups']} groups, {results['seconds']:g} s:\n\n"
+        + table(["figure", "value"], admission_run_rows(results))
+    )
+
+
+def admission_run_ha(data):
+    results = data["results"]
+    params = data["parameters"]
+    rows = admission_run_rows(results)
+    rows.insert(-2, ["calls retried through the outage", results["outage_retries"]])
+    return (
+        f"{params['processes']} worker processes, a reaper and a settings changer, "
+        f"{params['groups']} groups, {results['seconds']:g} s; the primary "
+        f"({results['primary_killed']}) killed {params['kill_after']:g} s in, a new "
+        f"primary {results['new_primary_after_seconds']:g} s later:\n\n"
         + table(["figure", "value"], rows)
     )
 
@@ -529,6 +561,7 @@ RENDERERS = {
     "board": board,
     "worker_runtime": worker_runtime,
     "admission_run": admission_run,
+    "admission_run_ha": admission_run_ha,
     "admission": admission,
     "schedule_lateness": schedule_lateness,
     "tracing": tracing,
@@ -648,7 +681,8 @@ def main():
     for name in args.names or NAMES:
         data = load(name)
         if data is None:
-            print(f"### {name}\n\n(no result file: run `python bench/{name}.py`)\n")
+            run = ALSO_WRITTEN.get(name, f"{name}.py")
+            print(f"### {name}\n\n(no result file: run `python bench/{run}`)\n")
             continue
         print(f"### {name}{' (quick)' if data.get('quick') else ''}\n")
         print(render(data) + "\n")
