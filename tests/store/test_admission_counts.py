@@ -162,3 +162,29 @@ def test_a_long_poll_held_back_by_a_rate_window_counts_one_rate_limited_wait(
     assert after.get("rate_wait", 0) - before.get("rate_wait", 0) == 1
     assert after["rate_limit"] > before.get("rate_limit", 0)
     assert counted(scope, "idle") == {}
+
+
+def test_a_claim_statement_that_passed_over_nothing_answers_no_row_for_none(scope):
+    """The claim statement (as the benchmarks run it bare) answers only the
+    todos it claimed when admission passed over nothing: no row when none.
+    What it passed over rides on the rows it claimed, or on one row of NULLs
+    when it claimed none."""
+    from django.db import connection
+
+    from todos.store import lifecycle
+
+    def rows():
+        with connection.cursor() as cursor:
+            cursor.execute(lifecycle.CLAIM_SQL, store.bind_claim(scope, "w", limit=5))
+            return cursor.fetchall()
+
+    assert rows() == []
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 1, "per_seconds": 60, "burst": 1}
+    )
+    new(scope)
+    new(scope)
+    (claimed,) = rows()
+    assert claimed[0] is not None and "rate_limit" in claimed[-1]
+    (passed,) = rows()
+    assert passed[0] is None and "rate_limit" in passed[-1]

@@ -670,7 +670,7 @@ CLAIM_STEPS = """
 #    ends it canceled.
 # 7. history (a limited claim's row carries its admission), and the rows in
 #    claim order (redeliveries first), each with what switchboard_admit passed
-#    over (PASSED); when nothing was claimed, one row of NULLs carries it.
+#    over (PASSED).
 # Every value is read through a one-row subquery, (SELECT %(x)s): the planner
 # then cannot see the values, so a custom plan costs exactly what the generic
 # one does, and a prepared claim settles on the generic plan after five runs
@@ -682,10 +682,12 @@ CLAIM_STEPS = """
 # ran out (todos.telemetry.tracing ends that delivery's span: the reaper never saw it).
 LAPSED = "from_state, lapsed_claimed_at, lapsed_at"
 # What switchboard_admit passed over (its rows with no id: a limit's reason and
-# queue, todos.store.limit_figures counts them), as one jsonb array or NULL.
-PASSED = """(SELECT jsonb_agg(a.admission) FILTER (WHERE a.id IS NULL) AS passed
-          FROM admitted a) p
-  LEFT JOIN moved ON TRUE"""
+# queue, todos.store.limit_figures counts them), as one jsonb array on every
+# row claimed, or on one row of NULLs when it claimed none; a claim that passed
+# over nothing answers its rows as ever (none when it claimed none).
+PASSED = """moved
+  FULL JOIN (SELECT jsonb_agg(a.admission) AS passed FROM admitted a
+              WHERE a.id IS NULL HAVING count(*) > 0) p ON TRUE"""
 
 # A grouped row passes the lanes' pre-filter when its group is not blocked
 # (paused, an override of 0, or as many claimed as its limit: ``blocked``,
@@ -936,12 +938,11 @@ aclaim_many = on_pool(claim_many_steps)
 
 
 def _claimed(rows: list[Row]) -> list[Todo]:
-    """The todos a claim statement took (its rows past a row of NULLs, which
-    only says what it passed over, counted here); while tracing is on, a
-    lapsed lease it took ends that delivery's process span, as the reaper
-    would have."""
-    if rows:
-        limit_figures.note_passed(rows[0][-1])
+    """The todos a claim statement took (past a row of NULLs that only says
+    what admission passed over: counted here, as the rows' ``passed``); while
+    tracing is on, a lapsed lease it took ends that delivery's process span,
+    as the reaper would have."""
+    limit_figures.note_passed(rows[0][-1] if rows else None)
     rows = [row for row in rows if row[0] is not None]
     claimed = [Todo.from_row(row) for row in rows]
     if tracing.enabled():
