@@ -24,6 +24,7 @@ from tests.ui.test_browser_layout import box
 from todos import store
 
 SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
+NAMES = {LAPTOP["width"]: "laptop", PHONE["width"]: "phone"}
 
 
 @pytest.fixture
@@ -81,7 +82,7 @@ def test_the_budgets_page_fits_and_shows_spend_and_state(
     assert chart.count() == 1
     assert chart.locator("polyline").count() == 2
     assert fits(page)
-    shoot(page, f"budgets-{size['width']}.png")
+    shoot(page, f"budgets-{NAMES[size['width']]}.png")
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -145,7 +146,7 @@ def test_the_owner_answers_the_budget_card_and_the_work_resumes(
         c_left, _, c_right, _ = box(control)
         left, _, right, _ = box(card)
         assert left <= c_left and c_right <= right
-    shoot(page, f"inbox-budget-{size['width']}.png")
+    shoot(page, f"inbox-budget-{NAMES[size['width']]}.png")
 
     if decision == "raise":
         card.get_by_label("By ($)").fill("20")

@@ -328,7 +328,9 @@ def test_raising_a_budget_from_its_card_lifts_the_pause_and_is_recorded(exhauste
     )
 
     assert response.status_code == 200
-    assert "Raised by $10.00 for today: its work goes on." in response.content.decode()
+    card = card_of(response.content.decode(), budget)
+    assert "Raised by $10.00 for today: its work goes on." in card
+    assert 'name="decision"' not in card  # answered: nothing more to ask
     assert store.get_budget(scope, budget.id).left_usd == 10
     assert store.claim_next(scope, "w", queue="reviews").id == todo.id
     [decision] = [
@@ -366,7 +368,9 @@ def test_keeping_a_budget_paused_is_recorded_and_keeps_its_card(exhausted):
     )
 
     assert "Kept paused until the window ends." in response.content.decode()
-    assert f"budget-card-{budget.id}" in response.content.decode()
+    # Still at its limit: the card goes on asking.
+    card = card_of(response.content.decode(), budget)
+    assert 'name="decision" value="raise"' in card
     history = store.budget_history(exhausted["scope"], budget.id)
     assert history[0].detail["decision"] == "keep_paused"
 
@@ -400,3 +404,39 @@ def test_a_read_only_viewer_cannot_answer_a_budget_card(exhausted):
         f"/board/budgets/{budget.id}/decision/", {"decision": "resume"}
     )
     assert refused.status_code == 403
+
+
+# --- The soft threshold's banner ------------------------------------------------
+
+
+def test_a_budget_past_its_soft_threshold_is_a_banner_on_the_overview_and_queue(
+    world,
+):
+    for queue in ("reviews", "triage"):
+        store.create_todo(world["scope"], queue=queue)
+    client = logged_in(world["alice"])
+    said = "Queue reviews spent 82% of its daily budget of $50 (soft threshold 80%)."
+
+    overview = client.get("/board/").content.decode()
+    queue = client.get(f"/board/queues/{world['mine'].id}/reviews/").content.decode()
+    other = client.get(f"/board/queues/{world['mine'].id}/triage/").content.decode()
+
+    assert said in overview and said in queue
+    assert "budget-banner" not in other
+    assert (
+        "budget-banner" not in logged_in(world["bob"]).get("/board/").content.decode()
+    )
+
+
+def test_a_budget_at_its_limit_is_a_banner_pointing_to_the_inbox(exhausted):
+    store.create_todo(exhausted["scope"], queue="reviews")
+    page = logged_in(exhausted["alice"]).get(
+        f"/board/queues/{exhausted['mine'].id}/reviews/"
+    )
+
+    html = page.content.decode()
+    assert (
+        "The daily budget of $50 is reached on queue reviews: its work is paused "
+        "until you decide in the inbox or the window ends."
+    ) in html
+    assert 'class="notice notice-error budget-banner"' in html

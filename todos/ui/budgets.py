@@ -249,7 +249,11 @@ def card_context(request, budget, endpoint, form=None, decided=None):
             f"{WINDOW_NAMES[budget.window]} budget of {limit_text(budget)} "
             f"reached on {scope_text(budget, endpoint)}"
         ),
-        "form": (form or DecisionForm()) if request.board.can_act else None,
+        "form": (
+            (form or (None if decided else DecisionForm()))
+            if request.board.can_act
+            else None
+        ),
         "decided": decided,
     }
 
@@ -305,7 +309,8 @@ def budget_decision(request, budget_id):
         else:
             decided = _decided_text(decision, form.amounts(), budget)
             notices.append(_notice("success", decided))
-            form = None
+            # Still in force (kept paused): the card goes on asking.
+            form = DecisionForm() if budget.in_force else None
     else:
         status = 400
     if not request.htmx:
@@ -395,6 +400,44 @@ def _percent(budget):
     return min(int(max(shares, default=0)), 100)
 
 
+def budget_banners(request, endpoint_id=None, queue=None):
+    """Banners for the budgets in scope past their soft threshold or at their
+    limit; with ``queue``, only those over that queue of ``endpoint_id``."""
+    endpoints = {}
+    banners = []
+    for budget in request.board.budgets():
+        if budget.state not in ("soft_limit", "exhausted"):
+            continue
+        if queue is not None and not (
+            budget.endpoint_id == str(endpoint_id) and budget.queue in (None, queue)
+        ):
+            continue
+        if budget.endpoint_id not in endpoints:
+            endpoints[budget.endpoint_id] = request.board.endpoint(budget.endpoint_id)
+        where = scope_text(budget, endpoints[budget.endpoint_id])
+        window = WINDOW_NAMES[budget.window].lower()
+        if budget.state == "exhausted":
+            level = "error"
+            stops = (
+                "its work is paused"
+                if budget.action == "pause"
+                else "new todos in it are refused"
+            )
+            text = (
+                f"The {window} budget of {limit_text(budget)} is reached on "
+                f"{where}: {stops} until you decide in the inbox or the window ends."
+            )
+        else:
+            level = "warning"
+            text = (
+                f"{where[0].upper()}{where[1:]} spent {_percent(budget)}% of its "
+                f"{window} budget of {limit_text(budget)} (soft threshold "
+                f"{budget.soft_percent}%)."
+            )
+        banners.append({"level": level, "text": text, "budget": budget})
+    return banners
+
+
 def _not_found(request):
     return render(request, "board/not_found.html", {"what": "budget"}, status=404)
 
@@ -444,6 +487,7 @@ def budget_list(request):
     series = request.board.spend(range_name, by)
     names = _line_names(endpoints, several=len(endpoints) > 1)
     context = {
+        "banners": budget_banners(request),
         "rows": [
             budget_row(budget, endpoints.get(budget.endpoint_id))
             for budget in request.board.budgets()

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from todos.ui.budgets import budget_banners
 from todos.ui.charts import chart_pair, chart_range
 from todos.ui.core import (
     _age,
@@ -100,6 +101,7 @@ def queue_detail(request, endpoint_id, queue):
         "range": range_name,
         "charts": chart_pair(series, queue),
         "list_url": _list_url(endpoint=str(endpoint_id), queue=queue),
+        "budget_banners": budget_banners(request, endpoint_id, queue),
         "nav": "overview",
         "checked_at": timezone.now(),
     }

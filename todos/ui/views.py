@@ -28,6 +28,7 @@ from todos.access import endpoints
 from todos.sqs import messages as sqs_messages
 from todos.store.rows import MAX_PRIORITY, MIN_PRIORITY
 from todos.telemetry import tracing
+from todos.ui.budgets import budget_banners
 from todos.ui.charts import money, overview_charts
 from todos.ui.core import (
     COUNTS_CHANGED,
@@ -122,6 +123,7 @@ def overview(request):
         "checked_at": timezone.now(),
         "todos_url": todos_url,
         "cap": f"{data.cap:,}".replace(",", " "),
+        "budget_banners": budget_banners(request),
         "nav": "overview",
     }
     charts = overview_charts(request, [s["endpoint_id"] for s in sections])
