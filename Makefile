@@ -83,7 +83,7 @@ test-long: system-deps venv db ## Run the minutes-long soaks (marked long) that 
 # flags (sizes, repetitions) by running it alone: python bench/<name>.py --help.
 BENCH_QUICK := $(if $(QUICK),--quick,)
 
-bench: venv db $(BENCH_STAMP) ## Run the eleven benchmarks (about 32 min; QUICK=1 for a smoke run); results in bench/results/latest/.
+bench: venv db $(BENCH_STAMP) ## Run the benchmarks (about 33 min; QUICK=1 for a smoke run); results in bench/results/latest/.
 	$(BIN)/python bench/store_vs_sql.py $(BENCH_QUICK) $(BENCH_ARGS)
 	$(BIN)/python bench/claim_latency.py $(BENCH_QUICK) $(BENCH_ARGS)
 	$(BIN)/python bench/peers.py $(BENCH_QUICK) $(BENCH_ARGS)
@@ -95,6 +95,7 @@ bench: venv db $(BENCH_STAMP) ## Run the eleven benchmarks (about 32 min; QUICK=
 	$(BIN)/python bench/admission.py $(BENCH_QUICK) $(BENCH_ARGS)
 	$(BIN)/python bench/schedule_lateness.py $(BENCH_QUICK) $(BENCH_ARGS)
 	$(BIN)/python bench/tracing.py $(BENCH_QUICK) $(BENCH_ARGS)
+	$(BIN)/python bench/budgets.py $(BENCH_QUICK) $(BENCH_ARGS)
 	$(BIN)/python bench/report.py
 
 bench-peers: venv db $(BENCH_STAMP) ## Only bench/peers.py: every path side by side with pgqueuer and procrastinate.

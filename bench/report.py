@@ -44,6 +44,7 @@ NAMES = (
     "admission",
     "schedule_lateness",
     "tracing",
+    "budgets",
 )
 # Result files a script writes beside its own: the name, and the run that does.
 ALSO_WRITTEN = {"admission_run_ha": "admission_run.py --ha"}
@@ -551,6 +552,32 @@ def schedule_lateness(data):
     )
 
 
+def budgets(data):
+    results = data["results"]
+    params = data["parameters"]
+    rows = [
+        [
+            "claim+complete with usage, budgets that never bind / no budget "
+            "(todos/s)",
+            f"{ratio(results['budget_over_none'])} "
+            f"({results['budget']['rate']:,.0f} / {results['none']['rate']:,.0f})",
+            "≥ 0.9×",
+        ],
+        [
+            "claim+complete with usage / without (todos/s)",
+            f"{ratio(results['none_over_plain'])} "
+            f"({results['none']['rate']:,.0f} / {results['plain']['rate']:,.0f})",
+            "",
+        ],
+    ]
+    return (
+        f"{params['workers']} processes, {params['seconds']:g} s, turns of "
+        f"{params['slice']:g} s, {params['todos']:,} pending todos per mode; "
+        "the budgets: one of the endpoint, one of the queue.\n\n"
+        + table(["figure", "value", "target"], rows)
+    )
+
+
 RENDERERS = {
     "store_vs_sql": store_vs_sql,
     "claim_latency": claim_latency,
@@ -565,6 +592,7 @@ RENDERERS = {
     "admission": admission,
     "schedule_lateness": schedule_lateness,
     "tracing": tracing,
+    "budgets": budgets,
 }
 
 

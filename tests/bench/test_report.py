@@ -25,6 +25,7 @@ SCRIPTS = (
     "admission",
     "schedule_lateness",
     "tracing",
+    "budgets",
 )
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
@@ -40,7 +41,7 @@ def run(*command, timeout=120):
     )
 
 
-def test_bench_holds_the_twelve_scripts_their_helpers_the_floor_and_the_profiler():
+def test_bench_holds_the_thirteen_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
     helpers = {"benchlib", "report", "floor_server", "profile_served", "tracing_bare"}
     assert found == {*SCRIPTS, *helpers}
