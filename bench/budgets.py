@@ -128,8 +128,7 @@ def main():
     benchlib.progress(f"preparing {url}")
     benchlib.prepare_database(url)
     endpoints = {
-        mode: benchlib.ensure_endpoint(url, name=f"budgets-{mode}")[0]
-        for mode in MODES
+        mode: benchlib.ensure_endpoint(url, name=f"budgets-{mode}")[0] for mode in MODES
     }
     benchlib.setup_django(url)
     prepare(url, endpoints, args)

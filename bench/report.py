@@ -557,8 +557,7 @@ def budgets(data):
     params = data["parameters"]
     rows = [
         [
-            "claim+complete with usage, budgets that never bind / no budget "
-            "(todos/s)",
+            "claim+complete with usage, budgets that never bind / no budget (todos/s)",
             f"{ratio(results['budget_over_none'])} "
             f"({results['budget']['rate']:,.0f} / {results['none']['rate']:,.0f})",
             "≥ 0.9×",
