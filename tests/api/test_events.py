@@ -275,3 +275,26 @@ def test_the_stream_ends_cleanly_when_its_database_connection_dies(
     messages = [stream.next_message(timeout=2) for _ in range(3)]
     assert ": the database is unavailable; reconnect shortly" in messages
     assert messages[-1] is None  # and then the stream ended
+
+
+def test_the_stream_tells_a_budgets_limit_and_its_resume(open_stream, endpoint):
+    """budget.soft_limit and budget.exhausted when the report that reaches
+    them commits; budget.resumed and the scope's waiting todos, ready again,
+    when the owner resumes."""
+    scope = store.Scope.for_endpoint(endpoint)
+    budget = store.create_budget(
+        scope, scope="queue", queue="q", window="day", limit_usd=1
+    )
+    waiting, _ = store.create_todo(scope, queue="q")
+    stream = open_stream(endpoint)
+    assert stream.next_message(timeout=1) == ": connected"
+    stream.events_within(0.5)  # the claimable backlog
+    store.report_usage(scope, queue="q", usage={"cost_usd": 1})
+    store.decide_budget(scope, budget.id, "resume")
+    events = stream.events_within(1.0)
+    assert [(event["event"], event["data"]["id"]) for event in events] == [
+        ("budget.soft_limit", budget.id),
+        ("budget.exhausted", budget.id),
+        ("budget.resumed", budget.id),
+        ("todo.ready", waiting.id),
+    ]

@@ -458,12 +458,15 @@ def update_budget(scope: Scope, budget_id: str, /, **changes: Any) -> Budget:
             _restart(current.id, params["window"], params["time_zone"])
         else:
             _count(current.id)
-    return get_budget(scope, current.id)
+        changed = get_budget(scope, current.id)
+        if current.in_force and not changed.in_force:
+            _ring(current.endpoint_id, current.queue, current.group)
+    return changed
 
 
 DELETE_SQL = f"""
 DELETE FROM budgets b WHERE b.id = %(id)s AND {SCOPED}
-RETURNING b.endpoint_id, b.queue
+RETURNING b.endpoint_id, b.queue, b.group_key
 """
 
 
@@ -472,23 +475,33 @@ def delete_budget(scope: Scope, budget_id: str) -> None:
     row = _run("delete_budget", DELETE_SQL, _one(scope, budget_id), fetch="one")
     if row is None:
         raise NotFound("no such budget")
-    _ring(str(row[0]), row[1])
+    _ring(str(row[0]), row[1], row[2])
 
 
-# A budget's scope looks again: one ring per queue (a queue or group budget's
-# queue, or every queue of the endpoint), as a resumed queue rings, so its
-# waiting claims try again. NOTIFY is delivered at commit.
+# A budget's scope looks again: a ring for each of its due pending todos (at
+# most RING_LIMIT; a waiting claim that wakes takes the rest as it goes), as
+# a create rings, so waiting claims and the event streams hear that they are
+# claimable. NOTIFY is delivered at commit.
+RING_LIMIT = 100
 RING_SQL = """
 SELECT pg_notify('switchboard_todo_ready', json_build_object(
-           'id', NULL, 'endpoint_id', q.endpoint_id, 'queue', q.name)::text)
-  FROM queues q
- WHERE q.endpoint_id = %(endpoint_id)s
-   AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
+           'id', t.id, 'endpoint_id', t.endpoint_id, 'queue', t.queue)::text)
+  FROM (SELECT id, endpoint_id, queue FROM todos
+         WHERE endpoint_id = %(endpoint_id)s AND state = 'pending'
+           AND available_at <= now()
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+         LIMIT %(limit)s) t
 """
 
 
-def _ring(endpoint_id: str, queue: str | None) -> None:
-    params = {"endpoint_id": endpoint_id, "queue": queue}
+def _ring(endpoint_id: str, queue: str | None, group: str | None = None) -> None:
+    params = {
+        "endpoint_id": endpoint_id,
+        "queue": queue,
+        "group": group,
+        "limit": RING_LIMIT,
+    }
     _run("budget_ring", RING_SQL, params, fetch=None)
 
 
@@ -640,7 +653,7 @@ def _decide(
         _run("decide_budget", DECISION_EVENT_SQL, record, fetch=None)
         _count(budget_id)
         if decision != "keep_paused":
-            _ring(budget.endpoint_id, budget.queue)
+            _ring(budget.endpoint_id, budget.queue, budget.group)
         row = _run("decide_budget", GET_ANY_SQL, params, fetch="one")
     assert row is not None
     return _budget(row)
