@@ -131,7 +131,8 @@ LEDGER_WRITTEN = (
 # switchboard_budget_spend locks each budget the rows fall under, adds the
 # difference each row made, and returns the events of the limits reached,
 # which go into budget_events (a data-modifying step always runs). No row
-# written (an acknowledgement without usage), no call.
+# written (an acknowledgement without usage), or no budget on the rows'
+# endpoints (a probe of budgets_endpoint_idx), no call.
 BUDGET_SPEND = """, spend AS (
     INSERT INTO budget_events (budget_id, endpoint_id, event, actor, detail)
     SELECT s.budget_id, s.endpoint_id, s.event, s.actor, s.detail
@@ -140,7 +141,10 @@ BUDGET_SPEND = """, spend AS (
                    array_agg(tokens) AS tokens, array_agg(prev_cost_usd) AS prev_usd,
                    array_agg(prev_tokens) AS prev_tokens,
                    array_agg(prev_reported_at) AS prev_at
-              FROM ledger HAVING count(*) > 0) w
+              FROM ledger
+             WHERE EXISTS (SELECT 1 FROM budgets b
+                            WHERE b.endpoint_id = ledger.endpoint_id)
+            HAVING count(*) > 0) w
      CROSS JOIN LATERAL switchboard_budget_spend(
            w.endpoints, w.queues, w.groups, w.usd, w.tokens, w.prev_usd,
            w.prev_tokens, w.prev_at) s
