@@ -13,6 +13,7 @@ import time
 import psycopg
 import pytest
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from todos import store
 from todos.store import admission, admission_check, lifecycle, rows, sweeps
@@ -208,6 +209,62 @@ def test_a_todo_without_admission_is_claimed_exactly_as_before(scope, time_trave
 
 
 # --- Priority -------------------------------------------------------------------
+
+
+def claim_statements(scope, **claim):
+    """The todos a claim took and the claim statements it ran."""
+    with CaptureQueriesContext(connection) as ran:
+        taken = store.claim_many(scope, "w", **claim)
+    return taken, [q["sql"] for q in ran.captured_queries if "UPDATE todos" in q["sql"]]
+
+
+def test_a_scope_without_admission_is_claimed_in_one_plain_statement(scope):
+    """CONTRACT §17: a todo without priority, group or limits is claimed as
+    before: one statement with no admission step (CLAIM_PLAIN_SQL)."""
+    new(scope, queue="a")
+    admission.set_admission(scope, "b", group_concurrency=1)
+    new(scope, queue="b", priority=1)
+    taken, statements = claim_statements(scope, limit=2)
+    assert len(taken) == 2 and len(statements) == 1
+    assert "switchboard_admit" not in statements[0]
+
+
+def test_a_plain_claim_meeting_a_full_group_leaves_it_to_admission(scope):
+    """CONTRACT §17: the plain claim takes nothing when a candidate has a
+    group; the admitting claim passes over the full group, every time."""
+    admission.set_admission(scope, "q", group_concurrency=1)
+    first = new(scope, title="g0", group="g")
+    waiting = new(scope, title="g1", group="g")
+    loose = new(scope, title="loose")
+    assert store.claim_todo(scope, first.id, "w").state == "claimed"
+    lifecycle._ADMITTING.clear()
+    taken, statements = claim_statements(scope, limit=1)
+    assert [todo.id for todo in taken] == [loose.id]
+    assert len(statements) == 2 and "switchboard_admit" in statements[1]
+    # Remembered: the scope's next claim runs the admitting claim alone.
+    assert claim_statements(scope, limit=1) == ([], statements[1:])
+    assert claimed_in(scope, "q", "g") == 1 and waiting.state == "pending"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"fair": True},
+        {"priority_aging_seconds": 60},
+        {"rate_limit": {"count": 1, "per_seconds": 60}},
+    ],
+    ids=["fair", "aging", "rate"],
+)
+def test_a_queue_with_a_control_is_claimed_by_admission_alone(scope, setting):
+    """CONTRACT §17: fair turns, aging and rate limits apply to ungrouped
+    todos too: the plain claim of such a queue claims nothing."""
+    admission.set_admission(scope, "q", **setting)
+    new(scope)
+    new(scope)
+    lifecycle._ADMITTING.clear()
+    taken, statements = claim_statements(scope, limit=2)
+    assert len(statements) == 2 and "switchboard_admit" in statements[1]
+    assert len(taken) == (1 if "rate_limit" in setting else 2)
 
 
 def test_a_claim_takes_the_highest_priority_first_then_the_oldest(scope):

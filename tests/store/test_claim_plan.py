@@ -171,19 +171,17 @@ PARAM_TYPES = {
 }
 
 
-def explain(params, *, generic, analyze):
+def explain(params, *, generic, analyze, sql=lifecycle.CLAIM_SQL):
     """EXPLAIN the claim, with a custom or the generic plan, rolled back after."""
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
     with transaction.atomic(), connection.cursor() as cursor:
         if not generic:
             cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            cursor.execute(f"EXPLAIN ({options}) {lifecycle.CLAIM_SQL}", params)
+            cursor.execute(f"EXPLAIN ({options}) {sql}", params)
         else:
-            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", lifecycle.CLAIM_SQL)))
+            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
             numbered = re.sub(
-                r"%\((\w+)\)s",
-                lambda match: f"${names.index(match[1]) + 1}",
-                lifecycle.CLAIM_SQL,
+                r"%\((\w+)\)s", lambda match: f"${names.index(match[1]) + 1}", sql
             )
             types = ", ".join(PARAM_TYPES[name] for name in names)
             probe = f"claim_probe_{uuid.uuid4().hex[:8]}"
@@ -269,20 +267,32 @@ CASES = {
 }
 
 
+# The claim of a scope that needs admission, and the plain one of a scope that
+# needs none (CLAIM_PLAIN_SQL, which the store runs first).
+STATEMENTS = {"admitting": lifecycle.CLAIM_SQL, "plain": lifecycle.CLAIM_PLAIN_SQL}
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 @pytest.mark.parametrize("case", CASES)
 def test_claim_plan_uses_the_pending_index_and_never_reads_terminal_rows(
-    backlog, db, case, generic
+    backlog, db, case, generic, statement
 ):
     """SPEC: Claim never scans terminal rows (delayed and paused rows beside it)."""
-    plan = explain(CASES[case](backlog), generic=generic, analyze=False)
+    plan = explain(
+        CASES[case](backlog),
+        generic=generic,
+        analyze=False,
+        sql=STATEMENTS[statement],
+    )
     assert_backlog_is_not_scanned(plan)
 
 
+@pytest.mark.parametrize("statement", STATEMENTS)
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 @pytest.mark.parametrize("case", CASES)
 def test_claim_reads_a_bounded_handful_of_rows_whatever_the_backlog(
-    backlog, db, case, generic
+    backlog, db, case, generic, statement
 ):
     """SPEC: Claim never scans terminal rows (measured: rows and pages read).
 
@@ -290,7 +300,7 @@ def test_claim_reads_a_bounded_handful_of_rows_whatever_the_backlog(
     other queue or of endpoint B reads what a claim on an empty table reads.
     """
     params = CASES[case](backlog)
-    plan = explain(params, generic=generic, analyze=True)
+    plan = explain(params, generic=generic, analyze=True, sql=STATEMENTS[statement])
     # A base cost (lanes, redeliveries, index descents) plus, per todo
     # claimed, its row, its new index entries and its history row.
     most_rows = MAX_ROWS_READ + ROWS_PER_TODO * params["limit"]

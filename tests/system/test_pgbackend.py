@@ -55,7 +55,12 @@ def test_the_orm_and_the_store_read_aware_utc_datetimes(scope):
 
 def test_the_claim_and_the_acknowledgement_are_parsed_once(scope):
     """psycopg keeps the parse of the store's longest statements (no re-parse)."""
-    for statement in (lifecycle.CLAIM_SQL, lifecycle.ACK_SQL, lifecycle.ONE_ACK_SQL):
+    for statement in (
+        lifecycle.CLAIM_SQL,
+        lifecycle.CLAIM_PLAIN_SQL,
+        lifecycle.ACK_SQL,
+        lifecycle.ONE_ACK_SQL,
+    ):
         assert 4096 < len(statement.encode()) <= base.PARSED_STATEMENT_BYTES
     for _ in range(3):
         made, _ = store.create_todo(scope, queue="q", title="t")
