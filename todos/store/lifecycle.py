@@ -911,12 +911,15 @@ SELECT {TODO_COLUMNS}, {LAPSED}, p.passed
 # starts every node of a plan on every execution, whichever branches run
 # (measured: 0.25 ms of the database's CPU a claim). It claims only when
 # nothing it met needs admission: every lane's queue without fair turns,
-# priority aging or a rate limit, and every candidate without a group (a
-# group's limit, pause or rate applies only to grouped todos). A grouped
-# candidate that CLAIM_SQL's pre-filter would pass over is met here, so the
-# candidates here are then exactly CLAIM_SQL's. Otherwise it claims nothing
-# (the rows it locked are free again when it ends) and its last column,
-# ``admits``, tells the caller to run CLAIM_SQL. Always one row at least.
+# priority aging or a rate limit, every candidate without a group (a
+# group's limit, pause or rate applies only to grouped todos), and no pause
+# budget of the endpoint in force (CONTRACT §18; a probe of
+# budgets_in_force_idx). A grouped candidate that CLAIM_SQL's pre-filter
+# would pass over is met here, so the candidates here are then exactly
+# CLAIM_SQL's. Otherwise it claims nothing (the rows it locked are free again
+# when it ends) and answers one row of NULLs whose last column, ``admits``,
+# tells the caller to run CLAIM_SQL; else its rows as CLAIM_SQL's, with
+# ``admits`` NULL (none when it claimed none).
 CLAIM_PLAIN_SQL = f"""
 WITH RECURSIVE pending_queue (name) AS (
     (SELECT queue FROM todos
@@ -986,6 +989,10 @@ WITH RECURSIVE pending_queue (name) AS (
 ), verdict (admits) AS (
     SELECT EXISTS (SELECT 1 FROM lane WHERE NOT lane.plain)
         OR EXISTS (SELECT 1 FROM candidate c WHERE NOT c.plain)
+        OR EXISTS (SELECT 1 FROM budgets b
+                    WHERE b.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+                      AND b.in_force_until IS NOT NULL
+                      AND b.in_force_until > now() AND b.action = 'pause')
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = (SELECT %(worker)s::text),
@@ -1014,8 +1021,8 @@ WITH RECURSIVE pending_queue (name) AS (
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
 SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
-  FROM verdict v
-  LEFT JOIN moved ON TRUE
+  FROM moved
+  FULL JOIN (SELECT admits FROM verdict WHERE admits) v ON TRUE
  ORDER BY rank, level, rank_at
 """
 
@@ -1058,7 +1065,7 @@ def claim_many_steps(
     key = (scope.endpoint_id, scope.queues if queue is None else (queue,))
     if _ADMITTING.get(key, 0.0) <= time.monotonic():
         rows = yield Statement("claim", CLAIM_PLAIN_SQL, params)
-        if not rows[0][-1]:
+        if not rows or not rows[0][-1]:
             return _claimed([row[:-1] for row in rows])
         if len(_ADMITTING) >= 10_000:
             _ADMITTING.clear()
