@@ -652,7 +652,8 @@ def run_and_check(args, url, cluster, result, endpoint_id, served):
     endpoint's token), check the events and report; return the exit status."""
     from todos.store import admission_check
 
-    quota = args.operations // args.processes
+    # Each worker's share, rounded up: the run makes at least --operations calls.
+    quota = -(-args.operations // args.processes)
     ports = served[0]
     direct = args.processes if not ports else min(args.direct, args.processes)
     benchlib.progress(
