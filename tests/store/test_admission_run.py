@@ -1,5 +1,6 @@
 """The randomized admission run (bench/admission_run.py), short: real worker
-processes, a running reaper and limits moving, then the checker.
+processes through two served app servers (and one on the store), a running
+reaper and limits moving, then the checker.
 
 Marked long (about a minute): make test-long and CI run it, make test does not.
 """
@@ -16,10 +17,11 @@ pytestmark = [pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_randomized_run_of_real_processes_never_exceeds_a_limit(tmp_path):
-    """CONTRACT §17 Exactness: processes claiming (single and batch),
-    completing, failing, releasing, asking, cancelling, leases lapsing under a
-    running reaper, limits lowered and raised: the checker finds no group over
-    its limit and no rate window over its bucket (the run exits 0 only then)."""
+    """CONTRACT §17 Exactness: processes claiming (single, batch and by id)
+    over two app servers' JSON API and on the store, completing, failing,
+    releasing, asking, cancelling, leases lapsing under a running reaper,
+    limits lowered and raised: the checker finds no group over its limit and
+    no rate window over its bucket (the run exits 0 only then)."""
     url = database_url().rsplit("/", 1)[0] + "/switchboard_admission_run"
     done = subprocess.run(
         [
@@ -38,4 +40,6 @@ def test_a_randomized_run_of_real_processes_never_exceeds_a_limit(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"\bviolations\s+0\n", done.stdout), done.stdout[-3000:]
+    assert re.search(r"\bapp_servers\s+2\n", done.stdout), done.stdout[-3000:]
+    assert re.search(r"\berrors\s+0\n", done.stdout), done.stdout[-3000:]
     assert (tmp_path / "admission_run.json").exists()
