@@ -689,6 +689,27 @@ class UsageTotal(models.Model):
         return f"{self.endpoint_id}:{self.queue}"
 
 
+class UsageMinute(models.Model):
+    """What agents reported spending per (endpoint, queue, group, minute), as
+    the sweep loop folds the ledger: the Board's spend charts. A row's group
+    is "" when its reports named none."""
+
+    pk = models.CompositePrimaryKey("endpoint_id", "queue", "group", "minute")
+    endpoint_id = models.UUIDField()
+    queue = models.TextField()
+    group = models.TextField(db_column="group_key", db_default="")
+    minute = models.DateTimeField()
+    cost_usd = models.DecimalField(max_digits=24, decimal_places=6, db_default=0)
+    tokens = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "usage_minutes"
+        indexes = [models.Index(fields=["minute"], name="usage_minutes_minute_idx")]
+
+    def __str__(self):
+        return f"{self.endpoint_id}:{self.queue}@{self.minute:%H:%M}"
+
+
 class UsageFolded(models.Model):
     """A ledger row's figures as last folded into ``usage_totals``: a row a
     later report changed adds only its difference."""

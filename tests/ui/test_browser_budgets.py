@@ -22,6 +22,7 @@ from tests.ui.test_browser import (  # noqa: F401
 )
 from tests.ui.test_browser_layout import box
 from todos import store
+from todos.store import spend
 
 SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
 NAMES = {LAPTOP["width"]: "laptop", PHONE["width"]: "phone"}
@@ -52,6 +53,7 @@ def spending(demo):  # noqa: F811
             queue=queue,
             usage={"cost_usd": cost, "input_tokens": tokens, "model": "m"},
         )
+    spend.roll_up_usage()
     return {"endpoint": endpoint, "scope": scope, "budget": budget}
 
 

@@ -10,6 +10,7 @@ from django.test import Client
 
 from tests.ui.test_owners import endpoint_of, user
 from todos import store
+from todos.store import spend
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 
@@ -217,6 +218,7 @@ def test_an_agent_written_queue_name_renders_as_text(world):
 
 
 def test_the_spend_chart_draws_a_line_per_queue_with_its_total(world):
+    spend.roll_up_usage()
     html = logged_in(world["alice"]).get("/board/budgets/?by=queue").content.decode()
 
     legend = re.findall(
@@ -232,6 +234,7 @@ def test_the_spend_chart_counts_tokens_per_endpoint_in_scope(world):
     store.report_usage(
         store.Scope.for_endpoint(world["theirs"]), queue="x", usage={"input_tokens": 7}
     )
+    spend.roll_up_usage()
 
     html = (
         logged_in(world["alice"])

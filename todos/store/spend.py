@@ -1,10 +1,11 @@
 """Spend as the Board and ``/metrics`` read it (CONTRACT §18).
 
+- ``roll_up_usage`` (the sweep loop's pass): fold what the ledger gained since
+  the last fold into per-queue totals and per-minute spend;
 - ``spend_series``: dollars and tokens per bucket over the last hour or day,
-  per endpoint, queue or group, from ``usage_ledger`` (a row counts in the
-  bucket of its last report, as it counts in a budget's window);
-- ``spend_figures``: the ledger's totals per endpoint and queue (the
-  metrics' counters).
+  per endpoint, queue or group, from those minutes (a report's spend counts
+  in the minute it was reported: what a running total gained, when it did);
+- ``spend_figures``: the totals per endpoint and queue (the metrics' counters).
 """
 
 from collections.abc import Iterable
@@ -24,27 +25,25 @@ from .stats import RANGES
 
 SPEND_BY = {
     # what a line is: the columns that name it
-    "endpoint": ("l.endpoint_id", "NULL::text", "NULL::text"),
-    "queue": ("l.endpoint_id", "l.queue", "NULL::text"),
-    "group": ("l.endpoint_id", "l.queue", "l.group_key"),
+    "endpoint": ("m.endpoint_id", "NULL::text", "NULL::text"),
+    "queue": ("m.endpoint_id", "m.queue", "NULL::text"),
+    "group": ("m.endpoint_id", "m.queue", "nullif(m.group_key, '')"),
 }
 
 # The range's start from PostgreSQL's clock (as the transitions' charts), then
-# the ledger rows last reported since then, summed per line and bucket
-# (usage_ledger_scope_idx). The clock row is LEFT JOINed, so an empty range
-# still answers its start.
+# the minutes the sweep loop folded since then, summed per line and bucket.
+# The clock row is LEFT JOINed, so an empty range still answers its start.
 SPEND_SQL = """
 WITH clock AS (
     SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / %(step)s) * %(step)s)
            - %(span)s + make_interval(secs => %(step)s) AS start
 ), spent AS (
     SELECT {endpoint} AS endpoint_id, {queue} AS queue, {group} AS group_key,
-           floor(EXTRACT(EPOCH FROM l.reported_at - clock.start)
+           floor(EXTRACT(EPOCH FROM m.minute - clock.start)
                  / %(step)s)::int AS bucket,
-           sum(l.cost_usd) AS cost_usd,
-           sum(l.input_tokens + l.output_tokens) AS tokens
-      FROM usage_ledger l, clock
-     WHERE l.reported_at >= clock.start AND {scope} {narrow}
+           sum(m.cost_usd) AS cost_usd, sum(m.tokens) AS tokens
+      FROM usage_minutes m, clock
+     WHERE m.minute >= clock.start AND {scope} {narrow}
      GROUP BY 1, 2, 3, 4
 )
 SELECT clock.start, s.endpoint_id, s.queue, s.group_key, s.bucket, s.cost_usd,
@@ -114,10 +113,10 @@ def spend_series(
     params: dict[str, object] = {**scope_params, "step": step, "span": span}
     narrow = ""
     if endpoint_id is not None:
-        narrow += " AND l.endpoint_id = %(endpoint_id)s"
+        narrow += " AND m.endpoint_id = %(endpoint_id)s"
         params["endpoint_id"] = str(endpoint_id)
     if queue is not None:
-        narrow += " AND l.queue = %(queue)s"
+        narrow += " AND m.queue = %(queue)s"
         params["queue"] = queue
     endpoint, queue_column, group = SPEND_BY[by]
     sql = SPEND_SQL.format(
@@ -161,23 +160,24 @@ def spend_series(
 FOLD_MARGIN = timedelta(minutes=2)
 
 # One sweeper at a time: a second one skips the fold instead of waiting.
+FOLD_STATE_INIT_SQL = """
+INSERT INTO usage_rollup_state (id, folded_at) VALUES (1, NULL)
+ON CONFLICT (id) DO NOTHING
+"""
 FOLD_LOCK_SQL = """
-WITH init AS (
-    INSERT INTO usage_rollup_state (id, folded_at) VALUES (1, NULL)
-    ON CONFLICT (id) DO NOTHING
-)
 SELECT folded_at, statement_timestamp() FROM usage_rollup_state
  WHERE id = 1 FOR UPDATE SKIP LOCKED
 """
 
 # The ledger rows reported since the last fold (less the margin; the BRIN
 # index finds them) whose figures differ from what was folded of them: their
-# difference goes into the totals, their figures into usage_folded. Folding a
+# difference goes into the totals and into the minute of the report (the
+# charts), their figures into usage_folded. Folding a
 # row twice adds nothing, so the margin never counts a report twice.
 FOLD_SQL = """
 WITH changed AS (
-    SELECT l.id, l.endpoint_id, l.queue, l.cost_usd, l.input_tokens,
-           l.output_tokens,
+    SELECT l.id, l.endpoint_id, l.queue, l.group_key, l.reported_at, l.cost_usd,
+           l.input_tokens, l.output_tokens,
            l.cost_usd - coalesce(f.cost_usd, 0) AS cost_added,
            l.input_tokens - coalesce(f.input_tokens, 0) AS input_added,
            l.output_tokens - coalesce(f.output_tokens, 0) AS output_added
@@ -193,6 +193,17 @@ WITH changed AS (
     ON CONFLICT (id) DO UPDATE
        SET cost_usd = EXCLUDED.cost_usd, input_tokens = EXCLUDED.input_tokens,
            output_tokens = EXCLUDED.output_tokens
+), minutes AS (
+    INSERT INTO usage_minutes AS m (endpoint_id, queue, group_key, minute,
+                                    cost_usd, tokens)
+    SELECT endpoint_id, queue, coalesce(group_key, ''),
+           date_trunc('minute', reported_at), sum(cost_added),
+           sum(input_added + output_added)
+      FROM changed
+     GROUP BY 1, 2, 3, 4
+    ON CONFLICT (endpoint_id, queue, group_key, minute) DO UPDATE
+       SET cost_usd = m.cost_usd + EXCLUDED.cost_usd,
+           tokens = m.tokens + EXCLUDED.tokens
 )
 INSERT INTO usage_totals AS t (endpoint_id, queue, cost_usd, input_tokens,
                                output_tokens)
@@ -207,11 +218,17 @@ ON CONFLICT (endpoint_id, queue) DO UPDATE
 
 SET_FOLDED_SQL = "UPDATE usage_rollup_state SET folded_at = %(at)s WHERE id = 1"
 
+# The charts show a day at most.
+KEEP_MINUTES = timedelta(days=2)
+PRUNE_SQL = "DELETE FROM usage_minutes WHERE minute < %(keep_from)s"
+
 
 def roll_up_usage() -> bool:
-    """Fold the ledger rows reported since the last fold into the totals
-    (the sweep loop's pass); False when another sweeper is folding."""
+    """Fold the ledger rows reported since the last fold into the totals and
+    the charts' minutes, and drop minutes past two days (the sweep loop's
+    pass); False when another sweeper is folding."""
     with transaction.atomic():
+        _run("roll_up_usage", FOLD_STATE_INIT_SQL, {}, fetch=None)
         row = _run("roll_up_usage", FOLD_LOCK_SQL, {}, fetch="one")
         if row is None:
             return False
@@ -219,6 +236,7 @@ def roll_up_usage() -> bool:
         since = folded_at - FOLD_MARGIN if folded_at is not None else None
         _run("roll_up_usage", FOLD_SQL, {"since": since}, None)
         _run("roll_up_usage", SET_FOLDED_SQL, {"at": now}, None)
+        _run("roll_up_usage", PRUNE_SQL, {"keep_from": now - KEEP_MINUTES}, None)
     return True
 
 

@@ -307,7 +307,8 @@ def _spend_svg(series, lines, measure, label, frame, variant):
     drawn = "".join(
         f'<polyline class="series spend-line spend-{slot}" fill="none" points="'
         + " ".join(
-            f"{x},{frame.y(float(value), top):.1f}"
+            # A running total reported lower than before gives back: drawn at 0.
+            f"{x},{frame.y(max(float(value), 0), top):.1f}"
             for x, value in zip(xs, points, strict=True)
         )
         + '"/>'
