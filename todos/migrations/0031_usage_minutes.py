@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("todos", "0029_budget_enforcement"),
+        ("todos", "0030_budget_window_kept"),
     ]
 
     operations = [
