@@ -10,6 +10,7 @@ memory, so one test sees both sides of the trace.
 import asyncio
 import subprocess
 import sys
+import time
 
 import pytest
 from opentelemetry import context as otel_context
@@ -67,6 +68,18 @@ def serve(asgi_server, endpoint):
     yield start
     for run in running:
         run.stop()
+
+
+def finished(exporter, name, timeout=5.0):
+    """The finished spans named ``name``, once there is one: the server ends a
+    delivery's span after its complete's statement, so a reader that saw the
+    todo done may be a moment ahead of it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [s for s in exporter.get_finished_spans() if s.name == name]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
 
 
 def hex_ids(span):
@@ -152,9 +165,7 @@ def test_a_handlers_spans_nest_under_its_deliverys_process_span(
     assert client.wait(todo, timeout=10).outcome == "done"
 
     [llm] = [s for s in agent.exporter.get_finished_spans() if s.name == "llm call"]
-    [process] = [
-        s for s in server_spans.get_finished_spans() if s.name == "process reviews"
-    ]
+    [process] = finished(server_spans, "process reviews")
     [send] = [s for s in server_spans.get_finished_spans() if s.name == "send reviews"]
     caller_trace, caller_span = hex_ids(caller)
     assert hex_ids(send)[0] == caller_trace
