@@ -132,6 +132,22 @@ def test_a_batch_action_reports_usage(scope):
     assert result.usage["cost_usd"] == 0.75
 
 
+def test_a_batch_with_one_report_among_plain_actions_records_it(scope):
+    """A batch runs the ledger's step when any of its actions carries usage."""
+    todos = [claimed(scope) for _ in range(3)]
+    plain, reported, also_plain = store.acknowledge_many(
+        scope,
+        [
+            store.Ack("complete", todos[0].id, "w1"),
+            store.Ack("complete", todos[1].id, "w1", usage={"cost_usd": 0.5}),
+            store.Ack("fail", todos[2].id, "w1", error="x"),
+        ],
+    )
+    assert plain.usage is None and also_plain.usage is None
+    assert reported.usage["cost_usd"] == 0.5
+    assert [row.todo_id for row in ledger(scope)] == [todos[1].id]
+
+
 @pytest.mark.parametrize(
     ("usage", "named"),
     [
