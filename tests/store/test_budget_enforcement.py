@@ -324,3 +324,18 @@ def test_the_databases_window_is_the_one_a_read_shows(db, window, zone, at):
             [window, zone, at],
         )
         assert cursor.fetchone() == window_bounds(window, zone, at)
+
+
+def test_a_waiting_claim_is_due_when_its_pause_reaches_the_windows_end(scope):
+    paused = budget(scope, limit_usd=1)
+    work(scope, cost_usd=1)
+    store.create_todo(scope, queue="q")
+    assert store.next_due(scope, 1) is None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE budgets SET window_end = now() + interval '20 seconds',"
+            " in_force_until = now() + interval '20 seconds' WHERE id = %s",
+            [paused.id],
+        )
+    assert 15 < store.next_due(scope, 60) <= 20
+    assert store.next_due(store.Scope(scope.endpoint_id, ("other",)), 60) is None

@@ -1266,7 +1266,8 @@ def _claim_one(
 # the endpoint's live rows), and per queue of the scope the claim index's pool
 # lane, level by level, whose first entry past now is its minimum; and when
 # an empty rate bucket of the scope holds a whole token again (a rate window
-# opens: admission, CONTRACT §17).
+# opens: admission, CONTRACT §17); and when a pause budget of the scope in
+# force reaches its window's end (CONTRACT §18: its pause lifts by itself).
 NEXT_DUE_SQL = """
 SELECT extract(epoch FROM least(
     (SELECT min(t.lease_expires_at) FROM todos t
@@ -1318,7 +1319,15 @@ SELECT extract(epoch FROM least(
         AND (%(queues)s::text[] IS NULL OR b.queue = ANY(%(queues)s::text[]))
         AND q.paused_at IS NULL AND s.setting IS NOT NULL AND b.tokens < 1
         AND refill.at > statement_timestamp()
-        AND refill.at <= statement_timestamp() + make_interval(secs => %(within)s))
+        AND refill.at <= statement_timestamp() + make_interval(secs => %(within)s)),
+    (SELECT min(b.in_force_until) FROM budgets b
+      WHERE b.endpoint_id = %(endpoint_id)s AND b.in_force_until IS NOT NULL
+        AND b.in_force_until > statement_timestamp()
+        AND b.in_force_until <= statement_timestamp()
+                                + make_interval(secs => %(within)s)
+        AND b.action = 'pause'
+        AND (%(queues)s::text[] IS NULL OR b.queue IS NULL
+             OR b.queue = ANY(%(queues)s::text[])))
 ) - statement_timestamp())::float8
 """
 
