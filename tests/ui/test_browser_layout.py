@@ -48,6 +48,7 @@ def test_every_navigation_link_is_in_sight(page, demo, size):  # noqa: F811
         "Todos",
         "Dead",
         "Schedules",
+        "Budgets",
         "Endpoints",
         "Webhooks",
     ]
