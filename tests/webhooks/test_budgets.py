@@ -4,6 +4,7 @@ sender's redelivery is taken once the budget allows it."""
 
 from tests.webhooks.test_webhooks import deliver, source, todos_of  # noqa: F401
 from todos import store
+from todos.models import WebhookDelivery
 
 
 def test_a_delivery_into_an_exhausted_reject_new_scope_is_429_and_redeliverable(
@@ -28,8 +29,11 @@ def test_a_delivery_into_an_exhausted_reject_new_scope_is_429_and_redeliverable(
     assert refused.json()["error"] == "budget_exhausted"
     assert budget.id in refused.json()["detail"]
     assert int(refused["Retry-After"]) > 0
-    # Nothing applied: not even the other endpoint's target.
+    # Nothing applied: not even the other endpoint's target. The log says so.
     assert todos_of(endpoint) == [] and todos_of(other_endpoint) == []
+    logged = WebhookDelivery.objects.order_by("-id").first()
+    assert logged.status == "refused"
+    assert logged.outcome[0]["queue"] == "github"
 
     store.decide_budget(scope, budget.id, "raise", amount_usd=5)
     again = deliver(client)

@@ -324,6 +324,9 @@ def ingest(source, delivery, verified=None):
     timestamped delivery's signature is remembered in the same transaction,
     so a replay of it raises ``Replayed`` in any process, and nothing of it is
     applied; a delivery that fails is not remembered, so it can be redelivered.
+    A target a reject_new budget at its limit refuses (``store.BudgetExhausted``,
+    raised) refuses the whole delivery: nothing is applied, and the log says
+    which target refused it (status ``refused``).
     """
     if verified is not None and verified.replay_key:
         forget_stale_signatures(source)
@@ -334,6 +337,45 @@ def ingest(source, delivery, verified=None):
         # same order and wait on each other instead of deadlocking.
         .order_by("endpoint_id", "queue")
     )
+    try:
+        outcome = _apply(source, delivery, verified, routes)
+    except Refused as refused:
+        target = Target(
+            str(refused.route.endpoint_id),
+            refused.route.queue,
+            None,
+            False,
+            "budget exhausted: nothing applied, redeliver",
+        )
+        _log(source, delivery, Outcome("refused", [target]))
+        raise refused.exhausted from None
+    logger.info(
+        "webhook delivery accepted",
+        extra={
+            "fields": {
+                "source": source.slug,
+                "delivery": delivery.delivery_id,
+                "event": delivery.event,
+                "status": outcome.status,
+                "targets": len(outcome.targets),
+            }
+        },
+    )
+    return outcome
+
+
+class Refused(Exception):
+    """A route's create a budget refused (CONTRACT §18): the delivery rolls back."""
+
+    def __init__(self, route, exhausted):
+        super().__init__(exhausted.detail)
+        self.route = route
+        self.exhausted = exhausted
+
+
+def _apply(source, delivery, verified, routes):
+    """The delivery's transaction: remember its signature, create each
+    route's todo, log the outcome."""
     with transaction.atomic():
         if verified is not None and verified.replay_key:
             _remember(source, verified)
@@ -355,21 +397,12 @@ def ingest(source, delivery, verified=None):
                         )
                     )
                     continue
-                targets.append(_deliver(source, route, delivery))
+                try:
+                    targets.append(_deliver(source, route, delivery))
+                except store.BudgetExhausted as exc:
+                    raise Refused(route, exc) from exc
             outcome = Outcome(_status(targets), targets)
         _log(source, delivery, outcome)
-    logger.info(
-        "webhook delivery accepted",
-        extra={
-            "fields": {
-                "source": source.slug,
-                "delivery": delivery.delivery_id,
-                "event": delivery.event,
-                "status": outcome.status,
-                "targets": len(outcome.targets),
-            }
-        },
-    )
     return outcome
 
 
