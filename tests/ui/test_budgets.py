@@ -179,7 +179,7 @@ def test_an_owner_edits_and_deletes_a_budget(world):
     client = logged_in(world["alice"])
     url = f"/board/budgets/{world['budget'].id}/"
     page = client.get(url).content.decode()
-    assert 'name="limit_usd" value="50.000000"' in page
+    assert 'name="limit_usd" value="50"' in page
 
     saved = client.post(url, form(world["mine"], limit_usd="100", soft_percent="90"))
     budget = store.get_budget(world["scope"], world["budget"].id)
@@ -335,6 +335,8 @@ def test_raising_a_budget_from_its_card_lifts_the_pause_and_is_recorded(exhauste
     assert "Raised by $10.00 for today: its work goes on." in card
     assert 'name="decision"' not in card  # answered: nothing more to ask
     assert store.get_budget(scope, budget.id).left_usd == 10
+    page = logged_in(exhausted["alice"]).get("/board/budgets/").content.decode()
+    assert "raised by $10.00 for this window" in page
     assert store.claim_next(scope, "w", queue="reviews").id == todo.id
     [decision] = [
         e

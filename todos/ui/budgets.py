@@ -170,7 +170,7 @@ class BudgetForm(BoardForm):
             "group": budget.group or "",
             "window": budget.window,
             "time_zone": budget.time_zone,
-            "limit_usd": budget.limit_usd,
+            "limit_usd": _plain(budget.limit_usd),
             "limit_tokens": budget.limit_tokens,
             "soft_percent": budget.soft_percent,
             "action": budget.action,
@@ -367,6 +367,14 @@ STATES = {
 }
 
 
+def _plain(value):
+    """A Decimal without its trailing zeros (50, 12.5), for a form's field."""
+    if value is None:
+        return None
+    text = f"{value:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def budget_row(budget, endpoint):
     """What the list shows of a budget: its fields, spend and state."""
     return {
@@ -380,6 +388,8 @@ def budget_row(budget, endpoint):
         "spent_usd": money(budget.spent_usd),
         "left_usd": None if budget.left_usd is None else money(budget.left_usd),
         "limit_tokens": _tokens(budget.limit_tokens),
+        "raised_usd": money(budget.raised_usd) if budget.raised_usd else None,
+        "raised_tokens": _tokens(budget.raised_tokens or None),
         "spent_tokens": tokens(budget.spent_tokens),
         "left_tokens": _tokens(budget.left_tokens),
         "percent": _percent(budget),

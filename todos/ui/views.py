@@ -29,7 +29,7 @@ from todos.sqs import messages as sqs_messages
 from todos.store.rows import MAX_PRIORITY, MIN_PRIORITY
 from todos.telemetry import tracing
 from todos.ui.budgets import budget_banners
-from todos.ui.charts import money, overview_charts
+from todos.ui.charts import money, overview_charts, tokens
 from todos.ui.core import (
     COUNTS_CHANGED,
     ROWS_CHANGED,
@@ -296,7 +296,15 @@ def _usage_rows(request, todo):
     if not todo.usage:
         return []
     reports = request.board.todo_usage(todo)
-    return [{"report": report, "cost": money(report.cost_usd)} for report in reports]
+    return [
+        {
+            "report": report,
+            "cost": money(report.cost_usd),
+            "input": tokens(report.input_tokens),
+            "output": tokens(report.output_tokens),
+        }
+        for report in reports
+    ]
 
 
 def _trace_context(todo):
