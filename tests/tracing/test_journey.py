@@ -184,8 +184,10 @@ def test_a_webhook_todo_asked_answered_and_redelivered_makes_two_linked_traces(
     assert second_process.context.trace_id != send.context.trace_id
     assert second_context == (
         f"00-{second_process.context.trace_id:032x}"
-        f"-{second_process.context.span_id:016x}-01"
+        f"-{second_process.context.span_id:016x}"
+        f"-{second_process.context.trace_flags:02x}"
     )
+    assert second_context.endswith("-03")  # sampled, and a random trace id
     [link] = second_process.links
     assert link.context.trace_id == first_process.context.trace_id
     assert link.context.span_id == first_process.context.span_id

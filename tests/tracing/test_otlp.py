@@ -97,8 +97,8 @@ def test_a_todo_retried_and_completed_reaches_an_otlp_receiver_over_http(
     assert completed.kind == Span.SPAN_KIND_CONSUMER
     assert completed.trace_id.hex() != TRACE and not completed.parent_span_id
     assert second.trace_carrier()["traceparent"] == (
-        f"00-{completed.trace_id.hex()}-{completed.span_id.hex()}-01"
-    )
+        f"00-{completed.trace_id.hex()}-{completed.span_id.hex()}-03"
+    )  # sampled, and a random trace id (the exporter sends no W3C flags)
     [link] = completed.links
     assert (link.trace_id, link.span_id) == (failed.trace_id, failed.span_id)
     assert attributes(completed)["messaging.switchboard.attempt"].int_value == 2

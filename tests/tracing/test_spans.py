@@ -139,6 +139,36 @@ def test_an_unsampled_create_hands_on_an_unsampled_delivery_and_exports_none(sco
     assert exporter.get_finished_spans() == ()
 
 
+def traceparent_of(span):
+    context = span.context
+    return (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )
+
+
+@pytest.mark.parametrize(
+    "carried",
+    [None, f"00-{TRACE}-b7ad6b7169203331-01", f"00-{TRACE}-b7ad6b7169203331-03"],
+)
+def test_a_claim_hands_out_the_traceparent_its_process_span_is_exported_with(
+    spans, scope, carried
+):
+    """The flags too: the SDK sets W3C's random-trace-id flag (02) on a trace
+    it started (the create's, a redelivery's own) and keeps a parent's."""
+    todo, _ = store.create_todo(scope, queue="q", trace_context=tracing.parse(carried))
+    first = store.claim_next(scope, "w1")
+    store.release_todo(scope, todo.id, "w1")
+    second = store.claim_next(scope, "w2")
+    store.complete_todo(scope, todo.id, "w2")
+
+    exported = [traceparent_of(span) for span in process_spans(spans)]
+    handed_out = [t.trace_carrier()["traceparent"] for t in (first, second)]
+    assert handed_out == exported
+    # A trace the create started, and the redelivery's own, have random ids.
+    first_flags = "01" if carried and carried.endswith("-01") else "03"
+    assert [t[-2:] for t in handed_out] == [first_flags, "03"]
+
+
 # --- The Board and the logs --------------------------------------------------------
 
 

@@ -406,20 +406,28 @@ def _delivery_context(
     parent = stored if number == 1 else None
     if parent is not None:
         trace_id = int(parent.trace_id, 16)
-    sampled = _sampled(parent, trace_id, queue)
+    flags = _flags(parent, trace_id, queue)
     state = stored.tracestate if stored is not None else None
-    traceparent = f"00-{_hex(trace_id, 32)}-{_hex(span_id, 16)}-{sampled:02x}"
+    traceparent = f"00-{_hex(trace_id, 32)}-{_hex(span_id, 16)}-{flags:02x}"
     return TraceContext(traceparent, state), parent
 
 
-def _sampled(parent: TraceContext | None, trace_id: int, queue: str) -> int:
-    """The sampled flag the configured sampler gives a delivery's span."""
+def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
+    """The trace flags the SDK gives a delivery's span when it is written, so
+    the claim hands out the same: sampled as the configured sampler decides;
+    random-trace-id (W3C level 2) as the parent's, or set in a trace of the
+    delivery's own (its id is a hash of the todo's random id)."""
     if _provider is None:
         return 1 if parent is None or parent.sampled else 0
     result = _provider.sampler.should_sample(
         _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
     )
-    return 1 if result.decision == Decision.RECORD_AND_SAMPLE else 0
+    flags = TraceFlags.SAMPLED if result.decision == Decision.RECORD_AND_SAMPLE else 0
+    if parent is None:
+        random = _provider.id_generator.is_trace_id_random()
+    else:
+        random = _span_context(parent).trace_flags.random_trace_id
+    return flags | TraceFlags.RANDOM_TRACE_ID if random else flags
 
 
 def claim_context(todo: "Traced") -> TraceContext | None:
