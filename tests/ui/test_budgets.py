@@ -445,3 +445,17 @@ def test_a_budget_at_its_limit_is_a_banner_pointing_to_the_inbox(exhausted):
         "until you decide in the inbox or the window ends."
     ) in html
     assert 'class="notice notice-error budget-banner"' in html
+
+
+def test_the_budgets_page_and_its_charts_never_read_the_ledger(world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    spend.roll_up_usage()
+    client = logged_in(world["alice"])
+
+    with CaptureQueriesContext(connection) as ran:
+        for by in ("endpoint", "queue", "group"):
+            assert client.get(f"/board/budgets/?by={by}&range=day").status_code == 200
+
+    assert not [q for q in ran.captured_queries if "usage_ledger" in q["sql"]]

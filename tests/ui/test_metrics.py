@@ -293,3 +293,17 @@ def test_metrics_count_the_todos_admission_passed_over_per_reason(staff, scope):
     assert found[(passed, frozenset({*labels, ("reason", "rate_limit")}))] == 2
     assert (passed, frozenset({*labels, ("reason", "limit")})) not in found
     assert ("switchboard_rate_limited_waits_total", frozenset(labels)) not in found
+
+
+def test_a_scrape_reads_the_folded_spend_never_the_ledger(staff, scope):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    store.report_usage(scope, queue="q", usage={"cost_usd": 1})
+    store.create_budget(scope, scope="queue", queue="q", window="day", limit_usd=1)
+
+    with CaptureQueriesContext(connection) as ran:
+        assert staff.get("/metrics").status_code == 200
+
+    assert ran.captured_queries
+    assert not [q for q in ran.captured_queries if "usage_ledger" in q["sql"]]
