@@ -4,12 +4,10 @@ Time moves by editing timestamps in the database (the store reads PostgreSQL's
 clock), never by sleeping.
 """
 
-import contextlib
-
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
-from tests.support import InProcessServer
+from tests.support import InProcessServer, ServedClient, empty_tables
 from todos import store
 from todos.access import endpoints
 
@@ -28,60 +26,23 @@ def asgi_server(django_db_setup, django_db_blocker):
         conn.close_pool()
 
 
-@pytest.fixture(autouse=True)
-def async_views_in_the_test_transaction(request, monkeypatch):
-    """For Django's test client: the async views' statements, and their
-    pooled calls, run in the test's own thread and transaction (which the
-    async pool's connections could not see), with no doorbell hub. Such a
-    test is of what a request answers, not of how it is served: that runs on
-    the real serving (``asgi_server``, or gunicorn) and the real pool
-    (``async_pool``)."""
-    if "asgi_server" in request.fixturenames or "async_pool" in request.fixturenames:
-        return
-    from asgiref.sync import sync_to_async
-
-    from todos.db import pool
-    from todos.waiting.doorbell import hub
-    from todos.web import threads
-
-    def in_test_thread(fn, *args):
-        return sync_to_async(fn, thread_sensitive=True)(*args)
-
-    def on_test_connection(sql, params, fetch):
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            if fetch == "one":
-                return cursor.fetchone()
-            if fetch == "all":
-                return cursor.fetchall()
-            return cursor.rowcount
-
-    async def run(self, sql, params, fetch):
-        return await in_test_thread(on_test_connection, sql, params, fetch)
-
-    @contextlib.asynccontextmanager
-    async def atomic():
-        block = transaction.atomic()
-        await in_test_thread(block.__enter__)
+@pytest.fixture
+def committed(django_db_setup, django_db_blocker):
+    """Database access with every statement committed, as the served path
+    needs (its connections see only committed rows); the tables are emptied
+    after the test."""
+    with django_db_blocker.unblock():
         try:
-            yield pool.db
-        except BaseException as exc:
-            await in_test_thread(block.__exit__, type(exc), exc, exc.__traceback__)
-            raise
-        await in_test_thread(block.__exit__, None, None, None)
-
-    monkeypatch.setattr(threads, "run_pooled", in_test_thread)
-    monkeypatch.setattr(pool.Runner, "run", run)
-    monkeypatch.setattr(pool, "transaction", atomic)
-    monkeypatch.setattr(hub, "start", lambda: None)
+            yield
+        finally:
+            empty_tables()
 
 
 @pytest.fixture
-def async_pool():
-    """The async store on the process's real pool (todos.db.pool), not on the
-    test's connection; the test's database must be committed
-    (``transaction=True``)."""
-    return
+def served_client(asgi_server, committed):
+    """A test client whose requests the in-process server's application
+    answers (tests.support.ServedClient)."""
+    return ServedClient(asgi_server)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import http.server
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,8 @@ from urllib.parse import quote
 import psycopg
 from django.core.management import call_command
 from django.db import connection
+from django.http import HttpResponse
+from django.test.client import AsyncRequestFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,12 +162,15 @@ def load_resilience_script(module_name):
 
 class InProcessServer:
     """uvicorn serving board.serving.asgi in a thread of the test process, as a gunicorn
-    worker serves it (one event loop with the doorbell hub in it), so a test
-    sees the server's hub and may change the settings it reads."""
+    worker serves it (one event loop with the doorbell hub and the async pool in
+    it), so a test sees the server's hub and may change the settings it reads.
+    ``answer`` hands the application a request in that loop without the socket
+    (``ServedClient``). A process has one (its hub is the module's): ``current``."""
+
+    current = None
 
     def __init__(self):
         import asyncio
-        import threading
 
         import uvicorn
 
@@ -187,6 +193,7 @@ class InProcessServer:
         )
 
         async def serve():
+            self.loop = asyncio.get_running_loop()
             hub.start()
             try:
                 await self.server.serve()
@@ -200,6 +207,26 @@ class InProcessServer:
         while not (self.server.started and hub.connected):
             assert time.monotonic() < deadline, "the in-process server did not start"
             time.sleep(0.02)
+        InProcessServer.current = self
+
+    def run(self, coroutine, timeout=60):
+        """Run ``coroutine`` in the server's loop; return its result."""
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def in_loop(self, fn, *args):
+        """Call ``fn`` in the server's loop (the hub is touched only there)."""
+
+        async def call():
+            return fn(*args)
+
+        return self.run(call())
+
+    def answer(self, scope, body):
+        """board.serving.asgi's answer to one request, handed over as uvicorn
+        hands it: the body, then a disconnect once the response is sent."""
+        return self.run(_exchange(scope, body))
 
     def stop(self):
         from todos.waiting.doorbell import hub
@@ -208,6 +235,107 @@ class InProcessServer:
         hub.loop.call_soon_threadsafe(hub.shutdown)
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        InProcessServer.current = None
+
+
+async def _exchange(scope, body):
+    import asyncio
+
+    from board.serving.asgi import application
+
+    sent = asyncio.Event()
+    request = [{"type": "http.request", "body": body, "more_body": False}]
+    start, chunks = {}, []
+
+    async def receive():
+        if request:
+            return request.pop()
+        await sent.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            start.update(message)
+            return
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            sent.set()
+
+    await application(scope, receive, send)
+    response = ServedResponse(b"".join(chunks), status=start["status"])
+    del response["Content-Type"]
+    for name, value in start["headers"]:
+        if name.lower() == b"set-cookie":
+            response.cookies.load(value.decode("latin-1"))
+        else:
+            response[name.decode("latin-1")] = value.decode("latin-1")
+    return response
+
+
+class ServedResponse(HttpResponse):
+    """A served answer, read as Django's test client's responses are."""
+
+    def json(self):
+        return json.loads(self.content)
+
+
+class ServedClient(AsyncRequestFactory):
+    """Django's test client's calls (``get``, ``post``, ... with ``headers``),
+    answered by the served application (``InProcessServer.answer``), not by
+    Django's test handler: the agent surfaces' async views run in the server's
+    loop on the async pool, the sync views in its threads. The rows they read
+    must be committed (the ``committed`` fixture). Headers may be given as
+    Django's test client takes them, ``HTTP_AUTHORIZATION=...`` too."""
+
+    def __init__(self, server=None, **defaults):
+        super().__init__(**defaults)
+        self.server = server or InProcessServer.current
+        assert self.server, "no in-process server: use the asgi_server fixture"
+
+    def generic(self, method, path, data="", content_type=None, *args, **extra):
+        headers = {**(extra.pop("headers", None) or {})}
+        for key in [key for key in extra if key.startswith("HTTP_")]:
+            headers[key.removeprefix("HTTP_").replace("_", "-")] = extra.pop(key)
+        content_type = content_type or "application/octet-stream"
+        return super().generic(
+            method, path, data, content_type, *args, headers=headers, **extra
+        )
+
+    def request(self, **request):
+        payload = request.pop("_body_file", None)
+        query = request.get("query_string", "")
+        scope = {
+            **self._base_scope(**request),
+            "root_path": "",
+            "raw_path": request["path"].encode(),
+            "query_string": query.encode() if isinstance(query, str) else query,
+        }
+        hosts = [header for header in scope["headers"] if header[0] == b"host"]
+        if len(hosts) > 1:  # a Host given replaces the factory's
+            scope["headers"].remove(hosts[0])
+        response = self.server.answer(scope, payload.read() if payload else b"")
+        self.cookies.update(response.cookies)
+        return response
+
+
+def empty_tables():
+    """Delete the rows a test committed, from every table but the migrations'
+    records and Django's content types and permissions. DELETE, not Django's
+    flush: its TRUNCATE makes and fsyncs a new file for each table, a second
+    a test."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND tablename NOT IN"
+            " ('django_migrations', 'django_content_type', 'auth_permission')"
+        )
+        tables = [table for (table,) in cursor.fetchall()]
+        # One transaction: the foreign keys are checked at its commit.
+        cursor.execute(
+            "BEGIN; SET LOCAL synchronous_commit = off; "
+            + "".join(f'DELETE FROM "{table}"; ' for table in tables)
+            + "COMMIT"
+        )
 
 
 @contextlib.contextmanager
@@ -270,8 +398,11 @@ class DatabaseClock:
 
     ``install`` makes it (in the test's transaction, or committed for a
     transactional test); ``use`` turns it on for Django's connection;
-    ``database_url`` is a child process's, on the clock; ``remove`` drops it.
+    ``serve`` for the served path's too; ``database_url`` is a child
+    process's, on the clock; ``remove`` drops it.
     """
+
+    served = False
 
     SCHEMA = "switchboard_test_clock"
 
@@ -300,6 +431,23 @@ class DatabaseClock:
             cursor.execute(f"SET search_path = {self.search_path}")
         return self
 
+    def serve(self):
+        """Put the in-process server's connections on the clock: the test
+        database's new connections start on it, and the pools' are replaced."""
+        self._database_search_path(f"SET search_path = {self.search_path}")
+        self.served = True
+        return self
+
+    def _database_search_path(self, setting):
+        from todos.db import pool
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_database()")
+            (name,) = cursor.fetchone()
+            cursor.execute(f'ALTER DATABASE "{name}" {setting}')
+        InProcessServer.current.run(pool.close())
+        connection.close_pool()
+
     def set(self, at):
         with connection.cursor() as cursor:
             cursor.execute(f"UPDATE {self.SCHEMA}.clock SET at = %s", [at])
@@ -314,6 +462,8 @@ class DatabaseClock:
             return cursor.fetchone()[0]
 
     def remove(self):
+        if self.served:
+            self._database_search_path("RESET search_path")
         with connection.cursor() as cursor:
             cursor.execute("RESET search_path")
             cursor.execute(f"DROP SCHEMA IF EXISTS {self.SCHEMA} CASCADE")

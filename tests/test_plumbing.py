@@ -29,6 +29,11 @@ def gunicorn_port(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
+def db(committed):
+    """Committed: the servers (in process, or gunicorn) see the test's rows."""
+
+
+@pytest.fixture
 def source(endpoint):
     source = WebhookSource.objects.create(slug="plumbing", secret=SECRET)
     WebhookRoute.objects.create(source=source, endpoint=endpoint, queue="github")
@@ -50,12 +55,11 @@ def error_code(path, body):
     return data["error"]["data"]["error"] if path == "/mcp" else data["error"]
 
 
-@pytest.mark.django_db
 def test_every_surface_answers_an_oversized_body_with_the_same_413(
-    client, endpoint, source
+    served_client, endpoint, source
 ):
     for path, headers in surface_requests(endpoint.token):
-        response = client.post(
+        response = served_client.post(
             path,
             data=OVERSIZED,
             content_type="application/json",
@@ -66,7 +70,6 @@ def test_every_surface_answers_an_oversized_body_with_the_same_413(
 
 
 @pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
 def test_every_surface_drains_an_oversized_body_so_keep_alive_survives(
     gunicorn_port, endpoint, source
 ):
@@ -85,7 +88,6 @@ def test_every_surface_drains_an_oversized_body_so_keep_alive_survives(
 
 
 @pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
 def test_a_chunked_webhook_delivery_is_read_like_the_api_reads_one(
     gunicorn_port, endpoint, source
 ):

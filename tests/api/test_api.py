@@ -1,4 +1,4 @@
-"""The agent JSON API over the test client: every verb, success and error paths."""
+"""The agent JSON API as served: every verb, success and error paths."""
 
 import json
 import logging
@@ -6,18 +6,18 @@ import uuid
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.utils import timezone
 
+from tests.support import ServedClient
 from todos import store
 from todos.telemetry.logs import JsonFormatter, TextFormatter
 
 
 class Agent:
-    """A test client that speaks as one endpoint."""
+    """A served client (tests.support.ServedClient) that speaks as one endpoint."""
 
     def __init__(self, endpoint, token=None):
-        self.client = Client()
+        self.client = ServedClient()
         self.endpoint = endpoint
         self.token = endpoint.token if token is None else token
 
@@ -557,8 +557,9 @@ def test_a_disallowed_host_answers_json_400_not_an_html_page(agent):
 
 
 def test_a_post_needs_no_csrf_token(endpoint):
-    strict = Client(enforce_csrf_checks=True)
-    response = strict.post(
+    # Served, a request is checked as in production (Django's test client
+    # skips the check unless told).
+    response = ServedClient().post(
         "/api/v1/todos",
         json.dumps({"queue": "q"}),
         content_type="application/json",
@@ -621,8 +622,7 @@ def test_api_requests_skip_the_boards_middleware(agent, client):
     board = client.get("/board/login/")
     assert board["X-Frame-Options"] == "DENY"
     assert "csrftoken" in board.cookies
-    strict = Client(enforce_csrf_checks=True)
-    refused = strict.post("/board/login/", {"username": "x", "password": "y"})
+    refused = ServedClient().post("/board/login/", {"username": "x", "password": "y"})
     assert refused.status_code == 403
 
 

@@ -14,8 +14,6 @@ import pytest
 from todos import store
 from todos.waiting.doorbell import hub
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 
 class EventStreamClient:
     """Read a Server-Sent Events stream line by line on a background thread."""

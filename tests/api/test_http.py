@@ -12,7 +12,7 @@ import pytest
 from board.serving import frontdoor
 from tests.support import database_url, free_port, start_gunicorn, stop
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,9 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-import pytest
-
 from tests.support import claims_held_back
 from todos import store
 from todos.waiting.doorbell import hub
-
-pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def post(asgi_server, path, token, body, timeout=30, headers=()):

@@ -29,7 +29,9 @@ class ScheduleAgent(Agent):
 
 @pytest.fixture
 def clock(db):
-    return DatabaseClock().install("2026-03-27T00:00:00Z").use()
+    clock = DatabaseClock().install("2026-03-27T00:00:00Z").use().serve()
+    yield clock
+    clock.remove()
 
 
 @pytest.fixture

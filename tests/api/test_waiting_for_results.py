@@ -14,8 +14,6 @@ from tests.api import test_events
 from tests.api.test_longpoll import claim_in_background, wait_for_listener
 from todos import store
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 open_stream = test_events.open_stream
 
 

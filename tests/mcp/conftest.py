@@ -1,8 +1,20 @@
-"""What the MCP tests share: a JSON-RPC poster through Django's test client."""
+"""What the MCP tests share: a JSON-RPC poster, answered on the served path
+(tests.support.ServedClient): the rows a test writes are committed, and the
+tables are emptied after it."""
 
 import json
 
 import pytest
+
+
+@pytest.fixture
+def db(asgi_server, committed):
+    """Here ``db`` is committed, with the in-process server up."""
+
+
+@pytest.fixture
+def client(served_client):
+    return served_client
 
 
 @pytest.fixture

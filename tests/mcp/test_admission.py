@@ -9,8 +9,6 @@ from tests.mcp.test_questions import tool_call
 from todos import store
 from todos.store import admission
 
-pytestmark = pytest.mark.django_db
-
 
 def ok(result):
     assert result["isError"] is False, result["content"][0]["text"]

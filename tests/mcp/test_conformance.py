@@ -24,7 +24,7 @@ from tests.mcp.js_support import JS, node22  # noqa: F401 (a fixture)
 from tests.support import serve_gunicorn
 from todos import store
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 CONFORMANCE = JS / "node_modules" / "@modelcontextprotocol" / "conformance"
 BASELINE = JS / "conformance-baseline.yml"

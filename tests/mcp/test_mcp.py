@@ -28,7 +28,6 @@ from todos.mcp import transport
 from todos.mcp.tools import TOOLS
 from todos.models import McpSession
 
-live = pytest.mark.django_db(transaction=True)
 TOOL_NAMES = {
     "list_todos",
     "get_todo",
@@ -119,7 +118,6 @@ def run(main):
 # --- The official client, against a live server ---------------------------------
 
 
-@live
 def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
     asgi_server, endpoint
 ):
@@ -178,7 +176,6 @@ def test_sdk_client_creates_claims_heartbeats_and_completes_a_todo(
     assert not McpSession.objects.filter(endpoint=endpoint).exists()
 
 
-@live
 def test_sdk_client_claims_a_batch_and_acknowledges_it_with_lease_tokens(
     asgi_server, endpoint
 ):
@@ -248,7 +245,6 @@ def test_sdk_client_claims_a_batch_and_acknowledges_it_with_lease_tokens(
     assert jobs["name"] == "jobs" and jobs["delayed"] == 1 and jobs["pending"] == 1
 
 
-@live
 def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
     asgi_server, scope, other_endpoint
 ):
@@ -283,7 +279,6 @@ def test_foreign_todo_id_gets_the_same_tool_error_as_a_never_minted_one(
     assert store.get_todo(scope, foreign.id).state == "pending"
 
 
-@live
 def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
     asgi_server, endpoint, other_endpoint
 ):
@@ -324,7 +319,6 @@ def test_second_endpoint_never_sees_first_endpoints_todos_or_notifications(
     assert second.is_error and second.structured_content["error"] == "not_found"
 
 
-@live
 def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
     asgi_server, endpoint
 ):
@@ -348,7 +342,6 @@ def test_a_client_that_turns_logging_above_info_hears_no_doorbell(
     assert quiet_bells.rings == []
 
 
-@live
 def test_the_get_stream_draws_each_keep_alive_wait_anew(
     asgi_server, endpoint, monkeypatch
 ):
@@ -375,7 +368,6 @@ def test_the_get_stream_draws_each_keep_alive_wait_anew(
     assert set(asked) == {settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS}
 
 
-@live
 def test_claim_next_waits_for_work_that_arrives_during_the_wait(asgi_server, endpoint):
     """SPEC: Atomic Claim with FOR UPDATE SKIP LOCKED (a long poll, woken by the
     doorbell)"""
@@ -405,7 +397,6 @@ def test_claim_next_waits_for_work_that_arrives_during_the_wait(asgi_server, end
     assert 0.4 < waited < 15  # woken by the create, before its deadline
 
 
-@live
 def test_bad_tool_arguments_come_back_as_tool_errors_naming_the_field(
     asgi_server, make_endpoint
 ):
@@ -456,7 +447,6 @@ def outage_server(django_db_setup, django_db_blocker):
     yield from serve_gunicorn(django_db_blocker, database_url(port=free_port()))
 
 
-@live
 @pytest.mark.slow
 def test_a_session_minted_by_one_process_is_served_by_another(
     asgi_server, gunicorn_server, endpoint, scope

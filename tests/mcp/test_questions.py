@@ -11,7 +11,7 @@ import uuid
 import anyio
 import pytest
 
-from tests.mcp.test_mcp import call, live, mcp_client, run
+from tests.mcp.test_mcp import call, mcp_client, run
 from tests.mcp.test_stateless import sdk_client
 from todos import store
 from todos.mcp.tools import TOOLS
@@ -28,7 +28,6 @@ def structured(result):
     return result.structured_content["todo"]
 
 
-@live
 def test_an_agent_asks_another_agent_answers_and_the_asker_resumes(
     asgi_server, endpoint
 ):
@@ -111,7 +110,6 @@ def test_an_agent_asks_another_agent_answers_and_the_asker_resumes(
     assert seen["done"]["outcome"] == "done"
 
 
-@live
 def test_an_answer_off_its_schema_or_choices_is_a_tool_error_naming_the_path(
     asgi_server, endpoint, scope
 ):
@@ -143,7 +141,6 @@ def test_an_answer_off_its_schema_or_choices_is_a_tool_error_naming_the_path(
     assert store.get_todo(scope, other.id).outcome == "held"
 
 
-@live
 def test_cancel_ends_a_pending_todo_and_asks_the_owner_of_a_claimed_one(
     asgi_server, endpoint
 ):
@@ -196,7 +193,6 @@ def test_cancel_ends_a_pending_todo_and_asks_the_owner_of_a_claimed_one(
     assert seen["released"]["outcome"] == "canceled"
 
 
-@live
 def test_release_hands_the_todo_to_a_named_worker_with_note_and_checkpoint(
     asgi_server, endpoint
 ):
@@ -233,7 +229,6 @@ def test_release_hands_the_todo_to_a_named_worker_with_note_and_checkpoint(
     assert seen["named"]["note"] == "needs a GPU"
 
 
-@live
 @pytest.mark.parametrize("ending", ["complete", "ask"])
 def test_wait_for_todo_returns_when_the_todo_ends_or_asks(
     asgi_server, endpoint, ending
@@ -271,7 +266,6 @@ def test_wait_for_todo_returns_when_the_todo_ends_or_asks(
     assert 0.4 < waited < 5
 
 
-@live
 def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
     asgi_server, endpoint, scope
 ):
@@ -300,7 +294,6 @@ def test_wait_for_todo_returns_the_todo_as_it_is_when_the_wait_ends(
     assert settled["outcome"] == "done" and waited < 1
 
 
-@live
 def test_wait_for_todo_waits_on_2026_07_28_too(asgi_server, endpoint, scope):
     """The stateless revision: the wait ends on the todo's answer-worthy event."""
     todo, _ = store.create_todo(scope, queue="q")
@@ -334,7 +327,6 @@ def test_wait_for_todo_waits_on_2026_07_28_too(asgi_server, endpoint, scope):
     assert 0.4 < waited < 5
 
 
-@live
 def test_another_endpoints_todo_is_not_found_by_the_new_tools(
     asgi_server, scope, other_endpoint
 ):
@@ -399,7 +391,6 @@ def claimed_id(scope, session_id):
 BIG = "x" * (store.MAX_CHECKPOINT_BYTES + 1)
 
 
-@pytest.mark.django_db
 @pytest.mark.parametrize(
     "tool, arguments, code, field",
     [
@@ -497,7 +488,6 @@ def test_the_new_fields_schemas_carry_the_stores_limits():
     assert TOOLS["cancel_todo"].to_dict()["annotations"]["destructiveHint"] is True
 
 
-@pytest.mark.django_db
 def test_the_batch_tool_cancels_and_heartbeats_with_progress(
     post, session_id, claimed_id, scope
 ):

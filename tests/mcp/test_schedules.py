@@ -10,9 +10,15 @@ from tests.support import DatabaseClock
 
 
 @pytest.fixture
-def tool(post, session_id, endpoint):
+def clock(db):
+    clock = DatabaseClock().install("2026-03-27T00:00:00Z").use().serve()
+    yield clock
+    clock.remove()
+
+
+@pytest.fixture
+def tool(post, session_id, endpoint, clock):
     """Return tool(name, **arguments) -> the tools/call result."""
-    DatabaseClock().install("2026-03-27T00:00:00Z").use()
 
     def call(tool_name, /, token=endpoint.token, session=session_id, **arguments):
         body = {

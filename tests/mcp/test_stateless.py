@@ -17,7 +17,6 @@ from todos import store
 from todos.access import endpoints
 from todos.mcp import listen, stateless
 
-live = pytest.mark.django_db(transaction=True)
 VERSION = "2026-07-28"
 
 
@@ -42,7 +41,6 @@ def sdk_client(url, token, **options):
 # --- The official client ----------------------------------------------------------
 
 
-@live
 def test_sdk_client_speaks_2026_07_28_and_runs_the_agent_loop(asgi_server, endpoint):
     """The SDK's probe finds 2026-07-28; create, claim, heartbeat, complete
     without any session, the worker name derived from token and client."""
@@ -77,7 +75,6 @@ def test_sdk_client_speaks_2026_07_28_and_runs_the_agent_loop(asgi_server, endpo
     assert seen["done"]["result"] == {"ok": True}
 
 
-@live
 @pytest.mark.parametrize(
     ("mode", "version"), [("auto", VERSION), ("legacy", "2025-11-25")]
 )
@@ -120,7 +117,6 @@ def test_sdk_client_runs_the_whole_agent_loop_on_both_revisions(
     }
 
 
-@live
 def test_sdk_client_in_legacy_mode_still_speaks_2025_11_25(asgi_server, endpoint):
     seen = {}
 
@@ -138,7 +134,6 @@ def test_sdk_client_in_legacy_mode_still_speaks_2025_11_25(asgi_server, endpoint
     }
 
 
-@live
 def test_claim_next_waits_for_work_on_2026_07_28(asgi_server, endpoint, scope):
     seen = {}
 
@@ -160,7 +155,6 @@ def test_claim_next_waits_for_work_on_2026_07_28(asgi_server, endpoint, scope):
     assert seen["claimed"]["title"] == "soon"
 
 
-@live
 def test_queues_are_resources_listed_and_read(asgi_server, endpoint, scope):
     store.create_todo(scope, queue="builds", title="one")
     seen = {}
@@ -179,7 +173,6 @@ def test_queues_are_resources_listed_and_read(asgi_server, endpoint, scope):
     assert seen["queue"]["pending"] == 1
 
 
-@live
 def test_listen_tells_a_subscribed_queue_that_a_todo_became_claimable(
     asgi_server, endpoint, scope
 ):
@@ -221,7 +214,6 @@ def test_listen_tells_a_subscribed_queue_of_claimable_todos_only(scope):
     assert update["params"]["uri"] == uri
 
 
-@live
 @pytest.mark.parametrize("change", ["revoke", "rekey", "narrow"])
 def test_listen_ends_when_the_endpoint_is_revoked_rekeyed_or_narrowed(
     asgi_server, endpoint, change

@@ -13,6 +13,7 @@ import anyio
 import httpx2
 import pytest
 from django.db import connection
+from django.test import Client
 
 from tests.support import database_url, start_gunicorn, stop
 from todos import store
@@ -334,7 +335,6 @@ def api(base, token, path, **body):
     return response.json()
 
 
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_a_task_is_worked_by_a_json_api_worker_and_survives_a_restart(
     asgi_server, gunicorn, endpoint
@@ -390,19 +390,18 @@ def test_a_task_is_worked_by_a_json_api_worker_and_survives_a_restart(
     assert done["result"]["structuredContent"]["todo"]["result"] == {"deployed": 1}
 
 
-def test_a_question_answered_on_the_board_moves_the_task_on(
-    rpc, client, scope, endpoint
-):
+def test_a_question_answered_on_the_board_moves_the_task_on(rpc, scope, endpoint):
     """The owner answers on the Board first: the task is working again, and the
     agent's late tasks/update changes nothing."""
     task_id = create_task(rpc)["taskId"]
     store.claim_todo(scope, task_id, "w")
     store.ask(scope, task_id, "w", question="Ship it?", choices=["yes", "no"])
     [key] = task(rpc, task_id)["inputRequests"]
-    client.force_login(endpoint.owner)
+    operator = Client()  # the Board's, signed in (a sync view: Django's client)
+    operator.force_login(endpoint.owner)
     field = f"q{task_id.split('-')[0]}-answer"
     confirm = f"q{task_id.split('-')[0]}-confirm"
-    board = client.post(
+    board = operator.post(
         f"/board/todos/{task_id}/answer/", {field: "yes", confirm: "yes"}
     )
     assert board.status_code in (200, 302)
@@ -428,7 +427,6 @@ def in_thread(step, *args):
     return anyio.to_thread.run_sync(run)
 
 
-@pytest.mark.django_db(transaction=True)
 def test_listen_pushes_each_status_change_of_the_tasks_it_named(
     asgi_server, endpoint, scope, other_scope
 ):

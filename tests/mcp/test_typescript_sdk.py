@@ -12,7 +12,7 @@ import pytest
 from tests.mcp.js_support import JS, node22  # noqa: F401 (a fixture)
 from tests.support import serve_gunicorn
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

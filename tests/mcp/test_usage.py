@@ -15,7 +15,6 @@ def claimed(scope, session_id):
     return store.claim_todo(scope, todo.id, session_id).id
 
 
-@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("tool", "arguments"),
     [
@@ -38,7 +37,6 @@ def test_the_owner_tools_report_usage(
     assert row.model == "m"
 
 
-@pytest.mark.django_db
 def test_a_bad_usage_is_a_tool_error_naming_the_field(post, session_id, claimed, scope):
     result = tool_call(
         post,
@@ -58,7 +56,6 @@ def test_the_usage_schema_carries_the_stores_limits():
         assert usage["model"]["maxLength"] == store.MAX_MODEL_CHARS
 
 
-@pytest.mark.django_db
 def test_list_budgets_reads_each_budgets_spend(post, session_id, scope):
     budget = store.create_budget(
         scope, scope="queue", queue="q", window="day", limit_usd=2

@@ -1,4 +1,7 @@
-"""Fixtures of the SQS surface's tests: a real gunicorn and real SQS clients."""
+"""Fixtures of the SQS surface's tests: a real gunicorn and real SQS clients.
+
+The rows a test writes are committed (the server sees them), and the tables
+are emptied after it."""
 
 import boto3
 import pytest
@@ -6,6 +9,11 @@ from botocore.config import Config
 
 from tests.support import serve_gunicorn
 from todos.sqs import credentials
+
+
+@pytest.fixture
+def db(committed):
+    """Here ``db`` is committed."""
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 AWS = Path(sys.executable).with_name("aws")
 

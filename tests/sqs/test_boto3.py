@@ -22,10 +22,7 @@ from tests.sqs.conftest import client_for
 from todos import store
 from todos.sqs import credentials
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

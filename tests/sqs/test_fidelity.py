@@ -17,10 +17,7 @@ from django.db import connection
 
 from todos import store
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -13,10 +13,7 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 JS = ROOT / "tests" / "js"
 

@@ -16,10 +16,7 @@ from botocore.credentials import Credentials
 
 from todos import store
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ class Async:
 
 
 @pytest.fixture(params=["django", "pool"])
-def run(request, async_pool):
+def run(request):
     if request.param == "django":
         yield Sync()
         return
@@ -196,7 +196,7 @@ def test_runners_look_credentials_up(run, endpoint):
     assert run.auth("endpoint_for_access_key", "AKIA" + uuid.uuid4().hex[:12]) is None
 
 
-def test_the_pool_runner_maps_a_lost_connection_to_unavailable(scope, async_pool):
+def test_the_pool_runner_maps_a_lost_connection_to_unavailable(scope):
     """As ``_run`` does for Django's connection (tests/store/test_outages.py)."""
     for _ in range(2):
         store.create_todo(scope, queue="q")

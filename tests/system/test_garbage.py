@@ -31,10 +31,7 @@ from todos.db import pool
 from todos.sqs import credentials
 
 # Served as uvicorn serves it: on the real async pool.
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("async_pool"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def serve(method, path, headers=(), body=b"", leave_after_first_chunk=False):

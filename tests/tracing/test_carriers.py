@@ -29,6 +29,16 @@ MALFORMED = [
 ]
 
 
+@pytest.fixture
+def db(asgi_server, committed):
+    """Committed: the surfaces answer on the served path (``client``)."""
+
+
+@pytest.fixture
+def client(served_client):
+    return served_client
+
+
 def api_post(client, endpoint, path, body, **headers):
     return client.post(
         path,

@@ -8,6 +8,7 @@ of its own for the redelivery, linked to the first.
 
 import json
 
+import pytest
 from opentelemetry.trace import SpanKind
 
 from todos import store
@@ -45,7 +46,7 @@ def deliver_pull_request(client, headers):
 
 
 class Mcp:
-    """An MCP session (2025-11-25) through Django's test client."""
+    """An MCP session (2025-11-25) through a test client."""
 
     def __init__(self, client, token):
         self.client, self.token = client, token
@@ -78,6 +79,11 @@ class Mcp:
         return result
 
 
+@pytest.fixture
+def db(asgi_server, committed):
+    """Committed: the agent surfaces answer on the served path (``served_client``)."""
+
+
 def by_name(finished):
     named = {}
     for span in finished:
@@ -94,7 +100,7 @@ def messaging(span, operation, todo_id, queue="github"):
 
 
 def test_a_webhook_todo_asked_answered_and_redelivered_makes_two_linked_traces(
-    client, spans, endpoint, operator
+    client, served_client, spans, endpoint, operator
 ):
     """One trace from the webhook to the first delivery's question; the
     redelivery after the answer is a trace of its own, linked to it."""
@@ -106,7 +112,7 @@ def test_a_webhook_todo_asked_answered_and_redelivered_makes_two_linked_traces(
     assert delivered.status_code == 202
     todo_id = delivered.json()["targets"][0]["todo_id"]
 
-    mcp = Mcp(client, endpoint.token)
+    mcp = Mcp(served_client, endpoint.token)
     first = mcp.call("claim_next", worker="reviewer", queue="github")
     claimed = first["structuredContent"]["todo"]
     assert claimed["id"] == todo_id
@@ -136,7 +142,7 @@ def test_a_webhook_todo_asked_answered_and_redelivered_makes_two_linked_traces(
     second_context = again["trace_context"]["traceparent"]
     assert WEBHOOK_TRACE not in second_context
 
-    completed = client.post(
+    completed = served_client.post(
         f"/api/v1/todos/{todo_id}/complete",
         {"worker": "reviewer", "lease_token": again["lease_token"], "result": {}},
         content_type="application/json",

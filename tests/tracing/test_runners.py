@@ -11,7 +11,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(params=["django", "pool"])
-def run(request, async_pool):
+def run(request):
     if request.param == "django":
         yield Sync()
         return
