@@ -13,11 +13,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(params=["django", "pool"])
 def run(request):
     if request.param == "django":
-        yield Sync()
-        return
-    runner = Async()
-    yield runner
-    runner.close()
+        return Sync()
+    return Async(request.getfixturevalue("asgi_server"))
 
 
 def test_each_runner_traces_a_delivery_with_its_progress(run, scope, spans):
