@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support import InProcessServer
 from todos import store
 from todos.waiting.doorbell import hub
 
@@ -117,9 +118,11 @@ def open_stream(asgi_server, settings):
 
 
 def listeners():
-    """Count the waiters on this process's doorbell hub (the live server's)."""
-    with hub.lock:
-        return sum(len(group) for group in hub.by_endpoint.values())
+    """Count the waiters on this process's doorbell hub (the live server's),
+    in its loop."""
+    return InProcessServer.current.in_loop(
+        lambda: sum(len(group) for group in hub.by_endpoint.values())
+    )
 
 
 def wait_for_listeners(count, seconds=4):

@@ -7,7 +7,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from tests.support import claims_held_back
+from tests.support import InProcessServer, claims_held_back
 from todos import store
 from todos.waiting.doorbell import hub
 
@@ -50,9 +50,11 @@ def claim_in_background(asgi_server, token, body):
 
 
 def waiting_listeners():
-    """Count the waiters on this process's doorbell hub (the live server's)."""
-    with hub.lock:
-        return sum(len(group) for group in hub.by_endpoint.values())
+    """Count the waiters on this process's doorbell hub (the live server's),
+    in its loop."""
+    return InProcessServer.current.in_loop(
+        lambda: sum(len(group) for group in hub.by_endpoint.values())
+    )
 
 
 def wait_for_listener(minimum=1, seconds=5):

@@ -26,12 +26,16 @@ from botocore.credentials import Credentials
 
 from board.serving.asgi import application
 from tests.mcp.test_mcp import INITIALIZE
+from tests.support import InProcessServer
 from todos import store
-from todos.db import pool
 from todos.sqs import credentials
 
-# Served as uvicorn serves it: on the real async pool.
-pytestmark = pytest.mark.django_db(transaction=True)
+# Served as uvicorn serves it: in the in-process server's loop (its doorbell
+# hub's), on the real async pool.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("asgi_server"),
+]
 
 
 async def serve(method, path, headers=(), body=b"", leave_after_first_chunk=False):
@@ -79,22 +83,18 @@ def cycles_left_by(request):
     up, then once more: the status and what the collector found unreachable."""
 
     async def run():
+        for _ in range(2):
+            await request()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            for _ in range(2):
-                await request()
+            status, _ = await request()
             gc.collect()
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            try:
-                status, _ = await request()
-                gc.collect()
-            finally:
-                gc.set_debug(0)
         finally:
-            # This loop's async pool ends with it, its connections closed.
-            await pool.close()
+            gc.set_debug(0)
         return status
 
-    status = asyncio.run(run())
+    status = InProcessServer.current.run(run())
     djangos = {id(o) for f in gc.garbage if is_djangos_own(f) for o in closure(f)}
     found = collections.Counter(
         type(o).__qualname__ for o in gc.garbage if id(o) not in djangos

@@ -48,7 +48,6 @@ import contextlib
 import json
 import logging
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -219,7 +218,6 @@ class Waiter:
         return bool(self.rings or self.notices)
 
     def _deliver(self, ring: Ring | None = None, notice: str | None = None) -> None:
-        # Called with the hub's lock held.
         if ring is not None:
             self.rings.append(ring)
         if notice is not None:
@@ -233,7 +231,7 @@ class Waiter:
                 self._in_batch = True
                 self.hub._wake_in_batch(self._woken)
             return
-        self.hub._wake(self._woken)
+        _wake(self._woken)
         self._woken = None
 
     def _take(self) -> tuple[list[Ring], set[str]]:
@@ -245,20 +243,17 @@ class Waiter:
     async def wait(self, timeout: float) -> tuple[list[Ring], set[str]]:
         """Return ``(rings, notices)`` once there are some, or empty at the timeout."""
         loop = asyncio.get_running_loop()
-        with self.hub.lock:
-            if self.busy:
-                return self._take()
-            woken = self._woken = loop.create_future()
-            self._in_batch = False
+        if self.busy:
+            return self._take()
+        woken = self._woken = loop.create_future()
+        self._in_batch = False
         timer = loop.call_later(max(timeout, 0), _wake, woken)
         try:
             await woken
         finally:
             timer.cancel()
-            with self.hub.lock:
-                self._woken = None
-        with self.hub.lock:
-            return self._take()
+            self._woken = None
+        return self._take()
 
     def close(self) -> None:
         """Leave the hub; rings not taken yet go to another claim waiter."""
@@ -273,14 +268,13 @@ def _wake(woken: "asyncio.Future[None]") -> None:
 class Hub:
     """The process's LISTEN connection and the waiters it serves.
 
-    A served waiter comes and goes in this loop (the async views await all
-    their work in it). The mailboxes still share one lock, for code in other
-    threads: a view served by Django's test client in a loop of its own, and
-    tests reading the waiters of a server running in its thread.
+    It is touched only from its event loop: a waiter comes and goes there
+    (the async views await all their work in it), and the notices are heard
+    there. Another thread tells it something through the loop
+    (``loop.call_soon_threadsafe``), as a worker's signal handler does.
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.by_endpoint: dict[str, list[Waiter]] = {}
         # Both connections listen (``_listening`` holds the roles that do).
         self.connected = False
@@ -291,7 +285,6 @@ class Hub:
         self._ticker: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._batch: list[asyncio.Future[None]] = []
-        self._loop_thread: int | None = None
         # The todos' events: heard on the connection now, the waiters that
         # hear them, when one last left or was about to come, and the calls
         # waiting for the LISTEN (hearing_events).
@@ -309,15 +302,12 @@ class Hub:
     def start(self) -> None:
         """Listen in the running event loop (the worker's), once."""
         loop = asyncio.get_running_loop()
-        # Bound already: to this loop, or to the worker's while a request runs
-        # in a loop of its own (a sync view's async_to_sync).
         running = any(not task.done() for task in self._tasks)
         if running and self.loop is not None and not self.loop.is_closed():
             return
         self.loop, self.connected = loop, False
         self._listening.clear()
         auth.cache.listening(self, False)
-        self._loop_thread = threading.get_ident()
         self._rethink = asyncio.Event()
         self._tasks = [
             loop.create_task(self._run(RINGS), name="switchboard-doorbell"),
@@ -332,23 +322,22 @@ class Hub:
         session_id: object = None,
         todo_id: object = None,
     ) -> Waiter:
-        """Register a waiter (from any thread); it hears rings from now on.
+        """Register a waiter; it hears rings from now on.
 
         ``kind`` is "claim", "stream", or "todo" (with ``todo_id``: a wait for
         that todo's events, todos.waiting.results).
         """
         waiter = Waiter(self, scope, kind, session_id, todo_id)
-        with self.lock:
-            self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
-            if self.shutting_down:
-                waiter._deliver(notice=SHUTDOWN)
-            if kind in EVENT_KINDS:
-                self._event_waiters += 1
-                if not self.hearing:
-                    # A result wait (a stream awaits hearing_events first)
-                    # looks again once the events are heard (_listen_events).
-                    waiter.unheard = True
-                    self._ask_rethink()
+        self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
+        if self.shutting_down:
+            waiter._deliver(notice=SHUTDOWN)
+        if kind in EVENT_KINDS:
+            self._event_waiters += 1
+            if not self.hearing:
+                # A result wait (a stream awaits hearing_events first)
+                # looks again once the events are heard (_listen_events).
+                waiter.unheard = True
+                self._ask_rethink()
         return waiter
 
     async def hearing_events(self) -> None:
@@ -358,74 +347,60 @@ class Hub:
         events are heard.)
 
         Returns at once when the hub is not connected (the waiter polls, and
-        the connect listens for it) or serves another loop; else when the
-        LISTEN is done, or after ``EVENTS_LISTEN_WAIT_SECONDS`` at most.
+        the connect listens for it); else when the LISTEN is done, or after
+        ``EVENTS_LISTEN_WAIT_SECONDS`` at most.
         """
         self.start()
-        with self.lock:
-            self._events_wanted_at = time.monotonic()
-            if self.hearing or not self.connected:
-                return
-            if asyncio.get_running_loop() is not self.loop:
-                self._ask_rethink()
-                return
-            heard = asyncio.get_running_loop().create_future()
-            self._heard_events.append(heard)
-            self._ask_rethink()
+        self._events_wanted_at = time.monotonic()
+        if self.hearing or not self.connected:
+            return
+        heard = asyncio.get_running_loop().create_future()
+        self._heard_events.append(heard)
+        self._ask_rethink()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(heard), EVENTS_LISTEN_WAIT_SECONDS)
 
     def _wants_events(self) -> bool:
-        # Lock held.
         recent = time.monotonic() - self._events_wanted_at < EVENTS_LINGER_SECONDS
         return self._event_waiters > 0 or bool(self._heard_events) or recent
 
     def _ask_rethink(self) -> None:
-        """Have the listening task look at what to listen to (any thread)."""
-        rethink, loop = self._rethink, self.loop
-        if rethink is None or loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            rethink.set()
-        else:
-            with contextlib.suppress(RuntimeError):  # that loop is closed
-                loop.call_soon_threadsafe(rethink.set)
+        """Have the listening task look at what to listen to."""
+        if self._rethink is not None:
+            self._rethink.set()
 
     def rescope(self, waiter: Waiter, scope: Scope) -> None:
         """Let ``waiter`` hear its caller's new grant (same endpoint)."""
-        with self.lock:
-            waiter.scope = scope
+        waiter.scope = scope
 
     def unsubscribe(self, waiter: Waiter) -> None:
-        with self.lock:
-            if waiter.ended:
-                return
-            waiter.ended = True
-            if waiter.kind in EVENT_KINDS:
-                self._event_waiters -= 1
-                if not self._event_waiters:
-                    self._events_wanted_at = time.monotonic()
-            group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
-            if waiter in group:
-                group.remove(waiter)
-            if not group:
-                self.by_endpoint.pop(str(waiter.scope.endpoint_id), None)
-            if waiter.kind == "claim":
-                for ring in waiter.rings:
-                    self._dispatch_ring(ring, claims_only=True)
+        if waiter.ended:
+            return
+        waiter.ended = True
+        if waiter.kind in EVENT_KINDS:
+            self._event_waiters -= 1
+            if not self._event_waiters:
+                self._events_wanted_at = time.monotonic()
+        group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
+        if waiter in group:
+            group.remove(waiter)
+        if not group:
+            self.by_endpoint.pop(str(waiter.scope.endpoint_id), None)
+        if waiter.kind == "claim":
+            for ring in waiter.rings:
+                self._dispatch_ring(ring, claims_only=True)
 
     def pass_on(self, waiter: Waiter, rings: list[Ring], recheck: bool = False) -> None:
         """Hand a claim waiter's rings (or its re-check) to the next waiter."""
-        with self.lock:
-            for ring in rings:
-                self._dispatch_ring(ring, exclude=waiter, claims_only=True)
-            if not recheck:
+        for ring in rings:
+            self._dispatch_ring(ring, exclude=waiter, claims_only=True)
+        if not recheck:
+            return
+        for other in self.by_endpoint.get(str(waiter.scope.endpoint_id), []):
+            same = other.kind == "claim" and other.scope == waiter.scope
+            if other is not waiter and same and not other.busy:
+                other._deliver(notice=TRY)
                 return
-            for other in self.by_endpoint.get(str(waiter.scope.endpoint_id), []):
-                same = other.kind == "claim" and other.scope == waiter.scope
-                if other is not waiter and same and not other.busy:
-                    other._deliver(notice=TRY)
-                    return
 
     def due(self, scope: Scope, delay: float) -> None:
         """Have one claim waiter of ``scope`` look again in ``delay`` seconds,
@@ -433,32 +408,29 @@ class Hub:
         retry window or a delay ends: ``store.anext_due``). One timer per
         scope, at the earliest instant asked for; called in the hub's loop
         (a long poll's try, todos.waiting.longpoll)."""
-        if self.loop is None or self.loop is not asyncio.get_running_loop():
-            return  # a loop of its own (a test's): the periodic re-check covers it
+        if self.loop is None:
+            return
         at = self.loop.time() + max(delay, 0) + DUE_MARGIN_SECONDS
-        with self.lock:
-            current = self._due.get(scope)
-            if current is not None:
-                if current[0] <= at:
-                    return
-                current[1].cancel()
-            timer = self.loop.call_at(at, self._fire_due, scope)
-            self._due[scope] = (at, timer)
+        current = self._due.get(scope)
+        if current is not None:
+            if current[0] <= at:
+                return
+            current[1].cancel()
+        timer = self.loop.call_at(at, self._fire_due, scope)
+        self._due[scope] = (at, timer)
 
     def _fire_due(self, scope: Scope) -> None:
-        with self.lock:
-            self._due.pop(scope, None)
-            for waiter in self.by_endpoint.get(str(scope.endpoint_id), ()):
-                if waiter.kind == "claim" and waiter.scope == scope:
-                    if not waiter.busy:
-                        waiter._deliver(notice=TRY)
-                    return
+        self._due.pop(scope, None)
+        for waiter in self.by_endpoint.get(str(scope.endpoint_id), ()):
+            if waiter.kind == "claim" and waiter.scope == scope:
+                if not waiter.busy:
+                    waiter._deliver(notice=TRY)
+                return
 
     def shutdown(self) -> None:
         """Tell every waiter to end now (the server is stopping)."""
-        with self.lock:
-            self.shutting_down = True
-            self._tell_all(SHUTDOWN)
+        self.shutting_down = True
+        self._tell_all(SHUTDOWN)
 
     def _tell_all(self, *notices: str) -> None:
         for group in self.by_endpoint.values():
@@ -466,15 +438,7 @@ class Hub:
                 for notice in notices:
                     waiter._deliver(notice=notice)
 
-    # --- Fan-out (lock held) -------------------------------------------------------
-
-    def _wake(self, woken: "asyncio.Future[None]") -> None:
-        loop = woken.get_loop()
-        if loop is self.loop and threading.get_ident() == self._loop_thread:
-            _wake(woken)
-        else:
-            with contextlib.suppress(RuntimeError):  # that loop is closed
-                loop.call_soon_threadsafe(_wake, woken)
+    # --- Fan-out -------------------------------------------------------------------
 
     def _wake_in_batch(self, woken: "asyncio.Future[None]") -> None:
         """Wake a stream with the others rung in the same moment.
@@ -482,21 +446,19 @@ class Hub:
         Each woken stream costs the loop a write: woken together
         ``SWITCHBOARD_STREAM_BATCH_MS`` after the first ring, the streams
         take that moment's rings in one write, and the create that rang is
-        answered before the loop turns to the fan-out. (Stream rings come
-        only from the hub's own task, in the loop's thread.)
+        answered before the loop turns to the fan-out.
         """
         delay = settings.SWITCHBOARD_STREAM_BATCH_MS / 1000
         loop = self.loop
-        if delay <= 0 or loop is None or woken.get_loop() is not loop:
-            self._wake(woken)
+        if delay <= 0 or loop is None:
+            _wake(woken)
             return
         if not self._batch:
             loop.call_later(delay, self._wake_batch)
         self._batch.append(woken)
 
     def _wake_batch(self) -> None:
-        with self.lock:
-            batch, self._batch = self._batch, []
+        batch, self._batch = self._batch, []
         for woken in batch:
             _wake(woken)
 
@@ -561,10 +523,9 @@ class Hub:
             return
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
-        with self.lock:
-            if self.hearing and not self._wants_events():
-                self._ask_rethink()
-            self._recheck_claims(self._ticks % parts, parts)
+        if self.hearing and not self._wants_events():
+            self._ask_rethink()
+        self._recheck_claims(self._ticks % parts, parts)
         self._ticks += 1
 
     async def _run(self, role: str) -> None:
@@ -576,21 +537,19 @@ class Hub:
             try:
                 conn = await _connect(role)
                 if role == RINGS:
-                    with self.lock:
-                        events = self._wants_events()
+                    events = self._wants_events()
                     await conn.execute(_listen(events))
                 else:
                     await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
                 delay = RECONNECT_FIRST_SECONDS
-                with self.lock:
-                    if role == RINGS:
-                        self.hearing = events
-                        for group in self.by_endpoint.values():
-                            for waiter in group:
-                                waiter.unheard = waiter.unheard and not events
-                        if events:
-                            self._events_heard()
-                    self._listened(role, True)
+                if role == RINGS:
+                    self.hearing = events
+                    for group in self.by_endpoint.values():
+                        for waiter in group:
+                            waiter.unheard = waiter.unheard and not events
+                    if events:
+                        self._events_heard()
+                self._listened(role, True)
                 if role == RINGS:
                     await self._hear(conn)
                 else:
@@ -605,11 +564,10 @@ class Hub:
             except Exception:
                 logger.exception("doorbell: the hub failed; restarting it")
             finally:
-                with self.lock:
-                    if role == RINGS:
-                        self.hearing = False
-                        self._events_heard()
-                    self._listened(role, False)
+                if role == RINGS:
+                    self.hearing = False
+                    self._events_heard()
+                self._listened(role, False)
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
@@ -617,8 +575,8 @@ class Hub:
             delay = min(delay * 2, RECONNECT_CAP_SECONDS)
 
     def _listened(self, role: str, listens: bool) -> None:
-        """Note that the ``role`` connection listens now, or stopped (lock
-        held). Whatever it was sent while it did not is lost, rings and
+        """Note that the ``role`` connection listens now, or stopped.
+        Whatever it was sent while it did not is lost, rings and
         control notices alike: each change forgets the cached credentials,
         and once both listen again every waiter re-validates and looks."""
         was = self.connected
@@ -665,25 +623,23 @@ class Hub:
         raise psycopg.OperationalError("the notices stopped")
 
     async def _listen_events(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
-        with self.lock:
-            wanted = self._wants_events()
+        wanted = self._wants_events()
         if wanted != self.hearing:
             await conn.execute(_listen(wanted))
-        with self.lock:
-            self.hearing = wanted
-            if wanted:
-                # A result wait that subscribed before may have missed its
-                # todo's end: it reads the todo again.
-                for group in self.by_endpoint.values():
-                    for waiter in group:
-                        if waiter.unheard:
-                            waiter.unheard = False
-                            if waiter.kind == "todo":
-                                waiter._deliver(notice=TRY)
-                self._events_heard()
+        self.hearing = wanted
+        if wanted:
+            # A result wait that subscribed before may have missed its
+            # todo's end: it reads the todo again.
+            for group in self.by_endpoint.values():
+                for waiter in group:
+                    if waiter.unheard:
+                        waiter.unheard = False
+                        if waiter.kind == "todo":
+                            waiter._deliver(notice=TRY)
+            self._events_heard()
 
     def _events_heard(self) -> None:
-        # Lock held: hearing_events' callers go on (heard, or the hub is gone).
+        # hearing_events' callers go on (heard, or the hub is gone).
         heard, self._heard_events = self._heard_events, []
         for future in heard:
             if not future.done():
@@ -695,20 +651,19 @@ class Hub:
             pass
         elif notify.channel == CONTROL_CHANNEL:
             if is_control(message):
-                self._dispatch_locked(self._dispatch_control, message)
+                self._dispatch(self._dispatch_control, message)
                 return
         elif is_ring(message):
             if notify.channel == TODO_EVENT_CHANNEL:
-                self._dispatch_locked(self._dispatch_event, message)
+                self._dispatch(self._dispatch_event, message)
             else:
-                self._dispatch_locked(self._dispatch_ring, message)
+                self._dispatch(self._dispatch_ring, message)
             return
         logger.warning("doorbell: ignoring a malformed payload")
 
-    def _dispatch_locked[M](self, dispatch: Callable[[M], None], message: M) -> None:
+    def _dispatch[M](self, dispatch: Callable[[M], None], message: M) -> None:
         try:
-            with self.lock:
-                dispatch(message)
+            dispatch(message)
         except Exception:
             logger.exception("doorbell: a notice could not be delivered")
 
@@ -721,15 +676,13 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks, self._ticker = [], None
-        with self.lock:
-            for _, timer in self._due.values():
-                timer.cancel()
-            self._due.clear()
+        for _, timer in self._due.values():
+            timer.cancel()
+        self._due.clear()
         self.connected = self.hearing = False
         self._listening.clear()
         auth.cache.listening(self, False)
-        with self.lock:
-            self._events_heard()
+        self._events_heard()
 
 
 def _listen(events: bool) -> str:
