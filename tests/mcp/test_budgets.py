@@ -1,13 +1,10 @@
 """Budgets on MCP (CONTRACT §18): a create a reject_new budget at its limit
 refuses is a tool error ``budget_exhausted`` naming the budget."""
 
-import pytest
-
 from tests.mcp.test_questions import tool_call
 from todos import store
 
 
-@pytest.mark.django_db
 def test_create_todo_in_an_exhausted_reject_new_scope_is_a_tool_error(
     post, session_id, scope
 ):
