@@ -270,6 +270,17 @@ def waiting_agents(data):
             results.get("worker_threads_loaded"),
         ]
     )
+    late = results.get("waiters_after", {})
+    if "polls_late_n" in late:
+        rows.append(
+            [
+                f"long polls past their deadline p50 / p99 / max ms"
+                f" ({late['polls_late_n']:,})",
+                "",
+                f"{late['polls_late_p50_ms']} / {late['polls_late_p99_ms']}"
+                f" / {late['polls_late_max_ms']}",
+            ]
+        )
     opened = results["waiters_open"]
     waiters = (
         f"{opened.get('polls_waiting', 0):,}/{params['long_polls']:,} long polls, "

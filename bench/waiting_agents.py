@@ -18,14 +18,17 @@ waiters open:
 - overview: the Board's ``GET /board/`` (a logged-in operator);
 - healthz: ``GET /healthz``;
 - wake: a create, to the moment a long poll waiting on that queue returns it;
+- long polls past their deadline: each waiter's long poll that found nothing,
+  from its ``wait_seconds`` (``--poll-wait``) after it was sent to its answer
+  (p50, p99, max over the run: every one should be answered within 1 s);
 - PostgreSQL connections of the server's processes (the most seen);
 - the machine's CPUs over the measurement (``/proc/stat``): busy, idle and
   stolen by the hypervisor, the noise under every figure on a shared machine;
 - the server workers' threads.
 
 The waiters come from a separate process (asyncio, raw sockets): long polls
-(``wait_seconds`` 20, re-polled at once), ``/api/v1/events`` streams and MCP
-GET streams (each after its ``initialize``), MCP ``claim_next`` calls
+(``wait_seconds`` 20, or ``--poll-wait``, re-polled at once), ``/api/v1/events``
+streams and MCP GET streams (each after its ``initialize``), MCP ``claim_next`` calls
 (``wait_seconds`` 20, called again at once) and MCP 2026-07-28
 ``subscriptions/listen`` streams, over 50 endpoints (a tenth of the streams on
 the probes' endpoint, so each create rings them). Each probe runs in a process
@@ -374,9 +377,24 @@ class Load:
         self.port, self.spec = port, spec
         self.stats = {"polls_waiting": 0, "polls_answered": 0, "sse_open": 0}
         self.stats.update(mcp_open=0, mcp_claims_waiting=0, mcp_listen=0, errors=0)
+        # Seconds past its deadline at which each long poll that ran out was
+        # answered (its queue never gets a todo).
+        self.late = []
+
+    def lateness(self):
+        """The long polls past their deadline: count, p50, p99 and max (ms)."""
+        if not self.late:
+            return {}
+        return {
+            "polls_late_n": len(self.late),
+            "polls_late_p50_ms": round(benchlib.percentile(self.late, 0.5) * 1000, 1),
+            "polls_late_p99_ms": round(benchlib.percentile(self.late, 0.99) * 1000, 1),
+            "polls_late_max_ms": round(max(self.late) * 1000, 1),
+        }
 
     async def long_poll(self, token, delay):
-        body = {"worker": "idle", "queue": "idle", "wait_seconds": 20}
+        wait = self.spec["poll_wait"]
+        body = {"worker": "idle", "queue": "idle", "wait_seconds": wait}
         await asyncio.sleep(delay)
         while True:
             try:
@@ -385,6 +403,7 @@ class Load:
                     writer.write(
                         request_bytes("POST", "/api/v1/todos/claim", token, body)
                     )
+                    deadline = time.monotonic() + wait
                     self.stats["polls_waiting"] += 1
                     try:
                         status, headers = await read_head(reader)
@@ -392,6 +411,8 @@ class Load:
                     finally:
                         self.stats["polls_waiting"] -= 1
                     self.stats["polls_answered"] += 1
+                    if status == 404:  # it waited its seconds out
+                        self.late.append(time.monotonic() - deadline)
                     if status not in (200, 404):
                         self.stats["errors"] += 1
                         await asyncio.sleep(1)
@@ -516,7 +537,7 @@ class Load:
             else:
                 tasks.append(asyncio.create_task(self.stream(token, kind, delay)))
         while True:
-            print(json.dumps(self.stats), flush=True)
+            print(json.dumps({**self.stats, **self.lateness()}), flush=True)
             await asyncio.sleep(1)
 
 
@@ -538,6 +559,7 @@ class LoadProcess:
             "mcp_claims": args.mcp_claims,
             "mcp_listen": args.mcp_listen,
             "spread": args.spread,
+            "poll_wait": args.poll_wait,
         }
         handle, self.spec_path = tempfile.mkstemp(suffix=".json")
         with os.fdopen(handle, "w") as spec_file:
@@ -590,7 +612,7 @@ def measure_serving(url, args):
     seeds = seeded(url)
     result = {}
     serving = benchlib.serve(
-        server_url(url), workers=2, sweep=True, LOG_LEVEL="WARNING"
+        server_url(url), workers=2, sweep=True, port=args.port, LOG_LEVEL="WARNING"
     )
     with serving as server:
         server.url = url
@@ -630,6 +652,8 @@ def measure_serving(url, args):
 
 WAITER_KINDS = ("polls_waiting", "sse_open", "mcp_open", "mcp_claims_waiting")
 WAITER_KINDS += ("mcp_listen",)
+POLLS_LATE = ("polls_late_n", "polls_late_p50_ms", "polls_late_p99_ms")
+POLLS_LATE += ("polls_late_max_ms",)
 
 
 def side_by_side(result, probes):
@@ -667,6 +691,10 @@ def side_by_side(result, probes):
     )
     for key in WAITER_KINDS:
         rows.append([f"waiters open: {key}", "", result["waiters_open"].get(key)])
+    for key in POLLS_LATE:
+        rows.append(
+            [f"long polls past deadline: {key}", "", result["waiters_after"].get(key)]
+        )
     return rows
 
 
@@ -686,6 +714,15 @@ def main():
     )
     parse.add_argument(
         "--seconds", type=float, default=20, help="seconds per measurement (20)"
+    )
+    parse.add_argument(
+        "--port", type=int, default=0, help="the server's port (0: any free)"
+    )
+    parse.add_argument(
+        "--poll-wait",
+        type=int,
+        default=20,
+        help="the waiters' long polls' wait_seconds (20)",
     )
     parse.add_argument("--ramp", type=float, default=60, help="seconds to open them")
     parse.add_argument(
@@ -734,6 +771,7 @@ def main():
         seconds=2.0,
         ramp=15.0,
         spread=1.0,
+        poll_wait=2,
     )
 
     result = benchlib.Result("waiting_agents", args)
@@ -759,6 +797,7 @@ def main():
             "mcp": args.mcp,
             "mcp_claims": args.mcp_claims,
             "mcp_listen": args.mcp_listen,
+            "poll_wait": args.poll_wait,
             "seconds": args.seconds,
             "probes": list(args.probes),
             "server_workers": 2,
