@@ -427,6 +427,37 @@ def test_a_group_override_and_pause_replace_the_queues_setting(scope):
     assert [t.group for t in store.claim_many(scope, "w", limit=10)] == ["held"]
 
 
+@pytest.mark.parametrize("limit", [1, 3])
+def test_a_claim_judges_the_groups_at_its_lanes_head_as_the_limits_say(scope, limit):
+    """CONTRACT §17: a lane's head (its first pending rows, judged group by
+    group) passes over full, paused and zero-override groups, opens a group
+    an override opens in a queue that holds every group, and takes the first
+    group with room; past the head the claim judges as before."""
+    admission.set_admission(scope, "q", group_concurrency=1)
+    for group in ("full-a", "full-b"):
+        store.claim_todo(scope, new(scope, group=group).id, "w")
+        new(scope, group=group)
+    admission.set_group(scope, "q", "paused", paused=True)
+    admission.set_group(scope, "q", "zero", concurrency=0)
+    admission.set_group(scope, "q", "two", concurrency=2)
+    for group in ("paused", "zero", "two", "two", "free"):
+        new(scope, group=group, title=group)
+    for n in range(20):
+        new(scope, group="full-a", title=f"deep{n}")
+    behind = new(scope, group="behind", title="behind")
+    taken = store.claim_many(scope, "w2", limit=limit)
+    titles = ["two", "two", "free"][:limit]
+    assert [todo.title for todo in taken] == titles
+    rest = store.claim_many(scope, "w3", limit=10)
+    assert [todo.title for todo in rest] == (["two", "free", "behind"][limit - 1 :])
+    assert behind.id in [todo.id for todo in taken + rest]
+    admission.set_admission(scope, "q", group_concurrency=0)
+    admission.set_group(scope, "q", "opened", concurrency=1)
+    new(scope, group="closed")
+    opened = new(scope, group="opened")
+    assert [todo.id for todo in store.claim_many(scope, "w4", limit=10)] == [opened.id]
+
+
 def test_an_override_applies_without_a_queue_limit(scope):
     """CONTRACT §17: a group's concurrency override holds with no queue limit."""
     admission.set_group(scope, "q", "solo", concurrency=1)
