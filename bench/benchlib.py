@@ -237,8 +237,9 @@ def fill_pending(url, endpoint_id, count, queue=QUEUE):
 
 def plain_step(url, endpoint_id, worker, lease_seconds=300):
     """Return a step that claims and completes one todo with the store's own two
-    statements (``CLAIM_SQL`` and the acknowledgement, bound by
-    ``store.bind_claim`` and ``store.bind_acks``) on a bare psycopg connection."""
+    statements (``CLAIM_PLAIN_SQL``, the claim of a queue without admission
+    controls, and the acknowledgement, bound by ``store.bind_claim`` and
+    ``store.bind_acks``) on a bare psycopg connection."""
     setup_django(url)
     from todos import store
     from todos.store import lifecycle
@@ -248,7 +249,7 @@ def plain_step(url, endpoint_id, worker, lease_seconds=300):
     claim_params = store.bind_claim(scope, worker, lease_seconds=lease_seconds)
 
     def claim():
-        return conn.execute(lifecycle.CLAIM_SQL, claim_params).fetchone()
+        return conn.execute(lifecycle.CLAIM_PLAIN_SQL, claim_params).fetchone()
 
     def complete(row):
         # id and lease_token (TODO_COLUMNS: lease_token is the 19th column)

@@ -274,7 +274,7 @@ class Claimer:
         scope, queue = self.cases[case]
         params = store.bind_claim(scope, "bench", queue=queue)
         started = time.perf_counter()
-        row = self.conn.execute(store.lifecycle.CLAIM_SQL, params).fetchone()
+        row = self.conn.execute(store.lifecycle.CLAIM_PLAIN_SQL, params).fetchone()
         elapsed = time.perf_counter() - started
         ack = store.Ack("complete", str(row[0]), lease_token=row[18])
         self.conn.execute(*store.bind_acks(scope, [ack]))
@@ -355,7 +355,7 @@ def same_queue_case(args, name, sizes, endpoint_ids, urls, sqls):
     for table, url, endpoint_id, outcome in zip(
         ("empty", "beside"), urls, endpoint_ids, outcomes, strict=True
     ):
-        plan = plan_summary(explain_claim(url, endpoint_id, lifecycle.CLAIM_SQL))
+        plan = plan_summary(explain_claim(url, endpoint_id, lifecycle.CLAIM_PLAIN_SQL))
         tables[table] = {
             "plan": plan,
             "store": benchlib.summary(outcome["latencies"]["store"]),
@@ -451,7 +451,7 @@ def main():
     benchlib.setup_django(args.database_url)
     from todos.store import lifecycle
 
-    sqls = (lifecycle.CLAIM_SQL, lifecycle.CREATE_SQL)
+    sqls = (lifecycle.CLAIM_PLAIN_SQL, lifecycle.CREATE_SQL)
     cases = {}
     for name, sizes in (
         ("terminal", (args.backlog, 0, 0)),

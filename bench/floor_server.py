@@ -12,7 +12,7 @@ compared with one string. Two sets of statements:
 
 - ``/api/v1/...``: the bare loop's (peers.BARE_CLAIM_SQL and
   peers.BARE_COMPLETE_SQL on peers' bare table: no history row, no doorbell);
-- ``/store/api/v1/...``: the store's own (``CLAIM_SQL`` and the one
+- ``/store/api/v1/...``: the store's own (``CLAIM_PLAIN_SQL`` and the one
   acknowledgement, bound by ``store.bind_claim`` and ``store.bind_acks``, as
   benchlib.plain_step runs them), so PostgreSQL does exactly the work it does
   for Switchboard's HTTP single path.
@@ -86,12 +86,12 @@ async def claim(data, from_store):
     if from_store and "max_todos" in data:
         limit = data["max_todos"]
         params = store.bind_claim(store_scope, worker, limit=limit)
-        rows = await fetch_all(lifecycle.CLAIM_SQL, params)
+        rows = await fetch_all(lifecycle.CLAIM_PLAIN_SQL, params)
         todos = [{"id": row[0], "lease_token": row[LEASE_TOKEN_COLUMN]} for row in rows]
         return 200, {"todos": todos}
     if from_store:
         row = await fetch_one(
-            lifecycle.CLAIM_SQL, store.bind_claim(store_scope, worker)
+            lifecycle.CLAIM_PLAIN_SQL, store.bind_claim(store_scope, worker)
         )
         token = None if row is None else row[LEASE_TOKEN_COLUMN]
     else:

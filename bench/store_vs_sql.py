@@ -12,7 +12,7 @@ Two parts, each on the benchmark database, every path in the same run:
 - claim+complete: N processes drain one queue. Each holds three paths and
   takes turns of ``--slice`` seconds switched on the wall clock, so all N
   switch together and every path sees the same load: "plain" runs the store's
-  ``CLAIM_SQL`` and its acknowledgement (bound by ``store.bind_claim`` and
+  ``CLAIM_PLAIN_SQL`` and its acknowledgement (bound by ``store.bind_claim`` and
   ``store.bind_acks``) on a bare psycopg connection; "store" runs
   ``store.claim_next`` + ``store.complete_todo``; "store10" claims ten with
   ``store.claim_many`` and completes them with one ``store.acknowledge_many``.
