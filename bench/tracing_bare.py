@@ -53,6 +53,8 @@ def noops(tracing):
         "trace_link": _nothing,
         "settle_name": _nothing,
         "flush": _nothing,
+        "carrying_context": lambda fn: fn,
+        "requests_traced": _false,
     }
 
 

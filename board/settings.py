@@ -204,7 +204,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First, so its one log line per request times and sees everything below.
+    # The request's span while tracing is on (else it drops out): first, so the
+    # log line and everything below run in it.
+    "board.serving.requestspans.request_spans",
+    # So its one log line per request times and sees everything below.
     "todos.web.middleware.RequestLogMiddleware",
     # The waiting (async) views skip the rest: see the middleware's docstring.
     "board.serving.middleware.WaitingViewsMiddleware",

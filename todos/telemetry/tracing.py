@@ -41,12 +41,13 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import (
@@ -58,6 +59,7 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
     TraceState,
+    get_current_span,
     set_span_in_context,
 )
 
@@ -248,6 +250,9 @@ def from_stored(stored: object) -> TraceContext | None:
 # The tracer while tracing is on, else None: every hook checks it first.
 _tracer: "Tracer | None" = None
 _provider: "TracerProvider | None" = None
+# Whether OpenTelemetry's Django instrumentation is set up (tracing on, and
+# OTEL_PYTHON_DISABLED_INSTRUMENTATIONS does not name "django").
+_requests_traced = False
 # The ids the next span must have (a process span is named by its delivery).
 _forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "switchboard_forced_span_ids", default=None
@@ -310,18 +315,77 @@ def enable(processor: "SpanProcessor", sampler: "Sampler | None" = None) -> None
     provider.add_span_processor(processor)
     _provider = provider
     _tracer = provider.get_tracer("switchboard")
+    if "django" not in _disabled_instrumentations():
+        _instrument_django(provider)
+
+
+def _disabled_instrumentations() -> set[str]:
+    """The instrumentations ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` turns off."""
+    names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return {name.strip() for name in names.split(",") if name.strip()}
+
+
+def requests_traced() -> bool:
+    """Whether each HTTP request has its server span (board.serving.requestspans)."""
+    return _requests_traced
+
+
+def _instrument_django(provider: "TracerProvider") -> None:
+    """Set up OpenTelemetry's Django instrumentation: an HTTP server span per
+    request, exported through ``provider``.
+
+    Its middleware is served as board.serving.requestspans (async capable, so
+    the views served in the event loop stay there), in place of the one the
+    instrumentor puts first in ``MIDDLEWARE``. Its metrics go nowhere.
+    """
+    from django.conf import settings
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    global _requests_traced
+    instrumentor = DjangoInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()  # tracing enabled again: the new provider
+    instrumentor.instrument(
+        tracer_provider=provider, meter_provider=NoOpMeterProvider()
+    )
+    theirs = instrumentor._opentelemetry_middleware
+    settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != theirs]
+    _requests_traced = True
 
 
 def disable() -> None:
     """Stop tracing: flush and shut the provider down (tests, shutdown)."""
-    global _tracer, _provider
+    global _tracer, _provider, _requests_traced
     provider, _tracer, _provider = _provider, None, None
+    if _requests_traced:
+        from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+        DjangoInstrumentor().uninstrument()
+        _requests_traced = False
     if provider is not None:
         provider.shutdown()
 
 
 def enabled() -> bool:
     return _tracer is not None
+
+
+def carrying_context[R](fn: Callable[[], R]) -> Callable[[], R]:
+    """``fn``, to be run in another thread with this one's OpenTelemetry
+    context (the request's span), while tracing is on; else ``fn`` as it is."""
+    if _tracer is None:
+        return fn
+    current = otel_context.get_current()
+
+    def carried() -> R:
+        token = otel_context.attach(current)
+        try:
+            return fn()
+        finally:
+            otel_context.detach(token)
+
+    return carried
 
 
 class _DeliveryIds(RandomIdGenerator):
@@ -369,9 +433,11 @@ def _span_context(context: TraceContext) -> SpanContext:
 
 
 def _parent(context: TraceContext | None) -> Any:
-    """An OpenTelemetry Context whose current span is ``context`` (or none)."""
+    """An OpenTelemetry Context whose current span is ``context``; with none,
+    an empty one (not the current: a delivery's span is no child of the
+    request that ends it)."""
     if context is None:
-        return None
+        return otel_context.Context()
     return set_span_in_context(NonRecordingSpan(_span_context(context)))
 
 
@@ -512,6 +578,19 @@ class Send:
 _NOT_SENT = Send(None, None)
 
 
+def _send_parent(carried: TraceContext | None) -> Any:
+    """The context a ``send`` span starts in: the request's span (the HTTP
+    server span) when the create carries no context or one of the request's
+    trace; else the context the create carries (MCP ``_meta``, an SQS message
+    attribute), which names the message's own trace."""
+    current = get_current_span().get_span_context()
+    if current.is_valid and (
+        carried is None or carried.trace_id == _hex(current.trace_id, 32)
+    ):
+        return None  # the current context
+    return _parent(carried)
+
+
 def send(queue: object, parent: TraceContext | None) -> Send:
     """Start a create's ``send <queue>`` span (producer), a child of ``parent``.
 
@@ -522,7 +601,7 @@ def send(queue: object, parent: TraceContext | None) -> Send:
         return Send(None, parent) if parent is not None else _NOT_SENT
     span = tracer.start_span(
         f"send {queue}",
-        context=_parent(parent),
+        context=_send_parent(parent),
         kind=SpanKind.PRODUCER,
         attributes={
             "messaging.system": SYSTEM,

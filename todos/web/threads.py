@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.db import connections
 
+from todos.telemetry import tracing
+
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -45,6 +47,9 @@ async def run_pooled[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
 
 
 async def run_in_thread[*Ts, R](fn: Callable[[*Ts], R], *args: *Ts) -> R:
-    """Run ``fn`` in the bounded pool as it is (it gives its connections back)."""
+    """Run ``fn`` in the bounded pool as it is (it gives its connections back),
+    in the request's trace while tracing is on (a create's span is a child of
+    the request's)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor(), functools.partial(fn, *args))
+    call = tracing.carrying_context(functools.partial(fn, *args))
+    return await loop.run_in_executor(executor(), call)
