@@ -16,6 +16,8 @@ Three modes, on one PostgreSQL, each served by its own gunicorn
         would): OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER=always_on
         (sampling 1.0), OTEL_BSP_SCHEDULE_DELAY=100 (the batch of a turn is
         exported within it, not in another mode's turn)
+        (with --request-spans, OTEL_PYTHON_DJANGO_INSTRUMENT=true too: a
+        server span per HTTP request, board.serving.requestspans)
   off   nothing set: tracing off, as shipped
   bare  "a build without the instrumentation": the same code with every
         tracing hook the rest of the code calls (``tracing.send``,
@@ -83,6 +85,12 @@ def options():
     add("--slice", type=float, default=0.5, help="seconds of one turn (0.5)")
     add("--reps", type=int, default=3, help="repetitions (3)")
     add("--port", type=int, default=0, help="the first of 3 server ports (0: free)")
+    add(
+        "--request-spans",
+        action="store_true",
+        help="the on mode's servers also make a server span per HTTP request "
+        "(OTEL_PYTHON_DJANGO_INSTRUMENT=true)",
+    )
     args = parse.parse_args()
     benchlib.apply_quick(args, parse, workers=1, seconds=1.5, slice=0.25, reps=1)
     if args.reps < 1 or args.workers < 1:
@@ -119,12 +127,15 @@ def exporting(receiver):
 
 
 @contextlib.contextmanager
-def servers(url, receiver, first_port):
+def servers(url, receiver, first_port, request_spans=False):
     """One gunicorn per mode; yield {mode: port}."""
     gunicorn = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
     bare = [sys.executable, "bench/tracing_bare.py", "-c", "gunicorn.conf.py"]
+    on = exporting(receiver)
+    if request_spans:
+        on["OTEL_PYTHON_DJANGO_INSTRUMENT"] = "true"
     setups = {
-        "on": (gunicorn, server_env(url, **exporting(receiver))),
+        "on": (gunicorn, server_env(url, **on)),
         "off": (gunicorn, server_env(url)),
         "bare": (bare, server_env(url)),
     }
@@ -417,7 +428,7 @@ def main():
         f"{args.slice:g} s, {args.reps} rep(s)"
     )
     with receiving() as (receiver, received):
-        with servers(url, receiver, args.port) as ports:
+        with servers(url, receiver, args.port, args.request_spans) as ports:
             cpu = time.process_time()
             reps = [
                 one_rep(args, url, endpoint_id, token, ports, receiver, n)

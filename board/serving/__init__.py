@@ -2,8 +2,8 @@
 
 gunicorn (gunicorn.conf.py) runs ``workers.Worker``: uvicorn's event loop
 serving ``asgi.application``. Every site in todos/ and board/ that reaches
-into Django, psycopg, psycopg_pool, uvicorn, uvicorn-worker, gunicorn or
-whitenoise past their documented API is listed here: where, the private
+into Django, psycopg, psycopg_pool, uvicorn, uvicorn-worker, gunicorn,
+whitenoise or OpenTelemetry's Django instrumentation past their documented API is listed here: where, the private
 name, the version verified (``pip show`` in the project's environment, with
 the tests named below passing on it) and the evidence that exists for it.
 pyproject.toml pins each of those packages to the verified minor, so an
@@ -11,9 +11,9 @@ upgrade is a deliberate act that rereads this list.
 
 Verified with Django 6.0.10, psycopg 3.3.9, psycopg-pool 3.3.3, uvicorn
 0.55.0, uvicorn-worker 0.4.0, gunicorn 27.0.1, whitenoise 6.12.0, httptools
-0.9.0, Python 3.12. "Gain" cites a committed result
-(bench/results/profiles/cuts.md, bench/results/latest/); "no committed
-result" says none shows it.
+0.9.0, opentelemetry-instrumentation-django 0.66b2, Python 3.12. "Gain"
+cites a committed result (bench/results/profiles/cuts.md,
+bench/results/latest/); "no committed result" says none shows it.
 
 Django 6.0.10
 - ``asgi.Handler`` (subclass of ``django.core.handlers.asgi.ASGIHandler``):
@@ -113,6 +113,20 @@ whitenoise 6.12.0
   async capable). Tests: tests/system/test_serving.py::
   test_a_static_file_is_served_whole,
   test_a_served_static_file_is_logged_with_its_path_and_no_warning.
+
+opentelemetry-instrumentation-django 0.66b2
+- ``requestspans.middleware_class`` subclasses its ``_DjangoMiddleware``
+  (made async capable): calls its ``process_request``, ``process_view`` and
+  ``process_response``, overrides ``_get_span_name`` (the kept matches of
+  ``middleware.Routes``), and pops its ``_environ_activation_key``,
+  ``_environ_span_key`` and ``_environ_token`` entries of ``request.META`` to
+  end the span of a request whose client left.
+  ``todos.telemetry.tracing._instrument_django`` reads
+  ``DjangoInstrumentor._opentelemetry_middleware`` to take the instrumentor's
+  own sync-only entry back out of ``MIDDLEWARE``. Tests:
+  tests/tracing/test_requests.py. Not a speed patch: the waiting views keep
+  being served in the loop with request spans on (a sync-only middleware
+  would serve them in a thread).
 
 Python's own, for completeness: ``logging._srcfile = None`` (board/settings.py;
 the logging HOWTO's "Optimization" switch). Gain: cuts.md, a request's log

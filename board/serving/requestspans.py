@@ -1,4 +1,4 @@
-"""The HTTP server span of each request, while tracing is on.
+"""The HTTP server span of each request, when asked for.
 
 OpenTelemetry's Django instrumentation makes it (its middleware, set up by
 todos.telemetry.tracing), first in ``MIDDLEWARE``: one ``SERVER`` span per
@@ -9,8 +9,9 @@ make Django serve the waiting views in a thread (board.serving); this one is
 the same middleware made async capable: for the views served in the event
 loop it runs there, its hooks being no I/O.
 
-Tracing off (or ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` naming ``django``):
-``request_spans`` raises MiddlewareNotUsed, so no handler holds it.
+Opt-in (``OTEL_PYTHON_DJANGO_INSTRUMENT=true`` with tracing on; see
+``tracing._request_spans_asked``): else ``request_spans`` raises
+MiddlewareNotUsed, so no handler holds it.
 """
 
 from functools import cache

@@ -300,9 +300,8 @@ def test_with_tracing_on_a_malformed_context_starts_a_trace_of_its_own(
     )
 
     assert created.status_code == 201
-    send, request = spans.get_finished_spans()
-    assert send.name == "send q" and send.parent.span_id == request.context.span_id
-    assert request.name == "POST api/v1/todos" and request.parent is None
+    [send] = spans.get_finished_spans()
+    assert send.name == "send q" and send.parent is None
     stored = created.json()["todo"]["trace_context"]["traceparent"]
     context = send.context
     assert stored == (

@@ -24,6 +24,16 @@ SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE}-{SPAN}-01"
 
 
+@pytest.fixture
+def spans(monkeypatch):
+    """Tracing on with request spans asked for, every span kept in memory."""
+    monkeypatch.setenv("OTEL_PYTHON_DJANGO_INSTRUMENT", "true")
+    exporter = InMemorySpanExporter()
+    tracing.enable(SimpleSpanProcessor(exporter))
+    yield exporter
+    tracing.disable()
+
+
 def by_name(spans):
     named = {}
     for span in spans.get_finished_spans():
@@ -218,12 +228,27 @@ def test_on_each_request_has_one_server_span(client, db, spans):
     assert json.dumps(dict(servers[0].attributes))  # plain attributes
 
 
-def test_the_standard_variable_turns_the_request_spans_off(client, db, monkeypatch):
-    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "flask, django")
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {},
+        {"OTEL_PYTHON_DJANGO_INSTRUMENT": "false"},
+        {
+            "OTEL_PYTHON_DJANGO_INSTRUMENT": "true",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "flask, django",
+        },
+    ],
+)
+def test_with_tracing_on_requests_have_no_span_unless_asked(
+    client, db, monkeypatch, environment
+):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
     exporter = InMemorySpanExporter()
     tracing.enable(SimpleSpanProcessor(exporter))
     try:
         assert not tracing.requests_traced()
+        assert not DjangoInstrumentor().is_instrumented_by_opentelemetry
         with pytest.raises(MiddlewareNotUsed):
             requestspans.request_spans(lambda request: None)
         client.get("/healthz")
