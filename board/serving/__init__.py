@@ -3,8 +3,9 @@
 gunicorn (gunicorn.conf.py) runs ``workers.Worker``: uvicorn's event loop
 serving ``asgi.application``. Every site in todos/ and board/ that reaches
 into Django, psycopg, psycopg_pool, uvicorn, uvicorn-worker, gunicorn,
-whitenoise or OpenTelemetry's Django instrumentation past their documented API is listed here: where, the private
-name, the version verified (``pip show`` in the project's environment, with
+whitenoise or OpenTelemetry's Django instrumentation past their documented
+API is listed here: where, the private name, the version verified (``pip
+show`` in the project's environment, with
 the tests named below passing on it) and the evidence that exists for it.
 pyproject.toml pins each of those packages to the verified minor, so an
 upgrade is a deliberate act that rereads this list.
