@@ -12,9 +12,30 @@ from todos import store
 from todos.access import endpoints
 
 
+@pytest.fixture
+def asgi_server(asgi_serving):
+    """The ASGI app served in this process (``.url``), for the waiting paths.
+
+    Set up after the database (pytest-django's autouse fixture), it is torn
+    down before the test's rows are flushed, once the server has settled."""
+    yield asgi_serving
+    settle(asgi_serving)
+
+
+def settle(server):
+    """Wait for the in-process server to settle after a test: a request still
+    served, or a claim outliving its client (a stopped worker's long poll),
+    would run its statements while the test's rows are flushed or deleted,
+    and a claim takes its locks in another order than TRUNCATE does (the two
+    deadlock) or writes after the DELETE."""
+    still = server.settle(timeout=30)
+    if still:
+        pytest.fail(f"the in-process server did not settle after the test: {still}")
+
+
 @pytest.fixture(scope="session")
-def asgi_server(django_db_setup, django_db_blocker):
-    """The ASGI app served in this process (``.url``), for the waiting paths;
+def asgi_serving(django_db_setup, django_db_blocker):
+    """The one in-process server of the session (see ``asgi_server``);
     stopped before the test database is dropped (its LISTEN would hold it)."""
     with django_db_blocker.unblock():
         server = InProcessServer()
@@ -30,12 +51,16 @@ def asgi_server(django_db_setup, django_db_blocker):
 def committed(django_db_setup, django_db_blocker):
     """Database access with every statement committed, as the served path
     needs (its connections see only committed rows); the tables are emptied
-    after the test."""
+    after the test (once the in-process server, if any, has settled)."""
     with django_db_blocker.unblock():
         try:
             yield
         finally:
-            empty_tables()
+            try:
+                if InProcessServer.current is not None:
+                    settle(InProcessServer.current)
+            finally:
+                empty_tables()
 
 
 @pytest.fixture

@@ -176,6 +176,7 @@ class InProcessServer:
 
         from board.serving.asgi import application
         from todos.db import pool
+        from todos.waiting import longpoll
         from todos.waiting.doorbell import hub
 
         self.port = free_port()
@@ -198,6 +199,7 @@ class InProcessServer:
             try:
                 await self.server.serve()
             finally:
+                await longpoll.finish_outliving(timeout=5)
                 await hub.stop()
                 await pool.close()
 
@@ -227,6 +229,27 @@ class InProcessServer:
         """board.serving.asgi's answer to one request, handed over as uvicorn
         hands it: the body, then a disconnect once the response is sent."""
         return self.run(_exchange(scope, body))
+
+    def settle(self, timeout=10.0):
+        """Wait until the server serves no request and no claim outlives its
+        client (a stopped worker's long poll: its try, then the hand-back of
+        what it claimed): before a test's rows are emptied, which such a claim
+        would deadlock with or write after. Return what still ran at the
+        timeout, as text (empty when settled)."""
+        from todos.waiting import longpoll
+
+        async def busy():
+            return len(self.server.server_state.tasks), longpoll.outliving()
+
+        deadline = time.monotonic() + timeout
+        while True:
+            requests, outliving = self.run(busy(), timeout)
+            if not (requests or outliving) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not (requests or outliving):
+            return ""
+        return f"{requests} request(s), {outliving} claim(s) of gone clients"
 
     def stop(self):
         from todos.waiting.doorbell import hub

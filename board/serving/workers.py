@@ -43,6 +43,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
     async def _serve(self) -> None:
         from board.serving.frontdoor import raise_open_files_limit
         from todos.db import pool
+        from todos.waiting import longpoll
         from todos.waiting.doorbell import hub
 
         self.config.app = self.wsgi
@@ -73,6 +74,7 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker ships no ty
         finally:
             if collector is not None:
                 collector.stop()
+            await longpoll.finish_outliving(timeout=1)
             await pool.close()
         if not server.started:
             from gunicorn.arbiter import Arbiter

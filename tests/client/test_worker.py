@@ -10,6 +10,7 @@ import pytest
 from switchboard_client import Client, Context, Worker
 
 from tests.client.conftest import QUICK_RETRY
+from tests.support import claims_held_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -207,6 +208,33 @@ def test_a_stop_gives_an_async_handlers_todo_back_with_its_checkpoint(
     back = client.get(todo.id)
     assert back.state == "pending" and back.checkpoint == {"page": 7}
     assert back.note == "the worker shut down"
+
+
+def test_a_claim_running_when_its_worker_stops_is_handed_back_before_the_server_settles(
+    client, asgi_server, make_worker
+):
+    """The worker does not wait out its long poll at a stop; a claim the server
+    was running for it finishes after the worker returned, and what it claims
+    goes back pending, its attempt not spent. The in-process server settles
+    (before a test's database is flushed) only once that is done."""
+    worker = make_worker()
+    worker.handler("jobs")(lambda ctx: {"ran": True})
+    todo = client.create("jobs").todo
+    with claims_held_back() as one_waits:
+        running = Running(worker)
+        deadline = time.monotonic() + 10
+        while not one_waits():
+            assert time.monotonic() < deadline, "the worker's claim never started"
+            time.sleep(0.02)
+        running.stop()
+        # The server hears the hang-up; the claim, held back, runs on.
+        outlives = "0 request(s), 1 claim(s) of gone clients"
+        deadline = time.monotonic() + 10
+        while (still := asgi_server.settle(timeout=0.1)) != outlives:
+            assert time.monotonic() < deadline, still
+    assert asgi_server.settle() == ""
+    back = client.get(todo.id)
+    assert back.state == "pending" and back.attempt == 0
 
 
 def test_the_command_explains_itself_with_help():

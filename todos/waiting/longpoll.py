@@ -24,7 +24,9 @@ the first try and every try after a wake alike, with no thread.
    is, a try is never started for a gone client, and what a try already
    running claims for it is handed back as it was found (``hand_back``:
    pending, its attempt not spent), as is what was claimed for a caller
-   refused by the re-validation after the claim.
+   refused by the re-validation after the claim. Such a step outlives its
+   request: a server stopping awaits it (``finish_outliving``) before it
+   closes its pool.
 
 The answer is the claim, or ``nothing`` at the deadline and on shutdown.
 """
@@ -245,29 +247,49 @@ async def _guarded(
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
+        _outliving.add(task)
         task.add_done_callback(functools.partial(_left, state))
         raise
 
 
-# The hand-backs of clients that left, until they finish.
-_handing_back: set["asyncio.Task[None]"] = set()
+# The steps of clients that left, and then their hand-backs, until they finish.
+_outliving: set["asyncio.Future[Any]"] = set()
 
 
 def _left(state: _State, task: "asyncio.Future[Claimed | None]") -> None:
+    _outliving.discard(task)
     state.close()
     if task.cancelled() or task.exception() is not None:
         return
     result = task.result()
     if result:
         handing = asyncio.ensure_future(state.give_back(result))
-        _handing_back.add(handing)
+        _outliving.add(handing)
         handing.add_done_callback(_handed_back)
 
 
-def _handed_back(task: "asyncio.Task[None]") -> None:
-    _handing_back.discard(task)
+def _handed_back(task: "asyncio.Future[None]") -> None:
+    _outliving.discard(task)
     if not task.cancelled() and task.exception() is not None:
         logger.warning(
             "long poll: a claim its client never received was not handed back",
             extra={"fields": {"error": type(task.exception()).__name__}},
         )
+
+
+def outliving() -> int:
+    """How many steps and hand-backs of clients that left are still running."""
+    return len(_outliving)
+
+
+async def finish_outliving(timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the steps of clients that left, and
+    for their hand-backs, to finish: a server stopping awaits them before it
+    closes its pool, or a todo claimed for a gone client would stay claimed
+    until its lease lapsed."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while _outliving:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        await asyncio.wait(set(_outliving), timeout=remaining)
