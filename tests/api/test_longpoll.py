@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from tests.support import InProcessServer, claims_held_back
 from todos import store
+from todos.store import admission
 from todos.waiting.doorbell import hub
 
 
@@ -179,3 +180,94 @@ def test_a_claim_whose_client_left_while_it_ran_is_not_charged(asgi_server, endp
         ("pending", "claimed"),
         ("claimed", "pending"),
     ]
+
+
+# --- Wakes on a change that lets a waiting claim in -------------------------------
+
+# A change that lets a waiting claim in must wake it at once, not at the
+# periodic re-check (off here) nor at the end of its wait.
+HELD_WAIT_SECONDS = 10
+
+
+def held_claim(asgi_server, endpoint, settings):
+    """A long poll on queue "q" that waits (the periodic re-check off), once
+    listening."""
+    settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS = 600
+    thread, result = claim_in_background(
+        asgi_server,
+        endpoint.token,
+        {"worker": "w1", "queue": "q", "wait_seconds": HELD_WAIT_SECONDS},
+    )
+    wait_for_listener()
+    wait_until_parked()
+    assert "status" not in result
+    return thread, result
+
+
+def wait_until_parked(seconds=5):
+    """Wait until a claim waiter's try found nothing and it waits for a ring."""
+    deadline = time.monotonic() + seconds
+    while not InProcessServer.current.in_loop(
+        lambda: any(
+            waiter.kind == "claim" and waiter._woken is not None
+            for group in hub.by_endpoint.values()
+            for waiter in group
+        )
+    ):
+        assert time.monotonic() < deadline, "the claim never waited"
+        time.sleep(0.02)
+
+
+def assert_woken_within_a_second(thread, result, todo, changed_at):
+    thread.join(timeout=HELD_WAIT_SECONDS + 5)
+    assert result["status"] == 200, result
+    assert result["body"]["todo"]["id"] == todo.id
+    assert result["returned_at"] - changed_at < 1.0
+
+
+def test_a_waiting_claim_wakes_within_a_second_when_its_queue_is_resumed(
+    asgi_server, endpoint, settings
+):
+    scope = store.Scope.for_endpoint(endpoint)
+    todo, _ = store.create_todo(scope, queue="q")
+    store.pause_queue(scope, "q")
+    thread, result = held_claim(asgi_server, endpoint, settings)
+    changed_at = time.monotonic()
+    store.resume_queue(scope, "q")
+    assert_woken_within_a_second(thread, result, todo, changed_at)
+
+
+def test_a_waiting_claim_wakes_within_a_second_when_a_groups_limit_is_raised(
+    asgi_server, endpoint, settings
+):
+    scope = store.Scope.for_endpoint(endpoint)
+    admission.set_group(scope, "q", "g", concurrency=0)
+    todo, _ = store.create_todo(scope, queue="q", group="g")
+    thread, result = held_claim(asgi_server, endpoint, settings)
+    changed_at = time.monotonic()
+    admission.set_group(scope, "q", "g", concurrency=1)
+    assert_woken_within_a_second(thread, result, todo, changed_at)
+
+
+def test_a_waiting_claim_wakes_within_a_second_when_its_group_is_resumed(
+    asgi_server, endpoint, settings
+):
+    scope = store.Scope.for_endpoint(endpoint)
+    admission.set_group(scope, "q", "g", paused=True)
+    todo, _ = store.create_todo(scope, queue="q", group="g")
+    thread, result = held_claim(asgi_server, endpoint, settings)
+    changed_at = time.monotonic()
+    admission.set_group(scope, "q", "g", paused=False)
+    assert_woken_within_a_second(thread, result, todo, changed_at)
+
+
+def test_a_waiting_claim_wakes_within_a_second_when_its_queues_group_limit_is_raised(
+    asgi_server, endpoint, settings
+):
+    scope = store.Scope.for_endpoint(endpoint)
+    admission.set_admission(scope, "q", group_concurrency=0)
+    todo, _ = store.create_todo(scope, queue="q", group="g")
+    thread, result = held_claim(asgi_server, endpoint, settings)
+    changed_at = time.monotonic()
+    admission.set_admission(scope, "q", group_concurrency=1)
+    assert_woken_within_a_second(thread, result, todo, changed_at)
