@@ -16,7 +16,8 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from todos import store
-from todos.store import admission, admission_check, lifecycle, rows, sweeps
+from todos.store import admission, admission_check, lifecycle, rows, sql, sweeps
+from todos.waiting import doorbell
 
 # The claim as it was before admission control (its statement at the commit
 # before), run against the same rows to show that a todo without priority,
@@ -771,6 +772,82 @@ def test_a_freed_slot_rings_the_queues_doorbell(make_endpoint):
         listener.close()
     assert rings and rings[0]["queue"] == "q"
     assert rings[0]["endpoint_id"] == scope.endpoint_id
+
+
+def _rings_heard(change):
+    """The doorbell's rings sent by ``change()``, as the hub reads them."""
+    listener = _raw_connection()
+    try:
+        listener.execute(f"LISTEN {store.DOORBELL_CHANNEL}")
+        change()
+        payloads = [n.payload for n in listener.notifies(timeout=0.5)]
+    finally:
+        listener.close()
+    return [doorbell.parse(payload, doorbell.RING_FIELDS) for payload in payloads]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "hold, release",
+    [
+        ({"concurrency": 0}, {"concurrency": 1}),
+        ({"paused": True}, {"paused": False}),
+    ],
+    ids=["limit_raised", "group_resumed"],
+)
+def test_a_group_let_in_rings_for_each_of_its_due_todos(make_endpoint, hold, release):
+    """CONTRACT §17 Waking: a ring names a real todo (the doorbell drops one
+    that does not): the group's due pending todos ring, no other's."""
+    scope = store.Scope.for_endpoint(make_endpoint("waker"))
+    admission.set_group(scope, "q", "g", **hold)
+    held = {new(scope, group="g").id, new(scope, group="g").id}
+    new(scope, group="other")
+    new(scope, group="g", delay_seconds=600)
+    rings = _rings_heard(lambda: admission.set_group(scope, "q", "g", **release))
+    assert all(ring is not None and doorbell.is_ring(ring) for ring in rings)
+    assert {ring["id"] for ring in rings} == held
+    assert {(ring["endpoint_id"], ring["queue"]) for ring in rings} == {
+        (scope.endpoint_id, "q")
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_raised_queue_limit_rings_for_each_of_its_due_todos(make_endpoint):
+    """CONTRACT §17 Waking: the queue's due pending todos ring, with their ids."""
+    scope = store.Scope.for_endpoint(make_endpoint("waker"))
+    admission.set_admission(scope, "q", group_concurrency=0)
+    held = {new(scope, group="a").id, new(scope, group="b").id}
+    new(scope, queue="elsewhere")
+    rings = _rings_heard(
+        lambda: admission.set_admission(scope, "q", group_concurrency=1)
+    )
+    assert all(ring is not None and doorbell.is_ring(ring) for ring in rings)
+    assert {ring["id"] for ring in rings} == held
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resumed_queue_rings_for_each_of_its_due_todos(make_endpoint):
+    """A resumed queue's waiting claims look again: its due todos ring."""
+    scope = store.Scope.for_endpoint(make_endpoint("waker"))
+    first = new(scope)
+    store.pause_queue(scope, "q")
+    held = {first.id, new(scope, group="g").id}
+    new(scope, queue="elsewhere")
+    rings = _rings_heard(lambda: store.resume_queue(scope, "q"))
+    assert all(ring is not None and doorbell.is_ring(ring) for ring in rings)
+    assert {ring["id"] for ring in rings} == held
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scopes_rings_stop_at_the_bound(make_endpoint):
+    """A change rings for at most RING_DUE_LIMIT todos: a woken claim passes
+    its ring on."""
+    scope = store.Scope.for_endpoint(make_endpoint("waker"))
+    for _ in range(sql.RING_DUE_LIMIT + 5):
+        new(scope)
+    store.pause_queue(scope, "q")
+    rings = _rings_heard(lambda: store.resume_queue(scope, "q"))
+    assert len(rings) == sql.RING_DUE_LIMIT
 
 
 # --- The checker ---------------------------------------------------------------------

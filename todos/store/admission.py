@@ -27,7 +27,7 @@ from .rows import (
     Todo,
 )
 from .rows import _json as _read_json
-from .sql import _run, _scope_params, _todo_id
+from .sql import _run, _scope_params, _todo_id, ring_due
 
 # What "not given" means to an update (None clears a setting).
 KEEP: Any = object()
@@ -145,7 +145,7 @@ def _queue_name(scope: Scope, name: object) -> str:
 # Make the queue on first use, then change the settings named. A queue that
 # turns fair stamps a start time on each pending todo without one (each
 # group's todos in order, cost by cost), so they take their turns from then
-# on. Every change rings: a raised limit may admit a waiting claim.
+# on. Every change rings (ring_due): a raised limit may admit a waiting claim.
 SET_ADMISSION_SQL = """
 WITH made AS (
     INSERT INTO queues (endpoint_id, name)
@@ -170,10 +170,7 @@ WITH made AS (
  RETURNING group_concurrency, fair, rate_limit, group_rate_limit,
            priority_aging_seconds
 )
-SELECT c.*, pg_notify('switchboard_todo_ready', json_build_object(
-           'id', NULL, 'endpoint_id', %(endpoint_id)s::uuid,
-           'queue', %(name)s::text)::text)
-  FROM changed c
+SELECT * FROM changed
 """
 
 # Stamp start times on a newly fair queue's pending todos that have none:
@@ -212,9 +209,10 @@ def set_admission(scope: Scope, queue: str, **given: object) -> Admission:
     Lowering a limit takes nothing back from the todos claimed.
     """
     name = _queue_name(scope, queue)
+    endpoint_id = _scope_params(scope)["endpoint_id"]
     params = {
         **_bind_admission(dict(given)),
-        "endpoint_id": _scope_params(scope)["endpoint_id"],
+        "endpoint_id": endpoint_id,
         "name": name,
     }
     row = _run("set_admission", SET_ADMISSION_SQL, params, fetch="one")
@@ -226,6 +224,7 @@ def set_admission(scope: Scope, queue: str, **given: object) -> Admission:
     settings = Admission.from_row(row[:5])
     if settings.fair:
         _run("stamp_fair", STAMP_FAIR_SQL, params, fetch=None)
+    ring_due("set_admission", endpoint_id, name)
     return settings
 
 
@@ -281,9 +280,7 @@ ON CONFLICT (endpoint_id, queue, group_key) DO UPDATE
        weight = CASE WHEN %(set_weight)s THEN %(weight)s::int ELSE g.weight END,
        paused = CASE WHEN %(set_paused)s THEN %(paused)s::boolean ELSE g.paused END,
        updated_at = now()
-RETURNING g.group_key,
-          pg_notify('switchboard_todo_ready', json_build_object(
-              'id', NULL, 'endpoint_id', g.endpoint_id, 'queue', g.queue)::text)
+RETURNING g.group_key
 """
 
 
@@ -305,10 +302,11 @@ def set_group(
         weight = _count("weight", weight, 1, MAX_WEIGHT)
     if paused is not KEEP and not isinstance(paused, bool):
         raise ValueError("paused must be true or false")
+    endpoint_id, group = _scope_params(scope)["endpoint_id"], _group_name(group)
     params = {
-        "endpoint_id": _scope_params(scope)["endpoint_id"],
+        "endpoint_id": endpoint_id,
         "name": name,
-        "group": _group_name(group),
+        "group": group,
         "set_concurrency": concurrency is not KEEP,
         "concurrency": None if concurrency is KEEP else concurrency,
         "set_weight": weight is not KEEP,
@@ -318,6 +316,7 @@ def set_group(
     }
     if _run("set_group", SET_GROUP_SQL, params, fetch="one") is None:
         raise NotFound("no such endpoint")
+    ring_due("set_group", endpoint_id, name, group)
     return get_group(scope, name, group)
 
 

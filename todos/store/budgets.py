@@ -48,7 +48,7 @@ from .rows import (
     _iso,
     _json,
 )
-from .sql import Statement, Steps, _run, _scope_params, _uuid
+from .sql import Statement, Steps, _run, _scope_params, _uuid, ring_due
 
 BUDGET_SCOPES = ("endpoint", "queue", "group")
 BUDGET_WINDOWS = ("hour", "day", "month")
@@ -478,31 +478,9 @@ def delete_budget(scope: Scope, budget_id: str) -> None:
     _ring(str(row[0]), row[1], row[2])
 
 
-# A budget's scope looks again: a ring for each of its due pending todos (at
-# most RING_LIMIT; a waiting claim that wakes takes the rest as it goes), as
-# a create rings, so waiting claims and the event streams hear that they are
-# claimable. NOTIFY is delivered at commit.
-RING_LIMIT = 100
-RING_SQL = """
-SELECT pg_notify('switchboard_todo_ready', json_build_object(
-           'id', t.id, 'endpoint_id', t.endpoint_id, 'queue', t.queue)::text)
-  FROM (SELECT id, endpoint_id, queue FROM todos
-         WHERE endpoint_id = %(endpoint_id)s AND state = 'pending'
-           AND available_at <= now()
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-           AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-         LIMIT %(limit)s) t
-"""
-
-
 def _ring(endpoint_id: str, queue: str | None, group: str | None = None) -> None:
-    params = {
-        "endpoint_id": endpoint_id,
-        "queue": queue,
-        "group": group,
-        "limit": RING_LIMIT,
-    }
-    _run("budget_ring", RING_SQL, params, fetch=None)
+    """A budget's scope looks again: its due pending todos ring (sql.ring_due)."""
+    ring_due("budget_ring", endpoint_id, queue, group)
 
 
 # --- The owner's decisions ----------------------------------------------------

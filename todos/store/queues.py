@@ -36,6 +36,7 @@ from .sql import (
     _uuid,
     on_django,
     on_pool,
+    ring_due,
 )
 
 MAX_ATTEMPTS_CAP = 1000
@@ -330,13 +331,6 @@ UPDATE queues
 RETURNING endpoint_id
 """
 
-# A resumed queue's waiting claims should look again: one ring for the queue.
-RESUME_RING_SQL = """
-SELECT pg_notify('switchboard_todo_ready',
-    json_build_object('id', NULL, 'endpoint_id', %(endpoint_id)s::uuid,
-                      'queue', %(name)s::text)::text)
-"""
-
 
 def _update(
     scope: Scope | None,
@@ -362,12 +356,8 @@ def _update(
         raise NotFound("no such queue")
     (queue_endpoint_id,) = row
     if pause == "resume":
-        _run(
-            "resume_queue",
-            RESUME_RING_SQL,
-            {"endpoint_id": str(queue_endpoint_id), "name": name},
-            fetch="one",
-        )
+        # Its waiting claims look again: its due todos ring.
+        ring_due("resume_queue", str(queue_endpoint_id), name)
     if scope is None:
         return get_queue_any_endpoint(str(queue_endpoint_id), name)
     return _one(scope, name)

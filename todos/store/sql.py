@@ -358,6 +358,42 @@ DOORBELL = (
     " 'queue', queue)::text) END"
 )
 
+# A scope's waiting claims look again (a queue resumed, a limit raised, a
+# budget's decision): a ring for each of its due pending todos, as a create
+# rings, so waiting claims and the event streams hear of them. A ring names a
+# real todo: the doorbell drops one that does not. At most RING_DUE_LIMIT: a
+# waiting claim that wakes and claims passes the ring on, and the next ring or
+# the periodic re-check finds the rest. NOTIFY is delivered at commit.
+RING_DUE_LIMIT = 100
+RING_DUE_SQL = (
+    "SELECT pg_notify('"
+    + DOORBELL_CHANNEL
+    + """', json_build_object(
+           'id', t.id, 'endpoint_id', t.endpoint_id, 'queue', t.queue)::text)
+  FROM (SELECT id, endpoint_id, queue FROM todos
+         WHERE endpoint_id = %(endpoint_id)s AND state = 'pending'
+           AND available_at <= now()
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+         LIMIT %(limit)s) t
+"""
+)
+
+
+def ring_due(
+    operation: str, endpoint_id: str, queue: str | None, group: str | None = None
+) -> None:
+    """Ring for the due pending todos of an endpoint's ``queue`` (None: all of
+    its queues), of one ``group`` when given."""
+    params = {
+        "endpoint_id": endpoint_id,
+        "queue": queue,
+        "group": group,
+        "limit": RING_DUE_LIMIT,
+    }
+    _run(operation, RING_DUE_SQL, params, fetch=None)
+
+
 # Tell waiting creators (GET /api/v1/todos/<id>?wait_seconds, the event
 # stream) of a row of ``moved`` that ended: done, canceled, or a dead letter.
 # Its own channel, so no waiting claim wakes for it.
