@@ -165,6 +165,9 @@ class Todo(models.Model):
     # and the sum over the todo's attempts (usage_ledger holds each attempt's).
     usage = models.JSONField(null=True, blank=True)
     attempt_usage = models.JSONField(null=True, blank=True)
+    # Spend budgets (CONTRACT §18): what one attempt may cost in USD, held
+    # against the todo's budgets from its claim to the attempt's end.
+    max_cost = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "todos"

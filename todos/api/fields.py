@@ -32,6 +32,7 @@ type Kind = Literal[
     "worker",
     "integer",
     "number",
+    "usd",
     "boolean",
     "enum",
     "json",
@@ -115,6 +116,8 @@ class Field:
             }
         if self.kind == "number":
             return {"type": "number", "exclusiveMinimum": 0, "maximum": maximum}
+        if self.kind == "usd":
+            return {"type": "number", "minimum": 0, "maximum": maximum}
         if self.kind == "boolean":
             return {"type": "boolean"}
         if self.kind == "enum":
@@ -280,6 +283,15 @@ class Fields:
         maximum = _now(field.maximum)
         if not 0 < value <= maximum:
             raise self.invalid(field.name, f"must be above 0 and at most {maximum}")
+        return float(value)
+
+    def _usd(self, field: Field, value: object) -> float:
+        """An amount of dollars: a number from 0 to the maximum."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.invalid(field.name, "must be a number")
+        maximum = _now(field.maximum)
+        if not 0 <= value <= maximum:
+            raise self.invalid(field.name, f"must be from 0 to {maximum}")
         return float(value)
 
     def _boolean(self, field: Field, value: object) -> bool:
@@ -513,6 +525,14 @@ CREATE_TODO = (
         "What the todo counts against its queue's rate limits (default 1), "
         "e.g. the tokens it is expected to use.",
         maximum=store.MAX_COST,
+    ),
+    Field(
+        "max_cost",
+        "usd",
+        "What one attempt may cost, in dollars: each claim reserves it against "
+        "the todo's budgets with a dollar limit and passes the todo over while "
+        "the reservation does not fit; the attempt's end releases it.",
+        maximum=store.MAX_USAGE_COST_USD,
     ),
     Field(
         "replace",

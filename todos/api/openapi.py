@@ -61,6 +61,7 @@ TODO_SCHEMA = {
         "priority",
         "group",
         "cost",
+        "max_cost",
     ],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
@@ -107,6 +108,12 @@ TODO_SCHEMA = {
             "type": "number",
             "exclusiveMinimum": 0,
             "description": "What it counts against its queue's rate limits.",
+        },
+        "max_cost": {
+            "type": ["number", "null"],
+            "minimum": 0,
+            "description": "What one attempt may cost in dollars, reserved "
+            "against its budgets at each claim; null: none.",
         },
         "lease_token": {
             "type": ["string", "null"],

@@ -42,6 +42,7 @@ from .rows import (
     MAX_NOTE_CHARS,
     MAX_PRIORITY,
     MAX_PROGRESS_MESSAGE_CHARS,
+    MAX_USAGE_COST_USD,
     MIN_PRIORITY,
     TODO_COLUMN_COUNT,
     TODO_COLUMNS,
@@ -137,14 +138,14 @@ WITH queue_row AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
                        created_at, updated_at, available_at, priority, group_key,
-                       cost, fair_tag, trace_context)
+                       cost, fair_tag, trace_context, max_cost)
     SELECT %(id)s, e.id, %(queue)s, %(title)s, %(payload)s::jsonb, 'pending',
            %(assignee)s, 0, d.max_attempts, %(idempotency_key)s, '',
            clock.at, clock.at, clock.at + make_interval(secs => d.delay_seconds),
            %(priority)s::smallint, %(group)s::text, %(cost)s::float8,
            CASE WHEN d.fair THEN switchboard_fair_tag(
                e.id, %(queue)s, %(group)s::text, %(cost)s::float8) END,
-           %(trace_context)s::jsonb
+           %(trace_context)s::jsonb, %(max_cost)s::float8
       FROM endpoints e, defaults d, (SELECT clock_timestamp() AS at) clock
      WHERE e.id = %(endpoint_id)s
        AND NOT {REFUSED_BY_BUDGET.format(queue="%(queue)s", group="%(group)s::text")}
@@ -177,6 +178,7 @@ class CreateItem(TypedDict):
     priority: int
     group: str | None
     cost: float
+    max_cost: float | None
     trace_context: str | None
 
 
@@ -206,6 +208,7 @@ def create_todo_steps(
     group: str | None = None,
     cost: float | None = None,
     trace_context: TraceContext | None = None,
+    max_cost: float | None = None,
 ) -> Steps[Created]:
     """Enqueue a todo; return (todo, created).
 
@@ -213,7 +216,8 @@ def create_todo_steps(
     one in a queue outside the grant raises KeyHeld. ``max_attempts`` and
     ``delay_seconds`` default to the queue's settings, then the server's.
     ``priority`` (1–5, default 3), ``group`` and ``cost`` (default 1) are
-    what admission control decides by (CONTRACT §17).
+    what admission control decides by (CONTRACT §17); ``max_cost`` (USD) is
+    reserved against the todo's budgets at each claim (CONTRACT §18).
     ``trace_context`` is the W3C context the caller's request carried.
     """
     if not scope.covers(queue):
@@ -229,6 +233,7 @@ def create_todo_steps(
         priority,
         group,
         cost,
+        max_cost,
     )
     endpoint_id = _scope_params(scope)["endpoint_id"]
     return (yield from _create_traced(endpoint_id, scope, item, actor, trace_context))
@@ -253,6 +258,7 @@ def create_todo_any_endpoint(
     group: str | None = None,
     cost: float | None = None,
     trace_context: TraceContext | None = None,
+    max_cost: float | None = None,
 ) -> Created:
     """Enqueue a todo for any endpoint (the Board); no grant check."""
     endpoint = _uuid(endpoint_id)
@@ -269,6 +275,7 @@ def create_todo_any_endpoint(
         priority,
         group,
         cost,
+        max_cost,
     )
     return run_steps(_create_traced(endpoint, None, item, actor, trace_context))
 
@@ -284,6 +291,7 @@ def _create_item(
     priority: object = None,
     group: object = None,
     cost: object = None,
+    max_cost: object = None,
 ) -> CreateItem:
     """Validate one create and bind it (ValueError names the bad field)."""
     if not isinstance(queue, str) or not queue:
@@ -307,6 +315,7 @@ def _create_item(
         "priority": validate_priority(priority),
         "group": validate_group(group),
         "cost": validate_cost(cost),
+        "max_cost": validate_max_cost(max_cost),
         "trace_context": None,
     }
 
@@ -346,6 +355,17 @@ def validate_cost(cost: object) -> float:
     if not 0 < cost <= MAX_COST:
         raise ValueError(f"cost must be a number greater than 0, at most {MAX_COST}")
     return float(cost)
+
+
+def validate_max_cost(max_cost: object) -> float | None:
+    """What one attempt may cost in USD (CONTRACT §18): a number ≥ 0, or None."""
+    if max_cost is None:
+        return None
+    if isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)):
+        raise ValueError("max_cost must be a number of USD, at least 0")
+    if not 0 <= max_cost <= MAX_USAGE_COST_USD:
+        raise ValueError(f"max_cost must be a number from 0 to {MAX_USAGE_COST_USD}")
+    return float(max_cost)
 
 
 def _duplicate(scope: Scope | None, todo: Todo) -> Created:
@@ -433,10 +453,12 @@ WITH item AS (
                          %(assignees)s::text[], %(keys)s::text[],
                          %(max_attempts)s::int[], %(delays)s::int[],
                          %(priorities)s::smallint[], %(groups)s::text[],
-                         %(costs)s::float8[], %(trace_contexts)s::jsonb[])
+                         %(costs)s::float8[], %(trace_contexts)s::jsonb[],
+                         %(max_costs)s::float8[])
            WITH ORDINALITY AS i (id, queue, title, payload, assignee,
                                  idempotency_key, max_attempts, delay_seconds,
-                                 priority, group_key, cost, trace_context, ord)
+                                 priority, group_key, cost, trace_context,
+                                 max_cost, ord)
 ), queue_row AS (
     INSERT INTO queues (endpoint_id, name)
     SELECT DISTINCT e.id, i.queue FROM endpoints e, item i
@@ -446,7 +468,7 @@ WITH item AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
                        created_at, updated_at, available_at, priority, group_key,
-                       cost, fair_tag, trace_context)
+                       cost, fair_tag, trace_context, max_cost)
     SELECT i.id, e.id, i.queue, i.title, i.payload, 'pending', i.assignee, 0,
            coalesce(i.max_attempts, q.max_attempts, %(default_max_attempts)s::int),
            i.idempotency_key, '', at.created, at.created,
@@ -455,7 +477,7 @@ WITH item AS (
            i.priority, i.group_key, i.cost,
            CASE WHEN q.fair THEN switchboard_fair_tag(e.id, i.queue, i.group_key,
                                                       i.cost) END,
-           i.trace_context
+           i.trace_context, i.max_cost
       FROM item i
       JOIN endpoints e ON e.id = %(endpoint_id)s
       LEFT JOIN queues q ON q.endpoint_id = e.id AND q.name = i.queue
@@ -483,6 +505,7 @@ CREATE_FIELDS = {
     "priority",
     "group",
     "cost",
+    "max_cost",
     "trace_context",
 }
 
@@ -539,6 +562,7 @@ def create_many_steps(
         "groups": [item["group"] for item in batch],
         "costs": [item["cost"] for item in batch],
         "trace_contexts": [item["trace_context"] for item in batch],
+        "max_costs": [item["max_cost"] for item in batch],
     }
     rows = yield Statement("create_many", CREATE_MANY_SQL, params)
     created = {todo.id: todo for todo in map(Todo.from_row, rows)}
@@ -604,6 +628,7 @@ def _item_args(fields: Mapping[str, Any]) -> dict[str, Any]:
         "priority": args.get("priority"),
         "group": args.get("group"),
         "cost": args.get("cost"),
+        "max_cost": args.get("max_cost"),
     }
 
 
@@ -714,6 +739,12 @@ HEAD_ROOM = f"""(t.queue, t.group_key) IN (
                           SELECT h.queue, h.group_key FROM head h WHERE NOT h.room)
                      AND {ROOM})"""
 
+# A todo with a max_cost passes the lanes' pre-filter when its reservation
+# fits its budgets (CONTRACT §18, as this statement's snapshot sees them);
+# switchboard_reserve decides under the budgets' locks.
+FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
+                                               t.max_cost)"""
+
 CLAIM_SQL = f"""
 WITH RECURSIVE pending_queue (name) AS (
     (SELECT queue FROM todos
@@ -810,7 +841,7 @@ WITH RECURSIVE pending_queue (name) AS (
 ), due AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
            t.created_at AS rank_at, NULL::float8 AS tag, t.queue, t.group_key,
-           t.cost, t.state = 'claimed' AS transfer,
+           t.cost, t.max_cost, t.state = 'claimed' AS transfer,
            p.rate_limit IS NOT NULL AS rated,
            t.claimed_at AS lapsed_claimed_at, t.lease_expires_at AS lapsed_at
       FROM todos t
@@ -826,6 +857,7 @@ WITH RECURSIVE pending_queue (name) AS (
        AND NOT EXISTS (SELECT 1 FROM budget_paused s
                         WHERE (s.queue IS NULL OR s.queue = t.queue)
                           AND (s.group_key IS NULL OR s.group_key = t.group_key))
+       AND (t.max_cost IS NULL OR {FITS})
        AND (t.group_key IS NULL OR t.state = 'claimed'
             OR NOT switchboard_group_full(t.endpoint_id, t.queue, t.group_key,
                                           p.group_concurrency))
@@ -837,12 +869,13 @@ WITH RECURSIVE pending_queue (name) AS (
       FROM lane
      CROSS JOIN LATERAL (
          SELECT t.id, t.priority::int AS level, t.available_at AS rank_at,
-                NULL::float8 AS tag, t.group_key, t.cost FROM todos t
+                NULL::float8 AS tag, t.group_key, t.cost, t.max_cost FROM todos t
           WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
             AND t.state = 'pending' AND t.queue = lane.queue
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.available_at <= statement_timestamp()
             AND (t.group_key IS NULL OR ({HEAD_ROOM}))
+            AND (t.max_cost IS NULL OR {FITS})
           ORDER BY t.priority, t.available_at
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
@@ -856,7 +889,8 @@ WITH RECURSIVE pending_queue (name) AS (
                 greatest(1, t.priority - floor(extract(epoch FROM
                     statement_timestamp() - t.available_at) / lane.aging))::int
                     AS level,
-                t.available_at AS rank_at, NULL::float8 AS tag, t.group_key, t.cost
+                t.available_at AS rank_at, NULL::float8 AS tag, t.group_key, t.cost,
+                t.max_cost
            FROM todos t
           WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
             AND t.state = 'pending' AND t.queue = lane.queue
@@ -864,6 +898,7 @@ WITH RECURSIVE pending_queue (name) AS (
             AND t.priority = level.p
             AND t.available_at <= statement_timestamp()
             AND (t.group_key IS NULL OR ({HEAD_ROOM}))
+            AND (t.max_cost IS NULL OR {FITS})
           ORDER BY t.available_at
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
@@ -872,24 +907,25 @@ WITH RECURSIVE pending_queue (name) AS (
     SELECT lane.queue, lane.rated, c.id, c.level,
            max(c.available_at) OVER (PARTITION BY lane.queue, lane.assignee_key
                                      ORDER BY c.level, c.tag) AS rank_at,
-           c.tag, c.group_key, c.cost
+           c.tag, c.group_key, c.cost, c.max_cost
       FROM lane
      CROSS JOIN LATERAL (
          SELECT t.id, t.priority::int AS level, t.available_at, t.fair_tag AS tag,
-                t.group_key, t.cost FROM todos t
+                t.group_key, t.cost, t.max_cost FROM todos t
           WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
             AND t.state = 'pending' AND t.queue = lane.queue
             AND coalesce(t.assignee, '') = lane.assignee_key
             AND t.fair_tag IS NOT NULL
             AND t.available_at <= statement_timestamp()
             AND (t.group_key IS NULL OR ({ROOM}))
+            AND (t.max_cost IS NULL OR {FITS})
           ORDER BY t.priority, t.fair_tag
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
      WHERE lane.fair
 ), fresh AS (
     SELECT f.id, 'pending'::text AS from_state, 1 AS rank, f.level, f.rank_at,
-           f.tag, f.queue, f.group_key, f.cost, FALSE AS transfer, f.rated,
+           f.tag, f.queue, f.group_key, f.cost, f.max_cost, FALSE AS transfer, f.rated,
            NULL::timestamptz AS lapsed_claimed_at, NULL::timestamptz AS lapsed_at
       FROM (SELECT * FROM fresh_plain
             UNION ALL SELECT * FROM fresh_aged
@@ -918,6 +954,21 @@ WITH RECURSIVE pending_queue (name) AS (
      CROSS JOIN LATERAL switchboard_admit((SELECT %(endpoint_id)s::uuid), b.ids,
                                           b.queues, b.groups, b.costs,
                                           b.transfers) a
+), reserved AS (
+    SELECT r.id
+      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
+                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS queues,
+                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS groups,
+                   array_agg(c.max_cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS costs
+              FROM candidate c
+             WHERE c.max_cost IS NOT NULL
+               AND c.id IN (SELECT a.id FROM admitted a)
+            HAVING count(*) > 0) b
+     CROSS JOIN LATERAL switchboard_reserve((SELECT %(endpoint_id)s::uuid), b.ids,
+                                            b.queues, b.groups, b.costs) r (id)
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = (SELECT %(worker)s::text),
@@ -935,6 +986,7 @@ WITH RECURSIVE pending_queue (name) AS (
       FROM candidate c
       JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM admitted))
+       AND (c.max_cost IS NULL OR t.id IN (SELECT r.id FROM reserved r))
  RETURNING {T_COLUMNS}, c.from_state, c.rank, c.level, c.rank_at, c.tag,
            a.admission, c.lapsed_claimed_at, c.lapsed_at
 ), history AS (
@@ -999,7 +1051,8 @@ WITH RECURSIVE pending_queue (name) AS (
 ), due AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
            t.created_at AS rank_at,
-           t.group_key IS NULL AND p.rate_limit IS NULL AS plain,
+           t.group_key IS NULL AND p.rate_limit IS NULL AND t.max_cost IS NULL
+               AS plain,
            t.claimed_at AS lapsed_claimed_at, t.lease_expires_at AS lapsed_at
       FROM todos t
       LEFT JOIN queues p ON p.endpoint_id = t.endpoint_id AND p.name = t.queue
@@ -1016,11 +1069,13 @@ WITH RECURSIVE pending_queue (name) AS (
        FOR UPDATE OF t SKIP LOCKED
 ), fresh AS (
     SELECT c.id, 'pending'::text AS from_state, 1 AS rank, c.priority::int AS level,
-           c.available_at AS rank_at, c.group_key IS NULL AS plain,
+           c.available_at AS rank_at,
+           c.group_key IS NULL AND c.max_cost IS NULL AS plain,
            NULL::timestamptz AS lapsed_claimed_at, NULL::timestamptz AS lapsed_at
       FROM lane
      CROSS JOIN LATERAL (
-         SELECT t.id, t.priority, t.available_at, t.group_key FROM todos t
+         SELECT t.id, t.priority, t.available_at, t.group_key, t.max_cost
+           FROM todos t
           WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
             AND t.state = 'pending' AND t.queue = lane.queue
             AND coalesce(t.assignee, '') = lane.assignee_key
@@ -1202,7 +1257,7 @@ aclaim_next = on_pool(claim_next_steps)
 # with a rate limit, is claimed only if switchboard_admit admits it.
 CLAIM_ONE_SQL = f"""
 WITH candidate AS (
-    SELECT id, state AS from_state, endpoint_id, queue, group_key, cost,
+    SELECT id, state AS from_state, endpoint_id, queue, group_key, cost, max_cost,
            claimed_at AS lapsed_claimed_at, lease_expires_at AS lapsed_at,
            state = 'claimed' AS transfer,
            (SELECT p.rate_limit IS NOT NULL FROM queues p
@@ -1232,6 +1287,13 @@ WITH candidate AS (
                                           ARRAY[c.group_key], ARRAY[c.cost],
                                           ARRAY[c.transfer]) a
      WHERE c.group_key IS NOT NULL OR c.rated
+), reserved AS (
+    SELECT r.id
+      FROM candidate c
+     CROSS JOIN LATERAL switchboard_reserve(c.endpoint_id, ARRAY[c.id],
+                                            ARRAY[c.queue], ARRAY[c.group_key],
+                                            ARRAY[c.max_cost]) r (id)
+     WHERE c.max_cost IS NOT NULL AND c.id IN (SELECT a.id FROM admitted a)
 ), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = %(worker)s, attempt = t.attempt + 1,
@@ -1248,6 +1310,7 @@ WITH candidate AS (
       FROM candidate c
       JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = %(id)s
+       AND (c.max_cost IS NULL OR t.id IN (SELECT r.id FROM reserved r))
  RETURNING {T_COLUMNS}, c.from_state, a.admission, c.lapsed_claimed_at,
            c.lapsed_at
 ), history AS (

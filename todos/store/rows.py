@@ -243,7 +243,7 @@ TODO_COLUMNS = (
     " question, question_status, asked_at, answer_deadline, answer, answer_nonce,"
     " cancel_request, canceled_at, progress, checkpoint, note, dismissed_at,"
     " priority, group_key, cost, trace_context, deliveries, trace_events,"
-    " usage, attempt_usage"
+    " usage, attempt_usage, max_cost"
 )
 # The jsonb columns, by position: payload, result, question, answer,
 # cancel_request, progress, checkpoint, trace_context, trace_events, usage,
@@ -314,6 +314,8 @@ class Todo:
     # and the current delivery's figure as last reported.
     usage: JSONObject | None = None
     attempt_usage: JSONObject | None = None
+    # What one attempt may cost in USD, reserved against its budgets at claim.
+    max_cost: float | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> Self:
