@@ -8,11 +8,17 @@ delivery, so once ``limit`` completes have come back, at least ``limit``
 dollars are committed: the crossing commit happened before the
 ``limit``-th return. A claim sent after that instant that took a todo of the
 scope breaks the rule. The checker is tested on a planted violation too.
+
+With max_cost reservations, spend never exceeds the limit by more than the
+reservations in flight: a reader samples the budget while the claimants
+work, and every sample, and the end, holds the rule.
 """
 
+import random
 import threading
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -115,3 +121,136 @@ def test_no_claim_that_starts_after_the_crossing_commit_takes_the_scopes_work(sc
     assert [e.event for e in store.budget_history(scope, budget.id)].count(
         "budget.exhausted"
     ) == 1
+
+
+# --- max_cost reservations ---------------------------------------------------
+
+RESERVED_LIMIT = Decimal(10)
+MAX_COST = 2
+RESERVING_TODOS = 40
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of a budget, in one statement: what it spent, its limit
+    (with this window's raise) and the reservations in flight against it."""
+
+    spent: Decimal
+    limit: Decimal
+    in_flight: Decimal
+
+
+def overshoots(samples: list[Sample]) -> list[Sample]:
+    """The readings where spend passed the limit by more than the
+    reservations in flight."""
+    return [s for s in samples if s.spent - s.limit > s.in_flight]
+
+
+def test_the_checker_finds_a_planted_overshoot():
+    fine = [
+        Sample(Decimal(9), Decimal(10), Decimal(0)),
+        Sample(*map(Decimal, (11, 10, 2))),
+    ]
+    assert overshoots(fine) == []
+    planted = Sample(Decimal("12.5"), Decimal(10), Decimal(2))
+    assert overshoots([*fine, planted]) == [planted]
+
+
+SAMPLE_SQL = """
+SELECT b.spent_usd, b.limit_usd + b.raised_usd,
+       (SELECT coalesce(sum(r.usd), 0) FROM budget_reservations r
+         WHERE r.budget_id = b.id)
+  FROM budgets b WHERE b.id = %s
+"""
+
+
+def sample(budget_id: str) -> Sample:
+    with connection.cursor() as cursor:
+        cursor.execute(SAMPLE_SQL, [budget_id])
+        return Sample(*cursor.fetchone())
+
+
+def reserving_claimant(
+    scope,
+    name: str,
+    seed: int,
+    spent: list[Decimal],
+    lock: threading.Lock,
+    start: threading.Barrier,
+) -> None:
+    """Claim max_cost todos until five claims in a row find none; report a
+    part of the attempt's spend by heartbeat, then its final figure (at most
+    its max_cost) on complete, fail or release."""
+    chance = random.Random(seed)
+    try:
+        start.wait()
+        misses = 0
+        while misses < 5:
+            try:
+                todo = store.claim_next(scope, name, queue="q")
+            except store.NotFound:
+                misses += 1
+                time.sleep(0.01)
+                continue
+            misses = 0
+            final = Decimal(chance.randint(0, MAX_COST * 100)) / 100
+            store.heartbeat(scope, todo.id, name, usage={"cost_usd": float(final / 2)})
+            end = chance.choice(("complete", "complete", "fail", "release"))
+            usage = {"cost_usd": float(final)}
+            if end == "complete":
+                store.complete_todo(scope, todo.id, name, usage=usage)
+            elif end == "fail":
+                store.fail_todo(scope, todo.id, name, error="x", usage=usage)
+            else:
+                store.heartbeat(scope, todo.id, name, usage=usage)
+                store.release_todo(scope, todo.id, name)
+            with lock:
+                spent.append(final)
+    finally:
+        connection.close()
+
+
+def sampler(budget_id: str, samples: list[Sample], done: threading.Event) -> None:
+    try:
+        while not done.is_set():
+            samples.append(sample(budget_id))
+    finally:
+        connection.close()
+
+
+def test_spend_never_exceeds_the_limit_by_more_than_the_reservations_in_flight(scope):
+    budget = store.create_budget(
+        scope, scope="queue", queue="q", window="day", limit_usd=int(RESERVED_LIMIT)
+    )
+    for _ in range(RESERVING_TODOS):
+        store.create_todo(scope, queue="q", max_cost=MAX_COST, max_attempts=1)
+    spent: list[Decimal] = []
+    samples: list[Sample] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    start = threading.Barrier(CLAIMANTS, timeout=30)
+    threads = [
+        threading.Thread(
+            target=reserving_claimant,
+            args=(scope, f"w{n}", n, spent, lock, start),
+        )
+        for n in range(CLAIMANTS)
+    ]
+    watcher = threading.Thread(target=sampler, args=(budget.id, samples, done))
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    done.set()
+    watcher.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+
+    final = sample(budget.id)
+    assert len(samples) > 10
+    assert overshoots([*samples, final]) == []
+    assert final.in_flight == 0, "every attempt's end released its reservation"
+    assert final.spent == sum(spent)
+    # Every claim fit: what was spent stays within the limit.
+    assert final.spent <= RESERVED_LIMIT
+    assert len(spent) >= RESERVED_LIMIT / MAX_COST, "the claims went on to the limit"

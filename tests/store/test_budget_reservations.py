@@ -165,9 +165,7 @@ def end_by_dead_letter(scope, todo):
 def test_the_attempts_end_releases_its_reservation(scope, end):
     paid = budget(scope, limit_usd=3)
     max_attempts = 1 if end is end_by_dead_letter else 3
-    todo, _ = store.create_todo(
-        scope, queue="q", max_cost=3, max_attempts=max_attempts
-    )
+    todo, _ = store.create_todo(scope, queue="q", max_cost=3, max_attempts=max_attempts)
     store.claim_next(scope, "w", queue="q")
     assert reserved(paid.id) == [(todo.id, 1, Decimal(3))]
     end(scope, todo)
