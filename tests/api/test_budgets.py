@@ -168,3 +168,41 @@ def test_a_decision_on_a_foreign_budget_is_404_like_a_missing_one(
             f"/api/v1/budgets/{budget_id}/decision", {"decision": "resume"}
         )
         assert_error(answer, 404, "not_found")
+
+
+def test_create_takes_max_cost_and_the_todo_json_shows_it(agent):
+    todo = agent.create(queue="reviews", max_cost=1.25)
+    assert todo["max_cost"] == 1.25
+    assert agent.create(queue="reviews")["max_cost"] is None
+    batch = agent.post(
+        "/api/v1/todos", {"todos": [{"queue": "reviews", "max_cost": 0}]}
+    )
+    assert batch.status_code == 200, batch.content
+    assert batch.json()["results"][0]["todo"]["max_cost"] == 0
+
+
+@pytest.mark.parametrize("value", [-0.01, "1", True, 10**10])
+def test_a_bad_max_cost_is_a_400_naming_it(agent, value):
+    response = agent.post("/api/v1/todos", {"queue": "reviews", "max_cost": value})
+    assert_error(response, 400, "bad_request")
+    assert "max_cost" in response.json()["detail"]
+
+
+def test_a_claim_passes_over_a_todo_whose_max_cost_does_not_fit(agent):
+    created = agent.post(
+        "/api/v1/budgets",
+        {"scope": "queue", "queue": "reviews", "window": "day", "limit_usd": 5},
+    )
+    assert created.status_code == 201, created.content
+    first = agent.create(queue="reviews", max_cost=4)
+    agent.create(queue="reviews", max_cost=4)
+    taken = claim_next(agent)
+    assert taken.status_code == 200, taken.content
+    assert taken.json()["todo"]["id"] == first["id"]
+    assert claim_next(agent).status_code == 404
+    done = agent.post(
+        f"/api/v1/todos/{first['id']}/complete",
+        {"worker": "w", "usage": {"cost_usd": 0.5}},
+    )
+    assert done.status_code == 200, done.content
+    assert claim_next(agent).status_code == 200

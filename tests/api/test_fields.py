@@ -46,6 +46,7 @@ TYPES = {
     "enum": "string",
     "integer": "integer",
     "number": "number",
+    "usd": "number",
     "boolean": "boolean",
     "object": "object",
     "progress": "object",
@@ -136,6 +137,9 @@ def assert_described(prop, field):
         assert bounds == (fields._now(field.minimum), fields._now(field.maximum))
     if kind == "number":
         bounds = (prop["exclusiveMinimum"], prop["maximum"])
+        assert bounds == (0, fields._now(field.maximum))
+    if kind == "usd":
+        bounds = (prop["minimum"], prop["maximum"])
         assert bounds == (0, fields._now(field.maximum))
     if kind in {"items", "choices"}:
         assert (prop["minItems"], prop["maxItems"]) == (1, field.maximum)

@@ -181,3 +181,15 @@ def test_set_priority_changes_a_pending_todo_and_conflicts_once_claimed(
         post, session_id, "set_priority", {"todo_id": second.id, "priority": 5}
     )
     refused(again, "conflict")
+
+
+def test_create_todo_takes_max_cost_and_the_todo_shows_it(post, session_id):
+    """CONTRACT §18: max_cost on MCP's create_todo, as on the JSON API."""
+    created = ok(
+        tool_call(post, session_id, "create_todo", {"queue": "q", "max_cost": 0.75})
+    )["todo"]
+    assert created["max_cost"] == 0.75
+    detail = refused(
+        tool_call(post, session_id, "create_todo", {"queue": "q", "max_cost": -1})
+    )
+    assert "max_cost" in detail
