@@ -212,7 +212,7 @@ def test_a_duplicate_name_answers_409(agent):
         ({"todo": {"max_attempts": "3"}}, "todo.max_attempts:"),
         ({"todo": {"group": 7}}, "todo.group:"),
         ({"todo": {"priority": 0}}, "todo.priority:"),
-        ({"todo": {"max_cost": 1.5}}, "todo.max_cost:"),
+        ({"todo": {"max_cost": -1.5}}, "todo.max_cost:"),
         ({"overlap": "queue"}, "overlap:"),
         ({"missed": "every"}, "missed:"),
         ({"name": ""}, "name:"),

@@ -104,13 +104,19 @@ def test_a_due_slot_makes_one_todo_whose_history_names_the_schedule_and_slot(
     assert (after.fires, after.skips) == (1, 0)
 
 
-def test_a_slots_todo_takes_the_templates_priority_group_and_cost(clock, scope):
+def test_a_slots_todo_takes_the_templates_admission_fields_and_max_cost(clock, scope):
     store.create_schedule(
         scope,
         name="s",
         queue="q",
         every_seconds=60,
-        todo={"priority": 1, "group": "acme/app", "cost": 2.5, "max_attempts": 2},
+        todo={
+            "priority": 1,
+            "group": "acme/app",
+            "cost": 2.5,
+            "max_attempts": 2,
+            "max_cost": 0.5,
+        },
     )
     clock.advance(seconds=61)
 
@@ -123,6 +129,7 @@ def test_a_slots_todo_takes_the_templates_priority_group_and_cost(clock, scope):
         2.5,
         2,
     )
+    assert made["max_cost"] == 0.5
 
 
 def test_a_slot_not_yet_due_makes_nothing(clock, scope):
@@ -496,7 +503,7 @@ def test_retention_purges_old_fires_and_keeps_recent_ones(clock, scope):
         ({"cron": "@daily", "todo": {"priority": 9}}, "todo.priority"),
         ({"cron": "@daily", "todo": {"group": ""}}, "todo.group"),
         ({"cron": "@daily", "todo": {"cost": 0}}, "todo.cost"),
-        ({"cron": "@daily", "todo": {"max_cost": 2.5}}, "todo.max_cost"),
+        ({"cron": "@daily", "todo": {"max_cost": -2.5}}, "todo.max_cost"),
         ({"cron": "@daily", "overlap": "never"}, "overlap"),
         ({"cron": "@daily", "missed": "some"}, "missed"),
     ],

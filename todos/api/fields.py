@@ -951,7 +951,7 @@ TEMPLATE = Field(
     "todo",
     "object",
     "The todo each slot makes: title (default: the schedule's name), payload, "
-    "max_attempts, priority, group, cost.",
+    "max_attempts, priority, group, cost, max_cost.",
 )
 OVERLAP = Field(
     "overlap",

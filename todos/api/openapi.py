@@ -406,6 +406,13 @@ TEMPLATE_SCHEMA = {
             "maximum": MAX_COST,
             "description": "What the todo counts against a rate limit; default 1.",
         },
+        "max_cost": {
+            "type": ["number", "null"],
+            "minimum": 0,
+            "maximum": store.MAX_USAGE_COST_USD,
+            "description": "What one attempt may cost in dollars, reserved "
+            "against the todo's budgets at each claim.",
+        },
     },
 }
 

@@ -53,6 +53,7 @@ from .lifecycle import (
     create_todo,
     validate_cost,
     validate_group,
+    validate_max_cost,
     validate_priority,
 )
 from .queues import MAX_ATTEMPTS_CAP
@@ -98,10 +99,16 @@ CRON_NAMES = {
 }
 SCHEDULE_OVERLAP = ("allow", "skip")
 SCHEDULE_MISSED = ("skip", "one", "all")
-# What a schedule's todo template may hold, and the create fields this
-# server does not have yet (a template naming one is refused, not dropped).
-TEMPLATE_FIELDS = ("title", "payload", "max_attempts", "priority", "group", "cost")
-NOT_YET_FIELDS = ("max_cost",)
+# What a schedule's todo template may hold.
+TEMPLATE_FIELDS = (
+    "title",
+    "payload",
+    "max_attempts",
+    "priority",
+    "group",
+    "cost",
+    "max_cost",
+)
 # When a recurrence has no slot left (a cron date that never comes again):
 # the schedule sleeps until then, as a held todo does.
 NEVER = datetime(9998, 12, 31, tzinfo=UTC)
@@ -209,6 +216,7 @@ TEMPLATE_CHECKS = {
     "priority": validate_priority,
     "group": validate_group,
     "cost": validate_cost,
+    "max_cost": validate_max_cost,
 }
 
 
@@ -219,10 +227,6 @@ def _template(todo: object) -> JSONObject:
     if not isinstance(todo, dict):
         raise InvalidSchedule("todo", "must be an object")
     for name in todo:
-        if name in NOT_YET_FIELDS:
-            raise InvalidSchedule(
-                f"todo.{name}", "is not supported by this server's creates yet"
-            )
         if name not in TEMPLATE_FIELDS:
             raise InvalidSchedule(
                 f"todo.{name}",
@@ -907,6 +911,7 @@ def _fire_slot(
                 priority=template.get("priority"),
                 group=template.get("group"),
                 cost=template.get("cost"),
+                max_cost=template.get("max_cost"),
                 idempotency_key=idempotency_key,
                 actor=f"schedule {schedule.name}, slot {when}",
             )
