@@ -683,7 +683,11 @@ CLAIM_STEPS = """
 # 5. admitted: a candidate with no group in a queue with no rate limit is
 #    taken as it is; the others go, in claim order, through switchboard_admit
 #    (group limits counted under the group's lock, token buckets), which
-#    returns those admitted and what admitted them.
+#    returns those admitted and what admitted them. Of those, a todo with a
+#    max_cost goes through switchboard_reserve (CONTRACT §18: reserved against
+#    its USD budgets under their locks), which returns those whose
+#    reservation fit; the lanes passed over those that did not as their
+#    snapshot saw it (FITS).
 # 6. moved: claim them, with a fresh lease token each; the lease is the call's,
 #    else the queue's, else the server's. The rows are fetched by primary key
 #    (id = ANY(...)): the planner cannot know how few candidates there are,
@@ -1011,7 +1015,8 @@ SELECT {TODO_COLUMNS}, {LAPSED}, p.passed
 # (measured: 0.25 ms of the database's CPU a claim). It claims only when
 # nothing it met needs admission: every lane's queue without fair turns,
 # priority aging or a rate limit, every candidate without a group (a
-# group's limit, pause or rate applies only to grouped todos), and no pause
+# group's limit, pause or rate applies only to grouped todos) and without a
+# max_cost (its reservation is CLAIM_SQL's), and no pause
 # budget of the endpoint in force (CONTRACT §18; a probe of
 # budgets_in_force_idx). A grouped candidate that CLAIM_SQL's pre-filter
 # would pass over is met here, so the candidates here are then exactly
