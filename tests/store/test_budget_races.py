@@ -159,6 +159,8 @@ def test_the_checker_finds_a_planted_overshoot():
 SAMPLE_SQL = """
 SELECT b.spent_usd, b.limit_usd + b.raised_usd,
        (SELECT coalesce(sum(r.usd), 0) FROM budget_reservations r
+          JOIN todos t ON t.id = r.todo_id AND t.state = 'claimed'
+                      AND t.attempt = r.attempt
          WHERE r.budget_id = b.id)
   FROM budgets b WHERE b.id = %s
 """

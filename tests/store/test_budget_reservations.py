@@ -19,11 +19,14 @@ def budget(caller, **given):
 
 
 def reserved(budget_id=None):
-    """The reservations held: (todo id, attempt, usd) of one budget, or all."""
+    """The reservations held (their attempt running): (todo id, attempt, usd)
+    of one budget, or all."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT todo_id::text, attempt, budget_id::text, usd"
-            " FROM budget_reservations ORDER BY todo_id, attempt, budget_id"
+            "SELECT r.todo_id::text, r.attempt, r.budget_id::text, r.usd"
+            " FROM budget_reservations r JOIN todos t ON t.id = r.todo_id"
+            " AND t.state = 'claimed' AND t.attempt = r.attempt"
+            " ORDER BY r.todo_id, r.attempt, r.budget_id"
         )
         rows = cursor.fetchall()
     return [
@@ -213,3 +216,23 @@ def test_a_todo_without_max_cost_takes_the_plain_claim(scope):
     store.claim_next(scope, "w", queue="q")
     assert lifecycle._ADMITTING, "a todo with max_cost goes to the full claim"
     lifecycle._ADMITTING.clear()
+
+
+def test_a_claim_under_a_budget_forgets_the_reservations_of_ended_attempts(scope):
+    budget(scope, limit_usd=10)
+    for _ in range(3):
+        todo, _ = store.create_todo(scope, queue="q", max_cost=1)
+        store.claim_next(scope, "w", queue="q")
+        store.complete_todo(scope, todo.id, "w")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM budget_reservations")
+        assert cursor.fetchone()[0] == 1, "only the last attempt's row is left"
+
+
+def test_two_todos_of_one_claim_count_each_others_reservation(scope):
+    budget(scope, limit_usd=5)
+    for _ in range(3):
+        store.create_todo(scope, queue="q", max_cost=2)
+    taken = store.claim_many(scope, "w", limit=3, queue="q")
+    assert len(taken) == 2
+    assert len(reserved()) == 2
