@@ -87,6 +87,25 @@ def test_a_waiting_receive_wakes_on_a_create(server, make_endpoint):
     assert time.monotonic() < receive.deadline  # woken, not timed out
 
 
+def test_a_waiting_receive_wakes_when_its_queue_is_resumed(server, make_endpoint):
+    """A resumed queue rings: the waiting receive gets its message at once, not
+    at its WaitTimeSeconds (the periodic re-check is off)."""
+    endpoint = make_endpoint("sqs-resume")
+    scope = store.Scope.for_endpoint(endpoint)
+    client = sqs_client(server, endpoint)
+    url = client.create_queue(QueueName="held")["QueueUrl"]
+    todo, _ = store.create_todo(scope, queue="held", title="t")
+    store.pause_queue(scope, "held")
+    receive = Receive(client, url, 10)
+    settle()
+    assert receive.answer is None
+    resumed = time.monotonic()
+    store.resume_queue(scope, "held")
+    receive.join(timeout=15)
+    assert receive.answer["Messages"][0]["MessageId"] == todo.id
+    assert time.monotonic() - resumed < 2
+
+
 def test_a_waiting_receive_gets_a_message_whose_visibility_lapses_meanwhile(
     server, make_endpoint
 ):

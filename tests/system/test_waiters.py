@@ -26,6 +26,7 @@ from tests.support import ROOT, database_url, free_port
 from todos import store
 from todos.access import endpoints
 from todos.models import Endpoint, McpSession
+from todos.store import admission
 
 APP_NAME = "sb-waiters-test-server"
 POOL_MAX = 4
@@ -608,6 +609,29 @@ def test_a_waiting_mcp_claim_next_takes_a_lease_that_lapses_during_its_wait(
     )
     call.join(timeout=15)
     assert time.monotonic() - started < 3
+    assert call.answer["result"]["structuredContent"]["todo"]["id"] == todo.id
+
+
+def test_a_waiting_mcp_claim_next_wakes_when_a_groups_limit_is_raised(
+    server, endpoint, scope
+):
+    """CONTRACT §17 Waking: a raised limit rings, so a waiting claim_next takes
+    the group's todo at once, not at its timer (the periodic re-check is off)."""
+    admission.set_group(scope, "q", "g", concurrency=0)
+    todo, _ = store.create_todo(scope, queue="q", group="g")
+    call = McpCall(
+        server,
+        endpoint.token,
+        mcp_session(server, endpoint),
+        "claim_next",
+        {"queue": "q", "wait_seconds": 10},
+    )
+    settle()
+    assert call.answer is None
+    raised = time.monotonic()
+    admission.set_group(scope, "q", "g", concurrency=1)
+    call.join(timeout=15)
+    assert time.monotonic() - raised < 2
     assert call.answer["result"]["structuredContent"]["todo"]["id"] == todo.id
 
 
