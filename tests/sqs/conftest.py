@@ -1,7 +1,4 @@
-"""Fixtures of the SQS surface's tests: a real gunicorn and real SQS clients.
-
-The rows a test writes are committed (the server sees them), and the tables
-are emptied after it."""
+"""Fixtures of the SQS surface's tests: a real gunicorn and real SQS clients."""
 
 import boto3
 import pytest
@@ -9,11 +6,6 @@ from botocore.config import Config
 
 from tests.support import serve_gunicorn
 from todos.sqs import credentials
-
-
-@pytest.fixture
-def db(committed):
-    """Here ``db`` is committed."""
 
 
 @pytest.fixture(scope="module")

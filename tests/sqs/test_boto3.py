@@ -22,7 +22,10 @@ from tests.sqs.conftest import client_for
 from todos import store
 from todos.sqs import credentials
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 
 from todos import store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_send_into_an_exhausted_reject_new_scope_is_budget_exhausted(make_sqs):

@@ -20,7 +20,10 @@ from tests.sqs import celery_app
 from tests.support import ROOT, stop
 from todos import store
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 
 def broker_url(sqs_url, issued):

@@ -11,7 +11,7 @@ from django.test import override_settings
 from todos.access import auth, crypto
 from todos.models import SqsCredential
 
-pytestmark = pytest.mark.usefixtures("db")
+pytestmark = pytest.mark.django_db
 
 
 def run(command, *args):

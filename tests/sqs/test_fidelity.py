@@ -17,7 +17,10 @@ from django.db import connection
 
 from todos import store
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture

@@ -15,7 +15,10 @@ from django.db import connection
 from todos import store
 from todos.store import admission
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture

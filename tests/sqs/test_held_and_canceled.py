@@ -6,7 +6,7 @@ import pytest
 from todos import store
 
 # A real gunicorn serves the SQS calls: the data must be committed.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture

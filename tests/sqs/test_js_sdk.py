@@ -13,7 +13,10 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 JS = ROOT / "tests" / "js"
 

@@ -19,7 +19,7 @@ from tests.system.test_waiters import (
 from todos import store
 from todos.sqs import credentials
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,10 @@ from botocore.credentials import Credentials
 
 from todos import store
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture
