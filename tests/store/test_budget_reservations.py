@@ -74,6 +74,11 @@ def test_a_claim_reserves_max_cost_against_each_budget_of_the_scope(scope):
     assert reserved(of_endpoint.id) == [(todo.id, 1, Decimal(3))]
     assert reserved(of_tokens.id) == []
     assert reserved(other_queue.id) == []
+    read = store.get_budget(scope, of_queue.id)
+    assert (read.reserved_usd, read.to_dict()["reserved_usd"]) == (3, 3.0)
+    assert store.get_budget(scope, other_queue.id).reserved_usd == 0
+    store.complete_todo(scope, todo.id, "w")
+    assert store.get_budget(scope, of_queue.id).reserved_usd == 0
 
 
 def test_a_claim_whose_reservation_would_pass_the_limit_passes_the_todo_over(scope):

@@ -637,6 +637,7 @@ BUDGET_SCHEMA = {
         "left_tokens",
         "raised_usd",
         "raised_tokens",
+        "reserved_usd",
         "state",
         "soft_reached_at",
         "exhausted_at",
@@ -676,6 +677,11 @@ BUDGET_SCHEMA = {
         "left_tokens": {"type": ["integer", "null"]},
         "raised_usd": {"type": "number"},
         "raised_tokens": {"type": "integer"},
+        "reserved_usd": {
+            "type": "number",
+            "description": "What the attempts running now hold reserved against "
+            "the budget: the max_cost of each claimed todo that has one.",
+        },
         "state": {
             "type": "string",
             "enum": ["ok", "soft_limit", "exhausted", "resumed"],

@@ -27,7 +27,7 @@ import json
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -147,6 +147,8 @@ class Budget:
     exhausted_at: datetime | None = None
     resumed_at: datetime | None = None
     in_force_until: datetime | None = None
+    # What the attempts running now hold reserved (their todos' max_cost).
+    reserved_usd: Decimal = Decimal(0)
 
     @property
     def left_usd(self) -> Decimal | None:
@@ -185,7 +187,7 @@ class Budget:
             "in_force_until",
         ):
             out[name] = _iso(out[name])
-        for name in ("limit_usd", "spent_usd", "raised_usd"):
+        for name in ("limit_usd", "spent_usd", "raised_usd", "reserved_usd"):
             out[name] = None if out[name] is None else float(out[name])
         left = self.left_usd
         out["left_usd"] = None if left is None else float(left)
@@ -199,7 +201,9 @@ BUDGET_COLUMNS = (
     " b.limit_usd, b.limit_tokens, b.soft_percent, b.action, b.created_at,"
     " b.updated_at, b.window_start, b.spent_usd, b.spent_tokens, b.raised_usd,"
     " b.raised_tokens, b.soft_reached_at, b.exhausted_at, b.resumed_at,"
-    " b.in_force_until"
+    " b.in_force_until, (SELECT coalesce(sum(r.usd), 0) FROM budget_reservations r"
+    " JOIN todos t ON t.id = r.todo_id AND t.state = 'claimed'"
+    " AND t.attempt = r.attempt WHERE r.budget_id = b.id)"
 )
 
 
@@ -214,7 +218,7 @@ def _budget(row: Any, now: datetime | None = None) -> Budget:
     else:
         in_force = row[21] if row[21] is not None and row[21] > now else None
         values += [*row[14:21], in_force]
-    return Budget(*values)
+    return replace(Budget(*values), reserved_usd=row[22])
 
 
 # What each budget's scope spent in its window, summed from the ledger: the
