@@ -209,7 +209,14 @@ def test_the_api_pages_commands_work_as_written(own):
 
     minted = json.loads(output.splitlines()[0])
     assert minted["name"] == "reviewer" and minted["token"].startswith("sb_")
-    *_, resumed, done, reported = json_lines(output)
+    answers = json_lines(output)
+    # The budgets' worked example: a todo with max_cost, the budget read, raised.
+    *_, resumed, done, reported, capped, budget, raised = answers
+    assert capped["todo"]["max_cost"] == 2.5 and capped["created"] is True
+    assert budget["budget"]["queue"] == "reviews"
+    assert budget["budget"]["limit_usd"] == 50
+    assert raised["budget"]["id"] == budget["budget"]["id"]
+    assert raised["budget"]["raised_usd"] == 20
     assert done["todo"]["usage"] == {
         "input_tokens": 51000,
         "output_tokens": 3100,

@@ -77,6 +77,9 @@ UNSCOPED = {
     "arun_steps": "awaits the statements of steps a scoped store function made",
     "validate_usage": "checks a usage report's fields",
     "is_fifo_name": "reads a queue name's suffix",
+    "forget_rate_limited": "clears this claim's note of rate-limited queues",
+    "rate_limited": "reads this claim's note of rate-limited queues",
+    "note_rate_wait": "counts a rate-limited wait in the process's own counters",
 }
 # What belongs to the store: the tables of todos, reached through it alone.
 TODO_MODELS = {"Todo", "TodoEvent", "Queue", "TodoMinute", "TransitionTotal"}
