@@ -541,3 +541,20 @@ def wait_until_nothing_due(timeout=30):
                 return
         assert time.monotonic() < deadline, "the sweeps left slots due"
         time.sleep(0.02)
+
+
+def exhausted_budget(scope, queue):
+    """A reject_new daily budget of $1 on ``queue``, spent to its limit:
+    the next create there is refused with budget_exhausted. Returns it."""
+    from todos import store
+
+    budget = store.create_budget(
+        scope,
+        scope="queue",
+        queue=queue,
+        window="day",
+        limit_usd=1,
+        action="reject_new",
+    )
+    store.report_usage(scope, queue=queue, usage={"cost_usd": 1})
+    return budget

@@ -172,18 +172,10 @@ def test_a_create_a_budget_refuses_is_budget_exhausted_a_rate_limit(client, endp
     BudgetExhausted (a RateLimited), naming the budget, with Retry-After."""
     from switchboard_client import BudgetExhausted, RateLimited
 
+    from tests.support import exhausted_budget
     from todos import store
 
-    scope = store.Scope.for_endpoint(endpoint)
-    budget = store.create_budget(
-        scope,
-        scope="queue",
-        queue="q",
-        window="day",
-        limit_usd=1,
-        action="reject_new",
-    )
-    store.report_usage(scope, queue="q", usage={"cost_usd": 1})
+    budget = exhausted_budget(store.Scope.for_endpoint(endpoint), "q")
     with pytest.raises(BudgetExhausted) as raised:
         client.create("q")
     assert isinstance(raised.value, RateLimited)

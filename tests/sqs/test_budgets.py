@@ -6,6 +6,7 @@ fails and the others are sent."""
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.support import exhausted_budget
 from todos import store
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -15,16 +16,7 @@ def test_send_into_an_exhausted_reject_new_scope_is_budget_exhausted(make_sqs):
     endpoint, _, client = make_sqs()
     url = client.create_queue(QueueName="jobs")["QueueUrl"]
     other = client.create_queue(QueueName="other")["QueueUrl"]
-    scope = store.Scope.for_endpoint(endpoint)
-    budget = store.create_budget(
-        scope,
-        scope="queue",
-        queue="jobs",
-        window="day",
-        limit_usd=1,
-        action="reject_new",
-    )
-    store.report_usage(scope, queue="jobs", usage={"cost_usd": 1})
+    budget = exhausted_budget(store.Scope.for_endpoint(endpoint), "jobs")
 
     with pytest.raises(ClientError) as caught:
         client.send_message(QueueUrl=url, MessageBody="hello")

@@ -2,6 +2,7 @@
 budget at its limit refuses answers 429 with nothing applied, so the
 sender's redelivery is taken once the budget allows it."""
 
+from tests.support import exhausted_budget
 from tests.webhooks.test_webhooks import deliver, source, todos_of  # noqa: F401
 from todos import store
 from todos.models import WebhookDelivery
@@ -14,15 +15,7 @@ def test_a_delivery_into_an_exhausted_reject_new_scope_is_429_and_redeliverable(
     other_endpoint,
 ):
     scope = store.Scope.for_endpoint(endpoint)
-    budget = store.create_budget(
-        scope,
-        scope="queue",
-        queue="github",
-        window="day",
-        limit_usd=1,
-        action="reject_new",
-    )
-    store.report_usage(scope, queue="github", usage={"cost_usd": 1})
+    budget = exhausted_budget(scope, "github")
 
     refused = deliver(client)
     assert refused.status_code == 429
