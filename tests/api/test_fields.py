@@ -1,6 +1,7 @@
 """The field tables (todos/api/fields.py): the one declaration the validator,
 the OpenAPI document and the MCP tools' input schemas are all built from."""
 
+import jsonschema
 import pytest
 
 from tests.api.test_api import Agent, assert_error
@@ -192,3 +193,24 @@ def test_a_cursor_over_its_limit_is_400(agent):
     long = "x" * (store.MAX_CURSOR_CHARS + 1)
     detail = assert_error(agent.get("/api/v1/todos", cursor=long), 400, "bad_request")
     assert detail == f"cursor: must be at most {store.MAX_CURSOR_CHARS} characters"
+
+
+def documented(document, path, body, method="post"):
+    """Whether the OpenAPI document accepts ``body`` for ``method path``."""
+    operation = document["paths"][path][method]
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    return jsonschema.Draft202012Validator(schema).is_valid(body)
+
+
+@pytest.mark.parametrize("usage", [{}, {"model": None, "cost_usd": None}])
+def test_a_usage_report_that_gives_no_field_is_refused_and_documented_so(agent, usage):
+    body = {"queue": "q", "usage": usage}
+
+    refused = agent.post("/api/v1/usage", body)
+
+    assert_error(refused, 400, "bad_request")
+    document = openapi.build_document()
+    assert not documented(document, "/api/v1/usage", body)
+    given = {"queue": "q", "usage": {"model": None, "cost_usd": 0}}
+    assert documented(document, "/api/v1/usage", given)
+    assert agent.post("/api/v1/usage", given).status_code == 201

@@ -144,7 +144,7 @@ class Field:
                 "properties": {"message": message, "fraction": fraction},
             }
         if self.kind == "usage":
-            return _usage_schema(null)
+            return _usage_schema(null, given=self.required)
         return {
             "type": "array",
             "minItems": 1,
@@ -154,7 +154,9 @@ class Field:
         }
 
 
-def _usage_schema(null: bool) -> Schema:
+def _usage_schema(null: bool, given: bool = False) -> Schema:
+    """A usage report's shape; ``given``: a required report must give at
+    least one field, not null (an empty report records nothing)."""
     tokens = {"type": "integer", "minimum": 0, "maximum": store.MAX_USAGE_TOKENS}
     properties: Schema = {
         "input_tokens": {**tokens, "description": "Prompt tokens."},
@@ -175,7 +177,17 @@ def _usage_schema(null: bool) -> Schema:
     }
     if null:
         properties = {name: _or_null(value) for name, value in properties.items()}
-    return {"type": "object", "additionalProperties": False, "properties": properties}
+    schema: Schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+    if given:
+        schema["anyOf"] = [
+            {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+            for name in properties
+        ]
+    return schema
 
 
 def _or_null(schema: Schema) -> Schema:
