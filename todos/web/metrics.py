@@ -60,15 +60,31 @@ GAUGE_STATES = (
 )
 
 
-class QueueCollector:
-    """Collects the store's figures once per scrape."""
+class PerQueueCollector:
+    """A collector of figures per endpoint and queue: each sample is labelled
+    with the endpoint's id, its name (from ``names``, "" when gone) and the
+    queue."""
+
+    labels = ["endpoint_id", "endpoint", "queue"]
 
     def __init__(self, figures, names):
         self.figures = figures
         self.names = names
 
+    def values(self, figure):
+        """The label values of a figure: endpoint id, endpoint name, queue."""
+        return [
+            figure.endpoint_id,
+            self.names.get(figure.endpoint_id, ""),
+            figure.queue,
+        ]
+
+
+class QueueCollector(PerQueueCollector):
+    """Collects the store's figures once per scrape."""
+
     def collect(self):
-        labels = ["endpoint_id", "endpoint", "queue"]
+        labels = self.labels
         todos = GaugeMetricFamily(
             "switchboard_todos",
             "Todos per endpoint, queue and state (pending: claimable now; "
@@ -103,11 +119,7 @@ class QueueCollector:
             labels=[*labels, "transition"],
         )
         for figure in self.figures:
-            values = [
-                figure.endpoint_id,
-                self.names.get(figure.endpoint_id, ""),
-                figure.queue,
-            ]
+            values = self.values(figure)
             for state in GAUGE_STATES:
                 todos.add_metric([*values, state], getattr(figure, state))
             oldest.add_metric(values, figure.oldest_pending_age_seconds or 0.0)
@@ -159,15 +171,11 @@ class ScheduleCollector:
         yield lateness
 
 
-class LimitCollector:
+class LimitCollector(PerQueueCollector):
     """What admission holds back now, per queue, read once per scrape."""
 
-    def __init__(self, figures, names):
-        self.figures = figures
-        self.names = names
-
     def collect(self):
-        labels = ["endpoint_id", "endpoint", "queue"]
+        labels = self.labels
         groups = GaugeMetricFamily(
             "switchboard_groups_at_limit",
             "Groups whose due pending todos their limit (the group's, else the "
@@ -181,26 +189,18 @@ class LimitCollector:
             labels=labels,
         )
         for figure in self.figures:
-            values = [
-                figure.endpoint_id,
-                self.names.get(figure.endpoint_id, ""),
-                figure.queue,
-            ]
+            values = self.values(figure)
             groups.add_metric(values, figure.groups)
             todos.add_metric(values, figure.todos)
         yield groups
         yield todos
 
 
-class AdmissionCountCollector:
+class AdmissionCountCollector(PerQueueCollector):
     """The admission counters, read once per scrape."""
 
-    def __init__(self, counts, names):
-        self.counts = counts
-        self.names = names
-
     def collect(self):
-        labels = ["endpoint_id", "endpoint", "queue"]
+        labels = self.labels
         passed = CounterMetricFamily(
             "switchboard_claims_passed_over",
             "Todos a claim's admission passed over, by reason: limit (the "
@@ -216,12 +216,8 @@ class AdmissionCountCollector:
             "held back a todo they could have claimed, counted once per claim.",
             labels=labels,
         )
-        for count in self.counts:
-            values = [
-                count.endpoint_id,
-                self.names.get(count.endpoint_id, ""),
-                count.queue,
-            ]
+        for count in self.figures:
+            values = self.values(count)
             if count.counter == limit_figures.RATE_WAIT:
                 waits.add_metric(values, count.count)
             else:
@@ -230,16 +226,15 @@ class AdmissionCountCollector:
         yield waits
 
 
-class SpendCollector:
+class SpendCollector(PerQueueCollector):
     """Spend per endpoint and queue, and the budgets at their limit."""
 
     def __init__(self, figures, budgets, names):
-        self.figures = figures
+        super().__init__(figures, names)
         self.budgets = budgets
-        self.names = names
 
     def collect(self):
-        labels = ["endpoint_id", "endpoint", "queue"]
+        labels = self.labels
         cost = CounterMetricFamily(
             "switchboard_usage_cost_usd",
             "Dollars agents reported spending per endpoint and queue (usage on "
@@ -265,20 +260,12 @@ class SpendCollector:
             labels=labels,
         )
         for figure in self.figures:
-            values = [
-                figure.endpoint_id,
-                self.names.get(figure.endpoint_id, ""),
-                figure.queue,
-            ]
+            values = self.values(figure)
             cost.add_metric(values, float(figure.cost_usd))
             tokens.add_metric([*values, "input"], figure.input_tokens)
             tokens.add_metric([*values, "output"], figure.output_tokens)
         for figure in self.budgets:
-            values = [
-                figure.endpoint_id,
-                self.names.get(figure.endpoint_id, ""),
-                figure.queue,
-            ]
+            values = self.values(figure)
             budgets.add_metric(values, figure.budgets)
             at_limit.add_metric(values, figure.at_limit)
         yield cost
