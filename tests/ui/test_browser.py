@@ -1,9 +1,8 @@
 """The Board in a real browser: Playwright driving Debian's headless Chromium.
 
 `playwright install` cannot download browsers here, so these tests use the
-system Chromium (scripts/system-deps.sh installs it) and skip, saying so, only
-when it is absent. Playwright's sync API runs an event loop in this thread,
-which Django would otherwise take for async code touching the database.
+system Chromium and skip, saying so, only when it is absent (tests/ui/browser.py
+has what the browser tests share; their fixtures are in tests/ui/conftest.py).
 
 Set SWITCHBOARD_SCREENSHOTS=docs/screenshots to refresh the README's pictures.
 """
@@ -12,67 +11,11 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from playwright.sync_api import expect
 
+from tests.ui.browser import LAPTOP, PHONE, log_in, pytestmark  # noqa: F401
 from todos import store
-from todos.ui import demo as board_demo
-
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-LAPTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"Debian's chromium is not installed at {CHROMIUM} "
-        "(scripts/system-deps.sh installs it)",
-    ),
-    pytest.mark.django_db(transaction=True),
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser, live_server):
-    context = browser.new_context(viewport=LAPTOP, base_url=live_server.url)
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    yield page
-    context.close()
-
-
-@pytest.fixture
-def demo(db):
-    get_user_model().objects.create_user(
-        "operator", password="switchboard-demo", is_staff=True
-    )
-    return board_demo.seed()
-
 
 # Spread the demo over the last hours, as if agents had worked through the
 # night: each todo and its history move back together, one minute per event.
@@ -103,14 +46,6 @@ def age_demo():
             params = {"id": todo_id, "base": base, "last": base + 60 * (events - 1)}
             cursor.execute(AGE_TODO_SQL, params)
             cursor.execute(AGE_EVENTS_SQL, params)
-
-
-def log_in(page, next_path="/board/"):
-    page.goto(next_path)
-    page.get_by_label("Username").fill("operator")
-    page.get_by_label("Password").fill("switchboard-demo")
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(re.escape(next_path) + "$"))
 
 
 def mark_page(page):

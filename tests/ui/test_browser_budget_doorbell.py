@@ -11,7 +11,6 @@ import pytest
 
 from todos import store
 
-from .test_browser import CHROMIUM, browser  # noqa: F401
 from .test_browser_inbox import (  # noqa: F401
     PHONE,
     log_in,
@@ -37,7 +36,7 @@ def spent(owner):  # noqa: F811
 
 
 def test_resuming_a_budget_on_the_board_wakes_the_waiting_agent(
-    browser,  # noqa: F811
+    browser,
     server,  # noqa: F811
     spent,
 ):

@@ -2,8 +2,8 @@
 screen, each budget shows its spend and state, the spend chart draws its
 lines, and a budget is created and edited from its forms.
 
-Playwright drives Debian's headless Chromium, as in test_browser.py (whose
-fixtures these tests share). SWITCHBOARD_SCREENSHOTS=<dir> saves the pages.
+Playwright drives Debian's headless Chromium, with the fixtures in
+tests/ui/conftest.py. SWITCHBOARD_SCREENSHOTS=<dir> saves the pages.
 """
 
 import os
@@ -11,25 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.test_browser import (  # noqa: F401
-    LAPTOP,
-    PHONE,
-    browser,
-    demo,
-    log_in,
-    page,
-    pytestmark,
-)
-from tests.ui.test_browser_layout import box
+from tests.ui.browser import LAPTOP, PHONE, SIZES, box, log_in, pytestmark  # noqa: F401
 from todos import store
 from todos.store import spend
 
-SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
 NAMES = {LAPTOP["width"]: "laptop", PHONE["width"]: "phone"}
 
 
 @pytest.fixture
-def spending(demo):  # noqa: F811
+def spending(demo):
     """The demo endpoint's queue reviews has a daily budget of $50 it spent
     $41 of; two more queues spent a little."""
     endpoint = demo["triage-bot"]
@@ -69,7 +59,7 @@ def shoot(shown, name):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_budgets_page_fits_and_shows_spend_and_state(
-    page,  # noqa: F811
+    page,
     spending,
     size,
 ):
@@ -89,7 +79,7 @@ def test_the_budgets_page_fits_and_shows_spend_and_state(
 
 @pytest.mark.parametrize("size", SIZES)
 def test_a_budget_is_created_and_edited_from_the_board(
-    page,  # noqa: F811
+    page,
     spending,
     size,
 ):
@@ -132,7 +122,7 @@ def exhausted(spending):
     ],
 )
 def test_the_owner_answers_the_budget_card_and_the_work_resumes(
-    page,  # noqa: F811
+    page,
     exhausted,
     size,
     decision,

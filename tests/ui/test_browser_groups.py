@@ -3,31 +3,21 @@ the screen, each row keeps its override form, an agent-written group renders
 as text (no script runs), and a group's limit, weight and pause are saved
 from it.
 
-Playwright drives Debian's headless Chromium, as in test_browser.py (whose
-fixtures these tests share).
+Playwright drives Debian's headless Chromium, with the fixtures in
+tests/ui/conftest.py.
 """
 
 import pytest
 
-from tests.ui.test_browser import (  # noqa: F401
-    LAPTOP,
-    PHONE,
-    browser,
-    demo,
-    log_in,
-    page,
-    pytestmark,
-)
-from tests.ui.test_browser_layout import box
+from tests.ui.browser import SIZES, box, log_in, pytestmark  # noqa: F401
 from todos import store
 from todos.store import admission
 
-SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
 HOSTILE = "<img src=x onerror=\"document.title='owned'\">"
 
 
 @pytest.fixture
-def groups(demo):  # noqa: F811
+def groups(demo):
     """The demo endpoint's queue "reviews": one group per repository, at most
     one claimed at a time each; one group's name is markup."""
     endpoint = demo["triage-bot"]
@@ -45,7 +35,7 @@ def url(groups):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_groups_view_fits_and_keeps_each_form_in_its_row(
-    page,  # noqa: F811
+    page,
     groups,
     size,
 ):
@@ -71,7 +61,7 @@ def test_the_groups_view_fits_and_keeps_each_form_in_its_row(
 
 @pytest.mark.parametrize("size", SIZES)
 def test_a_groups_limit_weight_and_pause_are_saved_from_the_board(
-    page,  # noqa: F811
+    page,
     groups,
     size,
 ):
@@ -96,7 +86,7 @@ def test_a_groups_limit_weight_and_pause_are_saved_from_the_board(
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_queue_pages_admission_settings_are_saved_and_lead_to_its_groups(
-    page,  # noqa: F811
+    page,
     groups,
     size,
 ):

@@ -21,22 +21,12 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.support import serve_gunicorn
+from tests.ui.browser import LAPTOP, pytestmark  # noqa: F401
 from todos import store
 from todos.access import endpoints
 
-from .test_browser import CHROMIUM, LAPTOP, browser  # noqa: F401
-
 PASSWORD = "a-long-password"
 PHONE = {"width": 375, "height": 812}
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"Debian's chromium is not installed at {CHROMIUM}",
-    ),
-    pytest.mark.django_db(transaction=True),
-]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +107,7 @@ def screenshots(tmp_path):
     return out
 
 
-def open_page(browser, size):  # noqa: F811
+def open_page(browser, size):
     context = browser.new_context(viewport=size)
     context.set_default_timeout(10_000)
     return context, context.new_page()
@@ -136,7 +126,7 @@ def fits(page):
 
 
 def test_the_owner_answers_with_a_button_and_the_waiting_agent_gets_it(
-    browser,  # noqa: F811
+    browser,
     server,
     owner,
     tmp_path,
@@ -193,7 +183,7 @@ def test_the_owner_answers_with_a_button_and_the_waiting_agent_gets_it(
 
 
 def test_the_owner_answers_a_schema_form_on_a_phone(
-    browser,  # noqa: F811
+    browser,
     server,
     owner,
     tmp_path,
@@ -259,7 +249,7 @@ def dead_letter(scope, title, error):
 
 
 def test_cancel_from_the_list_dismiss_a_group_and_answer_through_a_link(
-    browser,  # noqa: F811
+    browser,
     server,
     owner,
     tmp_path,
@@ -357,7 +347,7 @@ HOSTILE_SCRIPT = "<script>window.__xss = 2</script>"
 
 @pytest.mark.parametrize("size", [LAPTOP, PHONE], ids=["laptop", "phone"])
 def test_a_hostile_description_is_text_and_no_script_runs_under_the_csp(
-    browser,  # noqa: F811
+    browser,
     server,
     owner,
     size,

@@ -1,40 +1,18 @@
 """The Board's layout in a real browser, at laptop and phone width: the
 navigation, the endpoint cards, form checkboxes and the overview's held count.
 
-Playwright drives Debian's headless Chromium, as in test_browser.py (whose
-fixtures these tests share).
+Playwright drives Debian's headless Chromium, with the fixtures in
+tests/ui/conftest.py.
 """
 
 import pytest
 
-from tests.ui.test_browser import (  # noqa: F401
-    LAPTOP,
-    PHONE,
-    browser,
-    demo,
-    log_in,
-    page,
-    pytestmark,
-)
+from tests.ui.browser import SIZES, box, log_in, pytestmark  # noqa: F401
 from todos import store
-
-SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
-
-
-def box(locator):
-    """The element's box in CSS pixels: left, top, right, bottom."""
-    found = locator.bounding_box()
-    assert found is not None, f"{locator} is not rendered"
-    return (
-        found["x"],
-        found["y"],
-        found["x"] + found["width"],
-        found["y"] + found["height"],
-    )
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_every_navigation_link_is_in_sight(page, demo, size):  # noqa: F811
+def test_every_navigation_link_is_in_sight(page, demo, size):
     """On a phone the nav scrolled sideways with no hint, hiding Endpoints
     and Webhooks past the screen's edge."""
     page.set_viewport_size(size)
@@ -65,7 +43,7 @@ def test_every_navigation_link_is_in_sight(page, demo, size):  # noqa: F811
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_an_endpoints_buttons_stay_inside_its_card(page, demo, size):  # noqa: F811
+def test_an_endpoints_buttons_stay_inside_its_card(page, demo, size):
     page.set_viewport_size(size)
     log_in(page, "/board/endpoints/")
 
@@ -84,7 +62,7 @@ def test_an_endpoints_buttons_stay_inside_its_card(page, demo, size):  # noqa: F
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_a_checkbox_lines_up_with_its_label(page, demo, size):  # noqa: F811
+def test_a_checkbox_lines_up_with_its_label(page, demo, size):
     """A form's checkbox stood centred under its left-aligned label."""
     endpoint = demo["triage-bot"]
     page.set_viewport_size(size)
@@ -99,7 +77,7 @@ def test_a_checkbox_lines_up_with_its_label(page, demo, size):  # noqa: F811
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_the_overview_counts_a_held_todo_as_held(page, demo, size):  # noqa: F811
+def test_the_overview_counts_a_held_todo_as_held(page, demo, size):
     endpoint = demo["triage-bot"]
     scope = store.Scope.for_endpoint(endpoint)
     todo, _ = store.create_todo(scope, queue="github", title="Merge the fix?")

@@ -22,23 +22,13 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from playwright.sync_api import expect
 
+from tests.ui.browser import LAPTOP, PHONE, pytestmark  # noqa: F401
 from todos import store
 from todos.store import stats
 from todos.ui import demo as board_demo
 from todos.ui.access import VIEWERS_GROUP
 
-from .test_browser import CHROMIUM, LAPTOP, PHONE, browser  # noqa: F401
-
 PASSWORD = "switchboard-demo"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"Debian's chromium is not installed at {CHROMIUM}",
-    ),
-    pytest.mark.django_db(transaction=True),
-]
 
 # Outage-shaped failures: four causes, each with varying ids and numbers.
 CAUSES = {
@@ -68,7 +58,7 @@ CAUSES = {
 
 
 @pytest.fixture
-def page_for(browser, live_server):  # noqa: F811
+def page_for(browser, live_server):
     """Return a factory: page_for(username) opens a logged-in page."""
     contexts = []
 

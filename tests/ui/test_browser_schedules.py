@@ -2,30 +2,19 @@
 it fits the screen, its rows keep their buttons, and pause, resume and the
 edit form work from it.
 
-Playwright drives Debian's headless Chromium, as in test_browser.py (whose
-fixtures these tests share).
+Playwright drives Debian's headless Chromium, with the fixtures in
+tests/ui/conftest.py.
 """
 
 import pytest
 from django.db import connection
 
-from tests.ui.test_browser import (  # noqa: F401
-    LAPTOP,
-    PHONE,
-    browser,
-    demo,
-    log_in,
-    page,
-    pytestmark,
-)
-from tests.ui.test_browser_layout import box
+from tests.ui.browser import SIZES, box, log_in, pytestmark  # noqa: F401
 from todos import store
-
-SIZES = [pytest.param(LAPTOP, id="laptop"), pytest.param(PHONE, id="phone")]
 
 
 @pytest.fixture
-def schedules(demo):  # noqa: F811
+def schedules(demo):
     """Two schedules of the demo's endpoint; one has run four times."""
     endpoint = demo["triage-bot"]
     scope = store.Scope.for_endpoint(endpoint)
@@ -58,7 +47,7 @@ def schedules(demo):  # noqa: F811
 
 @pytest.mark.parametrize("size", SIZES)
 def test_the_schedules_page_fits_and_keeps_its_buttons_in_their_rows(
-    page,  # noqa: F811
+    page,
     schedules,
     size,
 ):
@@ -80,7 +69,7 @@ def test_the_schedules_page_fits_and_keeps_its_buttons_in_their_rows(
 
 @pytest.mark.parametrize("size", SIZES)
 def test_pause_resume_and_edit_a_schedule_from_the_board(
-    page,  # noqa: F811
+    page,
     schedules,
     size,
 ):
