@@ -1,6 +1,8 @@
 """The field tables (todos/api/fields.py): the one declaration the validator,
 the OpenAPI document and the MCP tools' input schemas are all built from."""
 
+import json
+
 import jsonschema
 import pytest
 
@@ -214,3 +216,66 @@ def test_a_usage_report_that_gives_no_field_is_refused_and_documented_so(agent, 
     given = {"queue": "q", "usage": {"model": None, "cost_usd": 0}}
     assert documented(document, "/api/v1/usage", given)
     assert agent.post("/api/v1/usage", given).status_code == 201
+
+
+def send(agent, method, path, body=None):
+    data = {} if body is None else {"data": json.dumps(body)}
+    call = getattr(agent.client, method)
+    return call(path, content_type="application/json", **data, **agent._auth())
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "documented_path"),
+    [
+        ("patch", "/api/v1/queues/q", "/api/v1/queues/{name}"),
+        ("put", "/api/v1/queues/q/groups/g", "/api/v1/queues/{name}/groups/{group}"),
+    ],
+)
+def test_a_settings_change_without_a_body_changes_nothing_and_is_documented_so(
+    agent, method, path, documented_path
+):
+    unchanged = send(agent, method, path)
+
+    assert unchanged.status_code == 200, unchanged.content
+    operation = openapi.build_document()["paths"][documented_path]
+    assert operation[method]["requestBody"]["required"] is False
+
+
+def test_a_whole_float_is_a_whole_number_in_queue_and_group_settings(agent):
+    queue = send(
+        agent,
+        "patch",
+        "/api/v1/queues/q",
+        {"group_concurrency": 3.0, "max_attempts": 2.0, "rate_limit": {"count": 5.0}},
+    )
+    group = send(agent, "put", "/api/v1/queues/q/groups/g", {"weight": 4.0})
+
+    assert queue.status_code == 200, queue.content
+    settings = queue.json()["queue"]
+    assert (settings["group_concurrency"], settings["max_attempts"]) == (3, 2)
+    assert settings["rate_limit"] == {"count": 5, "per_seconds": 1, "burst": 5}
+    assert group.json()["group"]["weight"] == 4
+
+
+@pytest.mark.parametrize(
+    ("body", "accepted"),
+    [
+        ({"rate_limit": {"count": 1, "burst": None}}, True),
+        ({"max_attempts": 2_147_483_647}, True),
+        ({"max_attempts": store.MAX_ATTEMPTS_CAP + 1}, False),
+        ({"lease_seconds": store.MAX_LEASE_SECONDS + 1}, False),
+        ({"delay_seconds": store.MAX_DELAY_SECONDS + 1}, False),
+        ({"group_concurrency": 100_001}, False),
+        ({"rate_limit": {"count": 1_000_000_001}}, False),
+        ({"rate_limit": {"count": 1, "per_seconds": 7 * 24 * 3600 + 1}}, False),
+        ({"priority_aging_seconds": 30 * 24 * 3600 + 1}, False),
+    ],
+)
+def test_the_queue_settings_document_states_the_bounds_the_view_checks(
+    agent, body, accepted
+):
+    response = send(agent, "patch", "/api/v1/queues/q", body)
+
+    assert (response.status_code == 200) is accepted, response.content
+    document = openapi.build_document()
+    assert documented(document, "/api/v1/queues/{name}", body, "patch") is accepted

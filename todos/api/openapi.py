@@ -14,7 +14,22 @@ from todos import store
 from todos.api import fields
 from todos.api.fields import NO_NUL, Operation, Schema, object_schema
 from todos.api.plumbing import api_view
-from todos.store.rows import MAX_COST, MAX_GROUP_CHARS, MAX_PRIORITY, MIN_PRIORITY
+from todos.store.admission import (
+    MAX_AGING_SECONDS,
+    MAX_GROUP_CONCURRENCY,
+    MAX_RATE_COUNT,
+    MAX_RATE_PERIOD_SECONDS,
+    MAX_WEIGHT,
+)
+from todos.store.queues import MAX_ATTEMPTS_CAP, UNLIMITED_ATTEMPTS
+from todos.store.rows import (
+    MAX_COST,
+    MAX_DELAY_SECONDS,
+    MAX_GROUP_CHARS,
+    MAX_LEASE_SECONDS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+)
 from todos.web.http import JsonResponse
 
 TODO_ID = {
@@ -261,21 +276,33 @@ RATE_LIMIT_SCHEMA = {
     "additionalProperties": False,
     "required": ["count"],
     "properties": {
-        "count": {"type": "integer", "minimum": 1},
-        "per_seconds": {"type": "integer", "minimum": 1, "default": 1},
-        "burst": {"type": "integer", "minimum": 1},
+        "count": {"type": "integer", "minimum": 1, "maximum": MAX_RATE_COUNT},
+        "per_seconds": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_RATE_PERIOD_SECONDS,
+            "default": 1,
+        },
+        "burst": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": MAX_RATE_COUNT,
+            "description": "null or left out: the count.",
+        },
     },
 }
 
 GROUP_CONCURRENCY_SCHEMA = {
     "type": ["integer", "null"],
     "minimum": 0,
+    "maximum": MAX_GROUP_CONCURRENCY,
     "description": "At most this many claimed todos per group (0 holds every "
     "group; null: no limit).",
 }
 AGING_SCHEMA = {
     "type": ["integer", "null"],
     "minimum": 1,
+    "maximum": MAX_AGING_SECONDS,
     "description": "A waiting todo rises one level per this many seconds.",
 }
 
@@ -955,16 +982,31 @@ def _schedule_paths() -> Schema:
     }
 
 
+# Only the settings given change: no body (like {}) changes none.
 QUEUE_SETTINGS_BODY = {
-    "required": True,
+    "required": False,
     **_json(
         {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "lease_seconds": {"type": ["integer", "null"], "minimum": 0},
-                "max_attempts": {"type": ["integer", "null"], "minimum": 1},
-                "delay_seconds": {"type": ["integer", "null"], "minimum": 0},
+                "lease_seconds": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "maximum": MAX_LEASE_SECONDS,
+                },
+                "max_attempts": {
+                    "anyOf": [
+                        {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_CAP},
+                        {"const": UNLIMITED_ATTEMPTS, "description": "Unlimited."},
+                        {"type": "null"},
+                    ]
+                },
+                "delay_seconds": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "maximum": MAX_DELAY_SECONDS,
+                },
                 "group_concurrency": GROUP_CONCURRENCY_SCHEMA,
                 "fair": {"type": "boolean"},
                 "rate_limit": RATE_LIMIT_SCHEMA,
@@ -975,8 +1017,9 @@ QUEUE_SETTINGS_BODY = {
     ),
 }
 
+# Only the settings given change: no body (like {}) changes none.
 GROUP_SETTINGS_BODY = {
-    "required": True,
+    "required": False,
     **_json(
         {
             "type": "object",
@@ -985,9 +1028,10 @@ GROUP_SETTINGS_BODY = {
                 "concurrency": {
                     "type": ["integer", "null"],
                     "minimum": 0,
+                    "maximum": MAX_GROUP_CONCURRENCY,
                     "description": "This group's limit; null follows the queue's.",
                 },
-                "weight": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "weight": {"type": "integer", "minimum": 1, "maximum": MAX_WEIGHT},
                 "paused": {"type": "boolean"},
             },
         }

@@ -63,6 +63,9 @@ class Admission:
 
 
 def _count(field: str, value: object, low: int, high: int) -> int:
+    """A whole number from low to high; 30.0 is 30, as JSON Schema reads it."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{field} must be a whole number from {low} to {high}")
     if not low <= value <= high:

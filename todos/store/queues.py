@@ -272,6 +272,8 @@ def _settings(
         if value is KEEP:
             out[f"set_{field}"], out[field] = False, None
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 30.0 is 30, as JSON Schema reads it
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{field} must be a whole number")
