@@ -275,3 +275,40 @@ def test_a_checkpoint_over_its_limit_does_not_cost_the_lease(
     refused = [r for r in caplog.records if r.getMessage() == "checkpoint refused"]
     assert refused and "payload_too_large" in refused[0].error
     assert refused[0].todo_id == todo.id and refused[0].queue == "big"
+
+
+def test_a_heartbeat_in_flight_when_the_handler_returns_ends_before_the_attempt_does():
+    """A beat sent just before the handler returned is waited for before the
+    complete is sent: a heartbeat that reached the server after the complete
+    was refused with 409 and logged as a lost lease (seen in the soak)."""
+    from switchboard_client.worker import _Beats
+
+    class Ctx:
+        lease_seconds = 60
+
+    class SlowBeat:
+        def __init__(self):
+            self.started = asyncio.Event()
+            self.release = asyncio.Event()
+            self.ended = False
+
+        async def _beat(self, ctx):
+            self.started.set()
+            await self.release.wait()
+            self.ended = True
+
+    async def scenario():
+        worker = SlowBeat()
+        beats = _Beats(worker, Ctx())
+        beats.now()
+        await worker.started.wait()
+        finishing = asyncio.ensure_future(beats.finish())
+        await asyncio.sleep(0.05)
+        assert not finishing.done(), "finish() returned with a beat in flight"
+        worker.release.set()
+        await finishing
+        assert worker.ended
+        beats.now()
+        assert beats.task is None and beats.timer is None, "a beat after finish()"
+
+    asyncio.run(scenario())

@@ -413,8 +413,10 @@ class Worker:
             if not run.done():
                 run.cancel()
                 ctx.log.info("todo given back at shutdown")
+                await beats.finish()
                 await self._give_back_todo(ctx, "the worker shut down")
                 return
+            await beats.finish()
             await self._settle(ctx, run)
         finally:
             beats.stop()
@@ -578,6 +580,18 @@ class _Beats:
             self.now()
         elif not self.stopped:
             self.timer = self.loop.call_later(self.interval, self.now)
+
+    async def finish(self) -> None:
+        """Stop before the attempt's end is sent: no timer fires any more,
+        and a beat in flight is waited for, so no heartbeat reaches the
+        server after the end (it would be refused, and read as a lost lease)."""
+        self.stopped = True
+        self.again = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.task is not None:
+            await asyncio.wait({self.task})
 
     def stop(self) -> None:
         self.stopped = True
