@@ -279,3 +279,36 @@ def test_the_queue_settings_document_states_the_bounds_the_view_checks(
     assert (response.status_code == 200) is accepted, response.content
     document = openapi.build_document()
     assert documented(document, "/api/v1/queues/{name}", body, "patch") is accepted
+
+
+BUDGET = {"scope": "queue", "queue": "q", "window": "day", "limit_usd": 5}
+
+
+@pytest.mark.parametrize(
+    ("change", "accepted"),
+    [
+        ({}, True),
+        ({"limit_usd": 0.000001}, True),
+        ({"limit_usd": 5e-324}, False),
+        ({"limit_usd": None, "limit_tokens": 10}, True),
+        ({"limit_usd": None}, False),
+        ({"scope": "endpoint", "queue": None}, True),
+        ({"scope": "endpoint"}, False),
+        ({"queue": None}, False),
+        ({"group": "g"}, False),
+        ({"scope": "group", "group": "g"}, True),
+        ({"scope": "group"}, False),
+        ({"time_zone": "Europe/Berlin"}, True),
+        ({"time_zone": "Mars/Olympus"}, False),
+    ],
+)
+def test_a_budget_is_documented_as_the_view_checks_it(agent, change, accepted):
+    """Its scope's names, a limit (dollars to the millionth, as kept: 5e-324
+    was kept as a limit of 0), a time zone the server knows."""
+    body = {**BUDGET, **change}
+
+    response = agent.post("/api/v1/budgets", body)
+
+    assert (response.status_code == 201) is accepted, response.content
+    document = openapi.build_document()
+    assert documented(document, "/api/v1/budgets", body) is accepted

@@ -7,6 +7,7 @@ test_schemathesis.py checks the running API against it.
 
 from dataclasses import replace
 from typing import Any
+from zoneinfo import available_timezones
 
 from django.http import HttpRequest
 
@@ -641,6 +642,61 @@ def _schedule_body(operation: Operation) -> Schema:
     return body
 
 
+def _absent(*names: str) -> Schema:
+    """Properties that, when given, are null."""
+    return {name: {"type": "null"} for name in names}
+
+
+def _present_number(name: str) -> Schema:
+    return {"required": [name], "properties": {name: {"type": "number"}}}
+
+
+# A budget's scope names what it covers: an endpoint budget no queue or group,
+# a queue budget its queue, a group budget its queue and group.
+BUDGET_SCOPES = [
+    {"properties": {"scope": {"const": "endpoint"}, **_absent("queue", "group")}},
+    {
+        "required": ["queue"],
+        "properties": {
+            "scope": {"const": "queue"},
+            "queue": {"type": "string"},
+            **_absent("group"),
+        },
+    },
+    {
+        "required": ["queue", "group"],
+        "properties": {
+            "scope": {"const": "group"},
+            "queue": {"type": "string"},
+            "group": {"type": "string"},
+        },
+    },
+]
+
+
+def _budget_body(operation: Operation) -> Schema:
+    """A budget's body: its scope's names, a limit in dollars (to the
+    millionth, as kept), tokens or both, and a time zone the server knows."""
+    body = _body(operation)
+    schema = body["content"]["application/json"]["schema"]
+    properties = schema["properties"]
+    for name in ("limit_usd", "amount_usd"):
+        if name in properties:
+            del properties[name]["exclusiveMinimum"]
+            properties[name]["minimum"] = store.budgets.MIN_USD
+    if "time_zone" in properties:
+        zones = sorted({*available_timezones(), "UTC"})
+        properties["time_zone"] = {
+            **properties["time_zone"],
+            "enum": [*zones, None],
+        }
+    if "scope" in properties and "limit_usd" in properties:
+        schema["oneOf"] = BUDGET_SCOPES
+        limits = ("limit_usd", "limit_tokens")
+        schema["anyOf"] = [_present_number(name) for name in limits]
+    return body
+
+
 BUDGET_SCHEMA = {
     "type": "object",
     "required": [
@@ -780,7 +836,7 @@ def _budget_paths() -> Schema:
                 "what the endpoint, a queue or a group spends in an hour, day or "
                 "month of its time zone.",
                 "operationId": "create_budget",
-                "requestBody": _body(fields.CREATE_BUDGET),
+                "requestBody": _budget_body(fields.CREATE_BUDGET),
                 "responses": {
                     **_budget_ok("Created.", "201"),
                     **_errors("400", "401", "403", "413", "503"),

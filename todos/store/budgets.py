@@ -338,7 +338,18 @@ def _limit(field: str, value: object, maximum: int) -> int | float | None:
         raise InvalidBudget(field, "must be a number greater than 0")
     if not 0 < value <= maximum:
         raise InvalidBudget(field, f"must be greater than 0 and at most {maximum}")
+    _whole_micros(field, value)
     return value
+
+
+# Dollars are kept to the millionth (numeric(20, 6)): a smaller limit or raise
+# would be kept as 0, so it is refused.
+MIN_USD = 0.000001
+
+
+def _whole_micros(field: str, value: int | float) -> None:
+    if field.endswith("_usd") and value < MIN_USD:
+        raise InvalidBudget(field, f"must be at least {MIN_USD:f}")
 
 
 CREATE_SQL = f"""
@@ -583,6 +594,7 @@ def _amount(field: str, value: object, maximum: int) -> int | float | None:
         raise InvalidBudget(field, "must be a number greater than 0")
     if not 0 < value <= maximum:
         raise InvalidBudget(field, f"must be greater than 0 and at most {maximum}")
+    _whole_micros(field, value)
     return value
 
 
