@@ -312,3 +312,30 @@ def test_a_budget_is_documented_as_the_view_checks_it(agent, change, accepted):
     assert (response.status_code == 201) is accepted, response.content
     document = openapi.build_document()
     assert documented(document, "/api/v1/budgets", body) is accepted
+
+
+SCHEDULE = {"name": "s", "queue": "q", "cron": "*/5 * * * *"}
+
+
+@pytest.mark.parametrize(
+    ("change", "accepted"),
+    [
+        ({}, True),
+        ({"cron": None, "every_seconds": 3600}, True),
+        ({"every_seconds": 3600}, False),
+        ({"cron": None}, False),
+        ({"cron": "   "}, False),
+        ({"todo": {"title": None}}, True),
+        ({"time_zone": "Mars/Olympus"}, False),
+    ],
+)
+def test_a_schedule_is_documented_with_cron_or_every_seconds_and_a_known_zone(
+    agent, change, accepted
+):
+    body = {**SCHEDULE, **change}
+
+    response = agent.post("/api/v1/schedules", body)
+
+    assert (response.status_code == 201) is accepted, response.content
+    document = openapi.build_document()
+    assert documented(document, "/api/v1/schedules", body) is accepted

@@ -14,16 +14,18 @@ from hypothesis import HealthCheck, settings
 from todos.access import tokens
 from todos.api import openapi
 from todos.models import Endpoint
+from todos.store import MAX_CRON_CHARS
 
 pytestmark = pytest.mark.slow
 
 # The event stream never ends, so it cannot be called and validated as a whole;
 # tests/api/test_events.py covers it.
-# These operations' documents say less than their views check: schemathesis
-# finds schema-valid bodies refused (``usage: {}``; a schedule with both cron
-# and every_seconds, or an empty todo; a budget of 5e-324 USD) or bodies the
-# document refuses accepted (a queue PATCH without a body, a group name over
-# its length). Left out until their documents say what the views check.
+# The schedules' documents now say cron or every_seconds (not both), a time
+# zone the server knows and a template title that may be null, but their
+# templates' integers are read stricter than JSON Schema's: the view refuses
+# {"todo": {"priority": 1.0}} (and likewise max_attempts 1.0), which the
+# document allows. The PUT was not yet run against the fuzzer. Left out until
+# the template reads a whole float as its integer, as the field tables do.
 MISMATCHED = [
     "POST /api/v1/schedules",
     "PUT /api/v1/schedules/{schedule_id}",
@@ -89,4 +91,11 @@ def test_the_api_conforms_to_its_openapi_document(case, asgi_server, token_endpo
         # An answer_schema must itself be a valid JSON Schema, which OpenAPI
         # cannot say (tests/api/test_questions.py covers invalid ones).
         case.body["answer_schema"] = {"type": "string"}
+    cron = case.body.get("cron") if isinstance(case.body, dict) else None
+    documented_cron = isinstance(cron, str) and cron.strip() and "\x00" not in cron
+    if documented_cron and len(cron) <= MAX_CRON_CHARS:
+        # A cron expression the document allows must also parse and name a
+        # slot, which OpenAPI cannot say (tests/api/test_schedules.py covers
+        # invalid ones); one the document refuses stays and is a 400.
+        case.body["cron"] = "*/5 * * * *"
     case.call_and_validate(base_url=asgi_server.url)

@@ -405,10 +405,10 @@ TEMPLATE_SCHEMA = {
     "description": "The todo each slot makes.",
     "properties": {
         "title": {
-            "type": "string",
+            "type": ["string", "null"],
             "maxLength": store.MAX_TITLE_CHARS,
             "pattern": NO_NUL,
-            "description": "Default: the schedule's name.",
+            "description": "Default (also for null): the schedule's name.",
         },
         "payload": {"$ref": "#/components/schemas/JsonValue"},
         "max_attempts": {
@@ -631,9 +631,31 @@ NAME_TAKEN = {
 }
 
 
-def _schedule_body(operation: Operation) -> Schema:
+# A schedule's slots come from cron or every_seconds, never both.
+CRON_OR_EVERY = [
+    {
+        "required": ["cron"],
+        "properties": {"cron": {"type": "string"}, "every_seconds": {"type": "null"}},
+    },
+    {
+        "required": ["every_seconds"],
+        "properties": {"every_seconds": {"type": "integer"}, "cron": {"type": "null"}},
+    },
+]
+
+
+def _schedule_body(operation: Operation, create: bool = False) -> Schema:
+    """A schedule's body: its template's fields, a time zone the server knows,
+    and (to create one) cron or every_seconds. A cron expression's validity
+    (its grammar, a slot within fifty years) is beyond JSON Schema."""
     body = _body(operation)
     schema = body["content"]["application/json"]["schema"]
+    properties = schema["properties"]
+    properties["cron"] = {**properties["cron"], "pattern": "\\S"}
+    zones = sorted({*available_timezones(), "UTC"})
+    properties["time_zone"] = {**properties["time_zone"], "enum": [*zones, None]}
+    if create:
+        schema["oneOf"] = CRON_OR_EVERY
     schema["properties"]["todo"] = {
         **TEMPLATE_SCHEMA,
         "type": ["object", "null"],
@@ -916,7 +938,7 @@ def _schedule_paths() -> Schema:
                 "summary": "Create a schedule: a todo from its template at each "
                 "slot of its cron (in its time zone) or interval.",
                 "operationId": "create_schedule",
-                "requestBody": _schedule_body(fields.CREATE_SCHEDULE),
+                "requestBody": _schedule_body(fields.CREATE_SCHEDULE, create=True),
                 "responses": {
                     **_schedule_ok("Created.", "201"),
                     **_errors("400", "401", "403", "413", "503"),
