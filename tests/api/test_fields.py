@@ -326,6 +326,8 @@ SCHEDULE = {"name": "s", "queue": "q", "cron": "*/5 * * * *"}
         ({"cron": None}, False),
         ({"cron": "   "}, False),
         ({"todo": {"title": None}}, True),
+        ({"todo": {"priority": 2.0, "max_attempts": 3.0}}, True),
+        ({"todo": {"priority": 2.5}}, False),
         ({"time_zone": "Mars/Olympus"}, False),
     ],
 )
@@ -339,3 +341,23 @@ def test_a_schedule_is_documented_with_cron_or_every_seconds_and_a_known_zone(
     assert (response.status_code == 201) is accepted, response.content
     document = openapi.build_document()
     assert documented(document, "/api/v1/schedules", body) is accepted
+
+
+def test_a_schedule_change_naming_cron_and_every_seconds_is_refused_and_documented_so(
+    agent,
+):
+    made = agent.post("/api/v1/schedules", SCHEDULE).json()["schedule"]
+    both = {"cron": "0 * * * *", "every_seconds": 3600}
+
+    refused = agent.client.put(
+        f"/api/v1/schedules/{made['id']}",
+        json.dumps(both),
+        content_type="application/json",
+        **agent._auth(),
+    )
+
+    assert_error(refused, 400, "bad_request")
+    document = openapi.build_document()
+    path = "/api/v1/schedules/{schedule_id}"
+    assert not documented(document, path, both, "put")
+    assert documented(document, path, {"every_seconds": 3600, "cron": None}, "put")

@@ -644,6 +644,12 @@ CRON_OR_EVERY = [
 ]
 
 
+CRON_AND_EVERY = {
+    "required": ["cron", "every_seconds"],
+    "properties": {"cron": {"type": "string"}, "every_seconds": {"type": "integer"}},
+}
+
+
 def _schedule_body(operation: Operation, create: bool = False) -> Schema:
     """A schedule's body: its template's fields, a time zone the server knows,
     and (to create one) cron or every_seconds. A cron expression's validity
@@ -656,6 +662,8 @@ def _schedule_body(operation: Operation, create: bool = False) -> Schema:
     properties["time_zone"] = {**properties["time_zone"], "enum": [*zones, None]}
     if create:
         schema["oneOf"] = CRON_OR_EVERY
+    else:
+        schema["not"] = CRON_AND_EVERY
     schema["properties"]["todo"] = {
         **TEMPLATE_SCHEMA,
         "type": ["object", "null"],

@@ -226,6 +226,15 @@ def _template(todo: object) -> JSONObject:
         return {}
     if not isinstance(todo, dict):
         raise InvalidSchedule("todo", "must be an object")
+    # 3.0 is 3, as JSON Schema (and the create_todo fields) read it.
+    todo = {
+        name: int(value)
+        if name in ("priority", "max_attempts")
+        and isinstance(value, float)
+        and value.is_integer()
+        else value
+        for name, value in todo.items()
+    }
     for name in todo:
         if name not in TEMPLATE_FIELDS:
             raise InvalidSchedule(
