@@ -95,7 +95,10 @@ class EventStreamClient:
 
 
 @pytest.fixture
-def open_stream(asgi_server, settings):
+def open_stream(db, asgi_server, settings):
+    """Open event streams, closed after the test: set up after ``db`` (the
+    committed rows), so the streams end before the server must settle and the
+    tables are emptied."""
     # Short keep-alives make departed clients noticed fast.
     settings.SWITCHBOARD_SSE_KEEPALIVE_SECONDS = 0.3
     streams = []

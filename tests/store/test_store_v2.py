@@ -748,6 +748,7 @@ def test_resuming_a_queue_rings_its_doorbell(make_endpoint):
     scope = store.Scope.for_endpoint(make_endpoint("resumer"))
     store.ensure_queue(scope, "frozen")
     store.pause_queue(scope, "frozen")
+    waiting, _ = store.create_todo(scope, queue="frozen", title="held while paused")
     listener = _raw_connection()
     try:
         listener.execute(f"LISTEN {store.DOORBELL_CHANNEL}")
@@ -755,8 +756,10 @@ def test_resuming_a_queue_rings_its_doorbell(make_endpoint):
         rings = _rings(listener, 1)
     finally:
         listener.close()
-    assert [(r["endpoint_id"], r["queue"]) for r in rings] == [
-        (scope.endpoint_id, "frozen")
+    # One ring for each due pending todo of the queue, with its id (a ring
+    # without one is dropped by the doorbell as malformed).
+    assert [(r["endpoint_id"], r["queue"], r["id"]) for r in rings] == [
+        (scope.endpoint_id, "frozen", str(waiting.id))
     ]
 
 
