@@ -361,3 +361,20 @@ def test_a_schedule_change_naming_cron_and_every_seconds_is_refused_and_document
     path = "/api/v1/schedules/{schedule_id}"
     assert not documented(document, path, both, "put")
     assert documented(document, path, {"every_seconds": 3600, "cron": None}, "put")
+
+
+@pytest.mark.parametrize(
+    "path, method, name",
+    [
+        ("/api/v1/budgets", "post", "limit_usd"),
+        ("/api/v1/budgets/{budget_id}", "put", "limit_usd"),
+        ("/api/v1/budgets/{budget_id}/decision", "post", "amount_usd"),
+    ],
+)
+def test_every_budget_body_documents_dollars_to_the_millionth(path, method, name):
+    """A limit or a raise under a millionth of a dollar is refused by the store
+    on create, update and decision alike; each document says so."""
+    operation = openapi.build_document()["paths"][path][method]
+    body = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"][name]["minimum"] == store.budgets.MIN_USD
+    assert "exclusiveMinimum" not in body["properties"][name]

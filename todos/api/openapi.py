@@ -704,16 +704,24 @@ BUDGET_SCOPES = [
 ]
 
 
+def _dollars_body(operation: Operation) -> Schema:
+    """A body whose dollar limits and raises are kept to the millionth: the
+    smallest one the store takes is a millionth of a dollar."""
+    body = _body(operation)
+    properties = body["content"]["application/json"]["schema"]["properties"]
+    for name in ("limit_usd", "amount_usd"):
+        if name in properties:
+            properties[name].pop("exclusiveMinimum", None)
+            properties[name]["minimum"] = store.budgets.MIN_USD
+    return body
+
+
 def _budget_body(operation: Operation) -> Schema:
     """A budget's body: its scope's names, a limit in dollars (to the
     millionth, as kept), tokens or both, and a time zone the server knows."""
-    body = _body(operation)
+    body = _dollars_body(operation)
     schema = body["content"]["application/json"]["schema"]
     properties = schema["properties"]
-    for name in ("limit_usd", "amount_usd"):
-        if name in properties:
-            del properties[name]["exclusiveMinimum"]
-            properties[name]["minimum"] = store.budgets.MIN_USD
     if "time_zone" in properties:
         zones = sorted({*available_timezones(), "UTC"})
         properties["time_zone"] = {
@@ -888,7 +896,7 @@ def _budget_paths() -> Schema:
                 "summary": "Change the fields given.",
                 "operationId": "update_budget",
                 "parameters": on_one,
-                "requestBody": _body(fields.UPDATE_BUDGET),
+                "requestBody": _dollars_body(fields.UPDATE_BUDGET),
                 "responses": {
                     **_budget_ok("The changed budget."),
                     **_errors("400", "401", "403", "413", "503"),
@@ -914,7 +922,7 @@ def _budget_paths() -> Schema:
                 "history, and wakes the scope's waiting claims.",
                 "operationId": "decide_budget",
                 "parameters": on_one,
-                "requestBody": _body(fields.DECIDE_BUDGET),
+                "requestBody": _dollars_body(fields.DECIDE_BUDGET),
                 "responses": {
                     **_budget_ok("The budget after the decision."),
                     **_errors("400", "401", "413", "503"),
