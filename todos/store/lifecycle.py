@@ -743,14 +743,9 @@ HEAD_ROOM = f"""(t.queue, t.group_key) IN (
                           SELECT h.queue, h.group_key FROM head h WHERE NOT h.room)
                      AND {ROOM})"""
 
-# A todo with a max_cost passes the lanes' pre-filter when its reservation
-# fits its budgets (CONTRACT §18, as this statement's snapshot sees them);
-# switchboard_reserve decides under the budgets' locks.
-FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
-                                               t.max_cost)"""
-
-CLAIM_SQL = f"""
-WITH RECURSIVE pending_queue (name) AS (
+# The endpoint's queues with pending work, when the claim names none: a loose
+# index scan of todos (one probe a queue), shared by both claim statements.
+PENDING_QUEUES = """WITH RECURSIVE pending_queue (name) AS (
     (SELECT queue FROM todos
       WHERE endpoint_id = (SELECT %(endpoint_id)s::uuid) AND state = 'pending'
         AND (SELECT %(queues)s::text[]) IS NULL
@@ -764,7 +759,16 @@ WITH RECURSIVE pending_queue (name) AS (
              LIMIT 1)
       FROM pending_queue p
      WHERE p.name IS NOT NULL
-), budget_paused (queue, group_key) AS (
+)"""
+
+# A todo with a max_cost passes the lanes' pre-filter when its reservation
+# fits its budgets (CONTRACT §18, as this statement's snapshot sees them);
+# switchboard_reserve decides under the budgets' locks.
+FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
+                                               t.max_cost)"""
+
+CLAIM_SQL = f"""
+{PENDING_QUEUES}, budget_paused (queue, group_key) AS (
     SELECT b.queue, b.group_key FROM budgets b
      WHERE b.endpoint_id = (SELECT %(endpoint_id)s::uuid)
        AND b.in_force_until IS NOT NULL AND b.in_force_until > now()
@@ -1025,21 +1029,7 @@ SELECT {TODO_COLUMNS}, {LAPSED}, p.passed
 # tells the caller to run CLAIM_SQL; else its rows as CLAIM_SQL's, with
 # ``admits`` NULL (none when it claimed none).
 CLAIM_PLAIN_SQL = f"""
-WITH RECURSIVE pending_queue (name) AS (
-    (SELECT queue FROM todos
-      WHERE endpoint_id = (SELECT %(endpoint_id)s::uuid) AND state = 'pending'
-        AND (SELECT %(queues)s::text[]) IS NULL
-      ORDER BY queue
-      LIMIT 1)
-    UNION ALL
-    SELECT (SELECT t.queue FROM todos t
-             WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
-               AND t.state = 'pending' AND t.queue > p.name
-             ORDER BY t.queue
-             LIMIT 1)
-      FROM pending_queue p
-     WHERE p.name IS NOT NULL
-), lane (queue, assignee_key, plain) AS (
+{PENDING_QUEUES}, lane (queue, assignee_key, plain) AS (
     SELECT q.name, k.assignee_key,
            p.name IS NULL OR (NOT p.fair AND p.priority_aging_seconds IS NULL
                               AND p.rate_limit IS NULL)
