@@ -332,6 +332,8 @@ def _name(field: str, value: object, limit: int) -> str:
 
 
 def _limit(field: str, value: object, maximum: int) -> int | float | None:
+    """A limit, or a raise of one: a number above 0, at most ``maximum``, in
+    whole millionths (None: not given)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -587,17 +589,6 @@ def _endpoint_ids(endpoint_ids: list[str] | None) -> list[str] | None:
     return [canonical for canonical in map(_uuid, endpoint_ids) if canonical]
 
 
-def _amount(field: str, value: object, maximum: int) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidBudget(field, "must be a number greater than 0")
-    if not 0 < value <= maximum:
-        raise InvalidBudget(field, f"must be greater than 0 and at most {maximum}")
-    _whole_micros(field, value)
-    return value
-
-
 def _decide(
     budget_id: str,
     decision: str,
@@ -607,8 +598,8 @@ def _decide(
     endpoint_ids: list[str] | None,
 ) -> Budget:
     decision = _choice("decision", decision, BUDGET_DECISIONS)
-    usd = _amount("amount_usd", amount_usd, MAX_USAGE_COST_USD)
-    tokens = _amount("amount_tokens", amount_tokens, MAX_USAGE_TOKENS)
+    usd = _limit("amount_usd", amount_usd, MAX_USAGE_COST_USD)
+    tokens = _limit("amount_tokens", amount_tokens, MAX_USAGE_TOKENS)
     if tokens is not None and not isinstance(tokens, int):
         raise InvalidBudget("amount_tokens", "must be a whole number")
     if decision == "raise" and usd is None and tokens is None:
