@@ -234,32 +234,6 @@ def store_step(url, endpoint_id, worker, queue):
     return lambda: benchlib.timed(claim, complete)
 
 
-def http_step(port, token, worker, queue):
-    """A step that claims and completes one todo of ``queue`` over HTTP."""
-    client = benchlib.Client(port, token)
-
-    def claim():
-        status, body = client.request(
-            "POST", "/api/v1/todos/claim", {"worker": worker, "queue": queue}
-        )
-        if status == 404:
-            return None
-        if status != 200:
-            raise RuntimeError(f"claim answered {status}: {body}")
-        return body["todo"]
-
-    def complete(todo):
-        status, body = client.request(
-            "POST",
-            f"/api/v1/todos/{todo['id']}/complete",
-            {"worker": worker, "lease_token": todo["lease_token"]},
-        )
-        if status != 200:
-            raise RuntimeError(f"complete answered {status}: {body}")
-
-    return lambda: benchlib.timed(claim, complete)
-
-
 def store_worker(index, url, endpoint_id, slice_seconds):
     name = f"w{index}"
     modes = {
@@ -272,8 +246,8 @@ def store_worker(index, url, endpoint_id, slice_seconds):
 def http_worker(index, port, token, slice_seconds):
     name = f"w{index}"
     modes = {
-        "none": http_step(port, token, name, NONE),
-        "all": http_step(port, token, name, ALL),
+        "none": benchlib.timed_http_step(port, token, name, NONE),
+        "all": benchlib.timed_http_step(port, token, name, ALL),
     }
     return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, modes)
 

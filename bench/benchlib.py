@@ -275,6 +275,33 @@ def timed(claim, complete, count=None):
     return out
 
 
+def timed_http_step(port, token, worker, queue):
+    """A step that claims and completes one todo of ``queue`` over the JSON
+    API, timed as ``timed`` times it (None when there is no work)."""
+    client = Client(port, token)
+
+    def claim():
+        status, body = client.request(
+            "POST", "/api/v1/todos/claim", {"worker": worker, "queue": queue}
+        )
+        if status == 404:
+            return None
+        if status != 200:
+            raise RuntimeError(f"claim answered {status}: {body}")
+        return body["todo"]
+
+    def complete(todo):
+        status, body = client.request(
+            "POST",
+            f"/api/v1/todos/{todo['id']}/complete",
+            {"worker": worker, "lease_token": todo["lease_token"]},
+        )
+        if status != 200:
+            raise RuntimeError(f"complete answered {status}: {body}")
+
+    return lambda: timed(claim, complete)
+
+
 # --- Worker processes -----------------------------------------------------------
 
 

@@ -170,38 +170,13 @@ def http_create(port, token, queue):
     return step
 
 
-def http_drain(port, token, worker, queue):
-    client = benchlib.Client(port, token)
-
-    def claim():
-        status, body = client.request(
-            "POST", "/api/v1/todos/claim", {"worker": worker, "queue": queue}
-        )
-        if status == 404:
-            return None
-        if status != 200:
-            raise RuntimeError(f"claim answered {status}: {body}")
-        return body["todo"]
-
-    def complete(todo):
-        status, body = client.request(
-            "POST",
-            f"/api/v1/todos/{todo['id']}/complete",
-            {"worker": worker, "lease_token": todo["lease_token"]},
-        )
-        if status != 200:
-            raise RuntimeError(f"complete answered {status}: {body}")
-
-    return lambda: benchlib.timed(claim, complete)
-
-
 def http_worker(index, phase, ports, token, slice_seconds):
     worker = f"w{index}"
     modes = {
         mode: (
             http_create(ports[mode], token, queue_of(mode))
             if phase == "create"
-            else http_drain(ports[mode], token, worker, queue_of(mode))
+            else benchlib.timed_http_step(ports[mode], token, worker, queue_of(mode))
         )
         for mode in MODES
     }
