@@ -6,11 +6,12 @@
   reads every group row of its endpoint.
 - ``switchboard_admit`` reads a bucket's level itself, with a plan it keeps,
   instead of through the SQL function ``switchboard_bucket_level``, which
-  PostgreSQL parses and plans on every call; it makes and locks buckets only
-  when a candidate's queue has a rate limit; and a bucket it did not lock in
-  order (a rate limit set between its two reads of the queue) is locked
-  without waiting, its candidate passed over this time if another claim
-  holds it, as a busy group's is.
+  PostgreSQL parses and plans on every call. It locks the buckets there are
+  in one order, as before, and makes a bucket (full) only when a candidate
+  first needs it, instead of trying to insert every bucket on every claim. A
+  bucket it finds locked by another claim (one made or limited a moment
+  ago, not locked in order) passes its candidate over this time, as a busy
+  group's lock does: it never waits out of order.
 """
 
 import importlib
@@ -41,8 +42,11 @@ DECLARE
     clock timestamptz;
     taken jsonb := '{}';
     slot text;
-    qb record;
-    gb record;
+    bucket record;
+    qlevel float8;
+    qburst float8;
+    glevel float8;
+    gburst float8;
     rate jsonb;
     grate jsonb;
     busy text[] := '{}';
@@ -60,35 +64,16 @@ BEGIN
             busy := busy || (k.queue || '/' || k.grp);
         END IF;
     END LOOP;
-    -- 2. The buckets, made on first use (full), then locked in one order;
-    --    none when no candidate's queue has a rate limit.
-    IF EXISTS (SELECT 1 FROM queues qs
-                WHERE qs.endpoint_id = p_endpoint AND qs.name = ANY(p_queues)
-                  AND (qs.rate_limit IS NOT NULL
-                       OR qs.group_rate_limit IS NOT NULL)) THEN
-        INSERT INTO rate_buckets (endpoint_id, queue, group_key, tokens, refilled_at)
-        SELECT p_endpoint, b.queue, b.grp,
-               (coalesce(b.setting->>'burst', b.setting->>'count'))::float8,
-               clock_timestamp()
-          FROM (SELECT DISTINCT u.queue, '' AS grp, qs.rate_limit AS setting
-                  FROM unnest(p_queues) AS u (queue)
-                  JOIN queues qs ON qs.endpoint_id = p_endpoint AND qs.name = u.queue
-                 WHERE qs.rate_limit IS NOT NULL
-                UNION
-                SELECT DISTINCT u.queue, u.grp, qs.group_rate_limit
-                  FROM unnest(p_queues, p_groups) AS u (queue, grp)
-                  JOIN queues qs ON qs.endpoint_id = p_endpoint AND qs.name = u.queue
-                 WHERE qs.group_rate_limit IS NOT NULL AND u.grp IS NOT NULL) b
-        ON CONFLICT (endpoint_id, queue, group_key) DO NOTHING;
-        PERFORM 1 FROM rate_buckets b
-          WHERE b.endpoint_id = p_endpoint
-            AND (b.queue, b.group_key) IN (
-                SELECT u.queue, coalesce(u.grp, '') FROM unnest(p_queues, p_groups)
-                    AS u (queue, grp)
-                UNION SELECT u.queue, '' FROM unnest(p_queues) AS u (queue))
-          ORDER BY b.queue, b.group_key
-            FOR UPDATE;
-    END IF;
+    -- 2. The buckets there are, locked in one order (a bucket is made when
+    --    first needed, below).
+    PERFORM 1 FROM rate_buckets b
+      WHERE b.endpoint_id = p_endpoint
+        AND (b.queue, b.group_key) IN (
+            SELECT u.queue, coalesce(u.grp, '') FROM unnest(p_queues, p_groups)
+                AS u (queue, grp)
+            UNION SELECT u.queue, '' FROM unnest(p_queues) AS u (queue))
+      ORDER BY b.queue, b.group_key
+        FOR UPDATE;
     -- 3. One clock for the call, read with every lock held.
     clock := clock_timestamp();
     FOR i IN 1..n LOOP
@@ -132,27 +117,32 @@ BEGIN
         END IF;
         rate := NULL;
         grate := NULL;
-        qb := NULL;
-        gb := NULL;
         IF q.rate_limit IS NOT NULL THEN
-            SELECT least(s.burst, b.tokens + greatest(
-                       extract(epoch FROM clock - b.refilled_at)::float8, 0)
-                       * s.count / s.per_seconds) AS level,
-                   s.burst
-              INTO qb
-              FROM rate_buckets b,
-                   LATERAL (SELECT (r->>'count')::float8 AS count,
-                                   (r->>'per_seconds')::float8 AS per_seconds,
-                                   coalesce((r->>'burst')::float8,
-                                            (r->>'count')::float8) AS burst
-                              FROM (SELECT q.rate_limit) AS setting (r)) s
+            SELECT b.tokens, b.refilled_at INTO bucket FROM rate_buckets b
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = ''
-               FOR UPDATE OF b SKIP LOCKED;
+               FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
-                CONTINUE;
+                -- Made full on first use; if another claim makes it first,
+                -- this candidate waits for the next claim.
+                INSERT INTO rate_buckets AS b (endpoint_id, queue, group_key, tokens,
+                                               refilled_at)
+                VALUES (p_endpoint, p_queues[i], '',
+                        coalesce((q.rate_limit->>'burst')::float8,
+                                 (q.rate_limit->>'count')::float8), clock)
+                ON CONFLICT (endpoint_id, queue, group_key) DO NOTHING
+                RETURNING b.tokens, b.refilled_at INTO bucket;
+                IF NOT FOUND THEN
+                    CONTINUE;
+                END IF;
             END IF;
-            IF NOT switchboard_bucket_holds(qb.level, qb.burst, p_costs[i]) THEN
+            qburst := coalesce((q.rate_limit->>'burst')::float8,
+                               (q.rate_limit->>'count')::float8);
+            qlevel := least(qburst, bucket.tokens + greatest(
+                extract(epoch FROM clock - bucket.refilled_at)::float8, 0)
+                * (q.rate_limit->>'count')::float8
+                / (q.rate_limit->>'per_seconds')::float8);
+            IF NOT switchboard_bucket_holds(qlevel, qburst, p_costs[i]) THEN
                 id := NULL;
                 admission := jsonb_build_object(
                     'passed', 'rate_limit', 'queue', p_queues[i],
@@ -163,24 +153,31 @@ BEGIN
             rate := q.rate_limit;
         END IF;
         IF q.group_rate_limit IS NOT NULL AND p_groups[i] IS NOT NULL THEN
-            SELECT least(s.burst, b.tokens + greatest(
-                       extract(epoch FROM clock - b.refilled_at)::float8, 0)
-                       * s.count / s.per_seconds) AS level,
-                   s.burst
-              INTO gb
-              FROM rate_buckets b,
-                   LATERAL (SELECT (r->>'count')::float8 AS count,
-                                   (r->>'per_seconds')::float8 AS per_seconds,
-                                   coalesce((r->>'burst')::float8,
-                                            (r->>'count')::float8) AS burst
-                              FROM (SELECT q.group_rate_limit) AS setting (r)) s
+            SELECT b.tokens, b.refilled_at INTO bucket FROM rate_buckets b
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = p_groups[i]
-               FOR UPDATE OF b SKIP LOCKED;
+               FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
-                CONTINUE;
+                -- Made full on first use; if another claim makes it first,
+                -- this candidate waits for the next claim.
+                INSERT INTO rate_buckets AS b (endpoint_id, queue, group_key, tokens,
+                                               refilled_at)
+                VALUES (p_endpoint, p_queues[i], p_groups[i],
+                        coalesce((q.group_rate_limit->>'burst')::float8,
+                                 (q.group_rate_limit->>'count')::float8), clock)
+                ON CONFLICT (endpoint_id, queue, group_key) DO NOTHING
+                RETURNING b.tokens, b.refilled_at INTO bucket;
+                IF NOT FOUND THEN
+                    CONTINUE;
+                END IF;
             END IF;
-            IF NOT switchboard_bucket_holds(gb.level, gb.burst, p_costs[i]) THEN
+            gburst := coalesce((q.group_rate_limit->>'burst')::float8,
+                               (q.group_rate_limit->>'count')::float8);
+            glevel := least(gburst, bucket.tokens + greatest(
+                extract(epoch FROM clock - bucket.refilled_at)::float8, 0)
+                * (q.group_rate_limit->>'count')::float8
+                / (q.group_rate_limit->>'per_seconds')::float8);
+            IF NOT switchboard_bucket_holds(glevel, gburst, p_costs[i]) THEN
                 id := NULL;
                 admission := jsonb_build_object(
                     'passed', 'group_rate_limit', 'queue', p_queues[i],
@@ -192,13 +189,13 @@ BEGIN
         END IF;
         IF rate IS NOT NULL THEN
             UPDATE rate_buckets b
-               SET tokens = qb.level - p_costs[i], refilled_at = clock
+               SET tokens = qlevel - p_costs[i], refilled_at = clock
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = '';
         END IF;
         IF grate IS NOT NULL THEN
             UPDATE rate_buckets b
-               SET tokens = gb.level - p_costs[i], refilled_at = clock
+               SET tokens = glevel - p_costs[i], refilled_at = clock
              WHERE b.endpoint_id = p_endpoint AND b.queue = p_queues[i]
                AND b.group_key = p_groups[i];
         END IF;
