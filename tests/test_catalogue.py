@@ -29,6 +29,7 @@ PATCHED = (
     "uvicorn-worker",
     "gunicorn",
     "whitenoise",
+    "opentelemetry-exporter-otlp-proto-http",
 )
 
 

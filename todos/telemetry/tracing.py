@@ -280,18 +280,18 @@ def configure() -> bool:
     """Turn tracing on when the ``OTEL_*`` environment asks for it (at start-up).
 
     Exports over OTLP/HTTP in batches from a background thread (the SDK's
-    batch processor, which restarts its thread in a forked worker).
+    batch processor, which restarts its thread in a forked worker), encoded
+    by ``todos.telemetry.otlp``.
     """
     if configured_endpoint() is None:
         return False
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter,
-    )
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from .otlp import SpanExporter
 
     # The exporter reads its endpoint, headers, timeout and compression from
     # the same variables (the generic endpoint gets /v1/traces appended).
-    enable(BatchSpanProcessor(OTLPSpanExporter()))
+    enable(BatchSpanProcessor(SpanExporter()))
     return True
 
 
