@@ -381,10 +381,13 @@ def enabled() -> bool:
 
 def carrying_context[R](fn: Callable[[], R]) -> Callable[[], R]:
     """``fn``, to be run in another thread with this one's OpenTelemetry
-    context (the request's span), while tracing is on; else ``fn`` as it is."""
+    context (the request's span), while tracing is on and there is one; else
+    ``fn`` as it is (without request spans, the context is empty)."""
     if _tracer is None:
         return fn
     current = otel_context.get_current()
+    if not current:
+        return fn
 
     def carried() -> R:
         token = otel_context.attach(current)
@@ -449,41 +452,28 @@ def _parent(context: TraceContext | None) -> Any:
     return set_span_in_context(NonRecordingSpan(_span_context(context)))
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """One delivery's process span: its context, its parent and its link."""
-
-    context: TraceContext
-    parent: TraceContext | None
-    previous: TraceContext | None
-
-
-def _delivery(
-    todo_id: str, queue: str, stored: TraceContext | None, number: int
-) -> Delivery:
-    """Name delivery ``number`` of a todo: the first continues the create's
-    trace (a new one without it), each later one starts a trace of its own
-    linked to the delivery before it."""
-    number = max(number, 1)
-    context, parent = _delivery_context(todo_id, queue, stored, number)
-    previous = None
-    if number > 1:
-        previous = _delivery_context(todo_id, queue, stored, number - 1)[0]
-    return Delivery(context, parent, previous)
-
-
-def _delivery_context(
-    todo_id: str, queue: str, stored: TraceContext | None, number: int
-) -> tuple[TraceContext, TraceContext | None]:
-    """Delivery ``number``'s span context, and its parent (the first's only)."""
+def _delivery_span(
+    todo_id: str, stored: TraceContext | None, number: int
+) -> tuple[int, int, TraceContext | None]:
+    """Delivery ``number``'s trace and span ids, and its parent: the first
+    continues the create's trace (a new one without it), each later one starts
+    a trace of its own (linked to the delivery before it)."""
     trace_id, span_id = _delivery_ids(todo_id, number)
     parent = stored if number == 1 else None
     if parent is not None:
         trace_id = int(parent.trace_id, 16)
+    return trace_id, span_id, parent
+
+
+def _delivery_context(
+    todo_id: str, queue: str, stored: TraceContext | None, number: int
+) -> TraceContext:
+    """Delivery ``number``'s span context, its flags as the SDK will set them."""
+    trace_id, span_id, parent = _delivery_span(todo_id, stored, number)
     flags = _flags(parent, trace_id, queue)
     state = stored.tracestate if stored is not None else None
     traceparent = f"00-{_hex(trace_id, 32)}-{_hex(span_id, 16)}-{flags:02x}"
-    return TraceContext(traceparent, state), parent
+    return TraceContext(traceparent, state)
 
 
 def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
@@ -510,7 +500,8 @@ def claim_context(todo: "Traced") -> TraceContext | None:
     stored = from_stored(todo.trace_context)
     if _tracer is None or todo.state != "claimed":
         return stored
-    return _delivery(todo.id, todo.queue, stored, todo.deliveries).context
+    number = max(todo.deliveries, 1)
+    return _delivery_context(todo.id, todo.queue, stored, number)
 
 
 def trace_id(todo: "Traced") -> str | None:
@@ -707,12 +698,14 @@ def ended(
         return
     number = max(todo.deliveries, 1)
     stored = from_stored(todo.trace_context)
-    delivery = _delivery(todo.id, todo.queue, stored, number)
+    # The span's ids (its flags are the sampler's to set as it starts).
+    trace_id, span_id, parent = _delivery_span(todo.id, stored, number)
     links: Sequence[Link] = ()
-    if delivery.previous is not None:
+    if number > 1:
+        previous = _delivery_context(todo.id, todo.queue, stored, number - 1)
         links = [
             Link(
-                _span_context(delivery.previous),
+                _span_context(previous),
                 {"messaging.switchboard.link": "previous delivery"},
             )
         ]
@@ -724,13 +717,11 @@ def ended(
     attributes.update(usage_attributes(todo, number))
     if worker or todo.owner:
         attributes["messaging.client.id"] = worker or todo.owner
-    token = _forced_ids.set(
-        (int(delivery.context.trace_id, 16), int(delivery.context.span_id, 16))
-    )
+    token = _forced_ids.set((trace_id, span_id))
     try:
         span = tracer.start_span(
             f"process {todo.queue}",
-            context=_parent(delivery.parent),
+            context=_parent(parent),
             kind=SpanKind.CONSUMER,
             attributes=attributes,
             links=links,
