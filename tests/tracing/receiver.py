@@ -2,10 +2,19 @@
 
 A small HTTP server that reads what an OTLP/HTTP exporter posts to
 ``/v1/traces`` with opentelemetry-proto's ``ExportTraceServiceRequest``, as a
-collector would, and keeps each request.
+collector would, and keeps each request. It keeps connections alive (HTTP/1.1),
+as a collector does, so an exporter posts each batch on the same connection.
+
+    python tests/tracing/receiver.py SERVICE
+
+serves one in a process of its own (bench/tracing.py's collector): it prints
+its URL, serves until its standard input closes, then prints the spans it got
+from SERVICE, counted by the first word of their names, as JSON.
 """
 
 import contextlib
+import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +34,8 @@ def receiving() -> Iterator[tuple[str, list[Export]]]:
     received: list[Export] = []
 
     class Receiver(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             request = ExportTraceServiceRequest()
@@ -60,3 +71,18 @@ def received_spans(received: list[Export], service: str) -> list:
             for scope_spans in resource_spans.scope_spans:
                 spans.extend(scope_spans.spans)
     return spans
+
+
+def main(service: str) -> None:
+    with receiving() as (url, received):
+        print(url, flush=True)
+        sys.stdin.read()
+    counts: dict[str, int] = {}
+    for span in received_spans(received, service=service):
+        kind = span.name.split(" ")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    print(json.dumps(counts), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
