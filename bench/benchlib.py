@@ -675,10 +675,11 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(url, workers=None, sweep=False, port=None, **env):
+def serve(url, workers=None, sweep=False, port=None, app=None, **env):
     """Serve Switchboard as `make run` does (gunicorn with gunicorn.conf.py, and
     with ``sweep`` the sweep loop beside it) against ``url``, on ``port`` (a
-    free one when None).
+    free one when None); ``app`` names another ASGI application to serve in
+    gunicorn.conf.py's place (a profiling wrapper of it).
 
     ``workers`` sets GUNICORN_WORKERS (gunicorn.conf.py's default otherwise).
     The request log stays on, as in production, but goes to a file under
@@ -690,6 +691,7 @@ def serve(url, workers=None, sweep=False, port=None, **env):
     commands = [
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
         + ["--bind", f"127.0.0.1:{port}"]
+        + ([app] if app else [])
     ]
     if sweep:
         commands.append([sys.executable, "manage.py", "sweep", "--loop"])
