@@ -151,6 +151,9 @@ security headers; ``Handler.send_response``) were removed: their own evidence
 was a microbenchmark whose end-to-end effect was within the noise. Django's
 loaders read the same instants in UTC (tests/system/test_pgbackend.py) and
 the skipped middlewares add the same headers (tests/system/test_serving.py).
+The async pool's connections read timestamps with psycopg's own loader again,
+through its public adapters API only (``todos.db.params.utc_timestamps``; not
+a site of this list), with a served measurement (cuts.md).
 ``workers.ClockedCollector`` is not a private API and left this list; it is
 measured in docs/scaling.md ("Garbage collection").
 """

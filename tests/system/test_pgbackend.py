@@ -10,6 +10,7 @@ from psycopg import _queries
 
 from board.serving.pgbackend import base
 from todos import store
+from todos.db import pool
 from todos.db.params import async_params
 from todos.models import Todo
 from todos.store import lifecycle
@@ -42,6 +43,28 @@ def test_an_async_pool_connection_reads_a_timestamp_as_djangos_does():
     read = asyncio.run(read())
     assert read == datetime.datetime(2026, 1, 1, 5, 0, 0, 123456, tzinfo=datetime.UTC)
     assert read.isoformat() == "2026-01-01T05:00:00.123456+00:00"
+
+
+def test_the_async_pool_reads_a_timestamp_as_the_same_utc_datetime_as_django():
+    """The pool's connections read timestamps with psycopg's own loader in the
+    session zone UTC (todos.db.params.utc_timestamps): the value is the one
+    Django's loader gives, its zone the same datetime.UTC, whatever the
+    server's default zone is called."""
+    statement = "SELECT '2026-01-01 10:00:00.123456+05'::timestamptz"
+
+    async def read():
+        try:
+            return await pool.db.fetch_one(statement, [])
+        finally:
+            await pool.close()
+
+    (pooled,) = asyncio.run(read())
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+        (django_read,) = cursor.fetchone()
+    assert pooled == django_read
+    assert pooled.tzinfo is django_read.tzinfo is datetime.UTC
+    assert pooled.isoformat() == "2026-01-01T05:00:00.123456+00:00"
 
 
 def test_the_orm_and_the_store_read_aware_utc_datetimes(scope):

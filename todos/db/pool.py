@@ -122,8 +122,10 @@ def _django_errors() -> DatabaseErrorWrapper:
 async def _configure(conn: Connection) -> None:
     watch_replication(conn)  # type: ignore[arg-type]  # it adds the flag
     # Django's time zone is UTC (its loaders' and the store's); set it as
-    # Django's ensure_timezone does, when the server's default differs.
-    if conn.info.parameter_status("TimeZone") not in {"UTC", "Etc/UTC"}:
+    # Django's ensure_timezone does, when the server's default differs. By
+    # that name: psycopg's timestamp loader (params.utc_timestamps) gives the
+    # zone "UTC" as datetime.UTC, "Etc/UTC" as a ZoneInfo.
+    if conn.info.parameter_status("TimeZone") != "UTC":
         await conn.execute("SELECT set_config('TimeZone', 'UTC', false)")
 
 
