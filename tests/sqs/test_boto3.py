@@ -869,6 +869,18 @@ def test_a_rotated_key_stops_at_once(sqs, sqs_url):
     assert fresh.get_queue_url(QueueName="q")["QueueUrl"] == url
 
 
+def test_the_old_secret_signs_for_nothing_after_rotation(sqs, sqs_url):
+    """A signing key is kept per secret, never per key id (todos.sqs.sigv4):
+    the old secret, whose key was derived and kept before the rotation,
+    cannot sign for the new key id."""
+    endpoint, old, client = sqs
+    client.create_queue(QueueName="q")
+    new = credentials.issue(endpoint)
+    mixed = client_for(sqs_url, new.access_key_id, old.secret_access_key)
+    error = error_of(mixed.list_queues)
+    assert error.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+
 def test_unsupported_actions_are_unsupported_operation(client, queue_url):
     error = error_of(client.tag_queue, QueueUrl=queue_url, Tags={"a": "b"})
     assert isinstance(error, client.exceptions.UnsupportedOperation)

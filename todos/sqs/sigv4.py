@@ -13,6 +13,7 @@ body that arrived, never taken from a header.
 """
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import re
@@ -164,9 +165,15 @@ def string_to_sign(amz_date: str, scope: str, creq: str) -> str:
 
 
 def _hmac(key: bytes, text: str) -> bytes:
-    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
+    return hmac.digest(key, text.encode("utf-8"), "sha256")
 
 
+# A signing key is a function of the secret, the day, the region and the
+# service alone, so each is derived once (four HMACs a request before): a
+# rotated key has another secret, and a revoked or rotated key's secret is
+# never looked up again (todos.access.auth), so nothing kept here can sign
+# for a key that is gone.
+@functools.lru_cache(maxsize=1024)
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     key = _hmac(("AWS4" + secret).encode("utf-8"), date)
     key = _hmac(key, region)
@@ -181,7 +188,7 @@ def signature(
         secret, authorization.date, authorization.region, authorization.service
     )
     sts = string_to_sign(amz_date, authorization.scope, creq)
-    return hmac.new(key, sts.encode("utf-8"), hashlib.sha256).hexdigest()
+    return _hmac(key, sts).hex()
 
 
 # AMZ_DATE_FORMAT's shape, read without strptime (a tenth of its CPU).
