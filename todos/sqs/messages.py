@@ -32,6 +32,10 @@ ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[^\s]{1,255})?")
 # A receipt handle's lease token (the store's are 32 hex digits).
 LEASE_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+# A todo id as the store writes it, and so as every handle minted here holds it.
+CANONICAL_UUID_RE = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
 # The characters SQS accepts in a body or a string attribute (XML 1.0's).
 INVALID_CHARACTER_RE = re.compile(
     "[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
@@ -258,7 +262,10 @@ def parse_receipt_handle(handle: object) -> tuple[str, str]:
     try:
         raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
         todo_id, _, token = raw.decode("ascii").partition(":")
-        todo_id = str(uuid.UUID(todo_id))
+        if not CANONICAL_UUID_RE.fullmatch(todo_id):
+            # Another spelling uuid.UUID reads (upper case, braces): its
+            # canonical form, as the store compares it.
+            todo_id = str(uuid.UUID(todo_id))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise _invalid_handle(handle) from None
     if not LEASE_TOKEN_RE.fullmatch(token):

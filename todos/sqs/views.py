@@ -130,7 +130,8 @@ async def handle(request: SqsRequest) -> actions.Body | actions.Receive:
     """Run the action the request names: an async one awaited here, a sync
     one (queue administration) in a pooled thread."""
     raw, caller = await _verified(request)
-    target = request.headers.get("X-Amz-Target", "")
+    # From META: request.headers would map every header of the request for it.
+    target: str = request.META.get("HTTP_X_AMZ_TARGET", "")
     name = target.removeprefix(protocol.TARGET_PREFIX)
     known = target.startswith(protocol.TARGET_PREFIX)
     awaited = actions.ASYNC_ACTIONS.get(name) if known else None
