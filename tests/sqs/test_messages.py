@@ -92,11 +92,20 @@ def test_a_receipt_handle_carries_the_todo_id_and_lease_token():
     assert messages.parse_receipt_handle(handle) == (Claimed.id, "tok_ABC-123")
 
 
+@pytest.mark.parametrize("spelling", [str.upper, lambda id: f"{{{id}}}"])
+def test_a_handle_that_spells_its_todo_id_otherwise_names_the_same_todo(spelling):
+    todo_id = str(uuid.uuid4())
+    raw = f"{spelling(todo_id)}:tok".encode()
+    handle = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    assert messages.parse_receipt_handle(handle) == (todo_id, "tok")
+
+
 @pytest.mark.parametrize(
     "handle",
     [
         "",
         "not base64 !",
+        base64.urlsafe_b64encode(f"{uuid.uuid4()}x:tok".encode()).decode(),
         base64.urlsafe_b64encode(b"not-a-uuid:token").decode(),
         base64.urlsafe_b64encode(f"{uuid.uuid4()}:".encode()).decode(),
         base64.urlsafe_b64encode(b"\xff\xfe").decode(),
