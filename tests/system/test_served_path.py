@@ -16,7 +16,7 @@ from tests.sqs.conftest import client_for
 from todos import store
 from todos.access import endpoints
 from todos.db import pool
-from todos.db.params import async_params
+from todos.db.params import async_params, utc_timestamps
 from todos.sqs import credentials
 from todos.web import threads
 
@@ -201,7 +201,8 @@ def test_pool_connections_are_made_as_djangos(db):
     assert params["cursor_factory"] is psycopg.AsyncCursor
     assert params["options"] == ours["options"]  # the statement timeout
     assert params["prepare_threshold"] == ours["prepare_threshold"]
-    assert params["context"] is ours["context"]  # the same loaders
+    # Django's loaders, but psycopg's own for timestamptz (Django's zone is UTC)
+    assert params["context"] is utc_timestamps(ours["context"])
 
 
 def test_an_sqs_receive_and_delete_batch_make_no_thread_hop(
