@@ -474,7 +474,7 @@ class UsageReport(models.Model):
     reported_at = models.DateTimeField(db_default=Now())
     # The row's figures and report time before its last replacement (NULL
     # for a new row): what the budgets had counted of it, so a replacement
-    # counts only its difference (``usage.BUDGET_SPEND``).
+    # counts only its difference (``switchboard_budget_spend``).
     prev_cost_usd = models.DecimalField(
         max_digits=20, decimal_places=6, null=True, blank=True
     )
@@ -536,8 +536,8 @@ class Budget(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     # The current window's running figures, kept by the statement that
-    # writes a ledger row (``usage.BUDGET_SPEND``, ``switchboard_budget_count``);
-    # a report in a later window rolls them over.
+    # writes a ledger row (``switchboard_budget_count``); a report in a later
+    # window rolls them over.
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
     spent_usd = models.DecimalField(max_digits=20, decimal_places=6, db_default=0)

@@ -1,10 +1,10 @@
 """How a report counts against its budgets (CONTRACT §18).
 
 A report that changes nothing but a budget's figures (its window is the
-current one, no threshold is reached, no action is in force) adds them in
-the acknowledgement's own statement; any other report goes through
-``switchboard_budget_count``, which rolls windows, marks thresholds and
-returns events. Either way a budget must end exactly as the counting
+current one, no threshold is reached, no action is in force) gets them
+added by one UPDATE of ``switchboard_budget_spend``; any other report goes
+through ``switchboard_budget_count``, which rolls windows, marks thresholds
+and returns events. Either way a budget must end exactly as the counting
 function alone would leave it: a randomized run of reports, replacements
 and decisions checks that against twin budgets counted by the function.
 """
@@ -94,6 +94,26 @@ def test_a_report_below_every_threshold_is_counted_without_the_function(
     assert counting_calls() == before
     assert state(queue_budget.id)[:2] == (Decimal(3), 1000)
     assert state(endpoint_budget.id)[:2] == (Decimal(3), 1000)
+
+
+def row_version(budget_id):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ctid::text FROM budgets WHERE id = %s", [budget_id])
+        return cursor.fetchone()[0]
+
+
+def test_a_heartbeat_repeating_its_figures_writes_no_budget(scope):
+    counted = store.create_budget(
+        scope, scope="queue", queue="q", window="day", limit_usd=10
+    )
+    todo = claimed(scope, 1)[0]
+    store.heartbeat(scope, todo.id, "w", usage={"cost_usd": 1, "input_tokens": 5})
+    version = row_version(counted.id)
+    store.heartbeat(scope, todo.id, "w", usage={"cost_usd": 1, "input_tokens": 5})
+    assert row_version(counted.id) == version
+    store.heartbeat(scope, todo.id, "w", usage={"cost_usd": 2, "input_tokens": 5})
+    assert row_version(counted.id) != version
+    assert state(counted.id)[:2] == (Decimal(2), 5)
 
 
 def test_a_report_that_reaches_a_threshold_goes_through_the_function(

@@ -1596,8 +1596,8 @@ class Ack:
 # - usage (CONTRACT §18), on any of them: the delivery's running total; its
 #   fields replace the delivery's last ones on the row (attempt_usage), the
 #   todo's sum moves by the difference (usage), the history row records it,
-#   and ``ledger`` upserts the delivery's one row in usage_ledger, which the
-#   steps of usage.BUDGET_SPEND count against the budgets it falls under.
+#   and ``ledger`` upserts the delivery's one row in usage_ledger, which
+#   ``spend`` counts against the budgets it falls under (usage.BUDGET_SPEND).
 #   All in this statement: a report counts exactly when its acknowledgement
 #   does, and a repeated request that moves nothing writes nothing. Without
 #   usage the two functions are not called at all: PostgreSQL cannot inline

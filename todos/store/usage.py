@@ -128,65 +128,26 @@ LEDGER_WRITTEN = (
 
 # Count the rows ``ledger`` wrote against their budgets (CONTRACT §18), in
 # the same statement, so a report counts exactly when its row is written:
-# ``spent`` sums what the rows add to each budget they fall under (a
-# replaced row its difference; its earlier figure only if it was made in the
-# budget's current window, else that window rolled and forgot it), and
-# ``locked`` takes those budgets' row locks in id order (as a claim's
-# reservation takes them: no deadlock between two reports or a report and a
-# claim). A budget whose report changes nothing but its figures (its window
-# is the current one, no threshold is reached, no action is in force) gets
-# them added by ``counted``, one UPDATE with no function call; any other
-# goes through switchboard_budget_count, which rolls its window, marks
-# what was reached and returns the events, which go into budget_events. No
-# row written (an acknowledgement without usage), or no budget on the rows'
-# endpoints, and nothing is locked or counted.
-BUDGET_SPEND = """, spent AS (
-    SELECT b.id,
-           sum(l.cost_usd - CASE WHEN l.prev_reported_at >= w.start_at
-                                 THEN l.prev_cost_usd ELSE 0 END) AS usd,
-           sum(l.tokens - CASE WHEN l.prev_reported_at >= w.start_at
-                               THEN l.prev_tokens ELSE 0 END)::bigint AS tokens
-      FROM ledger l
-      JOIN budgets b ON b.endpoint_id = l.endpoint_id
-       AND (b.queue IS NULL OR b.queue = l.queue)
-       AND (b.group_key IS NULL OR b.group_key = l.group_key)
-     CROSS JOIN LATERAL (
-           SELECT b.window_start AS start_at
-            WHERE now() >= b.window_start AND now() < b.window_end
-           UNION ALL
-           SELECT c.start_at
-             FROM switchboard_budget_window(b.window_unit, b.time_zone, now()) c
-            WHERE NOT coalesce(now() >= b.window_start
-                               AND now() < b.window_end, FALSE)) w
-     GROUP BY b.id
-), locked AS (
-    SELECT b.id, s.usd, s.tokens
-      FROM budgets b
-      JOIN spent s ON s.id = b.id
-     ORDER BY b.id
-       FOR UPDATE OF b
-), counted AS (
-    UPDATE budgets b
-       SET spent_usd = b.spent_usd + k.usd, spent_tokens = b.spent_tokens + k.tokens
-      FROM locked k
-     WHERE b.id = k.id
-       AND now() >= b.window_start AND now() < b.window_end
-       AND b.exhausted_at IS NULL AND b.in_force_until IS NULL
-       AND NOT coalesce(b.spent_usd + k.usd >= b.limit_usd + b.raised_usd, FALSE)
-       AND NOT coalesce(b.spent_tokens + k.tokens
-                        >= b.limit_tokens + b.raised_tokens, FALSE)
-       AND (b.soft_reached_at IS NOT NULL
-            OR NOT (coalesce(b.spent_usd + k.usd
-                             >= b.limit_usd * b.soft_percent / 100, FALSE)
-                    OR coalesce(b.spent_tokens + k.tokens
-                                >= b.limit_tokens * b.soft_percent / 100.0, FALSE)))
-    RETURNING b.id
-), spend AS (
+# switchboard_budget_spend locks each budget the rows fall under, adds the
+# difference each row made, and returns the events of the limits reached,
+# which go into budget_events (a data-modifying step always runs). No row
+# written (an acknowledgement without usage), or no budget on the rows'
+# endpoints (a probe of budgets_endpoint_idx), no call.
+BUDGET_SPEND = """, spend AS (
     INSERT INTO budget_events (budget_id, endpoint_id, event, actor, detail)
     SELECT s.budget_id, s.endpoint_id, s.event, s.actor, s.detail
-      FROM locked k
-     CROSS JOIN LATERAL switchboard_budget_count(k.id, k.usd, k.tokens) s
-     WHERE k.id NOT IN (SELECT c.id FROM counted c)
+      FROM (SELECT array_agg(endpoint_id) AS endpoints, array_agg(queue) AS queues,
+                   array_agg(group_key) AS groups, array_agg(cost_usd) AS usd,
+                   array_agg(tokens) AS tokens, array_agg(prev_cost_usd) AS prev_usd,
+                   array_agg(prev_tokens) AS prev_tokens,
+                   array_agg(prev_reported_at) AS prev_at
+              FROM ledger
+             WHERE EXISTS (SELECT 1 FROM budgets b
+                            WHERE b.endpoint_id = ledger.endpoint_id)
+            HAVING count(*) > 0) w
+     CROSS JOIN LATERAL switchboard_budget_spend(
+           w.endpoints, w.queues, w.groups, w.usd, w.tokens, w.prev_usd,
+           w.prev_tokens, w.prev_at) s
 )"""
 
 # A report outside a todo: one row, unless its idempotency key already made
