@@ -130,6 +130,6 @@ $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0033_reservations_read_live")]
+    dependencies = [("todos", "0034_admission_cheaper")]
 
     operations = [migrations.RunSQL(sql=FUNCTIONS, reverse_sql=PREVIOUS)]
