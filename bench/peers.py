@@ -576,7 +576,7 @@ class Setup:
 def serve_floor(args, setup):
     """Serve bench/floor_server.py as Switchboard is served (gunicorn, uvicorn's
     worker, as many processes); yield its benchlib.Server."""
-    port = benchlib.free_port()
+    port = args.port + 1 if args.port else benchlib.free_port()
     workers = args.server_workers or int(os.environ.get("GUNICORN_WORKERS", "2"))
     url = setup.urls["switchboard"]
     env = {
@@ -864,6 +864,11 @@ def main():
         "--fill", type=float, default=1.0, help="scale the pre-filled queues (1.0)"
     )
     parse.add_argument("--seed", default="0", help="the seed of the paths' order")
+    parse.add_argument(
+        "--port",
+        type=int,
+        help="the served paths' port, the floor's the next (default: free ones)",
+    )
     args = parse.parse_args()
     benchlib.apply_quick(args, parse, seconds=1.5, warmup=1.0, reps=1, fill=0.3)
     if args.reps < 1 or args.workers < 1:
@@ -890,7 +895,7 @@ def main():
         benchlib.progress("PostgreSQL runs elsewhere: its CPU per todo is not measured")
     needed = {PATHS[name].server for name in paths}
     serving = (
-        benchlib.serve(args.database_url, workers=args.server_workers)
+        benchlib.serve(args.database_url, workers=args.server_workers, port=args.port)
         if "switchboard" in needed
         else contextlib.nullcontext()
     )
