@@ -740,6 +740,56 @@ def test_a_group_rate_limit_holds_per_group(scope):
     assert groups == ["a", "a", "b", "b"]
 
 
+def test_a_cost_above_a_shards_share_is_judged_against_the_whole_bucket(scope):
+    """CONTRACT §17: a queue's bucket is kept in shards (each a share of the
+    rate and the burst); a cost no one shard holds is taken from all of them,
+    judged as one bucket: the burst still admits it, and no more than it."""
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 8, "per_seconds": 60, "burst": 8}
+    )
+    new(scope, title="warm")
+    assert len(store.claim_many(scope, "w", limit=1)) == 1  # makes the shards
+    new(scope, cost=5, title="big")
+    new(scope, cost=3, title="over")
+    assert [t.title for t in store.claim_many(scope, "w", limit=10)] == ["big"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), sum(tokens) FROM rate_buckets WHERE endpoint_id = %s",
+            [scope.endpoint_id],
+        )
+        shards, tokens = cursor.fetchone()
+    assert shards == 4
+    assert tokens == pytest.approx(2, abs=0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_under_one_rate_limit_do_not_wait_for_each_others_commit(
+    make_endpoint,
+):
+    """CONTRACT §17, cheap: a claim takes its cost from a shard of the bucket
+    that no claim in flight holds, instead of waiting for that claim's commit
+    (one bucket row made every claim of the queue wait for the last one's WAL
+    flush)."""
+    scope = store.Scope.for_endpoint(make_endpoint("sharded"))
+    admission.set_admission(scope, "q", rate_limit={"count": 100, "per_seconds": 1})
+    for _ in range(3):
+        new(scope)
+    assert len(store.claim_many(scope, "w0", limit=1)) == 1  # makes the shards
+    other = _raw_connection()
+    try:
+        other.autocommit = False
+        other.execute("SET lock_timeout = '2s'")
+        params = lifecycle.bind_claim(scope, "w2", limit=1, queue="q")
+        with transaction.atomic():
+            first = store.claim_many(scope, "w1", limit=1)  # holds its shard
+            second = other.execute(lifecycle.CLAIM_SQL, params).fetchall()
+        other.commit()
+    finally:
+        other.close()
+    assert len(first) == 1
+    assert len([row for row in second if row[0] is not None]) == 1
+
+
 @pytest.mark.parametrize(
     "bad",
     [{"count": 0, "per_seconds": 1}, {"count": 1, "per_seconds": 0}, {"x": 1}, 5],

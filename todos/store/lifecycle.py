@@ -1370,8 +1370,8 @@ def _claim_one(
 # the leases and retry windows that end within the horizon (their indexes, or
 # the endpoint's live rows), and per queue of the scope the claim index's pool
 # lane, level by level, whose first entry past now is its minimum; and when
-# an empty rate bucket of the scope holds a whole token again (a rate window
-# opens: admission, CONTRACT §17); and when a pause budget of the scope in
+# an empty rate bucket (or a shard of one) of the scope holds a whole token
+# again (a rate window opens: admission, CONTRACT §17); and when a pause budget of the scope in
 # force reaches its window's end (CONTRACT §18: its pause lifts by itself).
 NEXT_DUE_SQL = """
 SELECT extract(epoch FROM least(
@@ -1419,7 +1419,7 @@ SELECT extract(epoch FROM least(
       CROSS JOIN LATERAL (
           SELECT b.refilled_at + make_interval(secs => (1 - b.tokens)
                  * (s.setting->>'per_seconds')::float8
-                 / (s.setting->>'count')::float8) AS at) refill
+                 / (s.setting->>'count')::float8 * b.shards) AS at) refill
       WHERE b.endpoint_id = %(endpoint_id)s
         AND (%(queues)s::text[] IS NULL OR b.queue = ANY(%(queues)s::text[]))
         AND q.paused_at IS NULL AND s.setting IS NOT NULL AND b.tokens < 1
