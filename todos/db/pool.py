@@ -7,7 +7,8 @@ commands and sweeps, runs on Django's connection of its thread.)
 
 The connections are made as Django makes its own (``params.async_params``:
 the same parameters, adapters, prepared statements and statement timeout;
-UTC; autocommit), are checked after idleness as Django's pool's are
+UTC; autocommit; timestamps read by psycopg's own loader, as the same
+values), are checked after idleness as Django's pool's are
 (``idle``), and turn a commit the synchronous standby did not confirm into
 an outage as Django's do (``replication``). Errors leave as Django's
 database errors, so the store maps them as it maps a sync call's.
