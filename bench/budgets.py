@@ -21,10 +21,19 @@ Three modes, each an endpoint of its own with one queue filled alike:
 
 --workers processes take turns of --slice seconds on the wall clock, so all
 modes see the same load, claiming and completing through the store. The
-result is "budget" over "none" (todos/s).
+result is "budget" over "none" (todos/s). Beside the rate, each mode's
+database CPU per todo (the workers' backends, read from /proc when the
+server runs on this machine) and its lock waits (the workers' backends
+waiting on a lock, on average, by what they wait for) are sampled every
+20 ms from beside the workers: where a budget's cost goes.
 
 Result: bench/results/latest/budgets.json (`python bench/report.py`).
 """
+
+import os
+import threading
+import time
+from collections import Counter
 
 import benchlib
 import psycopg
@@ -99,6 +108,67 @@ def store_step(url, endpoint_id, worker, usage):
     return lambda: benchlib.timed(claim, complete)
 
 
+# The workers' backends (every client backend of the benchmark's database
+# but the sampler's own), and the lock each one waits on, if any.
+BACKENDS_SQL = """
+SELECT pid, CASE WHEN wait_event_type = 'Lock' THEN wait_event END
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND backend_type = 'client backend'
+   AND pid <> pg_backend_pid()
+"""
+
+
+class Sampler:
+    """Every 20 ms, whose turn it is, the workers' backends' CPU ticks since
+    the last sample (the server on this machine only) and which of them wait
+    on a lock; summed by mode."""
+
+    def __init__(self, url, slice_seconds):
+        self.url = url
+        self.slice = slice_seconds
+        self.stop = threading.Event()
+        self.ticks = Counter()
+        self.samples = Counter()
+        self.waits = {mode: Counter() for mode in MODES}
+        self.local = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            last = None
+            while not self.stop.is_set():
+                mode = benchlib.turn_of(MODES, int(time.time() / self.slice))
+                rows = conn.execute(BACKENDS_SQL).fetchall()
+                pids = [pid for pid, _ in rows]
+                self.local = self.local and all(
+                    os.path.exists(f"/proc/{pid}") for pid in pids
+                )
+                ticks = benchlib._cpu_ticks(pids)
+                if last is not None and last[1] == pids:
+                    self.ticks[last[0]] += ticks - last[2]
+                last = (mode, pids, ticks)
+                self.samples[mode] += 1
+                self.waits[mode].update(lock for _, lock in rows if lock)
+                time.sleep(0.02)
+
+    def figures(self, figures):
+        """Each mode's database CPU per todo (ms; None when the server is not
+        on this machine) and mean lock waits by what is waited for."""
+        hz = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for mode in MODES:
+            done = figures[mode]["done"]
+            samples = self.samples[mode] or 1
+            cpu = self.ticks[mode] / hz / done * 1000 if done and self.local else None
+            waits = {lock: count / samples for lock, count in self.waits[mode].items()}
+            out[mode] = {
+                "server_cpu_ms_per_todo": cpu,
+                "lock_waits": sum(waits.values()),
+                "lock_waits_by_lock": waits,
+            }
+        return out
+
+
 def worker(index, url, endpoints, slice_seconds):
     name = f"w{index}"
     modes = {
@@ -136,10 +206,20 @@ def main():
         f"claim+complete: {args.workers} workers, {args.seconds:g} s, "
         f"turns of {args.slice:g} s, modes {', '.join(MODES)}"
     )
+    sampler = Sampler(url, args.slice)
     outcomes = benchlib.run_processes(
-        worker, args.workers, args.seconds, (url, endpoints, args.slice)
+        worker,
+        args.workers,
+        args.seconds,
+        (url, endpoints, args.slice),
+        on_start=sampler.thread.start,
     )
+    sampler.stop.set()
+    sampler.thread.join()
     figures = benchlib.merge_modes(outcomes)
+    sampled = sampler.figures(figures)
+    for mode in MODES:
+        figures[mode].update(sampled[mode])
     none = figures["none"]["rate"]
     results = {
         **{mode: figures[mode] for mode in MODES},
@@ -155,6 +235,15 @@ def main():
         ["figure", "value", "target"],
         [
             *[[f"{mode} todos/s", results[mode]["rate"], ""] for mode in MODES],
+            *[
+                [f"{mode} {name}", results[mode][key], ""]
+                for mode in MODES
+                for name, key in (
+                    ("client CPU ms/todo", "client_cpu_ms_per_todo"),
+                    ("server CPU ms/todo", "server_cpu_ms_per_todo"),
+                    ("lock waits", "lock_waits"),
+                )
+            ],
             ["budget / none", results["budget_over_none"], "≥ 0.9"],
             ["none / plain", results["none_over_plain"], ""],
         ],
