@@ -333,7 +333,7 @@ _0034 = importlib.import_module("todos.migrations.0034_admission_cheaper")
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0034_admission_cheaper")]
+    dependencies = [("todos", "0035_budget_spend_one_update")]
 
     operations = [
         migrations.RunSQL(sql=BUCKETS, reverse_sql=BUCKETS_BACK),
