@@ -490,7 +490,7 @@ def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     if parent is None:
         random = _provider.id_generator.is_trace_id_random()
     else:
-        random = _span_context(parent).trace_flags.random_trace_id
+        random = bool(int(parent.traceparent[53:55], 16) & TraceFlags.RANDOM_TRACE_ID)
     return flags | TraceFlags.RANDOM_TRACE_ID if random else flags
 
 
