@@ -23,6 +23,11 @@ the shards' levels never sum to more than the one bucket's would be, and a
 claim reads its clock with its shards locked (the checker in
 todos.store.admission_check is unchanged). Buckets made before keep one shard.
 A queue with a burst below four has as many shards as its burst.
+
+``switchboard_admit`` also reads a candidate's queue settings, group override
+and claimed count in one statement (after the group's lock, as before), and
+tries each group's lock as it meets the candidate, without a query for the
+distinct groups first: a lock tried without waiting has no order to keep.
 """
 
 import importlib
@@ -185,9 +190,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     n int := coalesce(array_length(p_ids, 1), 0);
     i int;
-    k record;
     q record;
-    g record;
     lim int;
     used int;
     clock timestamptz;
@@ -202,37 +205,45 @@ DECLARE
     every_shard text[] := '{}';
     rate jsonb;
     grate jsonb;
-    busy text[] := '{}';
 BEGIN
-    -- 1. The groups' locks, exclusive, without waiting: a group whose lock
-    --    another claim or an ending claim holds is passed over this time (as
-    --    SKIP LOCKED passes over a row). A claim then never waits for an end,
-    --    so a claim and a batch of ends (the reaper's) never wait for each
-    --    other in a cycle; the end rings when it commits.
-    FOR k IN SELECT DISTINCT u.queue, u.grp
-               FROM unnest(p_queues, p_groups) AS u (queue, grp)
-              WHERE u.grp IS NOT NULL ORDER BY 1, 2 LOOP
-        IF NOT pg_try_advisory_xact_lock(
-                switchboard_group_lock(p_endpoint, k.queue, k.grp)) THEN
-            busy := busy || (k.queue || '/' || k.grp);
-        END IF;
-    END LOOP;
-    -- 2. One clock for the call; a candidate under a rate limit reads its own
+    -- 1. One clock for the call; a candidate under a rate limit reads its own
     --    once its buckets are locked.
     clock := clock_timestamp();
     FOR i IN 1..n LOOP
-        SELECT qs.group_concurrency, qs.rate_limit, qs.group_rate_limit INTO q
-          FROM queues qs WHERE qs.endpoint_id = p_endpoint AND qs.name = p_queues[i];
         lim := NULL;
-        IF p_groups[i] IS NOT NULL
-           AND (p_queues[i] || '/' || p_groups[i]) = ANY(busy) THEN
+        -- 2. The group's lock, exclusive, without waiting: a group whose lock
+        --    another claim or an ending claim holds is passed over this time
+        --    (as SKIP LOCKED passes over a row). A claim then never waits for
+        --    an end, so a claim and a batch of ends (the reaper's) never wait
+        --    for each other in a cycle; the end rings when it commits.
+        IF p_groups[i] IS NOT NULL AND NOT pg_try_advisory_xact_lock(
+                switchboard_group_lock(p_endpoint, p_queues[i], p_groups[i])) THEN
             CONTINUE;
         END IF;
+        -- 3. The queue's settings, the group's override, and (under the
+        --    group's lock, in a snapshot taken after it) its claimed todos.
+        SELECT qs.group_concurrency, qs.rate_limit, qs.group_rate_limit,
+               qg.concurrency AS override, coalesce(qg.paused, FALSE) AS paused,
+               CASE WHEN p_groups[i] IS NOT NULL AND NOT p_transfer[i]
+                         AND coalesce(qg.concurrency, qs.group_concurrency) IS NOT NULL
+                    THEN (SELECT count(*) FROM (
+                              SELECT 1 FROM todos t
+                               WHERE t.endpoint_id = p_endpoint
+                                 AND t.queue = p_queues[i]
+                                 AND t.group_key = p_groups[i]
+                                 AND t.state = 'claimed'
+                               LIMIT coalesce(qg.concurrency, qs.group_concurrency)
+                                     + 1) c)
+               END AS used
+          INTO q
+          FROM (SELECT 1) one
+          LEFT JOIN queues qs
+            ON qs.endpoint_id = p_endpoint AND qs.name = p_queues[i]
+          LEFT JOIN queue_groups qg
+            ON qg.endpoint_id = p_endpoint AND qg.queue = p_queues[i]
+           AND qg.group_key = p_groups[i];
         IF p_groups[i] IS NOT NULL THEN
-            SELECT qg.concurrency, qg.paused INTO g FROM queue_groups qg
-             WHERE qg.endpoint_id = p_endpoint AND qg.queue = p_queues[i]
-               AND qg.group_key = p_groups[i];
-            IF coalesce(g.paused, FALSE) THEN
+            IF q.paused THEN
                 id := NULL;
                 admission := jsonb_build_object(
                     'passed', 'paused', 'queue', p_queues[i],
@@ -240,15 +251,10 @@ BEGIN
                 RETURN NEXT;
                 CONTINUE;
             END IF;
-            lim := coalesce(g.concurrency, q.group_concurrency);
+            lim := coalesce(q.override, q.group_concurrency);
             slot := p_queues[i] || '/' || p_groups[i];
             IF lim IS NOT NULL AND NOT p_transfer[i] THEN
-                SELECT count(*) INTO used FROM (
-                    SELECT 1 FROM todos t
-                     WHERE t.endpoint_id = p_endpoint AND t.queue = p_queues[i]
-                       AND t.group_key = p_groups[i] AND t.state = 'claimed'
-                     LIMIT lim + 1) c;
-                used := used + coalesce((taken->>slot)::int, 0);
+                used := q.used + coalesce((taken->>slot)::int, 0);
                 IF used >= lim THEN
                     id := NULL;
                     admission := jsonb_build_object(
