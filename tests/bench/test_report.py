@@ -43,7 +43,8 @@ def run(*command, timeout=120):
 
 def test_bench_holds_the_thirteen_scripts_their_helpers_the_floor_and_the_profiler():
     found = {path.stem for path in BENCH.glob("*.py")}
-    helpers = {"benchlib", "report", "floor_server", "profile_served", "tracing_bare"}
+    helpers = {"benchlib", "report", "floor_server", "profile_served", "profile_phases"}
+    helpers |= {"tracing_bare"}
     assert found == {*SCRIPTS, *helpers}
     assert set(report.RENDERERS) == {*SCRIPTS, *report.ALSO_WRITTEN}
     assert {run.split(".py")[0] for run in report.ALSO_WRITTEN.values()} <= {*SCRIPTS}
