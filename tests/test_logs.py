@@ -56,3 +56,36 @@ def test_the_board_paths_that_hold_no_credential_are_left_as_they_are():
     line = record("POST %s", (path,))
     RedactCredentials().filter(line)
     assert line.getMessage() == f"POST {path}"
+
+
+def test_a_request_line_renders_every_field_as_key_value_text():
+    """The text format a request's line has (docs/operations.md): numbers,
+    None and flags as they print, text quoted only where it would split."""
+    line = record(
+        "request",
+        fields={
+            "method": "POST",
+            "route": "",
+            "status": 200,
+            "outcome": "ok",
+            "endpoint_id": None,
+            "duration_ms": 1.5,
+            "streaming": True,
+            "path": "/static/a b.css",
+        },
+    )
+    line.created = 0.0
+    assert RedactCredentials().filter(line)
+
+    assert TextFormatter().format(line) == (
+        "1970-01-01T00:00:00 warning django.security.csrf: request method=POST "
+        'route="" status=200 outcome=ok endpoint_id=None duration_ms=1.5 '
+        'streaming=True path="/static/a b.css"'
+    )
+
+
+def test_fields_with_no_answer_link_reach_the_line_as_the_caller_passed_them():
+    fields = {"route": "api/v1/todos/claim", "status": 200}
+    line = record("request", fields=fields)
+    RedactCredentials().filter(line)
+    assert line.fields == {"route": "api/v1/todos/claim", "status": 200}

@@ -21,13 +21,25 @@ def _second(second):
     return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+@functools.lru_cache(maxsize=16)
+def _level(name):
+    """A text line's level, lower case and padded to seven characters."""
+    return f"{name.lower():7}"
+
+
 def _fields(record):
     fields = getattr(record, "fields", None)
     return fields if isinstance(fields, dict) else {}
 
 
+# Values whose text is never empty and never splits: written as they are.
+PLAIN_TYPES = frozenset({int, float, bool, type(None)})
+
+
 def _text_value(value):
     """Render a value for key=value text, quoting it when it would split."""
+    if type(value) in PLAIN_TYPES:
+        return str(value)
     text = str(value)
     if not text or SPLITS.search(text):
         return json.dumps(text)
@@ -51,12 +63,12 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record):
         ts = _second(int(record.created))
-        pairs = " ".join(
-            f"{key}={_text_value(value)}" for key, value in _fields(record).items()
-        )
-        line = f"{ts} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
-        if pairs:
-            line = f"{line} {pairs}"
+        line = f"{ts} {_level(record.levelname)} {record.name}: {record.getMessage()}"
+        fields = _fields(record)
+        if fields:
+            # One join of the head and every pair, not a join and a copy.
+            pairs = [f"{key}={_text_value(value)}" for key, value in fields.items()]
+            line = " ".join([line, *pairs])
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line
@@ -97,9 +109,18 @@ class RedactCredentials(logging.Filter):
         elif isinstance(record.args, dict):
             record.args = {key: _redacted(arg) for key, arg in record.args.items()}
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
+        if isinstance(fields, dict) and _holds_answer_link(fields):
             record.fields = {key: _redacted(value) for key, value in fields.items()}
         return True
+
+
+def _holds_answer_link(fields: dict[object, object]) -> bool:
+    """Whether a text value of ``fields`` may hold an answer link: only then
+    are the fields copied, redacted (a request's line holds none)."""
+    for value in fields.values():
+        if isinstance(value, str) and "/answer/" in value:
+            return True
+    return False
 
 
 # The loggers gunicorn and uvicorn write through with handlers of their own
