@@ -55,3 +55,15 @@ def test_a_payload_with_integers_beyond_64_bits_reads_back_exactly(scope):
     assert read == payload
     assert type(read["big"]) is int and read["big"] == big
     assert type(read["small"]) is int
+
+
+@pytest.mark.django_db
+def test_a_row_short_of_the_todos_columns_is_refused(scope):
+    """A statement that returned fewer columns than TODO_COLUMNS is a bug in
+    it: refused at once, not read into a todo missing its last fields."""
+    todo, _ = store.create_todo(scope, queue="q", title="t")
+    row = row_of(todo.id)
+
+    with pytest.raises(ValueError):
+        rows.Todo.from_row(row[:-1])
+    assert rows.Todo.from_row((*row, "an extra column")) == rows.Todo.from_row(row)

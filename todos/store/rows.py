@@ -322,7 +322,9 @@ class Todo:
         values = list(row[:TODO_COLUMN_COUNT])
         values[0], values[1] = str(values[0]), str(values[1])
         for position in _JSON_POSITIONS:
-            values[position] = _json(values[position])
+            # _json inline: most rows' JSON columns arrive read already.
+            if isinstance(values[position], str):
+                values[position] = json.loads(values[position])
         # Every field, in order, as __init__ would set them (a frozen
         # dataclass's __init__ sets each through object.__setattr__: half of
         # a row's reading).
