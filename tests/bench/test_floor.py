@@ -37,7 +37,7 @@ def test_the_floor_claims_and_completes_with_the_bare_and_the_stores_statements(
         token=endpoint.token,
         floor_port=None,
     )
-    with peers.serve_floor(SimpleNamespace(server_workers=1), setup) as server:
+    with peers.serve_floor(SimpleNamespace(server_workers=1, port=0), setup) as server:
         port = server.port
         assert peers.http_step(port, endpoint.token, "w1")() == 1
         assert peers.http_step(port, endpoint.token, "w1", prefix="/store")() == 1
