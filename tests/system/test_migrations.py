@@ -113,6 +113,15 @@ def test_a_database_between_the_old_numbers_applies_only_what_it_lacks(
 
 
 @pytest.mark.slow
+def test_a_new_session_of_the_database_runs_without_jit(db):
+    """0038: PostgreSQL's JIT compiled the admitting claim's 456 functions on
+    every claim once the table held some 100,000 todos (150-220 ms a claim);
+    every new session of Switchboard's database starts with it off."""
+    with psycopg.connect(database_url()) as conn:
+        (jit,) = conn.execute("SHOW jit").fetchone()
+    assert jit == "off"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_migrations_run_for_a_database_owner_who_is_not_a_superuser():
     """A hosted PostgreSQL gives the application a database it owns, not a
@@ -141,7 +150,9 @@ def test_the_migrations_run_for_a_database_owner_who_is_not_a_superuser():
             (index,) = conn.execute(
                 "SELECT to_regclass('todos_title_trgm_idx')::text"
             ).fetchone()
+            (jit,) = conn.execute("SHOW jit").fetchone()
         assert index == "todos_title_trgm_idx"
+        assert jit == "off"  # 0038: its owner may turn JIT off for it
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
