@@ -1371,8 +1371,9 @@ def _claim_one(
 # the endpoint's live rows), and per queue of the scope the claim index's pool
 # lane, level by level, whose first entry past now is its minimum; and when
 # an empty rate bucket (or a shard of one) of the scope holds a whole token
-# again (a rate window opens: admission, CONTRACT §17); and when a pause budget of the scope in
-# force reaches its window's end (CONTRACT §18: its pause lifts by itself).
+# again (a rate window opens: admission, CONTRACT §17); and when a pause
+# budget of the scope in force reaches its window's end (CONTRACT §18: its
+# pause lifts by itself).
 NEXT_DUE_SQL = """
 SELECT extract(epoch FROM least(
     (SELECT min(t.lease_expires_at) FROM todos t
