@@ -72,6 +72,20 @@ RETURNS float8 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce((p_setting->>'burst')::float8, (p_setting->>'count')::float8)
 $$;
 
+-- A shard's level at ``p_clock``: its tokens plus its share of the rate since
+-- it was refilled, at most its share of the burst (one shard of one: the
+-- bucket's).
+CREATE FUNCTION switchboard_shard_level(
+    p_tokens float8, p_refilled_at timestamptz, p_shards int, p_setting jsonb,
+    p_clock timestamptz)
+RETURNS float8 LANGUAGE sql IMMUTABLE AS $$
+    SELECT least(switchboard_rate_burst(p_setting) / p_shards,
+                 p_tokens
+                 + greatest(extract(epoch FROM p_clock - p_refilled_at)::float8, 0)
+                 * (p_setting->>'count')::float8
+                 / (p_setting->>'per_seconds')::float8 / p_shards)
+$$;
+
 -- What a claim locked of a bucket: one shard (``shard`` >= 0) or every shard
 -- (-1).
 CREATE TYPE switchboard_bucket_shard AS (
@@ -87,19 +101,16 @@ CREATE FUNCTION switchboard_bucket_lock(
 RETURNS switchboard_bucket_shard
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    rate float8 := (p_setting->>'count')::float8
-                   / (p_setting->>'per_seconds')::float8;
     burst float8 := switchboard_rate_burst(p_setting);
     found_shard int;
     shards int;
 BEGIN
     SELECT r.shard INTO found_shard FROM rate_buckets r
      WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue AND r.group_key = p_group
-       AND least(burst / r.shards, r.tokens + greatest(extract(epoch FROM
-               clock_timestamp() - r.refilled_at)::float8, 0) * rate / r.shards)
-           >= p_cost - 1e-9
-     ORDER BY least(burst / r.shards, r.tokens + greatest(extract(epoch FROM
-               clock_timestamp() - r.refilled_at)::float8, 0) * rate / r.shards) DESC
+       AND switchboard_shard_level(r.tokens, r.refilled_at, r.shards, p_setting,
+                                   clock_timestamp()) >= p_cost - 1e-9
+     ORDER BY switchboard_shard_level(r.tokens, r.refilled_at, r.shards, p_setting,
+                                      clock_timestamp()) DESC
      LIMIT 1
        FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
@@ -137,11 +148,8 @@ CREATE FUNCTION switchboard_bucket_level(
     p_bucket switchboard_bucket_shard, p_setting jsonb, p_clock timestamptz)
 RETURNS float8 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (SELECT sum(least(switchboard_rate_burst(p_setting) / r.shards,
-                     r.tokens + greatest(extract(epoch FROM
-                         p_clock - r.refilled_at)::float8, 0)
-                     * (p_setting->>'count')::float8
-                     / (p_setting->>'per_seconds')::float8 / r.shards))
+    RETURN (SELECT sum(switchboard_shard_level(r.tokens, r.refilled_at, r.shards,
+                                               p_setting, p_clock))
       FROM rate_buckets r
      WHERE r.endpoint_id = p_bucket.endpoint_id AND r.queue = p_bucket.queue
        AND r.group_key = p_bucket.group_key
@@ -157,11 +165,8 @@ CREATE FUNCTION switchboard_bucket_take(
 RETURNS void LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE rate_buckets r
-       SET tokens = least(switchboard_rate_burst(p_setting) / r.shards,
-                          r.tokens + greatest(extract(epoch FROM
-                              p_clock - r.refilled_at)::float8, 0)
-                          * (p_setting->>'count')::float8
-                          / (p_setting->>'per_seconds')::float8 / r.shards)
+       SET tokens = switchboard_shard_level(r.tokens, r.refilled_at, r.shards,
+                                            p_setting, p_clock)
                     - CASE WHEN p_bucket.shard < 0 THEN p_cost / r.shards
                            ELSE p_cost END,
            refilled_at = p_clock
@@ -178,6 +183,7 @@ DROP FUNCTION switchboard_bucket_take(switchboard_bucket_shard, jsonb, timestamp
 DROP FUNCTION switchboard_bucket_level(switchboard_bucket_shard, jsonb, timestamptz);
 DROP FUNCTION switchboard_bucket_lock(uuid, text, text, jsonb, float8, boolean);
 DROP TYPE switchboard_bucket_shard;
+DROP FUNCTION switchboard_shard_level(float8, timestamptz, int, jsonb, timestamptz);
 DROP FUNCTION switchboard_rate_burst(jsonb);
 """
 
