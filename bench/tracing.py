@@ -227,8 +227,8 @@ class Switch:
         tracing.enable(
             BatchSpanProcessor(exporter, schedule_delay_millis=100), ALWAYS_ON
         )
-        self.exporting = (tracing._tracer, tracing._provider)
-        tracing._tracer = tracing._provider = None
+        self.exporting = (tracing._tracer, tracing._provider, tracing._recorder)
+        tracing._tracer = tracing._provider = tracing._recorder = None
         self.hooks = None
         self.mode = "off"
 
@@ -239,8 +239,8 @@ class Switch:
         if self.hooks is not None:
             tracing_bare.restore(self.hooks)
             self.hooks = None
-        tracing._tracer, tracing._provider = (
-            self.exporting if mode == "on" else (None, None)
+        tracing._tracer, tracing._provider, tracing._recorder = (
+            self.exporting if mode == "on" else (None, None, None)
         )
         if mode == "bare":
             self.hooks = tracing_bare.strip()

@@ -33,7 +33,7 @@ def _false(*args, **kwargs):
 
 def noops(tracing):
     """The no-op of each hook the code calls, by name."""
-    unsent = tracing.Send(None, None)
+    unsent = tracing.Send(None)
     return {
         "configure": _false,
         "enabled": _false,

@@ -84,10 +84,10 @@ def test_a_create_carrying_another_trace_than_its_request_is_a_child_of_that_one
     carried = tracing.parse(TRACEPARENT)
     with use_span(request_span, end_on_exit=True):
         sent = tracing.send("q", carried)
-        sent.span.end()
 
-    assert format(sent.span.context.trace_id, "032x") == TRACE
-    assert format(sent.span.parent.span_id, "016x") == SPAN
+    assert sent.context is not None and sent.parent is not None
+    assert format(sent.context.trace_id, "032x") == TRACE
+    assert format(sent.parent.span_id, "016x") == SPAN
 
 
 def asgi_request(path, headers=(), body=b"{}"):

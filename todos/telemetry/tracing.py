@@ -36,7 +36,6 @@ library in the process that traces through the global API is not exported as
 Switchboard's.
 """
 
-import contextvars
 import hashlib
 import os
 import re
@@ -48,8 +47,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -65,6 +67,7 @@ from opentelemetry.trace import (
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.sdk.trace.sampling import Sampler
     from opentelemetry.trace import Tracer
 
@@ -247,16 +250,15 @@ def from_stored(stored: object) -> TraceContext | None:
 
 # --- Set-up -----------------------------------------------------------------------
 
-# The tracer while tracing is on, else None: every hook checks it first.
+# The recorder of Switchboard's spans while tracing is on, else None: every
+# hook checks it first.
+_recorder: "_Recorder | None" = None
+# The provider's tracer (request spans, the tests' spans) and the provider.
 _tracer: "Tracer | None" = None
 _provider: "TracerProvider | None" = None
 # Whether OpenTelemetry's Django instrumentation is set up (tracing on, and
 # the environment asks for request spans: ``_request_spans_asked``).
 _requests_traced = False
-# The ids the next span must have (a process span is named by its delivery).
-_forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "switchboard_forced_span_ids", default=None
-)
 
 
 def _truthy(name: str) -> bool:
@@ -304,17 +306,16 @@ def enable(processor: "SpanProcessor", sampler: "Sampler | None" = None) -> None
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    global _tracer, _provider
+    global _tracer, _provider, _recorder
     named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", ""
     )
     resource = Resource.create({} if named else {"service.name": SYSTEM})
-    provider = TracerProvider(
-        sampler=sampler, resource=resource, id_generator=_DeliveryIds()
-    )
+    provider = TracerProvider(sampler=sampler, resource=resource)
     provider.add_span_processor(processor)
     _provider = provider
     _tracer = provider.get_tracer("switchboard")
+    _recorder = _Recorder(provider, processor)
     if _request_spans_asked():
         _instrument_django(provider)
 
@@ -364,8 +365,8 @@ def _instrument_django(provider: "TracerProvider") -> None:
 
 def disable() -> None:
     """Stop tracing: flush and shut the provider down (tests, shutdown)."""
-    global _tracer, _provider, _requests_traced
-    provider, _tracer, _provider = _provider, None, None
+    global _tracer, _provider, _recorder, _requests_traced
+    provider, _tracer, _provider, _recorder = _provider, None, None, None
     if _requests_traced:
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
@@ -376,14 +377,14 @@ def disable() -> None:
 
 
 def enabled() -> bool:
-    return _tracer is not None
+    return _recorder is not None
 
 
 def carrying_context[R](fn: Callable[[], R]) -> Callable[[], R]:
     """``fn``, to be run in another thread with this one's OpenTelemetry
     context (the request's span), while tracing is on and there is one; else
     ``fn`` as it is (without request spans, the context is empty)."""
-    if _tracer is None:
+    if _recorder is None:
         return fn
     current = otel_context.get_current()
     if not current:
@@ -397,18 +398,6 @@ def carrying_context[R](fn: Callable[[], R]) -> Callable[[], R]:
             otel_context.detach(token)
 
     return carried
-
-
-class _DeliveryIds(RandomIdGenerator):
-    """Random ids, but the ones a process span must have when it is written."""
-
-    def generate_span_id(self) -> int:
-        forced = _forced_ids.get()
-        return forced[1] if forced is not None else super().generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        forced = _forced_ids.get()
-        return forced[0] if forced is not None else super().generate_trace_id()
 
 
 # --- Ids and contexts ---------------------------------------------------------------
@@ -481,14 +470,15 @@ def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     the claim hands out the same: sampled as the configured sampler decides;
     random-trace-id (W3C level 2) as the parent's, or set in a trace of the
     delivery's own (its id is a hash of the todo's random id)."""
-    if _provider is None:
+    recorder = _recorder
+    if recorder is None:
         return 1 if parent is None or parent.sampled else 0
-    result = _provider.sampler.should_sample(
+    result = recorder.sampler.should_sample(
         _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
     )
     flags = TraceFlags.SAMPLED if result.decision == Decision.RECORD_AND_SAMPLE else 0
     if parent is None:
-        random = _provider.id_generator.is_trace_id_random()
+        random = recorder.ids.is_trace_id_random()
     else:
         random = bool(int(parent.traceparent[53:55], 16) & TraceFlags.RANDOM_TRACE_ID)
     return flags | TraceFlags.RANDOM_TRACE_ID if random else flags
@@ -498,7 +488,7 @@ def claim_context(todo: "Traced") -> TraceContext | None:
     """The context a claim hands the agent: its delivery's process span while
     tracing is on and the todo is claimed; else the one the todo keeps."""
     stored = from_stored(todo.trace_context)
-    if _tracer is None or todo.state != "claimed":
+    if _recorder is None or todo.state != "claimed":
         return stored
     number = max(todo.deliveries, 1)
     return _delivery_context(todo.id, todo.queue, stored, number)
@@ -513,7 +503,7 @@ def trace_id(todo: "Traced") -> str | None:
 def delivery_trace_id(todo: "Traced") -> str | None:
     """The trace of the todo's latest delivery when it is one of its own (a
     redelivery, while tracing is on), else None."""
-    if _tracer is None or todo.deliveries < 2:
+    if _recorder is None or todo.deliveries < 2:
         return None
     trace, _ = _delivery_ids(todo.id, todo.deliveries)
     return _hex(trace, 32)
@@ -542,14 +532,180 @@ def _attributes(todo: "Traced", operation: str, name: str) -> dict[str, Any]:
     }
 
 
+# The most attributes a span of Switchboard's carries (a process span's own,
+# its usage's and its worker's): below the SDK's default limit of 128, so its
+# bounded copy of them changes nothing unless the limits are set lower.
+MOST_ATTRIBUTES = 24
+
+
+class _Recorder:
+    """Switchboard's spans, written to the span processor as the SDK's tracer
+    would make them, without a live span in between.
+
+    Each span of Switchboard's is known whole by the time it is written (a
+    process span when its delivery ends, its settle span with it, a send span
+    when its create ends) and no code in the process runs inside one, so the
+    SDK's live ``Span`` (its lock, its bounded attribute copy, its start and
+    end calls into the processor) only costs. The recorder samples a span as
+    ``Tracer.start_span`` does (the provider's sampler, with the parent's
+    context, name, kind, attributes and links; the flags and trace state as
+    it sets them) and hands the ended span to the processor as a
+    ``ReadableSpan``, the SDK's public type for an ended span, with the same
+    resource, instrumentation scope, events, links and status, bounded by
+    the same ``OTEL_*`` limits. Span processors get ``on_end`` only (the
+    SDK's batch and simple processors do nothing ``on_start``).
+    """
+
+    __slots__ = ("ids", "limits", "plain", "processor", "resource", "sampler", "scope")
+
+    def __init__(self, provider: "TracerProvider", processor: "SpanProcessor") -> None:
+        self.processor = processor
+        self.sampler: Sampler = provider.sampler
+        self.ids: IdGenerator = provider.id_generator
+        self.resource = provider.resource
+        # As provider.get_tracer("switchboard") names its spans' scope.
+        self.scope = InstrumentationScope("switchboard", "")
+        self.limits = limits = SpanLimits()
+        most = limits.max_span_attributes
+        self.plain = limits.max_span_attribute_length is None and (
+            most is None or most >= MOST_ATTRIBUTES
+        )
+
+    def start(
+        self,
+        name: str,
+        kind: SpanKind,
+        context: Any,
+        parent: SpanContext | None,
+        trace_id: int,
+        span_id: int,
+        attributes: dict[str, Any],
+        links: Sequence[Link] = (),
+    ) -> tuple[SpanContext, dict[str, Any] | None]:
+        """A span's context as the tracer would start it in ``context`` (an
+        OpenTelemetry Context; None: the current one), whose span is
+        ``parent``; and its attributes, None when it is not recorded."""
+        result = self.sampler.should_sample(
+            context, trace_id, name, kind, attributes, links
+        )
+        sampled = result.decision is Decision.RECORD_AND_SAMPLE
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+        if parent is None:
+            random = self.ids.is_trace_id_random()
+        else:
+            random = parent.trace_flags.random_trace_id
+        if random:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        span_context = SpanContext(
+            trace_id,
+            span_id,
+            is_remote=False,
+            trace_flags=TraceFlags(flags),
+            trace_state=result.trace_state,
+        )
+        recorded = (
+            dict(result.attributes) if result.decision is not Decision.DROP else None
+        )
+        return span_context, recorded
+
+    def write(
+        self,
+        name: str,
+        kind: SpanKind,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: dict[str, Any],
+        start_time: int | None,
+        end_time: int | None = None,
+        events: Iterable[dict[str, Any]] = (),
+        links: Sequence[Link] = (),
+        status: Status | None = None,
+    ) -> None:
+        """Hand the processor the ended span (a recorded one: ``start``'s
+        attributes not None)."""
+        now = time.time_ns()
+        limits = self.limits
+        if not self.plain:
+            attributes = BoundedAttributes(  # type: ignore[assignment]
+                limits.max_span_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=limits.max_span_attribute_length,
+            )
+        bounded_events: Sequence[Event] = ()
+        if events:
+            bounded_events = BoundedList(limits.max_events)
+            for item in events:
+                bounded_events.append(
+                    Event(
+                        item["name"],
+                        BoundedAttributes(
+                            limits.max_event_attributes,
+                            item.get("attributes") or {},
+                            max_value_len=limits.max_attribute_length,
+                            immutable=True,
+                        ),
+                        item.get("at") or now,
+                    )
+                )
+        bounded_links: Sequence[Link] = ()
+        if links:
+            bounded_links = BoundedList.from_seq(
+                limits.max_links,
+                [
+                    Link(
+                        link.context,
+                        BoundedAttributes(
+                            limits.max_link_attributes,
+                            link.attributes,
+                            max_value_len=limits.max_attribute_length,
+                            immutable=True,
+                        ),
+                    )
+                    for link in links
+                ],
+            )
+        self.processor.on_end(
+            ReadableSpan(
+                name,
+                context,
+                parent,
+                self.resource,
+                attributes,
+                bounded_events,
+                bounded_links,
+                kind,
+                status=status or _UNSET,
+                start_time=start_time or now,
+                end_time=end_time or now,
+                instrumentation_scope=self.scope,
+            )
+        )
+
+
+_UNSET = Status(StatusCode.UNSET)
+
+
 class Send:
     """A create's ``send`` span while it runs, and the context the todo keeps."""
 
-    __slots__ = ("span", "stored")
+    __slots__ = ("attributes", "context", "name", "parent", "started", "stored")
 
-    def __init__(self, span: Any, stored: TraceContext | None) -> None:
-        self.span = span
+    def __init__(
+        self,
+        stored: TraceContext | None,
+        name: str = "",
+        context: SpanContext | None = None,
+        parent: SpanContext | None = None,
+        attributes: dict[str, Any] | None = None,
+        started: int = 0,
+    ) -> None:
         self.stored = stored
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.attributes = attributes
+        self.started = started
 
     def carrier(self) -> "dict[str, Any] | None":
         """What the store writes into ``trace_context``."""
@@ -557,37 +713,47 @@ class Send:
 
     def end(self, todo: "Traced | Exception", created: bool = True) -> None:
         """End the span with the todo the create made (or found, or the error)."""
-        span = self.span
-        if span is None:
-            return
+        attributes = self.attributes
+        recorder = _recorder
+        if attributes is None or recorder is None or self.context is None:
+            return  # no span, or not recorded, or tracing turned off since
+        status = None
         if isinstance(todo, Exception):
-            span.set_status(Status(StatusCode.ERROR, type(todo).__name__))
+            status = Status(StatusCode.ERROR, type(todo).__name__)
         else:
-            span.set_attributes(
-                {
-                    "messaging.message.id": todo.id,
-                    "messaging.switchboard.endpoint_id": todo.endpoint_id,
-                    "messaging.switchboard.created": created,
-                }
-            )
-        span.end()
+            attributes["messaging.message.id"] = todo.id
+            attributes["messaging.switchboard.endpoint_id"] = todo.endpoint_id
+            attributes["messaging.switchboard.created"] = created
+        recorder.write(
+            self.name,
+            SpanKind.PRODUCER,
+            self.context,
+            self.parent,
+            attributes,
+            self.started,
+            status=status,
+        )
 
 
 # A create with tracing off and no context: nothing to keep, nothing to end.
-_NOT_SENT = Send(None, None)
+_NOT_SENT = Send(None)
 
 
-def _send_parent(carried: TraceContext | None) -> Any:
-    """The context a ``send`` span starts in: the request's span (the HTTP
-    server span) when the create carries no context or one of the request's
-    trace; else the context the create carries (MCP ``_meta``, an SQS message
-    attribute), which names the message's own trace."""
+def _send_parent(carried: TraceContext | None) -> tuple[Any, SpanContext | None]:
+    """The context a ``send`` span starts in, and its span's context: the
+    request's span (the HTTP server span) when the create carries no context
+    or one of the request's trace; else the context the create carries (MCP
+    ``_meta``, an SQS message attribute), which names the message's own
+    trace; else none."""
     current = get_current_span().get_span_context()
     if current.is_valid and (
         carried is None or carried.trace_id == _hex(current.trace_id, 32)
     ):
-        return None  # the current context
-    return _parent(carried)
+        return None, current  # the current context
+    if carried is None:
+        return otel_context.Context(), None
+    remote = _span_context(carried)
+    return set_span_in_context(NonRecordingSpan(remote)), remote
 
 
 def send(queue: object, parent: TraceContext | None) -> Send:
@@ -595,33 +761,49 @@ def send(queue: object, parent: TraceContext | None) -> Send:
 
     Tracing off: no span, and the todo keeps ``parent`` as it came.
     """
-    tracer = _tracer
-    if tracer is None or not isinstance(queue, str):
-        return Send(None, parent) if parent is not None else _NOT_SENT
-    span = tracer.start_span(
-        f"send {queue}",
-        context=_send_parent(parent),
-        kind=SpanKind.PRODUCER,
-        attributes={
+    recorder = _recorder
+    if recorder is None or not isinstance(queue, str):
+        return Send(parent) if parent is not None else _NOT_SENT
+    started = time.time_ns()
+    context, parent_span = _send_parent(parent)
+    if parent_span is None:
+        trace_id = recorder.ids.generate_trace_id()
+    else:
+        trace_id = parent_span.trace_id
+    name = f"send {queue}"
+    span_context, attributes = recorder.start(
+        name,
+        SpanKind.PRODUCER,
+        context,
+        parent_span,
+        trace_id,
+        recorder.ids.generate_span_id(),
+        {
             "messaging.system": SYSTEM,
             "messaging.destination.name": queue,
             "messaging.operation.type": "send",
             "messaging.operation.name": "create",
         },
     )
-    context = span.get_span_context()
-    flags = int(context.trace_flags)
+    flags = int(span_context.trace_flags)
     traceparent = (
-        f"00-{_hex(context.trace_id, 32)}-{_hex(context.span_id, 16)}-{flags:02x}"
+        f"00-{_hex(trace_id, 32)}-{_hex(span_context.span_id, 16)}-{flags:02x}"
     )
     state = parent.tracestate if parent is not None else None
-    return Send(span, TraceContext(traceparent, state))
+    return Send(
+        TraceContext(traceparent, state),
+        name,
+        span_context,
+        parent_span,
+        attributes,
+        started,
+    )
 
 
 def event(name: str, delivery: int, **attributes: Any) -> "dict[str, Any] | None":
     """A span event for delivery ``delivery``'s process span, as the todo
     keeps it (``trace_events``); None while tracing is off."""
-    if _tracer is None:
+    if _recorder is None:
         return None
     return {
         "delivery": delivery,
@@ -693,12 +875,11 @@ def ended(
     process span carries the delivery's usage as last reported (a heartbeat's
     running total, or the complete's or fail's), as ``gen_ai.usage.*``.
     """
-    tracer = _tracer
-    if tracer is None:
+    recorder = _recorder
+    if recorder is None:
         return
     number = max(todo.deliveries, 1)
     stored = from_stored(todo.trace_context)
-    # The span's ids (its flags are the sampler's to set as it starts).
     trace_id, span_id, parent = _delivery_span(todo.id, stored, number)
     links: Sequence[Link] = ()
     if number > 1:
@@ -717,32 +898,51 @@ def ended(
     attributes.update(usage_attributes(todo, number))
     if worker or todo.owner:
         attributes["messaging.client.id"] = worker or todo.owner
-    token = _forced_ids.set((trace_id, span_id))
-    try:
-        span = tracer.start_span(
-            f"process {todo.queue}",
-            context=_parent(parent),
-            kind=SpanKind.CONSUMER,
-            attributes=attributes,
-            links=links,
-            start_time=_ns(todo.claimed_at),
-        )
-    finally:
-        _forced_ids.reset(token)
-    kept = [e for e in (todo.trace_events or ()) if e.get("delivery") == number]
-    for item in [*kept, *events]:
-        span.add_event(item["name"], item.get("attributes") or {}, item.get("at"))
-    if error is not None:
-        span.set_status(Status(StatusCode.ERROR, error[:200]))
+    name = f"process {todo.queue}"
+    remote = _span_context(parent) if parent is not None else None
+    context = (
+        set_span_in_context(NonRecordingSpan(remote))
+        if remote is not None
+        else otel_context.Context()
+    )
+    process, recorded = recorder.start(
+        name, SpanKind.CONSUMER, context, remote, trace_id, span_id, attributes, links
+    )
     if settle is not None:
-        settled = tracer.start_span(
+        # A child of the process span, written first as the SDK's ended first.
+        settled, settle_attributes = recorder.start(
             f"settle {todo.queue}",
-            context=set_span_in_context(span),
-            kind=SpanKind.CLIENT,
-            attributes=_attributes(todo, "settle", settle),
+            SpanKind.CLIENT,
+            set_span_in_context(NonRecordingSpan(process)),
+            process,
+            trace_id,
+            recorder.ids.generate_span_id(),
+            _attributes(todo, "settle", settle),
         )
-        settled.end()
-    span.end(_ns(end_time))
+        if settle_attributes is not None:
+            recorder.write(
+                f"settle {todo.queue}",
+                SpanKind.CLIENT,
+                settled,
+                process,
+                settle_attributes,
+                None,
+            )
+    if recorded is None:
+        return
+    kept = [e for e in (todo.trace_events or ()) if e.get("delivery") == number]
+    recorder.write(
+        name,
+        SpanKind.CONSUMER,
+        process,
+        remote,
+        recorded,
+        _ns(todo.claimed_at),
+        _ns(end_time),
+        [*kept, *events],
+        links,
+        Status(StatusCode.ERROR, error[:200]) if error is not None else None,
+    )
 
 
 def settle_name(todo: "Traced", op: str) -> str | None:
