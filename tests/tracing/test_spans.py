@@ -139,6 +139,48 @@ def test_an_unsampled_create_hands_on_an_unsampled_delivery_and_exports_none(sco
     assert exporter.get_finished_spans() == ()
 
 
+def test_spans_carry_the_resource_and_scope_of_the_sdks_tracer(spans, scope):
+    """Spans are written whole, not through the SDK's tracer: they still
+    name the provider's resource and the ``switchboard`` scope as its would."""
+    todo, _ = store.create_todo(scope, queue="q")
+    store.claim_next(scope, "w")
+    store.complete_todo(scope, todo.id, "w")
+    tracing._tracer.start_span("reference").end()
+
+    *ours, reference = spans.get_finished_spans()
+    assert [s.name for s in ours] == ["send q", "settle q", "process q"]
+    for span in ours:
+        assert span.resource is reference.resource
+        assert span.instrumentation_scope == reference.instrumentation_scope
+
+
+def test_the_span_limits_the_environment_sets_bound_each_span(scope, monkeypatch):
+    """OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    as the SDK applies them: the oldest attributes beyond the count dropped
+    (and counted), each text value cut to the length."""
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "3")
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    exporter = InMemorySpanExporter()
+    tracing.enable(SimpleSpanProcessor(exporter))
+    try:
+        todo, _ = store.create_todo(scope, queue="q")
+        store.claim_next(scope, "w")
+        store.heartbeat(scope, todo.id, "w", progress={"message": "halfway"})
+        store.complete_todo(scope, todo.id, "w")
+    finally:
+        tracing.disable()
+
+    finished = exporter.get_finished_spans()
+    assert {s.name for s in finished} == {"send q", "process q", "settle q"}
+    for span in finished:
+        assert len(span.attributes) == 3
+        assert span.dropped_attributes > 0
+        texts = [v for v in span.attributes.values() if isinstance(v, str)]
+        assert texts and all(len(text) <= 4 for text in texts)
+    (process,) = [s for s in finished if s.name == "process q"]
+    assert process.events[0].attributes["switchboard.progress.message"] == "half"
+
+
 def traceparent_of(span):
     context = span.context
     return (

@@ -49,7 +49,7 @@ from urllib.parse import quote
 from opentelemetry import context as otel_context
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -465,6 +465,18 @@ def _delivery_context(
     return TraceContext(traceparent, state)
 
 
+def _known_decision(sampler: "Sampler", parent_sampled: bool | None) -> bool | None:
+    """Whether the SDK's default samplers sample a span whose parent is
+    sampled or not (None: a root): ALWAYS_ON always, ParentBased(ALWAYS_ON),
+    the default, as its parent or a root; None for any other sampler, which
+    is asked."""
+    if sampler is ALWAYS_ON:
+        return True
+    if sampler is DEFAULT_ON:
+        return parent_sampled is not False
+    return None
+
+
 def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     """The trace flags the SDK gives a delivery's span when it is written, so
     the claim hands out the same: sampled as the configured sampler decides;
@@ -473,10 +485,13 @@ def _flags(parent: TraceContext | None, trace_id: int, queue: str) -> int:
     recorder = _recorder
     if recorder is None:
         return 1 if parent is None or parent.sampled else 0
-    result = recorder.sampler.should_sample(
-        _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
-    )
-    flags = TraceFlags.SAMPLED if result.decision == Decision.RECORD_AND_SAMPLE else 0
+    known = _known_decision(recorder.sampler, parent.sampled if parent else None)
+    if known is None:
+        result = recorder.sampler.should_sample(
+            _parent(parent), trace_id, f"process {queue}", SpanKind.CONSUMER
+        )
+        known = result.decision is Decision.RECORD_AND_SAMPLE
+    flags = TraceFlags.SAMPLED if known else 0
     if parent is None:
         random = recorder.ids.is_trace_id_random()
     else:
@@ -575,21 +590,40 @@ class _Recorder:
         self,
         name: str,
         kind: SpanKind,
-        context: Any,
         parent: SpanContext | None,
         trace_id: int,
         span_id: int,
         attributes: dict[str, Any],
         links: Sequence[Link] = (),
+        current: bool = False,
     ) -> tuple[SpanContext, dict[str, Any] | None]:
-        """A span's context as the tracer would start it in ``context`` (an
-        OpenTelemetry Context; None: the current one), whose span is
-        ``parent``; and its attributes, None when it is not recorded."""
-        result = self.sampler.should_sample(
-            context, trace_id, name, kind, attributes, links
+        """A span's context as the tracer would start it as a child of
+        ``parent`` (None: a root; ``current``: the current context's span);
+        and its attributes, None when it is not recorded."""
+        known = _known_decision(
+            self.sampler, parent.trace_flags.sampled if parent else None
         )
-        sampled = result.decision is Decision.RECORD_AND_SAMPLE
-        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+        if known is not None:
+            # The decision needs no call: ALWAYS_ON and ParentBased(ALWAYS_ON)
+            # keep the attributes and the parent's trace state.
+            recorded: dict[str, Any] | None = attributes if known else None
+            state = parent.trace_state if parent is not None else None
+        else:
+            if current:
+                context = None
+            elif parent is None:
+                context = otel_context.Context()
+            else:
+                context = set_span_in_context(NonRecordingSpan(parent))
+            result = self.sampler.should_sample(
+                context, trace_id, name, kind, attributes, links
+            )
+            known = result.decision is Decision.RECORD_AND_SAMPLE
+            recorded = None
+            if result.decision is not Decision.DROP:
+                recorded = dict(result.attributes)
+            state = result.trace_state
+        flags = TraceFlags.SAMPLED if known else TraceFlags.DEFAULT
         if parent is None:
             random = self.ids.is_trace_id_random()
         else:
@@ -601,10 +635,7 @@ class _Recorder:
             span_id,
             is_remote=False,
             trace_flags=TraceFlags(flags),
-            trace_state=result.trace_state,
-        )
-        recorded = (
-            dict(result.attributes) if result.decision is not Decision.DROP else None
+            trace_state=state,
         )
         return span_context, recorded
 
@@ -739,21 +770,20 @@ class Send:
 _NOT_SENT = Send(None)
 
 
-def _send_parent(carried: TraceContext | None) -> tuple[Any, SpanContext | None]:
-    """The context a ``send`` span starts in, and its span's context: the
-    request's span (the HTTP server span) when the create carries no context
-    or one of the request's trace; else the context the create carries (MCP
-    ``_meta``, an SQS message attribute), which names the message's own
-    trace; else none."""
+def _send_parent(carried: TraceContext | None) -> tuple[SpanContext | None, bool]:
+    """The parent of a ``send`` span, and whether it is the current context's:
+    the request's span (the HTTP server span) when the create carries no
+    context or one of the request's trace; else the context the create
+    carries (MCP ``_meta``, an SQS message attribute), which names the
+    message's own trace; else none."""
     current = get_current_span().get_span_context()
     if current.is_valid and (
         carried is None or carried.trace_id == _hex(current.trace_id, 32)
     ):
-        return None, current  # the current context
+        return current, True
     if carried is None:
-        return otel_context.Context(), None
-    remote = _span_context(carried)
-    return set_span_in_context(NonRecordingSpan(remote)), remote
+        return None, False
+    return _span_context(carried), False
 
 
 def send(queue: object, parent: TraceContext | None) -> Send:
@@ -765,7 +795,7 @@ def send(queue: object, parent: TraceContext | None) -> Send:
     if recorder is None or not isinstance(queue, str):
         return Send(parent) if parent is not None else _NOT_SENT
     started = time.time_ns()
-    context, parent_span = _send_parent(parent)
+    parent_span, current = _send_parent(parent)
     if parent_span is None:
         trace_id = recorder.ids.generate_trace_id()
     else:
@@ -774,7 +804,6 @@ def send(queue: object, parent: TraceContext | None) -> Send:
     span_context, attributes = recorder.start(
         name,
         SpanKind.PRODUCER,
-        context,
         parent_span,
         trace_id,
         recorder.ids.generate_span_id(),
@@ -784,6 +813,7 @@ def send(queue: object, parent: TraceContext | None) -> Send:
             "messaging.operation.type": "send",
             "messaging.operation.name": "create",
         },
+        current=current,
     )
     flags = int(span_context.trace_flags)
     traceparent = (
@@ -900,20 +930,14 @@ def ended(
         attributes["messaging.client.id"] = worker or todo.owner
     name = f"process {todo.queue}"
     remote = _span_context(parent) if parent is not None else None
-    context = (
-        set_span_in_context(NonRecordingSpan(remote))
-        if remote is not None
-        else otel_context.Context()
-    )
     process, recorded = recorder.start(
-        name, SpanKind.CONSUMER, context, remote, trace_id, span_id, attributes, links
+        name, SpanKind.CONSUMER, remote, trace_id, span_id, attributes, links
     )
     if settle is not None:
         # A child of the process span, written first as the SDK's ended first.
         settled, settle_attributes = recorder.start(
             f"settle {todo.queue}",
             SpanKind.CLIENT,
-            set_span_in_context(NonRecordingSpan(process)),
             process,
             trace_id,
             recorder.ids.generate_span_id(),
