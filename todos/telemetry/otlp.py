@@ -9,10 +9,13 @@ fills it in: the same fields, the same resource and scope grouping; a test
 holds the two equal) in about a fifth of the time, remembering the bytes of
 the attributes a queue's spans repeat. ``SpanExporter`` is the SDK's OTLP/HTTP
 exporter sending them: its endpoint, headers, compression, timeout and retries
-as the ``OTEL_*`` variables set them.
+as the ``OTEL_*`` variables set them, posting through urllib3 rather than
+requests (the SDK's own transport for it, 150 µs of CPU a post in place of
+400).
 """
 
 import logging
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -214,6 +217,46 @@ def encode(spans: Sequence[ReadableSpan]) -> bytes:
     return b"".join(out)
 
 
+# The variables that name a credential provider (a requests session of the
+# provider's): with one, the exporter posts through requests as the SDK does.
+CREDENTIAL_PROVIDERS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def _first(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _urllib3_transport(
+    certificate_file: str | None,
+    client_key_file: str | None,
+    client_certificate_file: str | None,
+) -> Any:
+    """The SDK's urllib3 transport, with the certificates the SDK's requests
+    transport would take: the arguments, else the traces' variables, else
+    the generic ones."""
+    from opentelemetry.exporter.http.transport._urllib3 import Urllib3HTTPTransport
+
+    verify = certificate_file or _first(
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"
+    )
+    key = client_key_file or _first(
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+    )
+    certificate = client_certificate_file or _first(
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    )
+    cert = (certificate, key) if certificate and key else certificate
+    return Urllib3HTTPTransport(verify=verify or True, cert=cert)
+
+
 class SpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP span exporter, sending what ``encode`` writes.
 
@@ -221,8 +264,30 @@ class SpanExporter(OTLPSpanExporter):
     exporter metrics, and its client's post with its retries and backoff.
     (The size check it makes against its ``max_request_size``, 64 MiB unless
     its constructor is told otherwise, is left out: a batch of the span
-    processor's at most 512 spans is far below it.)
+    processor's at most 512 spans is far below it.) It posts through the
+    SDK's urllib3 transport, unless given a requests session or a credential
+    provider's.
     """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        certificate_file: str | None = None,
+        client_key_file: str | None = None,
+        client_certificate_file: str | None = None,
+        **options: Any,
+    ) -> None:
+        if options.get("session") is None and _first(*CREDENTIAL_PROVIDERS) is None:
+            options["_transport"] = _urllib3_transport(
+                certificate_file, client_key_file, client_certificate_file
+            )
+        super().__init__(
+            endpoint,
+            certificate_file,
+            client_key_file,
+            client_certificate_file,
+            **options,
+        )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
