@@ -96,8 +96,7 @@ OURS_OR_THE_LANGUAGES = ("todos", "board", "builtins", "typing", "abc")
 
 
 # What Python itself puts in a class's namespace: abc.ABCMeta gives every
-# subclass of an abstract class its own _abc_impl (todos.telemetry.tracing's id
-# generator subclasses the SDK's RandomIdGenerator, a public extension point).
+# subclass of an abstract class its own _abc_impl.
 LANGUAGE_MADE = frozenset({"_abc_impl"})
 
 

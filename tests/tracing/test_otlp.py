@@ -105,3 +105,24 @@ def test_a_todo_retried_and_completed_reaches_an_otlp_receiver_over_http(
     assert settles["complete"].trace_id == completed.trace_id
     assert settles["complete"].parent_span_id == completed.span_id
     assert settles["complete"].kind == Span.SPAN_KIND_CLIENT
+
+
+def test_the_exporter_posts_through_urllib3_unless_given_a_requests_session(
+    monkeypatch,
+):
+    """urllib3 costs a post less than half of requests' CPU; a requests
+    session (given, or a credential provider's) is still used as given."""
+    import requests
+    from opentelemetry.exporter.http.transport._requests import RequestsHTTPTransport
+    from opentelemetry.exporter.http.transport._urllib3 import Urllib3HTTPTransport
+
+    from todos.telemetry.otlp import SpanExporter
+
+    url = "http://127.0.0.1:4318/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")
+    default = SpanExporter(endpoint=url)._client._transport
+    given = SpanExporter(endpoint=url, session=requests.Session())._client._transport
+
+    assert isinstance(default, Urllib3HTTPTransport)
+    assert default._pool.connection_pool_kw["ca_certs"] == "/nonexistent/ca.pem"
+    assert isinstance(given, RequestsHTTPTransport)
