@@ -176,3 +176,52 @@ def test_every_report_leaves_its_budgets_as_the_counting_function_would(
                 count_directly(twin_id, *added)
         for budget_id, twin_id in pairs:
             assert state(budget_id) == state(twin_id), f"step {step}: {kind}"
+
+
+def test_a_batch_of_reports_counts_each_against_the_budgets_it_falls_under(scope):
+    endpoint_budget = store.create_budget(
+        scope, scope="endpoint", window="day", limit_usd=100
+    )
+    q_budget = store.create_budget(
+        scope, scope="queue", queue="q", window="hour", limit_tokens=100_000
+    )
+    r_budget = store.create_budget(
+        scope, scope="queue", queue="r", window="day", limit_usd=100
+    )
+    first, second = claimed(scope, 2)
+    other, _ = store.create_todo(scope, queue="r")
+    other = store.claim_todo(scope, other.id, "w")
+    store.heartbeat(scope, first.id, "w", usage={"cost_usd": 1, "input_tokens": 10})
+
+    store.acknowledge_many(
+        scope,
+        [
+            store.Ack(
+                "heartbeat",
+                first.id,
+                "w",
+                first.lease_token,
+                usage={"cost_usd": 1.25, "input_tokens": 30},
+            ),
+            store.Ack(
+                "complete",
+                second.id,
+                "w",
+                second.lease_token,
+                usage={"cost_usd": 2, "output_tokens": 200},
+            ),
+            store.Ack(
+                "complete",
+                other.id,
+                "w",
+                other.lease_token,
+                usage={"cost_usd": 0.5, "input_tokens": 7},
+            ),
+        ],
+    )
+
+    assert state(endpoint_budget.id)[:2] == (Decimal("3.75"), 237)
+    assert state(q_budget.id)[:2] == (Decimal("3.25"), 230)
+    assert state(r_budget.id)[:2] == (Decimal("0.5"), 7)
+    ledger = sum(row.cost_usd for row in store.usage_ledger(scope))
+    assert ledger == state(endpoint_budget.id)[0]
