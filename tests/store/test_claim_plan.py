@@ -267,9 +267,14 @@ CASES = {
 }
 
 
-# The claim of a scope that needs admission, and the plain one of a scope that
-# needs none (CLAIM_PLAIN_SQL, which the store runs first).
-STATEMENTS = {"admitting": lifecycle.CLAIM_SQL, "plain": lifecycle.CLAIM_PLAIN_SQL}
+# The claim of a scope that needs admission, the one of a scope whose lanes are
+# all fair (CLAIM_FAIR_SQL), and the plain one of a scope that needs none
+# (CLAIM_PLAIN_SQL, which the store runs first).
+STATEMENTS = {
+    "admitting": lifecycle.CLAIM_SQL,
+    "fair": lifecycle.CLAIM_FAIR_SQL,
+    "plain": lifecycle.CLAIM_PLAIN_SQL,
+}
 
 
 @pytest.mark.parametrize("statement", STATEMENTS)

@@ -767,7 +767,134 @@ PENDING_QUEUES = """WITH RECURSIVE pending_queue (name) AS (
 FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
                                                t.max_cost)"""
 
-CLAIM_SQL = f"""
+_HEAD = f"""), head (queue, group_key, room) AS (
+    SELECT h.queue, h.group_key,
+           NOT EXISTS (SELECT 1 FROM budget_paused s
+                        WHERE s.group_key = h.group_key
+                          AND (s.queue IS NULL OR s.queue = h.queue))
+           AND coalesce((
+               SELECT CASE WHEN g.paused THEN FALSE
+                           WHEN coalesce(g.concurrency, h.group_limit) IS NULL
+                               THEN TRUE
+                           ELSE (SELECT count(*) FROM (
+                                     SELECT 1 FROM todos c
+                                      WHERE c.endpoint_id
+                                            = (SELECT %(endpoint_id)s::uuid)
+                                        AND c.queue = h.queue
+                                        AND c.group_key = h.group_key
+                                        AND c.state = 'claimed'
+                                      LIMIT coalesce(g.concurrency, h.group_limit)) n)
+                                < coalesce(g.concurrency, h.group_limit) END
+                 FROM (SELECT 1) one
+                 LEFT JOIN queue_groups g
+                   ON g.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+                  AND g.queue = h.queue AND g.group_key = h.group_key), FALSE)
+      FROM (SELECT DISTINCT lane.queue, w.group_key, lane.group_limit
+              FROM lane
+             CROSS JOIN LATERAL (
+                 SELECT t.group_key FROM todos t
+                  WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+                    AND t.state = 'pending' AND t.queue = lane.queue
+                    AND coalesce(t.assignee, '') = lane.assignee_key
+                    AND t.available_at <= statement_timestamp()
+                  ORDER BY t.priority, t.available_at
+                  LIMIT (SELECT %(limit)s::int) + 4) w
+             WHERE NOT lane.fair AND w.group_key IS NOT NULL) h
+"""
+
+_FRESH_PLAIN_AGED = f"""), fresh_plain AS (
+    SELECT lane.queue, lane.rated, c.*
+      FROM lane
+     CROSS JOIN LATERAL (
+         SELECT t.id, t.priority::int AS level, t.available_at AS rank_at,
+                NULL::float8 AS tag, t.group_key, t.cost, t.max_cost FROM todos t
+          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+            AND t.state = 'pending' AND t.queue = lane.queue
+            AND coalesce(t.assignee, '') = lane.assignee_key
+            AND t.available_at <= statement_timestamp()
+            AND (t.group_key IS NULL OR ({HEAD_ROOM}))
+            AND (t.max_cost IS NULL OR {FITS})
+          ORDER BY t.priority, t.available_at
+          LIMIT (SELECT %(limit)s::int)
+            FOR UPDATE SKIP LOCKED) c
+     WHERE NOT lane.fair AND lane.aging IS NULL
+), fresh_aged AS (
+    SELECT lane.queue, lane.rated, c.*
+      FROM lane
+     CROSS JOIN generate_series(1, 5) AS level (p)
+     CROSS JOIN LATERAL (
+         SELECT t.id,
+                greatest(1, t.priority - floor(extract(epoch FROM
+                    statement_timestamp() - t.available_at) / lane.aging))::int
+                    AS level,
+                t.available_at AS rank_at, NULL::float8 AS tag, t.group_key, t.cost,
+                t.max_cost
+           FROM todos t
+          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
+            AND t.state = 'pending' AND t.queue = lane.queue
+            AND coalesce(t.assignee, '') = lane.assignee_key
+            AND t.priority = level.p
+            AND t.available_at <= statement_timestamp()
+            AND (t.group_key IS NULL OR ({HEAD_ROOM}))
+            AND (t.max_cost IS NULL OR {FITS})
+          ORDER BY t.available_at
+          LIMIT (SELECT %(limit)s::int)
+            FOR UPDATE SKIP LOCKED) c
+     WHERE NOT lane.fair AND lane.aging IS NOT NULL
+"""
+
+_FRESH_LANES = """(SELECT * FROM fresh_plain
+            UNION ALL SELECT * FROM fresh_aged
+            UNION ALL SELECT * FROM fresh_fair)"""
+
+_RESERVED = f"""), reserved AS (
+    SELECT r.id
+      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
+                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS queues,
+                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS groups,
+                   array_agg(c.max_cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                       AS costs
+              FROM candidate c
+             WHERE c.max_cost IS NOT NULL
+               AND c.id IN (SELECT a.id FROM admitted a)
+            HAVING count(*) > 0) b
+     CROSS JOIN LATERAL switchboard_reserve((SELECT %(endpoint_id)s::uuid), b.ids,
+                                            b.queues, b.groups, b.costs) r (id)
+"""
+
+# CLAIM_FAIR_SQL defers to CLAIM_SQL when a lane is not fair (its rows are
+# CLAIM_SQL's fresh_plain's or fresh_aged's) or a candidate has a max_cost
+# (its reservation is CLAIM_SQL's ``reserved``). Otherwise its lanes, its
+# candidates and what it admits are exactly CLAIM_SQL's.
+_FAIR_VERDICT = """, verdict (defers) AS (
+    SELECT EXISTS (SELECT 1 FROM lane WHERE NOT lane.fair)
+        OR EXISTS (SELECT 1 FROM candidate c WHERE c.max_cost IS NOT NULL)
+)"""
+
+
+def _claim_sql(*, fair_lanes_only: bool) -> str:
+    """CLAIM_SQL, or with ``fair_lanes_only`` CLAIM_FAIR_SQL: the same
+    statement without the plain and aged lanes (``head``, ``fresh_plain``,
+    ``fresh_aged``) and without the reservations (``reserved``), which defers
+    (claims nothing, admits nothing and answers one row of NULLs whose last
+    column, ``defers``, is TRUE) when a lane is not fair or a candidate has a
+    max_cost."""
+    if fair_lanes_only:
+        head = plain_aged = reserved = ""
+        fresh_lanes = "fresh_fair"
+        verdict = _FAIR_VERDICT
+        unless_defers = " AND NOT (SELECT defers FROM verdict)"
+        moves = "NOT (SELECT defers FROM verdict)"
+        defers = ", v.defers"
+        defers_row = "\n  FULL JOIN (SELECT defers FROM verdict WHERE defers) v ON TRUE"
+    else:
+        head, plain_aged, reserved = _HEAD, _FRESH_PLAIN_AGED, _RESERVED
+        fresh_lanes = _FRESH_LANES
+        verdict = unless_defers = defers = defers_row = ""
+        moves = "(c.max_cost IS NULL OR t.id IN (SELECT r.id FROM reserved r))"
+    return f"""
 {PENDING_QUEUES}, budget_paused (queue, group_key) AS (
     SELECT b.queue, b.group_key FROM budgets b
      WHERE b.endpoint_id = (SELECT %(endpoint_id)s::uuid)
@@ -813,40 +940,7 @@ CLAIM_SQL = f"""
     SELECT g.queue, g.group_key FROM queue_groups g
      WHERE g.endpoint_id = (SELECT %(endpoint_id)s::uuid) AND g.concurrency > 0
        AND g.queue IN (SELECT l.queue FROM lane l)
-), head (queue, group_key, room) AS (
-    SELECT h.queue, h.group_key,
-           NOT EXISTS (SELECT 1 FROM budget_paused s
-                        WHERE s.group_key = h.group_key
-                          AND (s.queue IS NULL OR s.queue = h.queue))
-           AND coalesce((
-               SELECT CASE WHEN g.paused THEN FALSE
-                           WHEN coalesce(g.concurrency, h.group_limit) IS NULL
-                               THEN TRUE
-                           ELSE (SELECT count(*) FROM (
-                                     SELECT 1 FROM todos c
-                                      WHERE c.endpoint_id
-                                            = (SELECT %(endpoint_id)s::uuid)
-                                        AND c.queue = h.queue
-                                        AND c.group_key = h.group_key
-                                        AND c.state = 'claimed'
-                                      LIMIT coalesce(g.concurrency, h.group_limit)) n)
-                                < coalesce(g.concurrency, h.group_limit) END
-                 FROM (SELECT 1) one
-                 LEFT JOIN queue_groups g
-                   ON g.endpoint_id = (SELECT %(endpoint_id)s::uuid)
-                  AND g.queue = h.queue AND g.group_key = h.group_key), FALSE)
-      FROM (SELECT DISTINCT lane.queue, w.group_key, lane.group_limit
-              FROM lane
-             CROSS JOIN LATERAL (
-                 SELECT t.group_key FROM todos t
-                  WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
-                    AND t.state = 'pending' AND t.queue = lane.queue
-                    AND coalesce(t.assignee, '') = lane.assignee_key
-                    AND t.available_at <= statement_timestamp()
-                  ORDER BY t.priority, t.available_at
-                  LIMIT (SELECT %(limit)s::int) + 4) w
-             WHERE NOT lane.fair AND w.group_key IS NOT NULL) h
-), due AS (
+{head}), due AS (
     SELECT t.id, t.state AS from_state, 0 AS rank, 0 AS level,
            t.created_at AS rank_at, NULL::float8 AS tag, t.queue, t.group_key,
            t.cost, t.max_cost, t.state = 'claimed' AS transfer,
@@ -872,46 +966,7 @@ CLAIM_SQL = f"""
      ORDER BY t.created_at
      LIMIT (SELECT %(limit)s::int)
        FOR UPDATE OF t SKIP LOCKED
-), fresh_plain AS (
-    SELECT lane.queue, lane.rated, c.*
-      FROM lane
-     CROSS JOIN LATERAL (
-         SELECT t.id, t.priority::int AS level, t.available_at AS rank_at,
-                NULL::float8 AS tag, t.group_key, t.cost, t.max_cost FROM todos t
-          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
-            AND t.state = 'pending' AND t.queue = lane.queue
-            AND coalesce(t.assignee, '') = lane.assignee_key
-            AND t.available_at <= statement_timestamp()
-            AND (t.group_key IS NULL OR ({HEAD_ROOM}))
-            AND (t.max_cost IS NULL OR {FITS})
-          ORDER BY t.priority, t.available_at
-          LIMIT (SELECT %(limit)s::int)
-            FOR UPDATE SKIP LOCKED) c
-     WHERE NOT lane.fair AND lane.aging IS NULL
-), fresh_aged AS (
-    SELECT lane.queue, lane.rated, c.*
-      FROM lane
-     CROSS JOIN generate_series(1, 5) AS level (p)
-     CROSS JOIN LATERAL (
-         SELECT t.id,
-                greatest(1, t.priority - floor(extract(epoch FROM
-                    statement_timestamp() - t.available_at) / lane.aging))::int
-                    AS level,
-                t.available_at AS rank_at, NULL::float8 AS tag, t.group_key, t.cost,
-                t.max_cost
-           FROM todos t
-          WHERE t.endpoint_id = (SELECT %(endpoint_id)s::uuid)
-            AND t.state = 'pending' AND t.queue = lane.queue
-            AND coalesce(t.assignee, '') = lane.assignee_key
-            AND t.priority = level.p
-            AND t.available_at <= statement_timestamp()
-            AND (t.group_key IS NULL OR ({HEAD_ROOM}))
-            AND (t.max_cost IS NULL OR {FITS})
-          ORDER BY t.available_at
-          LIMIT (SELECT %(limit)s::int)
-            FOR UPDATE SKIP LOCKED) c
-     WHERE NOT lane.fair AND lane.aging IS NOT NULL
-), fresh_fair AS (
+{plain_aged}), fresh_fair AS (
     SELECT lane.queue, lane.rated, c.id, c.level,
            max(c.available_at) OVER (PARTITION BY lane.queue, lane.assignee_key
                                      ORDER BY c.level, c.tag) AS rank_at,
@@ -935,14 +990,12 @@ CLAIM_SQL = f"""
     SELECT f.id, 'pending'::text AS from_state, 1 AS rank, f.level, f.rank_at,
            f.tag, f.queue, f.group_key, f.cost, f.max_cost, FALSE AS transfer, f.rated,
            NULL::timestamptz AS lapsed_claimed_at, NULL::timestamptz AS lapsed_at
-      FROM (SELECT * FROM fresh_plain
-            UNION ALL SELECT * FROM fresh_aged
-            UNION ALL SELECT * FROM fresh_fair) f
+      FROM {fresh_lanes} f
      ORDER BY f.level, f.rank_at, f.tag
      LIMIT (SELECT %(limit)s::int) - (SELECT count(*) FROM due)
 ), candidate AS (
     SELECT * FROM due UNION ALL SELECT * FROM fresh
-), admitted AS (
+){verdict}, admitted AS (
     SELECT c.id, NULL::jsonb AS admission FROM candidate c
      WHERE c.group_key IS NULL AND NOT c.rated
     UNION ALL
@@ -958,26 +1011,11 @@ CLAIM_SQL = f"""
                        AS transfers
               FROM candidate c
              WHERE c.group_key IS NOT NULL OR c.rated
-            HAVING count(*) > 0) b
+            HAVING count(*) > 0{unless_defers}) b
      CROSS JOIN LATERAL switchboard_admit((SELECT %(endpoint_id)s::uuid), b.ids,
                                           b.queues, b.groups, b.costs,
                                           b.transfers) a
-), reserved AS (
-    SELECT r.id
-      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
-                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
-                       AS queues,
-                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
-                       AS groups,
-                   array_agg(c.max_cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
-                       AS costs
-              FROM candidate c
-             WHERE c.max_cost IS NOT NULL
-               AND c.id IN (SELECT a.id FROM admitted a)
-            HAVING count(*) > 0) b
-     CROSS JOIN LATERAL switchboard_reserve((SELECT %(endpoint_id)s::uuid), b.ids,
-                                            b.queues, b.groups, b.costs) r (id)
-), moved AS (
+{reserved}), moved AS (
     UPDATE todos t
        SET state = 'claimed', owner = (SELECT %(worker)s::text),
            attempt = t.attempt + 1, deliveries = t.deliveries + 1,
@@ -994,7 +1032,7 @@ CLAIM_SQL = f"""
       FROM candidate c
       JOIN admitted a ON a.id = c.id
      WHERE t.id = c.id AND t.id = ANY(ARRAY(SELECT id FROM admitted))
-       AND (c.max_cost IS NULL OR t.id IN (SELECT r.id FROM reserved r))
+       AND {moves}
  RETURNING {T_COLUMNS}, c.from_state, c.rank, c.level, c.rank_at, c.tag,
            a.admission, c.lapsed_claimed_at, c.lapsed_at
 ), history AS (
@@ -1006,10 +1044,19 @@ CLAIM_SQL = f"""
       FROM moved m
      CROSS JOIN LATERAL ({CLAIM_STEPS}) step
 )
-SELECT {TODO_COLUMNS}, {LAPSED}, p.passed
-  FROM {PASSED}
+SELECT {TODO_COLUMNS}, {LAPSED}, p.passed{defers}
+  FROM {PASSED}{defers_row}
  ORDER BY rank, level, rank_at, tag
 """
+
+
+CLAIM_SQL = _claim_sql(fair_lanes_only=False)
+
+# The claim of a scope whose lanes are all fair (CONTRACT §17: fair turns),
+# without the nodes only other lanes and max_cost reservations need: its plan
+# is two thirds of CLAIM_SQL's, and PostgreSQL starts every node of a plan on
+# every execution, whichever branches run.
+CLAIM_FAIR_SQL = _claim_sql(fair_lanes_only=True)
 
 
 # The claim as it was before admission control, for the scopes that need
@@ -1123,12 +1170,14 @@ SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
  ORDER BY rank, level, rank_at
 """
 
-# Scopes (endpoint, queues) whose plain claim last found admission to do, and
-# until when (time.monotonic()) their claims go straight to CLAIM_SQL: a scope
-# with controls pays one statement a claim, not two, and tries the plain claim
-# again after a while, in case its controls are gone. Only the cost depends on
-# it: the plain claim checks for itself, so a stale entry is never wrong.
-_ADMITTING: dict[tuple[str, tuple[str, ...] | None], float] = {}
+# Scopes (endpoint, queues) whose plain claim last found admission to do:
+# until when (time.monotonic()) their claims skip the plain claim, and the
+# statement they go to, CLAIM_FAIR_SQL until it defers, then CLAIM_SQL. A
+# scope with controls pays one statement a claim, not two, and tries the plain
+# claim again after a while, in case its controls are gone. Only the cost
+# depends on it: the plain and fair claims check for themselves, so a stale
+# entry is never wrong.
+_ADMITTING: dict[tuple[str, tuple[str, ...] | None], tuple[float, str]] = {}
 ADMITTING_SECONDS = 30.0
 
 
@@ -1145,8 +1194,9 @@ def claim_many_steps(
 
     Due redeliveries first, then the oldest due pending todos of queues that
     are not paused, assigned to nobody or to this worker. The statement is
-    CLAIM_PLAIN_SQL while the scope needs no admission, else CLAIM_SQL (after
-    a plain claim that found admission to do, which claimed nothing).
+    CLAIM_PLAIN_SQL while the scope needs no admission, else CLAIM_FAIR_SQL
+    while its lanes are all fair, else CLAIM_SQL (each after the one before
+    found it could not decide, and claimed nothing).
     ``visible_at_once`` gives a lease that ends as it begins (SQS's
     ReceiveMessage with VisibilityTimeout 0): the next claim may take the
     todos at once, and the lease token stays good until one does.
@@ -1160,13 +1210,20 @@ def claim_many_steps(
         visible_at_once=visible_at_once,
     )
     key = (scope.endpoint_id, scope.queues if queue is None else (queue,))
-    if _ADMITTING.get(key, 0.0) <= time.monotonic():
+    until, sql = _ADMITTING.get(key, (0.0, CLAIM_SQL))
+    if until <= time.monotonic():
         rows = yield Statement("claim", CLAIM_PLAIN_SQL, params)
         if not rows or not rows[0][-1]:
             return _claimed([row[:-1] for row in rows])
         if len(_ADMITTING) >= 10_000:
             _ADMITTING.clear()
-        _ADMITTING[key] = time.monotonic() + ADMITTING_SECONDS
+        sql = CLAIM_FAIR_SQL
+        _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, sql)
+    if sql is CLAIM_FAIR_SQL:
+        rows = yield Statement("claim", CLAIM_FAIR_SQL, params)
+        if not rows or not rows[0][-1]:
+            return _claimed([row[:-1] for row in rows])
+        _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, CLAIM_SQL)
     rows = yield Statement("claim", CLAIM_SQL, params)
     return _claimed(rows)
 

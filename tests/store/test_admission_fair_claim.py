@@ -1,0 +1,191 @@
+"""The fair claim (lifecycle.CLAIM_FAIR_SQL): a scope whose lanes are all fair
+is claimed by a statement without the plain and aged lanes and without
+reservations, which takes exactly what CLAIM_SQL takes, and defers to it
+when a lane is not fair or a candidate has a max_cost (CONTRACT §17, §18).
+
+Real PostgreSQL; time moves in the database (todos' timestamps).
+"""
+
+import json
+import random
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from todos import store
+from todos.store import admission, lifecycle
+
+
+def new(scope, queue="q", **fields):
+    todo, created = store.create_todo(scope, queue=queue, **fields)
+    assert created
+    return todo
+
+
+def claim_statements(scope, **claim):
+    """The todos a claim took and the claim statements it ran, by name."""
+    names = {
+        lifecycle.CLAIM_PLAIN_SQL: "plain",
+        lifecycle.CLAIM_FAIR_SQL: "fair",
+        lifecycle.CLAIM_SQL: "admitting",
+    }
+    with CaptureQueriesContext(connection) as ran:
+        taken = store.claim_many(scope, "w", **claim)
+    statements = [q["sql"] for q in ran.captured_queries if "UPDATE todos" in q["sql"]]
+    return taken, [
+        next(n for s, n in names.items() if _same(s, q)) for q in statements
+    ]
+
+
+def _same(template, ran):
+    """Whether ``ran`` is ``template`` with its parameters bound."""
+    head = template.split("%(")[0]
+    return ran.startswith(head) and len(ran.split("\n")) == len(template.split("\n"))
+
+
+def run(statement, scope, worker, limit, queue=None):
+    """Run one claim statement; its claimed ids in order, what it passed over
+    (reasons), and whether it deferred."""
+    params = lifecycle.bind_claim(scope, worker, limit=limit, queue=queue)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    defers = statement is lifecycle.CLAIM_FAIR_SQL and bool(rows and rows[0][-1])
+    if statement is lifecycle.CLAIM_FAIR_SQL:
+        rows = [row[:-1] for row in rows]
+    over = rows[0][-1] if rows else None
+    if isinstance(over, str):
+        over = json.loads(over)
+    passed = sorted(p["passed"] for p in over or [])
+    return [str(row[0]) for row in rows if row[0] is not None], passed, defers
+
+
+def test_the_fair_claims_plan_is_smaller_than_the_admitting_claims():
+    """The fair claim carries none of the plain and aged lanes' nodes, nor the
+    reservations'."""
+    for name in ("head", "fresh_plain", "fresh_aged", "reserved"):
+        assert f"), {name} " in lifecycle.CLAIM_SQL
+        assert f"), {name} " not in lifecycle.CLAIM_FAIR_SQL
+    assert "switchboard_reserve" not in lifecycle.CLAIM_FAIR_SQL
+
+
+def test_a_fair_scope_is_claimed_by_the_fair_claim_alone(scope):
+    """CONTRACT §17: after the plain claim finds admission to do, a scope
+    whose lanes are all fair runs the fair claim, and only it, from then on."""
+    admission.set_admission(scope, "q", fair=True, group_concurrency=1)
+    first = new(scope, group="a")
+    new(scope, group="a")
+    second = new(scope, group="b")
+    lifecycle._ADMITTING.clear()
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["plain", "fair"] and [t.id for t in taken] == [first.id]
+    taken, statements = claim_statements(scope, limit=5)
+    assert statements == ["fair"] and [t.id for t in taken] == [second.id]
+    taken, statements = claim_statements(scope, limit=5)
+    assert statements == ["fair"] and taken == []
+    lifecycle._ADMITTING.clear()
+
+
+def test_the_fair_claim_defers_when_a_lane_is_not_fair(scope):
+    """CONTRACT §17: a scope with a lane that is not fair is claimed by the
+    admitting claim (the fair claim claims nothing and admits nothing)."""
+    admission.set_admission(scope, "f", fair=True)
+    admission.set_admission(scope, "g", group_concurrency=1)
+    older = new(scope, queue="g", group="x")
+    new(scope, queue="f", group="y")
+    lifecycle._ADMITTING.clear()
+    assert run(lifecycle.CLAIM_FAIR_SQL, scope, "w", 2) == ([], [], True)
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["plain", "fair", "admitting"]
+    assert [t.id for t in taken] == [older.id]
+    # Remembered: the scope's next claim runs the admitting claim alone.
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["admitting"] and len(taken) == 1
+    lifecycle._ADMITTING.clear()
+
+
+def test_the_fair_claim_defers_a_todo_with_max_cost_to_its_reservation(scope):
+    """CONTRACT §18: a todo with a max_cost in a fair queue is reserved
+    against its budget: the fair claim defers to the admitting claim."""
+    admission.set_admission(scope, "q", fair=True)
+    store.create_budget(scope, scope="queue", queue="q", window="day", limit_usd=3)
+    todo = new(scope, group="a", max_cost=2)
+    assert run(lifecycle.CLAIM_FAIR_SQL, scope, "w", 1) == ([], [], True)
+    lifecycle._ADMITTING.clear()
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["plain", "fair", "admitting"]
+    assert [t.id for t in taken] == [todo.id]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM budget_reservations WHERE todo_id = %s", [todo.id]
+        )
+        assert cursor.fetchone()[0] == 1
+    lifecycle._ADMITTING.clear()
+
+
+def test_the_fair_claim_takes_exactly_what_the_admitting_claim_takes(
+    scope, time_travel
+):
+    """CONTRACT §17: on the same rows, the fair claim and the admitting claim
+    take the same todos in the same order and pass over the same ones: fair
+    queues with groups, limits, overrides, weights, paused groups, priorities,
+    a rate limit, assignments, lapsed leases and due retries, single and batch
+    claims, one queue or the whole scope."""
+    rng = random.Random(17)
+    admission.set_admission(scope, "a", fair=True, group_concurrency=1)
+    admission.set_admission(
+        scope,
+        "b",
+        fair=True,
+        group_concurrency=2,
+        rate_limit={"count": 12, "per_seconds": 3600, "burst": 12},
+    )
+    admission.set_group(scope, "a", "g1", weight=3)
+    admission.set_group(scope, "a", "g2", concurrency=2)
+    admission.set_group(scope, "b", "g3", paused=True)
+    todos = []
+    for n in range(70):
+        fields = {"title": f"t{n}"}
+        if rng.random() < 0.8:
+            fields["group"] = rng.choice(["g0", "g1", "g2", "g3", "g4"])
+        if rng.random() < 0.2:
+            fields["priority"] = rng.choice([1, 2, 4])
+        if rng.random() < 0.15:
+            fields["assignee"] = rng.choice(["w1", "w2"])
+        todos.append(new(scope, queue=rng.choice(["a", "b"]), **fields))
+    for todo in rng.sample(todos, 8):
+        try:
+            claimed = store.claim_todo(scope, todo.id, todo.assignee or "w1")
+        except (store.Conflict, store.NotFound):
+            continue
+        if rng.random() < 0.5:
+            time_travel(claimed.id, lease_expires_at=-900)
+        else:
+            store.fail_todo(scope, claimed.id, claimed.owner, error="x")
+            time_travel(claimed.id, next_retry_at=-900)
+    steps = claimed = 0
+    while steps < 60:
+        worker = rng.choice(["w1", "w2", "w3"])
+        limit = rng.choice([1, 1, 3, 10])
+        queue = rng.choice([None, None, "a", "b"])
+        with transaction.atomic():
+            sid = transaction.savepoint()
+            admitting = run(lifecycle.CLAIM_SQL, scope, worker, limit, queue)
+            transaction.savepoint_rollback(sid)
+            fair = run(lifecycle.CLAIM_FAIR_SQL, scope, worker, limit, queue)
+        assert fair == (*admitting[:2], False), (steps, worker, limit, queue)
+        claimed += len(fair[0])
+        steps += 1
+        # Some end, freeing their groups' slots.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, owner, lease_token FROM todos WHERE endpoint_id = %s"
+                " AND state = 'claimed' ORDER BY random() LIMIT 2",
+                [scope.endpoint_id],
+            )
+            ending = cursor.fetchall()
+        for todo_id, owner, token in ending:
+            if rng.random() < 0.5:
+                store.complete_todo(scope, todo_id, owner, lease_token=token)
+    assert claimed > 20
