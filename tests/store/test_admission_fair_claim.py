@@ -9,7 +9,6 @@ Real PostgreSQL; time moves in the database (todos' timestamps).
 import json
 import random
 
-import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -33,9 +32,7 @@ def claim_statements(scope, **claim):
     with CaptureQueriesContext(connection) as ran:
         taken = store.claim_many(scope, "w", **claim)
     statements = [q["sql"] for q in ran.captured_queries if "UPDATE todos" in q["sql"]]
-    return taken, [
-        next(n for s, n in names.items() if _same(s, q)) for q in statements
-    ]
+    return taken, [next(n for s, n in names.items() if _same(s, q)) for q in statements]
 
 
 def _same(template, ran):

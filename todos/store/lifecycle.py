@@ -767,7 +767,10 @@ PENDING_QUEUES = """WITH RECURSIVE pending_queue (name) AS (
 FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
                                                t.max_cost)"""
 
-_HEAD = f"""), head (queue, group_key, room) AS (
+# CLAIM_SQL's parts that only the lanes that are not fair (``head``,
+# ``fresh_plain``, ``fresh_aged``: steps 2 and 4) and the reservations
+# (``reserved``: step 5) need; CLAIM_FAIR_SQL has none of them.
+_HEAD = """), head (queue, group_key, room) AS (
     SELECT h.queue, h.group_key,
            NOT EXISTS (SELECT 1 FROM budget_paused s
                         WHERE s.group_key = h.group_key
@@ -847,7 +850,7 @@ _FRESH_LANES = """(SELECT * FROM fresh_plain
             UNION ALL SELECT * FROM fresh_aged
             UNION ALL SELECT * FROM fresh_fair)"""
 
-_RESERVED = f"""), reserved AS (
+_RESERVED = """), reserved AS (
     SELECT r.id
       FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
                    array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
