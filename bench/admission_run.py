@@ -116,6 +116,11 @@ def options():
         help="the first app server's port, the next ones follow (0: any free)",
     )
     parse.add_argument(
+        "--fair",
+        action="store_true",
+        help="both queues give their groups fair turns (claimed as fair lanes)",
+    )
+    parse.add_argument(
         "--ha",
         action="store_true",
         help="run on a throwaway failover pair and kill its primary mid-run",
@@ -626,9 +631,14 @@ def measure(args, url, cluster=None):
     from todos.store import admission
 
     scope = store.Scope(endpoint_id)
-    admission.set_admission(scope, GROUPED, group_concurrency=2)
+    admission.set_admission(scope, GROUPED, group_concurrency=2, fair=args.fair)
     admission.set_admission(
-        scope, RATED, group_concurrency=3, rate_limit=RATE, group_rate_limit=GROUP_RATE
+        scope,
+        RATED,
+        group_concurrency=3,
+        rate_limit=RATE,
+        group_rate_limit=GROUP_RATE,
+        fair=args.fair,
     )
     from django.db import connection
 

@@ -768,6 +768,30 @@ def test_a_cost_above_a_shards_share_is_judged_against_the_whole_bucket(scope):
     assert tokens == pytest.approx(2, abs=0.01)
 
 
+def test_a_cost_taken_from_every_shard_leaves_no_shard_below_zero(scope):
+    """CONTRACT §17: a rate limit never admits more than its burst at once,
+    whatever the shards hold: a cost taken from every shard is taken in
+    proportion to what each holds, so that a shard holding a later cost means
+    the bucket holds it."""
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 1, "per_seconds": 3600, "burst": 10}
+    )
+    for cost in (1, 2, 2, 2, 3, 1.5):
+        new(scope, cost=cost)
+    # 1 (making four shards of 2.5), three of 2 from three shards, 3 from every
+    # shard (the four held 3 together): the burst of 10 is spent.
+    taken = [store.claim_many(scope, "w", limit=1) for _ in range(5)]
+    assert [t[0].cost for t in taken] == [1, 2, 2, 2, 3]
+    assert store.claim_many(scope, "w", limit=1) == []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT min(tokens), sum(tokens) FROM rate_buckets WHERE endpoint_id = %s",
+            [scope.endpoint_id],
+        )
+        lowest, total = cursor.fetchone()
+    assert lowest >= -1e-9 and total == pytest.approx(0, abs=0.01)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_claims_under_one_rate_limit_do_not_wait_for_each_others_commit(
     make_endpoint,
