@@ -21,11 +21,21 @@ CREATE OR REPLACE FUNCTION switchboard_bucket_take(
     p_cost float8)
 RETURNS void LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF p_bucket.shard >= 0 THEN
+        UPDATE rate_buckets r
+           SET tokens = switchboard_shard_level(r.tokens, r.refilled_at, r.shards,
+                                                p_setting, p_clock) - p_cost,
+               refilled_at = p_clock
+         WHERE r.endpoint_id = p_bucket.endpoint_id AND r.queue = p_bucket.queue
+           AND r.group_key = p_bucket.group_key AND r.shard = p_bucket.shard;
+        RETURN;
+    END IF;
+    -- Every shard: each gives its positive level's part of the cost (their
+    -- sum held it; a sum of none, which admission never takes from, evenly).
     UPDATE rate_buckets r
-       SET tokens = s.level - CASE
-               WHEN p_bucket.shard >= 0 THEN p_cost
-               ELSE coalesce(p_cost * greatest(s.level, 0) / nullif(s.positive, 0),
-                             p_cost / r.shards) END,
+       SET tokens = s.level - coalesce(
+               p_cost * greatest(s.level, 0) / nullif(s.positive, 0),
+               p_cost / r.shards),
            refilled_at = p_clock
       FROM (SELECT b.shard, l.level, sum(greatest(l.level, 0)) OVER () AS positive
               FROM rate_buckets b,
@@ -33,8 +43,7 @@ BEGIN
                                 b.tokens, b.refilled_at, b.shards, p_setting,
                                 p_clock) AS level) l
              WHERE b.endpoint_id = p_bucket.endpoint_id
-               AND b.queue = p_bucket.queue AND b.group_key = p_bucket.group_key
-               AND (p_bucket.shard < 0 OR b.shard = p_bucket.shard)) s
+               AND b.queue = p_bucket.queue AND b.group_key = p_bucket.group_key) s
      WHERE r.endpoint_id = p_bucket.endpoint_id AND r.queue = p_bucket.queue
        AND r.group_key = p_bucket.group_key AND r.shard = s.shard;
 END
