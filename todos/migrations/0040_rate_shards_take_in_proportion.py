@@ -71,6 +71,6 @@ $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0038_jit_off")]
+    dependencies = [("todos", "0039_budget_spend_one_report")]
 
     operations = [migrations.RunSQL(sql=TAKE, reverse_sql=TAKE_BACK)]
