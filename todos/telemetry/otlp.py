@@ -135,35 +135,77 @@ def _flags(context: Any) -> int:
     return HAS_IS_REMOTE | (IS_REMOTE if context and context.is_remote else 0)
 
 
+# A span's last field, its SpanFlags: without a parent or with a local one,
+# or with a remote one.
+LOCAL_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE)
+REMOTE_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE | IS_REMOTE)
+# The encoded name and kind of a span (fields 5 and 6, adjacent), and its
+# status (field 15), as spans repeat them; emptied when full.
+_named: dict[tuple[str, Any], bytes] = {}
+_statuses: dict[tuple[int, str | None], bytes] = {}
+_pack64 = _FIXED64.pack
+
+
+def _name_and_kind(name: str, kind: Any) -> bytes:
+    encoded = _named.get((name, kind))
+    if encoded is None:
+        if len(_named) >= MAX_REMEMBERED:
+            _named.clear()
+        encoded = (_text(b"\x2a", name) if name else b"") + KINDS[kind]
+        _named[(name, kind)] = encoded
+    return encoded
+
+
+def _status(status: Any) -> bytes:
+    """The ``Status`` field, always there, as the SDK's encoder writes it."""
+    remembered = (status.status_code.value, status.description)
+    encoded = _statuses.get(remembered)
+    if encoded is None:
+        if len(_statuses) >= MAX_REMEMBERED:
+            _statuses.clear()
+        fields = _text(b"\x12", status.description) if status.description else b""
+        fields += _count(b"\x18", status.status_code.value)
+        encoded = _field(b"\x7a", fields)
+        _statuses[remembered] = encoded
+    return encoded
+
+
 def _span(span: ReadableSpan) -> bytes:
     """One ``Span`` message, the fields the SDK's encoder sets."""
     context = span.context
     parts = [
-        b"\x0a\x10" + context.trace_id.to_bytes(16),
-        b"\x12\x08" + context.span_id.to_bytes(8),
+        b"\x0a\x10",
+        context.trace_id.to_bytes(16),
+        b"\x12\x08",
+        context.span_id.to_bytes(8),
     ]
     state = context.trace_state
     if state:
         parts.append(_text(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items())))
     parent = span.parent
     if parent:
-        parts.append(b"\x22\x08" + parent.span_id.to_bytes(8))
-    if span.name:
-        parts.append(_text(b"\x2a", span.name))
-    parts.append(KINDS[span.kind])
+        parts.append(b"\x22\x08")
+        parts.append(parent.span_id.to_bytes(8))
+    parts.append(_name_and_kind(span.name, span.kind))
     if span.start_time:
-        parts.append(b"\x39" + _FIXED64.pack(span.start_time))
+        parts.append(b"\x39")
+        parts.append(_pack64(span.start_time))
     if span.end_time:
-        parts.append(b"\x41" + _FIXED64.pack(span.end_time))
+        parts.append(b"\x41")
+        parts.append(_pack64(span.end_time))
     parts.append(_attributes(b"\x4a", span.attributes))
-    parts.append(_count(b"\x50", span.dropped_attributes))
+    dropped = span.dropped_attributes
+    if dropped:
+        parts.append(b"\x50" + _varint(dropped))
     for event in span.events:
-        fields = b"\x09" + _FIXED64.pack(event.timestamp) if event.timestamp else b""
+        fields = b"\x09" + _pack64(event.timestamp) if event.timestamp else b""
         fields += _text(b"\x12", event.name) if event.name else b""
         fields += _attributes(b"\x1a", event.attributes)
         fields += _count(b"\x20", event.dropped_attributes)
         parts.append(_field(b"\x5a", fields))
-    parts.append(_count(b"\x60", span.dropped_events))
+    dropped = span.dropped_events
+    if dropped:
+        parts.append(b"\x60" + _varint(dropped))
     for link in span.links:
         fields = b"\x0a\x10" + link.context.trace_id.to_bytes(16)
         fields += b"\x12\x08" + link.context.span_id.to_bytes(8)
@@ -171,12 +213,11 @@ def _span(span: ReadableSpan) -> bytes:
         fields += _count(b"\x28", link.dropped_attributes)
         fields += b"\x35" + _FIXED32.pack(_flags(link.context))
         parts.append(_field(b"\x6a", fields))
-    parts.append(_count(b"\x70", span.dropped_links))
-    status = span.status  # always there, as the SDK's encoder writes it
-    fields = _text(b"\x12", status.description) if status.description else b""
-    fields += _count(b"\x18", status.status_code.value)
-    parts.append(_field(b"\x7a", fields))
-    parts.append(b"\x85\x01" + _FIXED32.pack(_flags(parent)))
+    dropped = span.dropped_links
+    if dropped:
+        parts.append(b"\x70" + _varint(dropped))
+    parts.append(_status(span.status))
+    parts.append(REMOTE_FLAGS if parent and parent.is_remote else LOCAL_FLAGS)
     return b"".join(parts)
 
 
