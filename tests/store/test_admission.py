@@ -706,6 +706,71 @@ def test_ungrouped_todos_form_one_group_in_a_fair_queue(scope):
     assert loose.id in [t.id for t in store.claim_many(scope, "w", limit=3)]
 
 
+def _blocked_by(watch, holder):
+    """Wait until a backend waits for a lock ``holder`` holds."""
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+    )
+    deadline = time.monotonic() + 10
+    while watch.execute(waiting, [holder.info.backend_pid]).fetchone()[0] == 0:
+        assert time.monotonic() < deadline, "nothing waited for the holder"
+        time.sleep(0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_takes_its_fair_groups_in_order_whatever_its_items_order(
+    make_endpoint,
+):
+    """CONTRACT §17: a batch create takes its fair groups' rows in (queue,
+    group) order. Taken in item order, a batch [b, a] held b while it waited
+    for a, and a transaction holding a that then wanted b made a lock cycle:
+    PostgreSQL stopped one after deadlock_timeout (a POST /todos answered 503
+    "database unavailable" under load, the database up)."""
+    scope = store.Scope.for_endpoint(make_endpoint("fair-order"))
+    admission.set_admission(scope, "q", fair=True)
+    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
+    outcome = {}
+
+    def batch():
+        try:
+            outcome["created"] = store.create_many(
+                scope, [{"queue": "q", "group": "b"}, {"queue": "q", "group": "a"}]
+            )
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    holder, watch = _raw_connection(), _raw_connection()
+    thread = threading.Thread(target=batch)
+    try:
+        holder.autocommit = False
+        holder.execute(tag, [scope.endpoint_id, "a"])
+        thread.start()
+        _blocked_by(watch, holder)  # the batch waits for group a
+        try:
+            holder.execute(tag, [scope.endpoint_id, "b"])
+            holder.commit()
+        except psycopg.errors.DeadlockDetected as exc:
+            holder.rollback()
+            outcome["holder"] = exc
+        thread.join(timeout=10)
+    finally:
+        holder.close()
+        watch.close()
+    assert "holder" not in outcome and "error" not in outcome
+    assert [created for _, created in outcome["created"]] == [True, True]
+    todos = [todo for todo, _ in outcome["created"]]
+    # Each group's tag follows the holder's todo of that group (cost 1 each).
+    assert [fair_tag_of(todo.id) for todo in todos] == [1.0, 1.0]
+
+
+def fair_tag_of(todo_id):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT fair_tag FROM todos WHERE id = %s", [todo_id])
+        return cursor.fetchone()[0]
+
+
 # --- Rate limits --------------------------------------------------------------------
 
 

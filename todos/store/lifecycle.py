@@ -446,6 +446,12 @@ def _create(
 # earlier item of the same batch took (rows go in batch order). One clock
 # reading for the batch, plus a microsecond per item so a batch keeps its
 # order in the claim index.
+# In a fair queue each item's tag moves its group's row (queue_groups) on, and
+# the row stays locked until the batch commits. Taken in item order, two
+# batches naming the same groups in opposite orders waited on each other until
+# PostgreSQL broke the cycle (a deadlock: one batch failed). fair_groups takes
+# the batch's group rows first, in (queue, group) order, the order every batch
+# takes them in; moved waits for it (its count) before the first tag.
 CREATE_MANY_SQL = f"""
 WITH item AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(queue_names)s::text[],
@@ -464,6 +470,16 @@ WITH item AS (
     SELECT DISTINCT e.id, i.queue FROM endpoints e, item i
      WHERE e.id = %(endpoint_id)s
     ON CONFLICT (endpoint_id, name) DO NOTHING
+), fair_groups AS (
+    INSERT INTO queue_groups AS g (endpoint_id, queue, group_key)
+    SELECT DISTINCT e.id, i.queue, coalesce(i.group_key, '')
+      FROM item i
+      JOIN endpoints e ON e.id = %(endpoint_id)s
+      JOIN queues q ON q.endpoint_id = e.id AND q.name = i.queue AND q.fair
+     WHERE NOT {REFUSED_BY_BUDGET.format(queue="i.queue", group="i.group_key")}
+     ORDER BY 2, 3
+    ON CONFLICT (endpoint_id, queue, group_key) DO UPDATE SET finish = g.finish
+    RETURNING 1
 ), moved AS (
     INSERT INTO todos (id, endpoint_id, queue, title, payload, state, assignee,
                        attempt, max_attempts, idempotency_key, last_error,
@@ -484,6 +500,7 @@ WITH item AS (
      CROSS JOIN (SELECT clock_timestamp() AS at) clock
      CROSS JOIN LATERAL (
          SELECT clock.at + (i.ord - 1) * interval '1 microsecond' AS created) at
+     CROSS JOIN (SELECT count(*) FROM fair_groups) locked
      WHERE NOT {REFUSED_BY_BUDGET.format(queue="i.queue", group="i.group_key")}
      ORDER BY i.ord
 {CREATED}"""

@@ -197,6 +197,21 @@ class Unavailable(StoreError):
         self.operation = operation
 
 
+class Deadlocked(Unavailable):
+    """PostgreSQL broke a lock cycle by failing this statement: this request
+    and a concurrent one each waited for what the other held. The database
+    is up and busy; the statement was undone, and may be tried again."""
+
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(operation, cause)
+        self.args = (f"{operation}: deadlock, the database is up",)
+        self.detail = (
+            "the database is busy: this request and a concurrent one waited"
+            " for each other, and this one was stopped (a deadlock); try again"
+            " shortly"
+        )
+
+
 class TimedOut(Unavailable):
     """A statement ran past the statement timeout: the database is up.
 

@@ -18,6 +18,7 @@ from .rows import (
     DOORBELL_CHANNEL,
     MAX_LEASE_SECONDS,
     TODO_EVENT_CHANNEL,
+    Deadlocked,
     NotFound,
     Row,
     Scope,
@@ -159,7 +160,14 @@ async def _arun(
 
 
 def _outage(operation: str, exc: BaseException) -> Unavailable:
-    """What a failed statement raises: TimedOut or Unavailable, logged."""
+    """What a failed statement raises: Deadlocked, TimedOut or Unavailable,
+    logged. Only the last is an outage; the others say the database is busy."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if isinstance(cause, psycopg.errors.DeadlockDetected):
+        logger.warning(
+            "store call deadlocked", extra={"fields": {"operation": operation}}
+        )
+        return Deadlocked(operation, exc)
     timed_out = _timed_out(operation, exc)
     if timed_out is not None:
         logger.warning(
