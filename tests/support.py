@@ -558,3 +558,20 @@ def exhausted_budget(scope, queue):
     )
     store.report_usage(scope, queue=queue, usage={"cost_usd": 1})
     return budget
+
+
+def due_redeliveries(scope, todos, count, rng, time_travel, worker="w1"):
+    """Claim up to ``count`` of ``todos`` (chosen by ``rng``) and leave each a due
+    redelivery: its lease lapsed, or failed with its retry due."""
+    from todos import store
+
+    for todo in rng.sample(todos, count):
+        try:
+            claimed = store.claim_todo(scope, todo.id, todo.assignee or worker)
+        except (store.Conflict, store.NotFound):
+            continue
+        if rng.random() < 0.5:
+            time_travel(claimed.id, lease_expires_at=-900)
+        else:
+            store.fail_todo(scope, claimed.id, claimed.owner, error="x")
+            time_travel(claimed.id, next_retry_at=-900)

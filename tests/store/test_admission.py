@@ -15,6 +15,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
+from tests.support import due_redeliveries
 from todos import store
 from todos.store import admission, admission_check, lifecycle, rows, sql, sweeps
 from todos.waiting import doorbell
@@ -176,16 +177,7 @@ def test_a_todo_without_admission_is_claimed_exactly_as_before(scope, time_trave
             fields["delay_seconds"] = rng.choice([0, 30, 600])
         todos.append(new(scope, queue=rng.choice(["a", "b", "c"]), **fields))
     # Some claimed and lapsed, some failed with an elapsed window.
-    for todo in rng.sample(todos, 10):
-        try:
-            claimed = store.claim_todo(scope, todo.id, todo.assignee or "w1")
-        except (store.Conflict, store.NotFound):
-            continue
-        if rng.random() < 0.5:
-            time_travel(claimed.id, lease_expires_at=-900)
-        else:
-            store.fail_todo(scope, claimed.id, claimed.owner, error="x")
-            time_travel(claimed.id, next_retry_at=-900)
+    due_redeliveries(scope, todos, 10, rng, time_travel)
     shift_delays = [t for t in todos if t.available_at > t.created_at]
     for todo in shift_delays[:3]:
         time_travel(todo.id, available_at=-700)

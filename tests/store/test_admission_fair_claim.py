@@ -12,6 +12,7 @@ import random
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from tests.support import due_redeliveries
 from todos import store
 from todos.store import admission, lifecycle
 
@@ -151,16 +152,7 @@ def test_the_fair_claim_takes_exactly_what_the_admitting_claim_takes(
         if rng.random() < 0.15:
             fields["assignee"] = rng.choice(["w1", "w2"])
         todos.append(new(scope, queue=rng.choice(["a", "b"]), **fields))
-    for todo in rng.sample(todos, 8):
-        try:
-            claimed = store.claim_todo(scope, todo.id, todo.assignee or "w1")
-        except (store.Conflict, store.NotFound):
-            continue
-        if rng.random() < 0.5:
-            time_travel(claimed.id, lease_expires_at=-900)
-        else:
-            store.fail_todo(scope, claimed.id, claimed.owner, error="x")
-            time_travel(claimed.id, next_retry_at=-900)
+    due_redeliveries(scope, todos, 8, rng, time_travel)
     steps = claimed = 0
     while steps < 60:
         worker = rng.choice(["w1", "w2", "w3"])
