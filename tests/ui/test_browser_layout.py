@@ -97,3 +97,27 @@ def test_the_overview_counts_a_held_todo_as_held(page, demo, size):
 
     held.click()
     page.get_by_text("Merge it now?").wait_for()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_new_todo_form_fits_and_names_a_bad_max_cost(page, demo, size):
+    endpoint = demo["triage-bot"]
+    page.set_viewport_size(size)
+    log_in(page, f"/board/todos/new/?endpoint={endpoint.id}")
+
+    page.get_by_label("Queue").fill("github")
+    page.get_by_label("Max cost ($)").fill("-1")
+    page.get_by_role("button", name="Create todo").click()
+
+    error = page.get_by_text("greater than or equal to 0")
+    error.wait_for()
+    for element in (page.get_by_label("Max cost ($)"), error):
+        left, _, right, _ = box(element)
+        assert left >= 0 and right <= size["width"]
+    overflow = page.evaluate("document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0
+
+    page.get_by_label("Max cost ($)").fill("0.5")
+    page.get_by_role("button", name="Create todo").click()
+    page.get_by_text("Created the todo").wait_for()
+    page.get_by_text("$0.5").wait_for()

@@ -781,6 +781,52 @@ def test_the_new_todo_form_defaults_to_switchboard_max_attempts(
     assert response.context["todo"].max_attempts == 2
 
 
+def test_a_todo_created_on_the_board_with_a_max_cost_carries_it(board, endpoint):
+    response = board.post(
+        "/board/todos/new/",
+        {"endpoint": endpoint.id, "queue": "q", "max_attempts": 3, "max_cost": "0.25"},
+        follow=True,
+    )
+
+    todo = response.context["todo"]
+    assert todo.max_cost == 0.25
+    assert store.get_todo_any_endpoint(todo.id).max_cost == 0.25
+    assert "$0.25" in response.content.decode()
+
+
+def test_a_todo_created_on_the_board_without_a_max_cost_has_none(board, endpoint):
+    response = board.post(
+        "/board/todos/new/",
+        {"endpoint": endpoint.id, "queue": "q", "max_attempts": 3, "max_cost": ""},
+        follow=True,
+    )
+
+    assert response.context["todo"].max_cost is None
+
+
+@pytest.mark.parametrize(
+    ("max_cost", "error"),
+    [
+        ("-1", "greater than or equal to 0"),
+        ("lots", "Enter a number"),
+        ("NaN", "Enter a number"),
+        ("Infinity", "Enter a number"),
+        ("1e999", "less than or equal to 1000000000"),
+        ("0.0000001", "no more than 6 decimal places"),
+    ],
+    ids=["negative", "word", "nan", "infinity", "too-big", "too-fine"],
+)
+def test_the_new_todo_form_refuses_a_bad_max_cost(board, endpoint, max_cost, error):
+    response = board.post(
+        "/board/todos/new/",
+        {"endpoint": endpoint.id, "queue": "q", "max_cost": max_cost},
+    )
+
+    assert response.status_code == 400
+    assert error in response.content.decode()
+    assert store.list_todos_any_endpoint().todos == []
+
+
 def test_retry_matching_names_a_held_back_dead_letter_once_and_never_newer(
     board, scope
 ):

@@ -206,6 +206,15 @@ class TodoCreateForm(BoardForm):
         required=False,
         help_text="Empty means the server's default (SWITCHBOARD_MAX_ATTEMPTS).",
     )
+    max_cost = forms.DecimalField(
+        label="Max cost ($)",
+        min_value=0,
+        max_value=store.MAX_USAGE_COST_USD,
+        decimal_places=6,
+        required=False,
+        help_text="What one attempt may cost, reserved against its budgets at "
+        "each claim. Empty means none.",
+    )
 
     def __init__(self, *args, in_scope=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -219,6 +228,10 @@ class TodoCreateForm(BoardForm):
         if not queue or any(ch.isspace() for ch in queue):
             raise ValidationError("A queue name has no spaces.")
         return queue
+
+    def clean_max_cost(self):
+        max_cost = self.cleaned_data["max_cost"]
+        return None if max_cost is None else float(max_cost)
 
     def clean_payload(self):
         raw = self.cleaned_data["payload"].strip()

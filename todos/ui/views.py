@@ -564,6 +564,7 @@ def todo_create(request):
             idempotency_key=data["idempotency_key"] or None,
             assignee=data["assignee"] or None,
             max_attempts=data["max_attempts"],
+            max_cost=data["max_cost"],
             actor=request.board.actor,
         )
         if created:
