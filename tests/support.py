@@ -575,3 +575,58 @@ def due_redeliveries(scope, todos, count, rng, time_travel, worker="w1"):
         else:
             store.fail_todo(scope, claimed.id, claimed.owner, error="x")
             time_travel(claimed.id, next_retry_at=-900)
+
+
+def deadlocked(call, holds, params):
+    """Run ``call`` into a real deadlock; return {"returned": ...} or {"raised": ...}.
+
+    ``call`` runs in a thread whose connection first takes an advisory lock.
+    A second connection holds what ``call`` needs (``holds``, a locking
+    statement, with ``params``); once ``call`` waits for it, the holder asks
+    for the advisory lock: a lock cycle. ``call`` waited first, so its
+    deadlock check finds the cycle (after deadlock_timeout) and PostgreSQL
+    stops its statement; the holder then takes the lock and rolls back.
+    """
+    from django.db import connections
+
+    params_of = connections["default"].get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params_of.pop(key, None)
+    bait = "SELECT pg_advisory_lock(%s)"
+    key = 715_517  # any number no other lock of the suite uses
+    outcome = {}
+
+    def run():
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(bait, [key])
+            outcome["returned"] = call()
+        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+            outcome["raised"] = exc
+        finally:
+            # A pooled connection must not keep the session's lock.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock_all()")
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    with (
+        psycopg.connect(**params_of) as holder,
+        psycopg.connect(autocommit=True, **params_of) as watch,
+    ):
+        holder.execute(holds, params)
+        thread.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE %s = ANY(pg_blocking_pids(pid))"
+        )
+        deadline = time.monotonic() + 10
+        while watch.execute(waiting, [holder.info.backend_pid]).fetchone()[0] == 0:
+            assert time.monotonic() < deadline, "the call never waited"
+            time.sleep(0.01)
+        # The call waited first: its deadlock check finds the cycle.
+        holder.execute(bait, [key])
+        holder.rollback()
+        thread.join(timeout=10)
+    assert not thread.is_alive(), "the call never ended"
+    return outcome

@@ -1040,59 +1040,25 @@ def test_a_store_call_stopped_by_a_deadlock_says_the_database_is_busy(
     """Database Operation Standards: a busy database is not an outage. A
     statement PostgreSQL stops to break a lock cycle raises Deadlocked, whose
     answer (503, Retry-After) says so, not "database unavailable"."""
-    import threading
-    import time
-
-    import psycopg
-    from django.db import connections
-
+    from tests.support import deadlocked
     from todos.api.plumbing import api_error_for
 
     scope = store.Scope.for_endpoint(make_endpoint("deadlocks"))
-    first, second = claimed(scope, "w1"), claimed(scope, "w2")
-    params = connections["default"].get_connection_params()
-    for key in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(key, None)
-    lock = "SELECT 1 FROM todos WHERE id = %s FOR UPDATE"
-    outcome = {}
+    todo = claimed(scope, "w1")
 
-    def cycle():
-        """Hold the second todo, then wait for the first (the holder's)."""
-        try:
-            with transaction.atomic():
-                with connection.cursor() as cursor:
-                    cursor.execute(lock, [second.id])
-                store.heartbeat(scope, first.id, "w1")
-        except store.Unavailable as exc:
-            outcome["raised"] = exc
-        finally:
-            connection.close()
+    outcome = deadlocked(
+        lambda: store.heartbeat(scope, todo.id, "w1"), LOCK_TODO, [todo.id]
+    )
 
-    thread = threading.Thread(target=cycle)
-    with (
-        psycopg.connect(**params) as holder,
-        psycopg.connect(autocommit=True, **params) as watch,
-    ):
-        holder.execute(lock, [first.id])
-        thread.start()
-        waiting = (
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE %s = ANY(pg_blocking_pids(pid))"
-        )
-        deadline = time.monotonic() + 10
-        while watch.execute(waiting, [holder.info.backend_pid]).fetchone()[0] == 0:
-            assert time.monotonic() < deadline, "the heartbeat never waited"
-            time.sleep(0.01)
-        # The heartbeat waited first: its deadlock check finds the cycle.
-        holder.execute(lock, [second.id])
-        holder.rollback()
-        thread.join(timeout=10)
     raised = outcome["raised"]
-    assert isinstance(raised, store.Deadlocked)
+    assert isinstance(raised, store.Deadlocked) and store.is_deadlock(raised)
     answer = api_error_for(raised)
     assert answer.status == 503 and answer.headers["Retry-After"] == "1"
     assert answer.detail.startswith("the database is busy")
     assert "unavailable" not in answer.detail and "unavailable" not in str(raised)
+
+
+LOCK_TODO = "SELECT 1 FROM todos WHERE id = %s FOR UPDATE"
 
 
 # --- Schema ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from tests.support import deadlocked
 from todos import store
 from todos.ui import views
 
@@ -288,6 +289,30 @@ def test_database_outage_renders_a_503_page(board, monkeypatch):
     assert b"database is unavailable" in page.content
     assert fragment.status_code == 503
     assert b"hx-swap-oob" in fragment.content
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fragment", [False, True])
+def test_an_action_stopped_by_a_deadlock_says_the_database_is_busy(
+    board, scope, fragment
+):
+    """A deadlock is a busy database, not a down one: the 503 page (or, for
+    htmx, the notice) says to try again, and nothing was changed."""
+    todo = dead_letter(scope)
+    headers = htmx(f"todo-{todo.id}") if fragment else {}
+
+    outcome = deadlocked(
+        lambda: board.post(f"/board/todos/{todo.id}/retry/", **headers),
+        "SELECT 1 FROM todos WHERE id = %s FOR UPDATE",
+        [todo.id],
+    )
+
+    response = outcome["returned"]
+    text = response.content.decode()
+    assert response.status_code == 503
+    assert "database is busy" in text and "unavailable" not in text
+    assert ("hx-swap-oob" in text) == fragment
+    assert store.get_todo(scope, todo.id).state == todo.state == "failed"
 
 
 # --- Todo list ------------------------------------------------------------------

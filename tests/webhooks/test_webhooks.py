@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from tests.support import free_port
+from tests.support import deadlocked, free_port
 from todos import store
 from todos.models import Todo, WebhookDelivery, WebhookRoute, WebhookSource
 from todos.webhooks import deliveries, signatures, sources
@@ -400,6 +400,29 @@ def test_a_delivery_while_the_database_is_down_is_503(client):
 
     assert response.status_code == 503
     assert response.json()["error"] == "unavailable"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_stopped_by_a_deadlock_is_a_busy_503_to_redeliver(
+    source, endpoint, other_endpoint
+):
+    """A deadlock is a busy database, not a down one: 503 with Retry-After,
+    which senders redeliver; nothing of the delivery was applied."""
+    # The delivery creates A's todo, then waits for B's endpoint row.
+    outcome = deadlocked(
+        lambda: deliver(Client()),
+        "SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE",
+        [other_endpoint.id],
+    )
+
+    response = outcome["returned"]
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert response.json()["error"] == "unavailable"
+    detail = response.json()["detail"]
+    assert detail.startswith("the database is busy") and "redeliver" in detail
+    assert "unavailable" not in detail
+    assert todos_of(endpoint) == [] and not WebhookDelivery.objects.exists()
+    assert deliver(Client()).status_code == 202
 
 
 def test_a_slug_that_could_never_exist_is_a_json_404(client, db):

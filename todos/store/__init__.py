@@ -284,6 +284,7 @@ from .sql import (
     OUTAGES,
     Steps,
     arun_steps,
+    is_deadlock,
     is_outage,
     ping,
 )
@@ -444,6 +445,7 @@ __all__ = [
     "get_todo_any_endpoint",
     "heartbeat",
     "aheartbeat",
+    "is_deadlock",
     "is_dedupe_violation",
     "is_outage",
     "list_queues",

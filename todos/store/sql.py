@@ -159,11 +159,20 @@ async def _arun(
         raise _outage(operation, exc) from exc
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """Say whether a failure is PostgreSQL breaking a lock cycle: Deadlocked,
+    or the driver's error (Django's wraps it) where no store call mapped it.
+    The database is up and busy; the caller may try again."""
+    if isinstance(exc, Deadlocked):
+        return True
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    return isinstance(cause, psycopg.errors.DeadlockDetected)
+
+
 def _outage(operation: str, exc: BaseException) -> Unavailable:
     """What a failed statement raises: Deadlocked, TimedOut or Unavailable,
     logged. Only the last is an outage; the others say the database is busy."""
-    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
-    if isinstance(cause, psycopg.errors.DeadlockDetected):
+    if is_deadlock(exc):
         logger.warning(
             "store call deadlocked", extra={"fields": {"operation": operation}}
         )

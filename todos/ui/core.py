@@ -131,22 +131,25 @@ def _operator_response(request, view, args, kwargs):
                 request, "board/not_found.html", {"what": missing}, status=404
             )
         return view(request, *args, **kwargs)
-    except (store.Unavailable, OperationalError, InterfaceError):
+    except (store.Unavailable, OperationalError, InterfaceError) as exc:
         # The ORM's endpoint queries fail this way too; anything else is a bug
         # and should surface as one.
-        if request.htmx:
-            return _notices_only(
-                request,
-                [
-                    _notice(
-                        "error",
-                        "The database is unavailable; "
-                        "the page will catch up when it is back.",
-                    )
-                ],
-                status=503,
-            )
-        return render(request, "board/unavailable.html", status=503)
+        return unavailable(request, exc)
+
+
+def unavailable(request, exc):
+    """The Board's 503 for a failed database call: a deadlock says the
+    database is busy (try again), anything else that it is unavailable."""
+    busy = store.is_deadlock(exc)
+    if request.htmx:
+        said = (
+            "The database is busy and stopped this action (a deadlock with "
+            "another request); nothing was changed, try again."
+            if busy
+            else "The database is unavailable; the page will catch up when it is back."
+        )
+        return _notices_only(request, [_notice("error", said)], status=503)
+    return render(request, "board/unavailable.html", {"busy": busy}, status=503)
 
 
 def _here(request):

@@ -202,8 +202,9 @@ def answer_link(request, token):
         todo = store.todo_for_answer_link(token)
     except (store.NotFound, store.StaleLink) as exc:
         return _refused(request, exc)
-    except store.Unavailable:
-        return render(request, "board/unavailable.html", status=503)
+    except store.Unavailable as exc:
+        busy = store.is_deadlock(exc)
+        return render(request, "board/unavailable.html", {"busy": busy}, status=503)
     form = AnswerForm(todo, request.POST if request.method == "POST" else None)
     status = 200
     if request.method == "POST":

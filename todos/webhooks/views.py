@@ -36,13 +36,28 @@ def receive(request, slug):
         )
     try:
         return _receive(request, slug)
-    except (store.Unavailable, *store.OUTAGES):
+    except (store.Unavailable, *store.OUTAGES) as exc:
+        # Nothing was applied (the delivery is one transaction): a 503 with
+        # Retry-After, which senders redeliver. A deadlock is a busy database,
+        # not a down one, and the answer says so.
+        busy = store.is_deadlock(exc)
         logger.warning(
-            "webhook delivery failed: database unavailable",
+            "webhook delivery failed: "
+            + ("deadlock, the database is up" if busy else "database unavailable"),
             extra={"fields": {"source": slug}},
         )
+        detail = (
+            "the database is busy: this delivery and a concurrent request"
+            " waited for each other, and this one was stopped (a deadlock);"
+            " nothing was applied, redeliver"
+            if busy
+            else "the database is unavailable; redeliver"
+        )
         return http.error_response(
-            503, "unavailable", "the database is unavailable; redeliver"
+            503,
+            "unavailable",
+            detail,
+            {"Retry-After": str(store.Unavailable.retry_after)},
         )
 
 
