@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp.conftest import INITIALIZE
-from tests.support import database_url, free_port, serve_gunicorn
+from tests.support import database_url, deadlocked, free_port, serve_gunicorn
 from todos import store
 from todos.management.sweeper import sweep_once
 from todos.mcp import transport
@@ -525,6 +525,44 @@ def test_a_database_outage_is_503_with_a_json_rpc_error(outage_server):
         error = response.json()["error"]
         assert error["code"] == -32603
         assert error["data"]["error"] == "unavailable"
+
+
+def test_a_tool_call_stopped_by_a_deadlock_is_the_unavailable_error_saying_busy(
+    post, session_id, scope, monkeypatch
+):
+    """A deadlock is a busy database, not a down one: the transport's 503
+    JSON-RPC error of an outage (Retry-After), its words saying busy."""
+    todo, _ = store.create_todo(scope, queue="q", title="t")
+    store.claim_todo(scope, todo.id, "w1")
+    # A real Deadlocked (a heartbeat's), raised where the tool's claim meets
+    # the store.
+    raised = deadlocked(
+        lambda: store.heartbeat(scope, todo.id, "w1"),
+        "SELECT 1 FROM todos WHERE id = %s FOR UPDATE",
+        [todo.id],
+    )["raised"]
+    assert isinstance(raised, store.Deadlocked)
+
+    def claim_todo(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(store, "claim_todo", claim_todo)
+    response = post(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "claim_todo", "arguments": {"todo_id": todo.id}},
+        },
+        session=session_id,
+    )
+
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    error = response.json()["error"]
+    assert error["code"] == -32603 and error["data"]["error"] == "unavailable"
+    assert error["data"]["detail"].startswith("the database is busy")
+    assert "the database is busy" in error["message"]
+    assert "database is unavailable" not in json.dumps(error)
 
 
 # --- The transport's answers to bad requests (in process) -----------------------
