@@ -757,6 +757,63 @@ def test_a_batch_takes_its_fair_groups_in_order_whatever_its_items_order(
     assert [fair_tag_of(todo.id) for todo in todos] == [1.0, 1.0]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_pass_takes_its_fair_groups_in_order_whatever_its_firing_order(
+    make_endpoint,
+):
+    """CONTRACT §17: a pass firing several schedules into a fair queue takes
+    their groups' rows in (queue, group) order, as a batch create does. Taken
+    in firing order (most overdue first), a pass firing b then a held b while
+    it waited for a, and a transaction holding a that then wanted b made a
+    lock cycle: PostgreSQL stopped one of them."""
+    scope = store.Scope.for_endpoint(make_endpoint("fair-schedules"))
+    admission.set_admission(scope, "q", fair=True)
+    for name, group, late in [("first", "b", 2), ("second", "a", 1)]:
+        schedule = store.create_schedule(
+            scope, name=name, queue="q", every_seconds=3600, todo={"group": group}
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE schedules SET next_slot_at = now() - make_interval("
+                "secs => %s) WHERE id = %s",
+                [late, schedule.id],
+            )
+    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
+    outcome = {}
+
+    def sweep():
+        try:
+            outcome["fired"] = store.fire_due_schedules()
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    holder, watch = _raw_connection(), _raw_connection()
+    thread = threading.Thread(target=sweep)
+    try:
+        holder.autocommit = False
+        holder.execute(tag, [scope.endpoint_id, "a"])
+        thread.start()
+        _blocked_by(watch, holder)  # the pass waits for group a
+        try:
+            holder.execute(tag, [scope.endpoint_id, "b"])
+            holder.commit()
+        except psycopg.errors.DeadlockDetected as exc:
+            holder.rollback()
+            outcome["holder"] = exc
+        thread.join(timeout=10)
+    finally:
+        holder.close()
+        watch.close()
+    assert "holder" not in outcome and "error" not in outcome
+    fired = outcome["fired"]
+    assert fired.fired == 2
+    # Fired most overdue first; each group's tag follows the holder's todo.
+    assert [todo.group for todo in fired.todos] == ["b", "a"]
+    assert [fair_tag_of(todo.id) for todo in fired.todos] == [1.0, 1.0]
+
+
 def fair_tag_of(todo_id):
     with connection.cursor() as cursor:
         cursor.execute("SELECT fair_tag FROM todos WHERE id = %s", [todo_id])

@@ -742,6 +742,23 @@ SELECT {S_COLUMNS}, now(), e.queues
    FOR UPDATE OF s SKIP LOCKED
 """
 
+# 1b. In a fair queue each fired todo's tag moves its group's row
+#    (queue_groups) on, and the row stays locked until the pass commits.
+#    Taken in firing order (most overdue first), a pass firing groups b then
+#    a and a batch create (or another pass) taking a then b waited on each
+#    other until PostgreSQL broke the cycle (a deadlock: one failed). The
+#    pass takes its schedules' group rows first, in (endpoint, queue, group)
+#    order, the order a batch create takes them in.
+FAIR_GROUPS_SQL = """
+INSERT INTO queue_groups AS g (endpoint_id, queue, group_key)
+SELECT DISTINCT s.endpoint_id, s.queue, coalesce(s.todo->>'group', '')
+  FROM schedules s
+  JOIN queues q ON q.endpoint_id = s.endpoint_id AND q.name = s.queue AND q.fair
+ WHERE s.id = ANY(%(ids)s::uuid[])
+ ORDER BY 1, 2, 3
+ON CONFLICT (endpoint_id, queue, group_key) DO UPDATE SET finish = g.finish
+"""
+
 # 2. Claim the slot: the unique key on (schedule, slot) lets it fire once.
 FIRE_SQL = """
 INSERT INTO schedule_fires (schedule_id, slot, manual, fired_at)
@@ -834,6 +851,9 @@ def fire_due_schedules(*, limit: int = FIRE_BATCH) -> FireResult:
     result = FireResult(todos=[])
     with transaction.atomic():
         rows = _run("fire_schedules", DUE_SQL, {"limit": int(limit)})
+        if rows:
+            ids = [row[0] for row in rows]
+            _run("fire_schedules", FAIR_GROUPS_SQL, {"ids": ids}, fetch=None)
         for row in rows:
             schedule = Schedule.from_row(row)
             # The endpoint's grant (jsonb, as text from a raw cursor).
