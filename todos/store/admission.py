@@ -178,6 +178,9 @@ SELECT * FROM changed
 
 # Stamp start times on a newly fair queue's pending todos that have none:
 # per group, the running sum of cost / weight after the group's last finish.
+# The groups' rows are taken in group order, the order a batch create takes
+# them in: in the aggregate's order, the stamp and a transaction holding
+# another of the queue's groups could each wait for the other (a deadlock).
 STAMP_FAIR_SQL = """
 WITH tagged AS (
     SELECT t.id, coalesce(g.finish, 0)
@@ -198,6 +201,7 @@ WITH tagged AS (
 )
 INSERT INTO queue_groups AS g (endpoint_id, queue, group_key, finish)
 SELECT %(endpoint_id)s, %(name)s, grp, max(tag) + 1 FROM tagged GROUP BY grp
+ ORDER BY grp
 ON CONFLICT (endpoint_id, queue, group_key) DO UPDATE
    SET finish = greatest(g.finish, excluded.finish)
 """
