@@ -1061,6 +1061,35 @@ def test_a_store_call_stopped_by_a_deadlock_says_the_database_is_busy(
 LOCK_TODO = "SELECT 1 FROM todos WHERE id = %s FOR UPDATE"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_deadlock_no_store_call_mapped_is_answered_busy_too(make_endpoint):
+    """An ORM statement stopped by a deadlock raises Django's OperationalError,
+    not Deadlocked: the JSON API and SQS still answer that the database is
+    busy, not that it is unavailable."""
+    from django.db import OperationalError
+
+    from tests.support import deadlocked
+    from todos.api.plumbing import api_error_for
+    from todos.models import Todo
+    from todos.sqs import protocol
+
+    scope = store.Scope.for_endpoint(make_endpoint("orm-deadlocks"))
+    todo = claimed(scope, "w1")
+
+    def lock():
+        with transaction.atomic():
+            return list(Todo.objects.select_for_update().filter(id=todo.id))
+
+    raised = deadlocked(lock, LOCK_TODO, [todo.id])["raised"]
+
+    assert isinstance(raised, OperationalError) and store.is_deadlock(raised)
+    answer = api_error_for(raised)
+    assert answer.status == 503 and answer.detail.startswith("the database is busy")
+    sqs = protocol.error_for(raised)
+    assert sqs.shape == "ServiceUnavailable"
+    assert sqs.message.startswith("the database is busy")
+
+
 # --- Schema ---------------------------------------------------------------------
 
 

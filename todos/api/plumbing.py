@@ -89,6 +89,9 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         # What happened: the database is down, or a statement timed out (a
         # todo another request held, or a slow statement).
         return ApiError(503, "unavailable", exc.detail)
+    if store.is_deadlock(exc):
+        # A deadlock no store call mapped (an ORM statement's): busy, too.
+        return api_error_for(store.Deadlocked("database", exc))
     if store.is_outage(exc):
         return ApiError(
             503, "unavailable", "the database is unavailable; try again shortly"

@@ -130,6 +130,9 @@ def error_for(exc: BaseException) -> SqsError | None:
     if isinstance(exc, store.Unavailable):
         # What happened: the database is down, or a statement timed out.
         return SqsError("ServiceUnavailable", exc.detail)
+    if store.is_deadlock(exc):
+        # A deadlock no store call mapped (an ORM statement's): busy, too.
+        return error_for(store.Deadlocked("database", exc))
     if isinstance(exc, OperationalError | InterfaceError):
         return SqsError(
             "ServiceUnavailable", "the database is unavailable; try again shortly"
