@@ -218,6 +218,21 @@ def test_a_usage_report_that_gives_no_field_is_refused_and_documented_so(agent, 
     assert agent.post("/api/v1/usage", given).status_code == 201
 
 
+def test_a_batch_cancel_needs_no_worker_and_is_documented_so(agent):
+    todo = agent.post("/api/v1/todos", {"queue": "q"}).json()["todo"]
+    body = {"actions": [{"op": "cancel", "id": todo["id"]}]}
+
+    applied = agent.post("/api/v1/todos/batch", body)
+
+    assert applied.status_code == 200, applied.content
+    assert applied.json()["results"][0]["status"] == 200
+    document = openapi.build_document()
+    assert documented(document, "/api/v1/todos/batch", body)
+    unowned = {"actions": [{"op": "complete", "id": todo["id"]}]}
+    assert not documented(document, "/api/v1/todos/batch", unowned)
+    assert_error(agent.post("/api/v1/todos/batch", unowned), 400, "bad_request")
+
+
 def send(agent, method, path, body=None):
     data = {} if body is None else {"data": json.dumps(body)}
     call = getattr(agent.client, method)

@@ -573,6 +573,8 @@ def _present(name: str) -> Schema:
 
 # An owner transition names its worker or passes its lease token (or both).
 WORKER_OR_TOKEN = [_present("worker"), _present("lease_token")]
+# A batch's cancel is not an owner transition: it names neither.
+CANCEL_ACTION = {"required": ["op"], "properties": {"op": {"const": "cancel"}}}
 
 
 JSON_VALUE = {"$ref": "#/components/schemas/JsonValue"}
@@ -1311,12 +1313,17 @@ def build_document() -> Schema:
                 "operationId": "batch",
                 "requestBody": _body(
                     fields.BATCH,
-                    # Every action has a worker (its own or the default) or a token.
+                    # Every owner action has a worker (its own or the default)
+                    # or a token; a cancel needs no owner.
                     anyOf=[
                         _present("worker"),
                         {
                             "properties": {
-                                "actions": {"items": {"anyOf": WORKER_OR_TOKEN}}
+                                "actions": {
+                                    "items": {
+                                        "anyOf": [*WORKER_OR_TOKEN, CANCEL_ACTION]
+                                    }
+                                }
                             }
                         },
                     ],
