@@ -709,6 +709,41 @@ def _blocked_by(watch, holder):
         time.sleep(0.01)
 
 
+def _beside_a_holder_of_a_then_b(scope, call):
+    """Run ``call`` in a thread while another transaction holds fair group a's
+    row of queue q, waits until ``call`` waits for it, then asks for group b's:
+    {"result" or "error": the call's, "holder": the holder's deadlock, if any}."""
+    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    holder, watch = _raw_connection(), _raw_connection()
+    thread = threading.Thread(target=run)
+    try:
+        holder.autocommit = False
+        holder.execute(tag, [scope.endpoint_id, "a"])
+        thread.start()
+        _blocked_by(watch, holder)  # the call waits for group a
+        try:
+            holder.execute(tag, [scope.endpoint_id, "b"])
+            holder.commit()
+        except psycopg.errors.DeadlockDetected as exc:
+            holder.rollback()
+            outcome["holder"] = exc
+        thread.join(timeout=10)
+    finally:
+        holder.close()
+        watch.close()
+    return outcome
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_takes_its_fair_groups_in_order_whatever_its_items_order(
     make_endpoint,
@@ -720,39 +755,15 @@ def test_a_batch_takes_its_fair_groups_in_order_whatever_its_items_order(
     "database unavailable" under load, the database up)."""
     scope = store.Scope.for_endpoint(make_endpoint("fair-order"))
     admission.set_admission(scope, "q", fair=True)
-    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
-    outcome = {}
-
-    def batch():
-        try:
-            outcome["created"] = store.create_many(
-                scope, [{"queue": "q", "group": "b"}, {"queue": "q", "group": "a"}]
-            )
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    holder, watch = _raw_connection(), _raw_connection()
-    thread = threading.Thread(target=batch)
-    try:
-        holder.autocommit = False
-        holder.execute(tag, [scope.endpoint_id, "a"])
-        thread.start()
-        _blocked_by(watch, holder)  # the batch waits for group a
-        try:
-            holder.execute(tag, [scope.endpoint_id, "b"])
-            holder.commit()
-        except psycopg.errors.DeadlockDetected as exc:
-            holder.rollback()
-            outcome["holder"] = exc
-        thread.join(timeout=10)
-    finally:
-        holder.close()
-        watch.close()
+    outcome = _beside_a_holder_of_a_then_b(
+        scope,
+        lambda: store.create_many(
+            scope, [{"queue": "q", "group": "b"}, {"queue": "q", "group": "a"}]
+        ),
+    )
     assert "holder" not in outcome and "error" not in outcome
-    assert [created for _, created in outcome["created"]] == [True, True]
-    todos = [todo for todo, _ in outcome["created"]]
+    assert [created for _, created in outcome["result"]] == [True, True]
+    todos = [todo for todo, _ in outcome["result"]]
     # Each group's tag follows the holder's todo of that group (cost 1 each).
     assert [fair_tag_of(todo.id) for todo in todos] == [1.0, 1.0]
 
@@ -778,36 +789,9 @@ def test_a_schedule_pass_takes_its_fair_groups_in_order_whatever_its_firing_orde
                 "secs => %s) WHERE id = %s",
                 [late, schedule.id],
             )
-    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
-    outcome = {}
-
-    def sweep():
-        try:
-            outcome["fired"] = store.fire_due_schedules()
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    holder, watch = _raw_connection(), _raw_connection()
-    thread = threading.Thread(target=sweep)
-    try:
-        holder.autocommit = False
-        holder.execute(tag, [scope.endpoint_id, "a"])
-        thread.start()
-        _blocked_by(watch, holder)  # the pass waits for group a
-        try:
-            holder.execute(tag, [scope.endpoint_id, "b"])
-            holder.commit()
-        except psycopg.errors.DeadlockDetected as exc:
-            holder.rollback()
-            outcome["holder"] = exc
-        thread.join(timeout=10)
-    finally:
-        holder.close()
-        watch.close()
+    outcome = _beside_a_holder_of_a_then_b(scope, store.fire_due_schedules)
     assert "holder" not in outcome and "error" not in outcome
-    fired = outcome["fired"]
+    fired = outcome["result"]
     assert fired.fired == 2
     # Fired most overdue first; each group's tag follows the holder's todo.
     assert [todo.group for todo in fired.todos] == ["b", "a"]
