@@ -72,6 +72,7 @@ UNSCOPED = {
     "decode_cursor": "parses a cursor",
     "encode_cursor": "formats a cursor",
     "is_outage": "classifies an exception",
+    "is_deadlock": "classifies an exception",
     "is_dedupe_violation": "classifies an exception",
     "validate_answer": "checks an answer against its question",
     "arun_steps": "awaits the statements of steps a scoped store function made",
