@@ -809,36 +809,11 @@ def test_making_a_queue_fair_takes_its_groups_in_order(make_endpoint):
         store.create_todo(scope, queue="q", group=group)[0]
         for group in ["b", "a", "b", "a"]
     ]
-    tag = "SELECT switchboard_fair_tag(%s::uuid, 'q', %s, 1)"
-    outcome = {}
-
-    def make_fair():
-        try:
-            outcome["set"] = admission.set_admission(scope, "q", fair=True)
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    holder, watch = _raw_connection(), _raw_connection()
-    thread = threading.Thread(target=make_fair)
-    try:
-        holder.autocommit = False
-        holder.execute(tag, [scope.endpoint_id, "a"])
-        thread.start()
-        _blocked_by(watch, holder)  # the stamp waits for group a
-        try:
-            holder.execute(tag, [scope.endpoint_id, "b"])
-            holder.commit()
-        except psycopg.errors.DeadlockDetected as exc:
-            holder.rollback()
-            outcome["holder"] = exc
-        thread.join(timeout=10)
-    finally:
-        holder.close()
-        watch.close()
+    outcome = _beside_a_holder_of_a_then_b(
+        scope, lambda: admission.set_admission(scope, "q", fair=True)
+    )
     assert "holder" not in outcome and "error" not in outcome
-    assert outcome["set"].fair
+    assert outcome["result"].fair
     # Each group's two todos follow on from its own start (the holder's tags
     # moved no todo: the stamp reads the rows' finish before it waits).
     assert [fair_tag_of(todo.id) for todo in todos] == [0.0, 0.0, 1.0, 1.0]
