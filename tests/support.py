@@ -630,3 +630,20 @@ def deadlocked(call, holds, params):
         thread.join(timeout=10)
     assert not thread.is_alive(), "the call never ended"
     return outcome
+
+
+# A statement that holds a todo's row, as a holder for ``deadlocked``.
+LOCK_TODO = "SELECT 1 FROM todos WHERE id = %s FOR UPDATE"
+
+
+def deadlocked_heartbeat(scope, worker="w1"):
+    """Return a claimed todo of ``scope`` and what its heartbeat raised when
+    PostgreSQL stopped it to break a lock cycle: a real store.Deadlocked."""
+    from todos import store
+
+    todo, _ = store.create_todo(scope, queue="q", title="t")
+    store.claim_todo(scope, todo.id, worker)
+    outcome = deadlocked(
+        lambda: store.heartbeat(scope, todo.id, worker), LOCK_TODO, [todo.id]
+    )
+    return todo, outcome["raised"]

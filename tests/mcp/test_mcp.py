@@ -21,7 +21,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp.conftest import INITIALIZE
-from tests.support import database_url, deadlocked, free_port, serve_gunicorn
+from tests.support import (
+    database_url,
+    deadlocked_heartbeat,
+    free_port,
+    serve_gunicorn,
+)
 from todos import store
 from todos.management.sweeper import sweep_once
 from todos.mcp import transport
@@ -532,15 +537,9 @@ def test_a_tool_call_stopped_by_a_deadlock_is_the_unavailable_error_saying_busy(
 ):
     """A deadlock is a busy database, not a down one: the transport's 503
     JSON-RPC error of an outage (Retry-After), its words saying busy."""
-    todo, _ = store.create_todo(scope, queue="q", title="t")
-    store.claim_todo(scope, todo.id, "w1")
     # A real Deadlocked (a heartbeat's), raised where the tool's claim meets
     # the store.
-    raised = deadlocked(
-        lambda: store.heartbeat(scope, todo.id, "w1"),
-        "SELECT 1 FROM todos WHERE id = %s FOR UPDATE",
-        [todo.id],
-    )["raised"]
+    todo, raised = deadlocked_heartbeat(scope)
     assert isinstance(raised, store.Deadlocked)
 
     def claim_todo(*args, **kwargs):

@@ -6,7 +6,7 @@ from botocore import parsers, retryhandler, translate
 from botocore.awsrequest import AWSResponse
 from botocore.retries.standard import RetryContext, StandardRetryConditions
 
-from tests.support import deadlocked
+from tests.support import deadlocked_heartbeat
 from todos import store
 from todos.sqs import protocol
 
@@ -19,13 +19,7 @@ def test_a_deadlock_is_service_unavailable_saying_busy_which_boto3_retries(
     ServiceUnavailable (a Receiver fault), which botocore retries in both its
     legacy and standard modes, its message saying busy."""
     scope = store.Scope.for_endpoint(make_endpoint("sqs-deadlock"))
-    todo, _ = store.create_todo(scope, queue="q", title="t")
-    store.claim_todo(scope, todo.id, "w1")
-    raised = deadlocked(
-        lambda: store.heartbeat(scope, todo.id, "w1"),
-        "SELECT 1 FROM todos WHERE id = %s FOR UPDATE",
-        [todo.id],
-    )["raised"]
+    _, raised = deadlocked_heartbeat(scope)
 
     error = protocol.error_for(raised)
     response = protocol.error_response(error.shape, error.message)

@@ -1040,25 +1040,18 @@ def test_a_store_call_stopped_by_a_deadlock_says_the_database_is_busy(
     """Database Operation Standards: a busy database is not an outage. A
     statement PostgreSQL stops to break a lock cycle raises Deadlocked, whose
     answer (503, Retry-After) says so, not "database unavailable"."""
-    from tests.support import deadlocked
+    from tests.support import deadlocked_heartbeat
     from todos.api.plumbing import api_error_for
 
     scope = store.Scope.for_endpoint(make_endpoint("deadlocks"))
-    todo = claimed(scope, "w1")
 
-    outcome = deadlocked(
-        lambda: store.heartbeat(scope, todo.id, "w1"), LOCK_TODO, [todo.id]
-    )
+    _, raised = deadlocked_heartbeat(scope)
 
-    raised = outcome["raised"]
     assert isinstance(raised, store.Deadlocked) and store.is_deadlock(raised)
     answer = api_error_for(raised)
     assert answer.status == 503 and answer.headers["Retry-After"] == "1"
     assert answer.detail.startswith("the database is busy")
     assert "unavailable" not in answer.detail and "unavailable" not in str(raised)
-
-
-LOCK_TODO = "SELECT 1 FROM todos WHERE id = %s FOR UPDATE"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -1068,7 +1061,7 @@ def test_a_deadlock_no_store_call_mapped_is_answered_busy_too(make_endpoint):
     busy, not that it is unavailable."""
     from django.db import OperationalError
 
-    from tests.support import deadlocked
+    from tests.support import LOCK_TODO, deadlocked
     from todos.api.plumbing import api_error_for
     from todos.models import Todo
     from todos.sqs import protocol

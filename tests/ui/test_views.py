@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.support import deadlocked
+from tests.support import LOCK_TODO, deadlocked
 from todos import store
 from todos.ui import views
 
@@ -303,7 +303,7 @@ def test_an_action_stopped_by_a_deadlock_says_the_database_is_busy(
 
     outcome = deadlocked(
         lambda: board.post(f"/board/todos/{todo.id}/retry/", **headers),
-        "SELECT 1 FROM todos WHERE id = %s FOR UPDATE",
+        LOCK_TODO,
         [todo.id],
     )
 
