@@ -1,6 +1,7 @@
 """A todo's max_cost is reserved against its budgets at claim and released at
 the attempt's end (CONTRACT §18), on real PostgreSQL."""
 
+import json
 from decimal import Decimal
 
 import pytest
@@ -54,6 +55,12 @@ def test_max_cost_is_stored_and_shown(scope):
     assert plain.to_dict()["max_cost"] is None
     many = store.create_many(scope, [{"queue": "q", "max_cost": 0}, {"queue": "q"}])
     assert [item[0].max_cost for item in many] == [0.0, None]
+
+
+def test_a_max_cost_of_minus_zero_is_stored_and_shown_as_zero(scope):
+    todo, _ = store.create_todo(scope, queue="q", max_cost=-0.0)
+    assert str(todo.max_cost) == "0.0"
+    assert json.dumps(todo.to_dict()["max_cost"]) == "0.0"
 
 
 @pytest.mark.parametrize("bad", [-1, "1", True, 10**10])

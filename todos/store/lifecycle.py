@@ -365,7 +365,7 @@ def validate_max_cost(max_cost: object) -> float | None:
         raise ValueError("max_cost must be a number of USD, at least 0")
     if not 0 <= max_cost <= MAX_USAGE_COST_USD:
         raise ValueError(f"max_cost must be a number from 0 to {MAX_USAGE_COST_USD}")
-    return float(max_cost)
+    return float(max_cost) + 0.0  # a -0 (JSON's, or the Board form's) is 0
 
 
 def _duplicate(scope: Scope | None, todo: Todo) -> Created:
