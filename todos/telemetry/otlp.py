@@ -143,6 +143,8 @@ REMOTE_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE | IS_REMOTE)
 # status (field 15), as spans repeat them; emptied when full.
 _named: dict[tuple[str, Any], bytes] = {}
 _statuses: dict[tuple[int, str | None], bytes] = {}
+# The status encoded last, and its bytes.
+_last_status: tuple[Any, bytes] = (None, b"")
 _pack64 = _FIXED64.pack
 
 
@@ -158,6 +160,16 @@ def _name_and_kind(name: str, kind: Any) -> bytes:
 
 def _status(status: Any) -> bytes:
     """The ``Status`` field, always there, as the SDK's encoder writes it."""
+    global _last_status
+    last, encoded = _last_status
+    if status is last:
+        return encoded  # spans share their unset status
+    encoded = _encode_status(status)
+    _last_status = (status, encoded)
+    return encoded
+
+
+def _encode_status(status: Any) -> bytes:
     remembered = (status.status_code.value, status.description)
     encoded = _statuses.get(remembered)
     if encoded is None:
@@ -234,15 +246,20 @@ def encode(spans: Sequence[ReadableSpan]) -> bytes:
     """An ``ExportTraceServiceRequest`` of ``spans``, serialized: grouped by
     resource, then by instrumentation scope, in the order first seen."""
     grouped: dict[Any, dict[Any, list[bytes]]] = {}
-    resource = scopes = None
+    resource = scopes = scope = encoded = None
     for span in spans:
-        # A resource hashes through a JSON dump of its attributes: looked up
-        # only when it changes (one provider's spans share one).
+        # A resource hashes through a JSON dump of its attributes, a scope in
+        # Python: each looked up only when it changes (one provider's spans
+        # share one resource, one tracer's one scope).
         if span.resource is not resource:
             resource = span.resource
             scopes = grouped.setdefault(resource, {})
-        assert scopes is not None
-        scopes.setdefault(span.instrumentation_scope or None, []).append(_span(span))
+            scope = encoded = None
+        if encoded is None or span.instrumentation_scope is not scope:
+            assert scopes is not None
+            scope = span.instrumentation_scope
+            encoded = scopes.setdefault(scope or None, [])
+        encoded.append(_span(span))
     out = []
     for resource, scopes in grouped.items():
         fields = [_field(b"\x0a", _attributes(b"\x0a", resource.attributes))]

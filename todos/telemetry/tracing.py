@@ -174,8 +174,14 @@ def parse(traceparent: object, tracestate: object = None) -> TraceContext | None
         return None
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
-    # A later version's extra fields are not ours to pass on: version 00 is.
-    return TraceContext(f"00-{trace_id}-{span_id}-{flags}", _tracestate(tracestate))
+    if version == "00" and len(traceparent) == 55:
+        kept = traceparent  # already as we keep it (a stored one always is)
+    else:
+        # A later version's extra fields are not ours to pass on: version 00 is.
+        kept = f"00-{trace_id}-{span_id}-{flags}"
+    if tracestate is None:
+        return TraceContext(kept)
+    return TraceContext(kept, _tracestate(tracestate))
 
 
 def _tracestate(value: object) -> str | None:
@@ -404,7 +410,9 @@ def carrying_context[R](fn: Callable[[], R]) -> Callable[[], R]:
 
 
 def _hex(value: int, width: int) -> str:
-    return format(value, f"0{width}x")
+    """An id as lowercase hex, ``width`` digits (its bytes' hex: twice as fast
+    as ``format``)."""
+    return value.to_bytes(width // 2).hex()
 
 
 def _delivery_ids(todo_id: str, delivery: int) -> tuple[int, int]:
