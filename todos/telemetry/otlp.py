@@ -39,12 +39,14 @@ KINDS = {
 # SpanFlags: the span says whether its parent (or a link) is remote, and if so.
 HAS_IS_REMOTE = 0x100
 IS_REMOTE = 0x200
-# Encoded attributes kept for reuse (key and text or integer value: a queue's
-# spans repeat their system, queue, operation, endpoint, attempt); emptied
-# when full.
+# Encoded attributes kept for reuse, by field tag, then key, then text or
+# integer value (a queue's spans repeat their system, queue, operation,
+# endpoint, attempt; a todo's spans its message id); each value's dict emptied
+# when full, as is a tag's when it holds too many keys.
 MAX_REMEMBERED = 4096
+MAX_VALUES = 1024
 
-_remembered: dict[tuple[bytes, str, str | int], bytes] = {}
+_remembered: dict[bytes, dict[str, dict[str | int, bytes]]] = {}
 _FIXED64 = struct.Struct("<Q")
 _FIXED32 = struct.Struct("<I")
 _DOUBLE = struct.Struct("<d")
@@ -108,15 +110,20 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     # proxy iterates (the SDK's BoundedAttributes: a lookup per key).
     copy = getattr(attributes, "copy", None)
     items = copy().items() if copy is not None else attributes.items()
+    keys = _remembered.get(tag)
+    if keys is None or len(keys) >= MAX_REMEMBERED:
+        keys = _remembered[tag] = {}
     for key, value in items:
-        if type(value) is str or type(value) is int:
-            remembered = (tag, key, value)
-            encoded = _remembered.get(remembered)
+        kind = type(value)
+        if kind is str or kind is int:
+            values = keys.get(key)
+            if values is None:
+                values = keys[key] = {}
+            encoded = values.get(value)
             if encoded is None:
-                if len(_remembered) >= MAX_REMEMBERED:
-                    _remembered.clear()
-                encoded = _field(tag, _key_value(key, value))
-                _remembered[remembered] = encoded
+                if len(values) >= MAX_VALUES:
+                    values.clear()
+                encoded = values[value] = _field(tag, _key_value(key, value))
             out.append(encoded)
         else:
             try:
