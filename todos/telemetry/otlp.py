@@ -148,7 +148,7 @@ LOCAL_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE)
 REMOTE_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE | IS_REMOTE)
 # The encoded name and kind of a span (fields 5 and 6, adjacent), and its
 # status (field 15), as spans repeat them; emptied when full.
-_named: dict[tuple[str, Any], bytes] = {}
+_named: dict[str, tuple[Any, bytes]] = {}
 _statuses: dict[tuple[int, str | None], bytes] = {}
 # The status encoded last, and its bytes.
 _last_status: tuple[Any, bytes] = (None, b"")
@@ -156,12 +156,14 @@ _pack64 = _FIXED64.pack
 
 
 def _name_and_kind(name: str, kind: Any) -> bytes:
-    encoded = _named.get((name, kind))
-    if encoded is None:
-        if len(_named) >= MAX_REMEMBERED:
-            _named.clear()
-        encoded = (_text(b"\x2a", name) if name else b"") + KINDS[kind]
-        _named[(name, kind)] = encoded
+    # By name, then the kind compared by identity: a SpanKind hashes in Python.
+    known = _named.get(name)
+    if known is not None and known[0] is kind:
+        return known[1]
+    if len(_named) >= MAX_REMEMBERED:
+        _named.clear()
+    encoded = (_text(b"\x2a", name) if name else b"") + KINDS[kind]
+    _named[name] = (kind, encoded)
     return encoded
 
 
