@@ -213,16 +213,16 @@ class Switch:
     on (a tracer exporting to the receiver), off, or the hooks stripped."""
 
     def __init__(self, receiver):
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
         from todos.telemetry import tracing
+        from todos.telemetry.batching import BatchSpanProcessor
         from todos.telemetry.otlp import SpanExporter
 
         # The servers' name for the spans (the receiver checks it).
         os.environ["OTEL_SERVICE_NAME"] = SERVICE
         self.tracing = tracing
-        # The exporter tracing.configure() sets up in a server.
+        # The processor and exporter tracing.configure() sets up in a server.
         exporter = SpanExporter(endpoint=f"{receiver}/v1/traces")
         tracing.enable(
             BatchSpanProcessor(exporter, schedule_delay_millis=100), ALWAYS_ON

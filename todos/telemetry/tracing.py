@@ -287,14 +287,13 @@ def configured_endpoint() -> str | None:
 def configure() -> bool:
     """Turn tracing on when the ``OTEL_*`` environment asks for it (at start-up).
 
-    Exports over OTLP/HTTP in batches from a background thread (the SDK's
-    batch processor, which restarts its thread in a forked worker), encoded
-    by ``todos.telemetry.otlp``.
+    Exports over OTLP/HTTP in batches from a background thread
+    (``todos.telemetry.batching``, which restarts its thread in a forked
+    worker), encoded by ``todos.telemetry.otlp``.
     """
     if configured_endpoint() is None:
         return False
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
+    from .batching import BatchSpanProcessor
     from .otlp import SpanExporter
 
     # The exporter reads its endpoint, headers, timeout and compression from
