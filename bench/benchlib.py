@@ -553,6 +553,20 @@ def cell(value):
     return str(value)
 
 
+def _measuring(argv):
+    """The arguments that say what a run measured: without --results-dir
+    (where its record went, which does not change what it measured)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--results-dir":
+            skip = True
+        elif not arg.startswith("--results-dir="):
+            kept.append(arg)
+    return kept
+
+
 class Result:
     """A run's record: started before the measuring, written once it is done."""
 
@@ -560,7 +574,7 @@ class Result:
         self.name = name
         self.quick = bool(getattr(args, "quick", False))
         self.command = shlex.join(
-            ["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]
+            ["python", f"bench/{Path(sys.argv[0]).name}", *_measuring(sys.argv[1:])]
         )
         self.date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.load_before = load_average()

@@ -72,3 +72,17 @@ def test_the_server_budget_is_the_machines_cpu_at_the_target_rate_less_the_other
     assert peers.server_budget("pgqueuer1", median, cores=2) is None
     del median["http"]["postgres_cpu_ms_per_todo"]
     assert peers.server_budget("http", median, cores=2) is None
+
+
+def test_a_results_command_leaves_out_where_the_record_went():
+    """A committed result's command is the run as it measured: --results-dir
+    (a scratch folder) is not part of it, in either spelling."""
+    given = [
+        "--reps",
+        "5",
+        "--results-dir",
+        "/tmp/a",
+        "--quick",
+        "--results-dir=/tmp/b",
+    ]
+    assert benchlib._measuring(given) == ["--reps", "5", "--quick"]
