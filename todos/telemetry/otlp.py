@@ -150,8 +150,6 @@ REMOTE_FLAGS = b"\x85\x01" + _FIXED32.pack(HAS_IS_REMOTE | IS_REMOTE)
 # status (field 15), as spans repeat them; emptied when full.
 _named: dict[str, tuple[Any, bytes]] = {}
 _statuses: dict[tuple[int, str | None], bytes] = {}
-# The status encoded last, and its bytes.
-_last_status: tuple[Any, bytes] = (None, b"")
 _pack64 = _FIXED64.pack
 
 
@@ -169,16 +167,6 @@ def _name_and_kind(name: str, kind: Any) -> bytes:
 
 def _status(status: Any) -> bytes:
     """The ``Status`` field, always there, as the SDK's encoder writes it."""
-    global _last_status
-    last, encoded = _last_status
-    if status is last:
-        return encoded  # spans share their unset status
-    encoded = _encode_status(status)
-    _last_status = (status, encoded)
-    return encoded
-
-
-def _encode_status(status: Any) -> bytes:
     remembered = (status.status_code.value, status.description)
     encoded = _statuses.get(remembered)
     if encoded is None:

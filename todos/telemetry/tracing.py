@@ -179,8 +179,6 @@ def parse(traceparent: object, tracestate: object = None) -> TraceContext | None
     else:
         # A later version's extra fields are not ours to pass on: version 00 is.
         kept = f"00-{trace_id}-{span_id}-{flags}"
-    if tracestate is None:
-        return TraceContext(kept)
     return TraceContext(kept, _tracestate(tracestate))
 
 
