@@ -697,6 +697,10 @@ CLAIM_STEPS = """
 #    A todo of a group with no room (as this statement's snapshot sees it:
 #    HEAD_ROOM, ROOM) is passed over here; switchboard_admit decides under
 #    the group's lock.
+#    Claim order is total: rows that tie on every key (the first todos of
+#    two groups in a fair lane share fair tag 0) go by id, in the lanes'
+#    merge, in admission and in the answer, so every statement that takes
+#    the same rows returns them in the same order.
 # 5. admitted: a candidate with no group in a queue with no rate limit is
 #    taken as it is; the others go, in claim order, through switchboard_admit
 #    (group limits counted under the group's lock, token buckets), which
@@ -784,6 +788,10 @@ PENDING_QUEUES = """WITH RECURSIVE pending_queue (name) AS (
 FITS = """switchboard_reservation_fits(t.endpoint_id, t.queue, t.group_key, t.id,
                                                t.max_cost)"""
 
+# The claim's order, total (step 4), for the aggregates that hand candidates
+# to admission and reservation in it.
+IN_CLAIM_ORDER = "ORDER BY c.rank, c.level, c.rank_at, c.tag, c.id"
+
 # CLAIM_SQL's parts that only the lanes that are not fair (``head``,
 # ``fresh_plain``, ``fresh_aged``: steps 2 and 4) and the reservations
 # (``reserved``: step 5) need; CLAIM_FAIR_SQL has none of them.
@@ -867,14 +875,14 @@ _FRESH_LANES = """(SELECT * FROM fresh_plain
             UNION ALL SELECT * FROM fresh_aged
             UNION ALL SELECT * FROM fresh_fair)"""
 
-_RESERVED = """), reserved AS (
+_RESERVED = f"""), reserved AS (
     SELECT r.id
-      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
-                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
+      FROM (SELECT array_agg(c.id {IN_CLAIM_ORDER}) AS ids,
+                   array_agg(c.queue {IN_CLAIM_ORDER})
                        AS queues,
-                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                   array_agg(c.group_key {IN_CLAIM_ORDER})
                        AS groups,
-                   array_agg(c.max_cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                   array_agg(c.max_cost {IN_CLAIM_ORDER})
                        AS costs
               FROM candidate c
              WHERE c.max_cost IS NOT NULL
@@ -1011,7 +1019,7 @@ def _claim_sql(*, fair_lanes_only: bool) -> str:
            f.tag, f.queue, f.group_key, f.cost, f.max_cost, FALSE AS transfer, f.rated,
            NULL::timestamptz AS lapsed_claimed_at, NULL::timestamptz AS lapsed_at
       FROM {fresh_lanes} f
-     ORDER BY f.level, f.rank_at, f.tag
+     ORDER BY f.level, f.rank_at, f.tag, f.id
      LIMIT (SELECT %(limit)s::int) - (SELECT count(*) FROM due)
 ), candidate AS (
     SELECT * FROM due UNION ALL SELECT * FROM fresh
@@ -1020,14 +1028,14 @@ def _claim_sql(*, fair_lanes_only: bool) -> str:
      WHERE c.group_key IS NULL AND NOT c.rated
     UNION ALL
     SELECT a.id, a.admission
-      FROM (SELECT array_agg(c.id ORDER BY c.rank, c.level, c.rank_at, c.tag) AS ids,
-                   array_agg(c.queue ORDER BY c.rank, c.level, c.rank_at, c.tag)
+      FROM (SELECT array_agg(c.id {IN_CLAIM_ORDER}) AS ids,
+                   array_agg(c.queue {IN_CLAIM_ORDER})
                        AS queues,
-                   array_agg(c.group_key ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                   array_agg(c.group_key {IN_CLAIM_ORDER})
                        AS groups,
-                   array_agg(c.cost ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                   array_agg(c.cost {IN_CLAIM_ORDER})
                        AS costs,
-                   array_agg(c.transfer ORDER BY c.rank, c.level, c.rank_at, c.tag)
+                   array_agg(c.transfer {IN_CLAIM_ORDER})
                        AS transfers
               FROM candidate c
              WHERE c.group_key IS NOT NULL OR c.rated
@@ -1066,7 +1074,7 @@ def _claim_sql(*, fair_lanes_only: bool) -> str:
 )
 SELECT {TODO_COLUMNS}, {LAPSED}, p.passed{defers}
   FROM {PASSED}{defers_row}
- ORDER BY rank, level, rank_at, tag
+ ORDER BY rank, level, rank_at, tag, id
 """
 
 
@@ -1146,7 +1154,7 @@ CLAIM_PLAIN_SQL = f"""
           LIMIT (SELECT %(limit)s::int)
             FOR UPDATE SKIP LOCKED) c
      WHERE lane.plain
-     ORDER BY c.priority, c.available_at
+     ORDER BY c.priority, c.available_at, c.id
      LIMIT (SELECT %(limit)s::int) - (SELECT count(*) FROM due)
 ), candidate AS (
     SELECT * FROM due UNION ALL SELECT * FROM fresh
@@ -1187,7 +1195,7 @@ CLAIM_PLAIN_SQL = f"""
 SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
   FROM moved
   FULL JOIN (SELECT admits FROM verdict WHERE admits) v ON TRUE
- ORDER BY rank, level, rank_at
+ ORDER BY rank, level, rank_at, id
 """
 
 # Scopes (endpoint, queues) whose plain claim last found admission to do:
