@@ -450,11 +450,13 @@ def admission(data):
     ]
     for name, label in (("cheap_store", "store"), ("cheap_http", "HTTP")):
         run = results[name]
+        reps = run.get("reps", [])
+        spread = f"; reps {', '.join(ratio(r) for r in reps)}" if len(reps) > 1 else ""
         rows.append(
             [
                 f"{label} claim+complete, every control / none (todos/s)",
                 f"{ratio(run['all_over_none'])} ({run['all']['rate']:,.0f} / "
-                f"{run['none']['rate']:,.0f})",
+                f"{run['none']['rate']:,.0f}{spread})",
                 "≥ 0.85×",
             ]
         )

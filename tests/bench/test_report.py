@@ -180,6 +180,7 @@ def test_admission_runs_at_quick_sizes(tmp_path, bench_database_url):
     assert weights["weight_1"] + weights["weight_3"] == 200
     assert results["cheap_store"]["all"]["done"] > 0
     assert results["cheap_http"]["all"]["done"] > 0
+    assert results["cheap_store"]["reps"] == [results["cheap_store"]["all_over_none"]]
     assert results["deep"]["groups_at_limit"] == 250
     assert results["priority"]["urgent_claimed_next"] is True
     assert results["aging"]["level_5_claimed_after_seconds"] is not None
@@ -278,3 +279,19 @@ def test_the_peers_table_shows_only_the_cpu_figures_its_result_file_has():
     assert "| vs peer | client CPU | server CPU | PostgreSQL CPU |" in new
     assert "| HTTP single | 500 | 0.50× pgqueuer batch 1 | 0.40 | 1.50 | 1.10 |" in new
     assert "HTTP single: nothing (its clients and PostgreSQL alone" in new
+
+
+def test_the_admission_cheapness_figure_is_the_median_reps():
+    """Repeated cheapness runs report the rep whose ratio is the median (the
+    lower middle one of an even count), its rates with it, and every rep's
+    ratio."""
+    import admission
+
+    runs = [
+        {"all_over_none": ratio, "all": {"rate": ratio * 100}, "none": {"rate": 100}}
+        for ratio in (0.7, 0.9, 0.8, 0.6)
+    ]
+    median = admission.median_rep(runs)
+    assert median["all_over_none"] == 0.7 and median["all"]["rate"] == 70
+    assert median["reps"] == [0.7, 0.9, 0.8, 0.6]
+    assert admission.median_rep(runs[:3])["all_over_none"] == 0.8
