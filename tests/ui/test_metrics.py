@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import deadlocked
 from todos import store
 from todos.store import stats
 
@@ -69,6 +70,27 @@ def test_metrics_are_readable_with_the_bearer_token(client, db, settings):
 
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_stopped_by_a_deadlock_answer_a_busy_503_not_unavailable(
+    client, settings
+):
+    """/metrics only reads, but a read can wait behind a table lock whose
+    holder then waits for it: PostgreSQL stops the read. The database is up
+    and busy, and the answer says so, with Retry-After."""
+    settings.SWITCHBOARD_METRICS_TOKEN = TOKEN
+
+    outcome = deadlocked(
+        lambda: client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}"),
+        "LOCK TABLE todos IN ACCESS EXCLUSIVE MODE",
+        [],
+    )
+
+    response = outcome["returned"]
+    assert response.status_code == 503
+    assert response.content == b"database busy; try again\n"
+    assert response["Retry-After"] == "1"
 
 
 def test_metrics_report_gauges_and_transition_counters_per_queue(

@@ -321,10 +321,17 @@ def metrics(request):
         names = {
             str(pk): name for pk, name in Endpoint.objects.values_list("id", "name")
         }
-    except (store.Unavailable, OperationalError, InterfaceError):
-        return HttpResponse(
-            "database unavailable\n", status=503, content_type="text/plain"
+    except (store.Unavailable, OperationalError, InterfaceError) as exc:
+        # A deadlock (a read stopped behind a table lock that waited for it)
+        # or a timeout is a busy database, not a down one: the text says so.
+        busy = store.is_deadlock(exc) or isinstance(exc, store.TimedOut)
+        response = HttpResponse(
+            "database busy; try again\n" if busy else "database unavailable\n",
+            status=503,
+            content_type="text/plain",
         )
+        response["Retry-After"] = str(store.Unavailable.retry_after)
+        return response
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(figures, names))
     registry.register(ScheduleCollector(schedules))
