@@ -483,7 +483,8 @@ def admission(data):
     ]
     return (
         f"{params['workers']} processes for the cheapness runs, "
-        f"{params['seconds']:g} s each, turns of {params['slice']:g} s; "
+        f"{params['seconds']:g} s each, turns of {params['slice']:g} s, "
+        f"{params.get('reps', 1)} rep(s) (the median rep's figures); "
         f"{params['groups']:,} groups in the controlled queue.\n\n"
         + table(["figure", "value", "target"], rows)
     )
