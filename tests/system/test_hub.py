@@ -28,8 +28,10 @@ def create(scope, count=1, queue="q"):
     connection.close()
 
 
-def with_hub(test):
-    """Run ``await test(hub)`` with a listening hub in a loop of its own."""
+def with_hub(test, hearing=True):
+    """Run ``await test(hub)`` with a listening hub in a loop of its own; with
+    ``hearing``, one that hears the rings and the events already, as a stream
+    makes it (else it hears them once a waiter subscribes)."""
 
     async def main():
         hub = Hub()
@@ -38,6 +40,8 @@ def with_hub(test):
         while not hub.connected:
             assert time.monotonic() < deadline, "the hub never listened"
             await asyncio.sleep(0.02)
+        if hearing:
+            await hub.hearing_events()
         try:
             return await test(hub)
         finally:
@@ -203,7 +207,7 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
     event notice, which a process without a stream or a result wait only
     dropped (40 µs each, in each process). The event channel is now heard
     from before such a waiter subscribes until a while after the last left."""
-    monkeypatch.setattr(hub_module, "EVENTS_LINGER_SECONDS", 0.3)
+    monkeypatch.setattr(hub_module, "LINGER_SECONDS", 0.3)
 
     async def test(hub):
         heard = events_heard(hub, monkeypatch)
@@ -223,9 +227,56 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
         await asyncio.sleep(0.3)
         return before, listened, rings, len(heard)
 
-    before, listened, rings, after = with_hub(test)
+    before, listened, rings, after = with_hub(test, hearing=False)
     assert before == (False, 0) and listened and after == 0
     assert "todo.done" in [ring.get("event") for ring in rings]
+
+
+def rings_heard(hub, monkeypatch):
+    """The rings ``hub`` hears from now on."""
+    heard, hear = [], hub._heard
+
+    def counting(notify):
+        if notify.channel == store.DOORBELL_CHANNEL:
+            heard.append(notify.payload)
+        hear(notify)
+
+    monkeypatch.setattr(hub, "_heard", counting)
+    return heard
+
+
+def test_a_process_hears_rings_only_while_a_claim_waiter_or_stream_may(
+    scope, monkeypatch
+):
+    """Every create (and every end of a grouped todo) in the cluster woke
+    every server process with its ring, which a process without a waiting
+    claim or a stream only dropped (40 µs each, in each process). The rings
+    are now heard from when such a waiter subscribes until a while after the
+    last left; one that subscribed before the LISTEN looks again (a todo
+    made ready in between rang unheard)."""
+    monkeypatch.setattr(hub_module, "LINGER_SECONDS", 0.3)
+
+    async def test(hub):
+        heard = rings_heard(hub, monkeypatch)
+        await asyncio.to_thread(create, scope)
+        await asyncio.sleep(0.3)
+        before = (hub.hearing_rings, len(heard))
+        waiter = hub.subscribe(scope, "claim")
+        _, notices = await waiter.wait(2)
+        listened = hub.hearing_rings
+        await asyncio.to_thread(create, scope)
+        rings, _ = await waiter.wait(2)
+        waiter.close()
+        await until(lambda: not hub.hearing_rings)
+        heard.clear()
+        await asyncio.to_thread(create, scope)
+        await asyncio.sleep(0.3)
+        return before, notices, listened, len(rings), len(heard)
+
+    before, notices, listened, rings, after = with_hub(test, hearing=False)
+    assert before == (False, 0)
+    assert notices == {TRY} and listened and rings == 1
+    assert after == 0
 
 
 def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
@@ -240,7 +291,7 @@ def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
         waiter.close()
         return notices, hub.hearing
 
-    notices, hearing = with_hub(test)
+    notices, hearing = with_hub(test, hearing=False)
     assert TRY in notices and hearing
 
 
@@ -267,7 +318,7 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
         await asyncio.sleep(0.2)
         return todo.state, hub.hearing
 
-    assert with_hub(test) == ("pending", False)
+    assert with_hub(test, hearing=False) == ("pending", False)
 
 
 # --- Without a LISTEN: the hub's fan-out, driven by the test ----------------------

@@ -34,13 +34,16 @@ seconds one claim waiter per scope is also asked to look again, for what no
 timer foresaw (a lease shortened after the look). Any failure of the hub is
 logged and the hub reconnects.
 
-A todo's events (``todo.done``, ...) are heard only while the process has a
-waiter for them, a stream or a result wait: every completion in the cluster
-sends one, and a process that would only drop it should not wake for it
-(40 µs each, in every process). The event channel is listened to before a
-stream subscribes (``hearing_events``), or once a result wait has (which then
-reads its todo again), and given up ``EVENTS_LINGER_SECONDS`` after the last
-one left.
+Each channel of the rings connection is heard only while the process has
+a waiter for it: the rings while it has a claim waiter or a stream, a
+todo's events (``todo.done``, ...) while it has a stream or a result wait.
+Every create and every end of a grouped todo in the cluster rings, every
+completion sends an event, and a process that would only drop them should
+not wake for them (40 µs each, in every process). A channel is listened to
+before a stream subscribes (``hearing_events``), or once a claim waiter or
+a result wait has (which then looks again, ``TRY``: what turned ready before
+the LISTEN rang unheard), and given up ``LINGER_SECONDS`` after the last
+waiter for it left.
 """
 
 import asyncio
@@ -77,13 +80,11 @@ SHUTDOWN = "shutdown"  # the server is stopping: end now
 # backlog of rings never holds a revocation back.
 RINGS, CONTROL = "rings", "control"
 ROLES = frozenset({RINGS, CONTROL})
-# The rings connection's channel always heard; then the event channel's
-# LISTEN or UNLISTEN.
-LISTEN = f"LISTEN {DOORBELL_CHANNEL}"
-# The waiters that hear a todo's events.
+# The waiters that hear rings, and those that hear a todo's events.
+RING_KINDS = frozenset({"claim", "stream"})
 EVENT_KINDS = frozenset({"stream", "todo"})
-# How long the event channel stays heard after its last waiter left.
-EVENTS_LINGER_SECONDS = 30.0
+# How long a channel stays heard after its last waiter left.
+LINGER_SECONDS = 30.0
 # How long a waiter about to subscribe waits for the event channel's LISTEN.
 EVENTS_LISTEN_WAIT_SECONDS = 2.0
 RING_FIELDS = ("endpoint_id", "queue", "id")
@@ -203,7 +204,7 @@ class Waiter:
         self.rings: deque[Ring] = deque()
         self.notices: set[str] = set()
         self.ended = False
-        # Subscribed while the process did not hear todos' events.
+        # Subscribed while the process did not hear what it waits for.
         self.unheard = False
         self._woken: asyncio.Future[None] | None = None
         self._in_batch = False
@@ -285,12 +286,12 @@ class Hub:
         self._ticker: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._batch: list[asyncio.Future[None]] = []
-        # The todos' events: heard on the connection now, the waiters that
-        # hear them, when one last left or was about to come, and the calls
-        # waiting for the LISTEN (hearing_events).
-        self.hearing = False
-        self._event_waiters = 0
-        self._events_wanted_at = 0.0
+        # The rings and the todos' events: each heard on the connection now,
+        # the waiters that hear it, and when one last left or was about to
+        # come; and the calls waiting for both LISTENs (hearing_events).
+        self.hearing_rings = self.hearing = False
+        self._ring_waiters = self._event_waiters = 0
+        self._rings_wanted_at = self._events_wanted_at = 0.0
         self._rethink: asyncio.Event | None = None
         self._heard_events: list[asyncio.Future[None]] = []
         # Per claim scope, the re-check set for when its next todo falls due
@@ -331,28 +332,34 @@ class Hub:
         self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
         if self.shutting_down:
             waiter._deliver(notice=SHUTDOWN)
-        if kind in EVENT_KINDS:
-            self._event_waiters += 1
-            if not self.hearing:
-                # A result wait (a stream awaits hearing_events first)
-                # looks again once the events are heard (_listen_events).
-                waiter.unheard = True
-                self._ask_rethink()
+        self._ring_waiters += kind in RING_KINDS
+        self._event_waiters += kind in EVENT_KINDS
+        if not self._hears(kind):
+            # A claim waiter or a result wait (a stream awaits hearing_events
+            # first) looks again once its channels are heard (_listen).
+            waiter.unheard = True
+            self._ask_rethink()
         return waiter
 
+    def _hears(self, kind: str) -> bool:
+        """Whether this process hears every channel a ``kind`` waiter needs."""
+        return (kind not in RING_KINDS or self.hearing_rings) and (
+            kind not in EVENT_KINDS or self.hearing
+        )
+
     async def hearing_events(self) -> None:
-        """Make sure this process hears todos' events before a stream
-        subscribes: LISTEN now if it does not yet. (A result wait, which may
-        not wait at all, just subscribes: it reads its todo again once the
-        events are heard.)
+        """Make sure this process hears the rings and todos' events before a
+        stream subscribes: LISTEN now if it does not yet. (A claim waiter or
+        a result wait, which may not wait at all, just subscribes: it looks
+        again once its channels are heard.)
 
         Returns at once when the hub is not connected (the waiter polls, and
         the connect listens for it); else when the LISTEN is done, or after
         ``EVENTS_LISTEN_WAIT_SECONDS`` at most.
         """
         self.start()
-        self._events_wanted_at = time.monotonic()
-        if self.hearing or not self.connected:
+        self._rings_wanted_at = self._events_wanted_at = time.monotonic()
+        if (self.hearing_rings and self.hearing) or not self.connected:
             return
         heard = asyncio.get_running_loop().create_future()
         self._heard_events.append(heard)
@@ -360,8 +367,12 @@ class Hub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(heard), EVENTS_LISTEN_WAIT_SECONDS)
 
+    def _wants_rings(self) -> bool:
+        recent = time.monotonic() - self._rings_wanted_at < LINGER_SECONDS
+        return self._ring_waiters > 0 or bool(self._heard_events) or recent
+
     def _wants_events(self) -> bool:
-        recent = time.monotonic() - self._events_wanted_at < EVENTS_LINGER_SECONDS
+        recent = time.monotonic() - self._events_wanted_at < LINGER_SECONDS
         return self._event_waiters > 0 or bool(self._heard_events) or recent
 
     def _ask_rethink(self) -> None:
@@ -377,6 +388,10 @@ class Hub:
         if waiter.ended:
             return
         waiter.ended = True
+        if waiter.kind in RING_KINDS:
+            self._ring_waiters -= 1
+            if not self._ring_waiters:
+                self._rings_wanted_at = time.monotonic()
         if waiter.kind in EVENT_KINDS:
             self._event_waiters -= 1
             if not self._event_waiters:
@@ -523,7 +538,9 @@ class Hub:
             return
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
-        if self.hearing and not self._wants_events():
+        if (self.hearing and not self._wants_events()) or (
+            self.hearing_rings and not self._wants_rings()
+        ):
             self._ask_rethink()
         self._recheck_claims(self._ticks % parts, parts)
         self._ticks += 1
@@ -537,17 +554,21 @@ class Hub:
             try:
                 conn = await _connect(role)
                 if role == RINGS:
-                    events = self._wants_events()
-                    await conn.execute(_listen(events))
+                    rings, events = self._wants_rings(), self._wants_events()
+                    await conn.execute(_listen(rings, events))
                 else:
                     await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
                 delay = RECONNECT_FIRST_SECONDS
                 if role == RINGS:
-                    self.hearing = events
+                    # Every waiter looks again once both connections listen
+                    # (_listened), the unheard ones too.
+                    self.hearing_rings, self.hearing = rings, events
                     for group in self.by_endpoint.values():
                         for waiter in group:
-                            waiter.unheard = waiter.unheard and not events
-                    if events:
+                            waiter.unheard = waiter.unheard and not self._hears(
+                                waiter.kind
+                            )
+                    if rings and events:
                         self._events_heard()
                 self._listened(role, True)
                 if role == RINGS:
@@ -565,7 +586,7 @@ class Hub:
                 logger.exception("doorbell: the hub failed; restarting it")
             finally:
                 if role == RINGS:
-                    self.hearing = False
+                    self.hearing_rings = self.hearing = False
                     self._events_heard()
                 self._listened(role, False)
                 if conn is not None:
@@ -595,8 +616,9 @@ class Hub:
             self._tell_all(REVALIDATE, TRY)
 
     async def _hear(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
-        """Hand on each notice; between notices, LISTEN to the event channel
-        or UNLISTEN it when asked to (_ask_rethink). Returns only by raising."""
+        """Hand on each notice; between notices, LISTEN to the rings and the
+        event channel or UNLISTEN them when asked to (_ask_rethink). Returns
+        only by raising."""
         assert self._rethink is not None  # start() made it
         while True:
             hearing = asyncio.ensure_future(self._notices(conn))
@@ -615,27 +637,30 @@ class Hub:
                 hearing.result()  # the connection failed: raise it
             # Before what is wanted is read: a later ask makes another turn.
             self._rethink.clear()
-            await self._listen_events(conn)
+            await self._listen(conn)
 
     async def _notices(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
         async for notify in conn.notifies():
             self._heard(notify)
         raise psycopg.OperationalError("the notices stopped")
 
-    async def _listen_events(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
-        wanted = self._wants_events()
-        if wanted != self.hearing:
-            await conn.execute(_listen(wanted))
-        self.hearing = wanted
-        if wanted:
-            # A result wait that subscribed before may have missed its
-            # todo's end: it reads the todo again.
-            for group in self.by_endpoint.values():
-                for waiter in group:
-                    if waiter.unheard:
-                        waiter.unheard = False
-                        if waiter.kind == "todo":
-                            waiter._deliver(notice=TRY)
+    async def _listen(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        rings, events = self._wants_rings(), self._wants_events()
+        if (rings, events) != (self.hearing_rings, self.hearing):
+            # A channel given up stops counting as heard before its UNLISTEN:
+            # a waiter that subscribes meanwhile is unheard, and looks again.
+            self.hearing_rings = self.hearing_rings and rings
+            self.hearing = self.hearing and events
+            await conn.execute(_listen(rings, events))
+        self.hearing_rings, self.hearing = rings, events
+        # A waiter that subscribed before its channels were heard may have
+        # missed a ring or its todo's end: it looks again.
+        for group in self.by_endpoint.values():
+            for waiter in group:
+                if waiter.unheard and self._hears(waiter.kind):
+                    waiter.unheard = False
+                    waiter._deliver(notice=TRY)
+        if rings and events:
             self._events_heard()
 
     def _events_heard(self) -> None:
@@ -685,10 +710,12 @@ class Hub:
         self._events_heard()
 
 
-def _listen(events: bool) -> str:
-    """The hub's LISTEN statement: the event channel heard or not."""
-    verb = "LISTEN" if events else "UNLISTEN"
-    return f"{LISTEN}; {verb} {TODO_EVENT_CHANNEL}"
+def _listen(rings: bool, events: bool) -> str:
+    """The rings connection's statement: each of its channels heard or not."""
+    return "; ".join(
+        f"{'LISTEN' if heard else 'UNLISTEN'} {channel}"
+        for channel, heard in ((DOORBELL_CHANNEL, rings), (TODO_EVENT_CHANNEL, events))
+    )
 
 
 hub = Hub()
