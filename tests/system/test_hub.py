@@ -41,7 +41,7 @@ def with_hub(test, hearing=True):
             assert time.monotonic() < deadline, "the hub never listened"
             await asyncio.sleep(0.02)
         if hearing:
-            await hub.hearing_events()
+            await hub.hearing_rings_and_events()
         try:
             return await test(hub)
         finally:
@@ -213,15 +213,15 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
         heard = events_heard(hub, monkeypatch)
         await asyncio.to_thread(finish, scope)
         await asyncio.sleep(0.3)
-        before = (hub.hearing, len(heard))
-        await hub.hearing_events()
-        listened = hub.hearing
+        before = (hub.hearing_events, len(heard))
+        await hub.hearing_rings_and_events()
+        listened = hub.hearing_events
         waiter = hub.subscribe(scope, "stream")
         await asyncio.to_thread(finish, scope)
         await until(lambda: heard)
         rings = await rings_within(waiter, 0.3)
         waiter.close()
-        await until(lambda: not hub.hearing)
+        await until(lambda: not hub.hearing_events)
         heard.clear()
         await asyncio.to_thread(finish, scope)
         await asyncio.sleep(0.3)
@@ -285,11 +285,11 @@ def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
     """Its todo may have ended before the LISTEN: it is told to read it again."""
 
     async def test(hub):
-        assert not hub.hearing
+        assert not hub.hearing_events
         waiter = hub.subscribe(scope, "todo", todo_id=str(uuid4()))
         _, notices = await waiter.wait(2)
         waiter.close()
-        return notices, hub.hearing
+        return notices, hub.hearing_events
 
     notices, hearing = with_hub(test, hearing=False)
     assert TRY in notices and hearing
@@ -316,7 +316,7 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
         # Its read ran in the test's database thread (conftest): closed there.
         await sync_to_async(connections.close_all, thread_sensitive=True)()
         await asyncio.sleep(0.2)
-        return todo.state, hub.hearing
+        return todo.state, hub.hearing_events
 
     assert with_hub(test, hearing=False) == ("pending", False)
 

@@ -40,7 +40,7 @@ todo's events (``todo.done``, ...) while it has a stream or a result wait.
 Every create and every end of a grouped todo in the cluster rings, every
 completion sends an event, and a process that would only drop them should
 not wake for them (40 µs each, in every process). A channel is listened to
-before a stream subscribes (``hearing_events``), or once a claim waiter or
+before a stream subscribes (``hearing_rings_and_events``), or once a claim waiter or
 a result wait has (which then looks again, ``TRY``: what turned ready before
 the LISTEN rang unheard), and given up ``LINGER_SECONDS`` after the last
 waiter for it left.
@@ -288,12 +288,12 @@ class Hub:
         self._batch: list[asyncio.Future[None]] = []
         # The rings and the todos' events: each heard on the connection now,
         # the waiters that hear it, and when one last left or was about to
-        # come; and the calls waiting for both LISTENs (hearing_events).
-        self.hearing_rings = self.hearing = False
+        # come; and the calls waiting for both LISTENs (hearing_rings_and_events).
+        self.hearing_rings = self.hearing_events = False
         self._ring_waiters = self._event_waiters = 0
         self._rings_wanted_at = self._events_wanted_at = 0.0
         self._rethink: asyncio.Event | None = None
-        self._heard_events: list[asyncio.Future[None]] = []
+        self._awaiting_both: list[asyncio.Future[None]] = []
         # Per claim scope, the re-check set for when its next todo falls due
         # with no ring (``due``): the loop time and its timer.
         self._due: dict[Scope, tuple[float, asyncio.TimerHandle]] = {}
@@ -335,7 +335,7 @@ class Hub:
         self._ring_waiters += kind in RING_KINDS
         self._event_waiters += kind in EVENT_KINDS
         if not self._hears(kind):
-            # A claim waiter or a result wait (a stream awaits hearing_events
+            # A claim waiter or a result wait (a stream awaits hearing_rings_and_events
             # first) looks again once its channels are heard (_listen).
             waiter.unheard = True
             self._ask_rethink()
@@ -344,10 +344,10 @@ class Hub:
     def _hears(self, kind: str) -> bool:
         """Whether this process hears every channel a ``kind`` waiter needs."""
         return (kind not in RING_KINDS or self.hearing_rings) and (
-            kind not in EVENT_KINDS or self.hearing
+            kind not in EVENT_KINDS or self.hearing_events
         )
 
-    async def hearing_events(self) -> None:
+    async def hearing_rings_and_events(self) -> None:
         """Make sure this process hears the rings and todos' events before a
         stream subscribes: LISTEN now if it does not yet. (A claim waiter or
         a result wait, which may not wait at all, just subscribes: it looks
@@ -359,21 +359,21 @@ class Hub:
         """
         self.start()
         self._rings_wanted_at = self._events_wanted_at = time.monotonic()
-        if (self.hearing_rings and self.hearing) or not self.connected:
+        if (self.hearing_rings and self.hearing_events) or not self.connected:
             return
         heard = asyncio.get_running_loop().create_future()
-        self._heard_events.append(heard)
+        self._awaiting_both.append(heard)
         self._ask_rethink()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(heard), EVENTS_LISTEN_WAIT_SECONDS)
 
     def _wants_rings(self) -> bool:
         recent = time.monotonic() - self._rings_wanted_at < LINGER_SECONDS
-        return self._ring_waiters > 0 or bool(self._heard_events) or recent
+        return self._ring_waiters > 0 or bool(self._awaiting_both) or recent
 
     def _wants_events(self) -> bool:
         recent = time.monotonic() - self._events_wanted_at < LINGER_SECONDS
-        return self._event_waiters > 0 or bool(self._heard_events) or recent
+        return self._event_waiters > 0 or bool(self._awaiting_both) or recent
 
     def _ask_rethink(self) -> None:
         """Have the listening task look at what to listen to."""
@@ -538,7 +538,7 @@ class Hub:
             return
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
-        if (self.hearing and not self._wants_events()) or (
+        if (self.hearing_events and not self._wants_events()) or (
             self.hearing_rings and not self._wants_rings()
         ):
             self._ask_rethink()
@@ -562,14 +562,14 @@ class Hub:
                 if role == RINGS:
                     # Every waiter looks again once both connections listen
                     # (_listened), the unheard ones too.
-                    self.hearing_rings, self.hearing = rings, events
+                    self.hearing_rings, self.hearing_events = rings, events
                     for group in self.by_endpoint.values():
                         for waiter in group:
                             waiter.unheard = waiter.unheard and not self._hears(
                                 waiter.kind
                             )
                     if rings and events:
-                        self._events_heard()
+                        self._both_heard()
                 self._listened(role, True)
                 if role == RINGS:
                     await self._hear(conn)
@@ -586,8 +586,8 @@ class Hub:
                 logger.exception("doorbell: the hub failed; restarting it")
             finally:
                 if role == RINGS:
-                    self.hearing_rings = self.hearing = False
-                    self._events_heard()
+                    self.hearing_rings = self.hearing_events = False
+                    self._both_heard()
                 self._listened(role, False)
                 if conn is not None:
                     with contextlib.suppress(Exception):
@@ -646,13 +646,13 @@ class Hub:
 
     async def _listen(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
         rings, events = self._wants_rings(), self._wants_events()
-        if (rings, events) != (self.hearing_rings, self.hearing):
+        if (rings, events) != (self.hearing_rings, self.hearing_events):
             # A channel given up stops counting as heard before its UNLISTEN:
             # a waiter that subscribes meanwhile is unheard, and looks again.
             self.hearing_rings = self.hearing_rings and rings
-            self.hearing = self.hearing and events
+            self.hearing_events = self.hearing_events and events
             await conn.execute(_listen(rings, events))
-        self.hearing_rings, self.hearing = rings, events
+        self.hearing_rings, self.hearing_events = rings, events
         # A waiter that subscribed before its channels were heard may have
         # missed a ring or its todo's end: it looks again.
         for group in self.by_endpoint.values():
@@ -661,11 +661,11 @@ class Hub:
                     waiter.unheard = False
                     waiter._deliver(notice=TRY)
         if rings and events:
-            self._events_heard()
+            self._both_heard()
 
-    def _events_heard(self) -> None:
-        # hearing_events' callers go on (heard, or the hub is gone).
-        heard, self._heard_events = self._heard_events, []
+    def _both_heard(self) -> None:
+        # hearing_rings_and_events' callers go on (heard, or the hub is gone).
+        heard, self._awaiting_both = self._awaiting_both, []
         for future in heard:
             if not future.done():
                 future.set_result(None)
@@ -704,10 +704,10 @@ class Hub:
         for _, timer in self._due.values():
             timer.cancel()
         self._due.clear()
-        self.connected = self.hearing = False
+        self.connected = self.hearing_rings = self.hearing_events = False
         self._listening.clear()
         auth.cache.listening(self, False)
-        self._events_heard()
+        self._both_heard()
 
 
 def _listen(rings: bool, events: bool) -> str:

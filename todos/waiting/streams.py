@@ -56,7 +56,7 @@ async def open_stream[*Ts](
     """Open a stream: ``authorize(*args)`` authenticates the caller and
     returns ``(scope, session_id)``; then subscribe, read the backlog.
     Return ``(waiter, backlog)``."""
-    await hub.hearing_events()
+    await hub.hearing_rings_and_events()
     opened: list[Waiter] = []
 
     async def opening() -> tuple[Waiter, list[Ring]]:
