@@ -180,12 +180,12 @@ def finish(scope, queue="q"):
     connection.close()
 
 
-def events_heard(hub, monkeypatch):
-    """The todo events ``hub`` hears from now on."""
+def heard_on(channel, hub, monkeypatch):
+    """The notices of ``channel`` that ``hub`` hears from now on."""
     heard, hear = [], hub._heard
 
     def counting(notify):
-        if notify.channel == store.TODO_EVENT_CHANNEL:
+        if notify.channel == channel:
             heard.append(notify.payload)
         hear(notify)
 
@@ -210,7 +210,7 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
     monkeypatch.setattr(hub_module, "LINGER_SECONDS", 0.3)
 
     async def test(hub):
-        heard = events_heard(hub, monkeypatch)
+        heard = heard_on(store.TODO_EVENT_CHANNEL, hub, monkeypatch)
         await asyncio.to_thread(finish, scope)
         await asyncio.sleep(0.3)
         before = (hub.hearing_events, len(heard))
@@ -232,19 +232,6 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
     assert "todo.done" in [ring.get("event") for ring in rings]
 
 
-def rings_heard(hub, monkeypatch):
-    """The rings ``hub`` hears from now on."""
-    heard, hear = [], hub._heard
-
-    def counting(notify):
-        if notify.channel == store.DOORBELL_CHANNEL:
-            heard.append(notify.payload)
-        hear(notify)
-
-    monkeypatch.setattr(hub, "_heard", counting)
-    return heard
-
-
 def test_a_process_hears_rings_only_while_a_claim_waiter_or_stream_may(
     scope, monkeypatch
 ):
@@ -257,7 +244,7 @@ def test_a_process_hears_rings_only_while_a_claim_waiter_or_stream_may(
     monkeypatch.setattr(hub_module, "LINGER_SECONDS", 0.3)
 
     async def test(hub):
-        heard = rings_heard(hub, monkeypatch)
+        heard = heard_on(store.DOORBELL_CHANNEL, hub, monkeypatch)
         await asyncio.to_thread(create, scope)
         await asyncio.sleep(0.3)
         before = (hub.hearing_rings, len(heard))
