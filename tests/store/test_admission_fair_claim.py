@@ -195,4 +195,3 @@ def test_claim_order_is_total_todos_that_tie_on_every_key_go_by_id(scope):
             sid = transaction.savepoint()
             assert run(statement, scope, "w", 10)[0] == by_id
             transaction.savepoint_rollback(sid)
-
