@@ -213,15 +213,15 @@ def test_a_process_hears_todos_events_only_while_a_stream_or_result_wait_may(
         heard = heard_on(store.TODO_EVENT_CHANNEL, hub, monkeypatch)
         await asyncio.to_thread(finish, scope)
         await asyncio.sleep(0.3)
-        before = (hub.hearing_events, len(heard))
+        before = (hub.events.heard, len(heard))
         await hub.hearing_rings_and_events()
-        listened = hub.hearing_events
+        listened = hub.events.heard
         waiter = hub.subscribe(scope, "stream")
         await asyncio.to_thread(finish, scope)
         await until(lambda: heard)
         rings = await rings_within(waiter, 0.3)
         waiter.close()
-        await until(lambda: not hub.hearing_events)
+        await until(lambda: not hub.events.heard)
         heard.clear()
         await asyncio.to_thread(finish, scope)
         await asyncio.sleep(0.3)
@@ -247,14 +247,14 @@ def test_a_process_hears_rings_only_while_a_claim_waiter_or_stream_may(
         heard = heard_on(store.DOORBELL_CHANNEL, hub, monkeypatch)
         await asyncio.to_thread(create, scope)
         await asyncio.sleep(0.3)
-        before = (hub.hearing_rings, len(heard))
+        before = (hub.rings.heard, len(heard))
         waiter = hub.subscribe(scope, "claim")
         _, notices = await waiter.wait(2)
-        listened = hub.hearing_rings
+        listened = hub.rings.heard
         await asyncio.to_thread(create, scope)
         rings, _ = await waiter.wait(2)
         waiter.close()
-        await until(lambda: not hub.hearing_rings)
+        await until(lambda: not hub.rings.heard)
         heard.clear()
         await asyncio.to_thread(create, scope)
         await asyncio.sleep(0.3)
@@ -272,11 +272,11 @@ def test_a_result_wait_that_subscribed_before_the_events_were_heard_looks_again(
     """Its todo may have ended before the LISTEN: it is told to read it again."""
 
     async def test(hub):
-        assert not hub.hearing_events
+        assert not hub.events.heard
         waiter = hub.subscribe(scope, "todo", todo_id=str(uuid4()))
         _, notices = await waiter.wait(2)
         waiter.close()
-        return notices, hub.hearing_events
+        return notices, hub.events.heard
 
     notices, hearing = with_hub(test, hearing=False)
     assert TRY in notices and hearing
@@ -303,7 +303,7 @@ def test_a_read_of_a_todo_that_does_not_wait_does_not_make_a_process_hear_events
         # Its read ran in the test's database thread (conftest): closed there.
         await sync_to_async(connections.close_all, thread_sensitive=True)()
         await asyncio.sleep(0.2)
-        return todo.state, hub.hearing_events
+        return todo.state, hub.events.heard
 
     assert with_hub(test, hearing=False) == ("pending", False)
 

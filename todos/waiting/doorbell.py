@@ -40,10 +40,10 @@ todo's events (``todo.done``, ...) while it has a stream or a result wait.
 Every create and every end of a grouped todo in the cluster rings, every
 completion sends an event, and a process that would only drop them should
 not wake for them (40 µs each, in every process). A channel is listened to
-before a stream subscribes (``hearing_rings_and_events``), or once a claim waiter or
-a result wait has (which then looks again, ``TRY``: what turned ready before
-the LISTEN rang unheard), and given up ``LINGER_SECONDS`` after the last
-waiter for it left.
+before a stream subscribes (``hearing_rings_and_events``), or once a claim
+waiter or a result wait has (which then looks again, ``TRY``: what turned
+ready before the LISTEN rang unheard), and given up ``LINGER_SECONDS`` after
+the last waiter for it left.
 """
 
 import asyncio
@@ -261,6 +261,23 @@ class Waiter:
         self.hub.unsubscribe(self)
 
 
+class Channel:
+    """One channel of the rings connection: whether it is heard now, how many
+    waiters hear it, and when the last one left (or one was about to come)."""
+
+    def __init__(self, name: str, kinds: frozenset[str]) -> None:
+        self.name, self.kinds = name, kinds
+        self.heard = False
+        self.waiters = 0
+        self.wanted_at = 0.0
+
+    def wanted(self, awaited: bool) -> bool:
+        """Whether it should be heard: a waiter hears it, a stream is about to
+        (``awaited``), or one did within ``LINGER_SECONDS``."""
+        recent = time.monotonic() - self.wanted_at < LINGER_SECONDS
+        return self.waiters > 0 or awaited or recent
+
+
 def _wake(woken: "asyncio.Future[None]") -> None:
     if not woken.done():
         woken.set_result(None)
@@ -286,12 +303,11 @@ class Hub:
         self._ticker: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._batch: list[asyncio.Future[None]] = []
-        # The rings and the todos' events: each heard on the connection now,
-        # the waiters that hear it, and when one last left or was about to
-        # come; and the calls waiting for both LISTENs (hearing_rings_and_events).
-        self.hearing_rings = self.hearing_events = False
-        self._ring_waiters = self._event_waiters = 0
-        self._rings_wanted_at = self._events_wanted_at = 0.0
+        # The rings connection's channels, and the calls waiting for both
+        # LISTENs (hearing_rings_and_events).
+        self.rings = Channel(DOORBELL_CHANNEL, RING_KINDS)
+        self.events = Channel(TODO_EVENT_CHANNEL, EVENT_KINDS)
+        self.channels = (self.rings, self.events)
         self._rethink: asyncio.Event | None = None
         self._awaiting_both: list[asyncio.Future[None]] = []
         # Per claim scope, the re-check set for when its next todo falls due
@@ -332,20 +348,19 @@ class Hub:
         self.by_endpoint.setdefault(str(scope.endpoint_id), []).append(waiter)
         if self.shutting_down:
             waiter._deliver(notice=SHUTDOWN)
-        self._ring_waiters += kind in RING_KINDS
-        self._event_waiters += kind in EVENT_KINDS
+        for channel in self.channels:
+            channel.waiters += kind in channel.kinds
         if not self._hears(kind):
-            # A claim waiter or a result wait (a stream awaits hearing_rings_and_events
-            # first) looks again once its channels are heard (_listen).
+            # A claim waiter or a result wait (a stream awaits
+            # hearing_rings_and_events first) looks again once its channels
+            # are heard (_listen).
             waiter.unheard = True
             self._ask_rethink()
         return waiter
 
     def _hears(self, kind: str) -> bool:
         """Whether this process hears every channel a ``kind`` waiter needs."""
-        return (kind not in RING_KINDS or self.hearing_rings) and (
-            kind not in EVENT_KINDS or self.hearing_events
-        )
+        return all(channel.heard for channel in self.channels if kind in channel.kinds)
 
     async def hearing_rings_and_events(self) -> None:
         """Make sure this process hears the rings and todos' events before a
@@ -358,8 +373,10 @@ class Hub:
         ``EVENTS_LISTEN_WAIT_SECONDS`` at most.
         """
         self.start()
-        self._rings_wanted_at = self._events_wanted_at = time.monotonic()
-        if (self.hearing_rings and self.hearing_events) or not self.connected:
+        now = time.monotonic()
+        for channel in self.channels:
+            channel.wanted_at = now
+        if all(channel.heard for channel in self.channels) or not self.connected:
             return
         heard = asyncio.get_running_loop().create_future()
         self._awaiting_both.append(heard)
@@ -367,13 +384,10 @@ class Hub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(heard), EVENTS_LISTEN_WAIT_SECONDS)
 
-    def _wants_rings(self) -> bool:
-        recent = time.monotonic() - self._rings_wanted_at < LINGER_SECONDS
-        return self._ring_waiters > 0 or bool(self._awaiting_both) or recent
-
-    def _wants_events(self) -> bool:
-        recent = time.monotonic() - self._events_wanted_at < LINGER_SECONDS
-        return self._event_waiters > 0 or bool(self._awaiting_both) or recent
+    def _wanted(self) -> tuple[bool, ...]:
+        """Whether each channel should be heard, in ``channels``' order."""
+        awaited = bool(self._awaiting_both)
+        return tuple(channel.wanted(awaited) for channel in self.channels)
 
     def _ask_rethink(self) -> None:
         """Have the listening task look at what to listen to."""
@@ -388,14 +402,11 @@ class Hub:
         if waiter.ended:
             return
         waiter.ended = True
-        if waiter.kind in RING_KINDS:
-            self._ring_waiters -= 1
-            if not self._ring_waiters:
-                self._rings_wanted_at = time.monotonic()
-        if waiter.kind in EVENT_KINDS:
-            self._event_waiters -= 1
-            if not self._event_waiters:
-                self._events_wanted_at = time.monotonic()
+        for channel in self.channels:
+            if waiter.kind in channel.kinds:
+                channel.waiters -= 1
+                if not channel.waiters:
+                    channel.wanted_at = time.monotonic()
         group = self.by_endpoint.get(str(waiter.scope.endpoint_id), [])
         if waiter in group:
             group.remove(waiter)
@@ -538,8 +549,10 @@ class Hub:
             return
         period = settings.SWITCHBOARD_LONG_POLL_RECHECK_SECONDS
         parts = max(1, round(period / TICK_SECONDS))
-        if (self.hearing_events and not self._wants_events()) or (
-            self.hearing_rings and not self._wants_rings()
+        wanted = self._wanted()
+        if any(
+            channel.heard and not wants
+            for channel, wants in zip(self.channels, wanted, strict=True)
         ):
             self._ask_rethink()
         self._recheck_claims(self._ticks % parts, parts)
@@ -554,21 +567,22 @@ class Hub:
             try:
                 conn = await _connect(role)
                 if role == RINGS:
-                    rings, events = self._wants_rings(), self._wants_events()
-                    await conn.execute(_listen(rings, events))
+                    wanted = self._wanted()
+                    await conn.execute(_listen(self.channels, wanted))
                 else:
                     await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
                 delay = RECONNECT_FIRST_SECONDS
                 if role == RINGS:
                     # Every waiter looks again once both connections listen
                     # (_listened), the unheard ones too.
-                    self.hearing_rings, self.hearing_events = rings, events
+                    for channel, heard in zip(self.channels, wanted, strict=True):
+                        channel.heard = heard
                     for group in self.by_endpoint.values():
                         for waiter in group:
                             waiter.unheard = waiter.unheard and not self._hears(
                                 waiter.kind
                             )
-                    if rings and events:
+                    if all(wanted):
                         self._both_heard()
                 self._listened(role, True)
                 if role == RINGS:
@@ -586,7 +600,8 @@ class Hub:
                 logger.exception("doorbell: the hub failed; restarting it")
             finally:
                 if role == RINGS:
-                    self.hearing_rings = self.hearing_events = False
+                    for channel in self.channels:
+                        channel.heard = False
                     self._both_heard()
                 self._listened(role, False)
                 if conn is not None:
@@ -645,14 +660,15 @@ class Hub:
         raise psycopg.OperationalError("the notices stopped")
 
     async def _listen(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
-        rings, events = self._wants_rings(), self._wants_events()
-        if (rings, events) != (self.hearing_rings, self.hearing_events):
+        wanted = self._wanted()
+        if wanted != tuple(channel.heard for channel in self.channels):
             # A channel given up stops counting as heard before its UNLISTEN:
             # a waiter that subscribes meanwhile is unheard, and looks again.
-            self.hearing_rings = self.hearing_rings and rings
-            self.hearing_events = self.hearing_events and events
-            await conn.execute(_listen(rings, events))
-        self.hearing_rings, self.hearing_events = rings, events
+            for channel, heard in zip(self.channels, wanted, strict=True):
+                channel.heard = channel.heard and heard
+            await conn.execute(_listen(self.channels, wanted))
+        for channel, heard in zip(self.channels, wanted, strict=True):
+            channel.heard = heard
         # A waiter that subscribed before its channels were heard may have
         # missed a ring or its todo's end: it looks again.
         for group in self.by_endpoint.values():
@@ -660,7 +676,7 @@ class Hub:
                 if waiter.unheard and self._hears(waiter.kind):
                     waiter.unheard = False
                     waiter._deliver(notice=TRY)
-        if rings and events:
+        if all(wanted):
             self._both_heard()
 
     def _both_heard(self) -> None:
@@ -704,17 +720,19 @@ class Hub:
         for _, timer in self._due.values():
             timer.cancel()
         self._due.clear()
-        self.connected = self.hearing_rings = self.hearing_events = False
+        self.connected = False
+        for channel in self.channels:
+            channel.heard = False
         self._listening.clear()
         auth.cache.listening(self, False)
         self._both_heard()
 
 
-def _listen(rings: bool, events: bool) -> str:
+def _listen(channels: tuple[Channel, ...], wanted: tuple[bool, ...]) -> str:
     """The rings connection's statement: each of its channels heard or not."""
     return "; ".join(
-        f"{'LISTEN' if heard else 'UNLISTEN'} {channel}"
-        for channel, heard in ((DOORBELL_CHANNEL, rings), (TODO_EVENT_CHANNEL, events))
+        f"{'LISTEN' if heard else 'UNLISTEN'} {channel.name}"
+        for channel, heard in zip(channels, wanted, strict=True)
     )
 
 

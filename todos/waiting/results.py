@@ -66,8 +66,8 @@ def _canonical(todo_id: str) -> str | None:
 
 async def wait(result_wait: ResultWait) -> store.Todo:
     """Return the todo once it is settled, or after ``result_wait.wait`` s."""
-    # Not hearing_rings_and_events: a read that does not wait needs no LISTEN, and a
-    # waiter that subscribes unheard is told to read its todo again.
+    # Not hearing_rings_and_events: a read that does not wait needs no LISTEN,
+    # and a waiter that subscribes unheard is told to read its todo again.
     hub.start()
     loop = asyncio.get_running_loop()
     opened: list[Waiter] = []
