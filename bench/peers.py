@@ -35,6 +35,15 @@ pre-filled queue through each path in turn:
   httpfloorstore10  the same as http10 (a claim of 10, a batch of 10
                 completes) on that floor, with the store's statements
 
+Then, in each repetition, each floor and the served paths it is the floor of
+(http and mcp beside httpfloorstore; http10 and sqs10 beside httpfloorstore10)
+run side by side: the same N processes take turns of ``--slice`` s on the wall
+clock (bench/benchlib.alternate), the mode of each turn shuffled, so each
+served path and its floor drain one queue under the same load on the machine,
+at the same moments. A ratio to the floor is taken from these turns: measured
+one path after another, PostgreSQL's CPU per todo moves 10–20% between
+windows for every path at once, which the turns cancel.
+
 The served paths share one gunicorn (gunicorn.conf.py, as `make run` serves;
 ``--server-workers`` sets its processes; the floors have their own, as many).
 Each worker counts only the todos it finishes inside the window (``--warmup``
@@ -97,6 +106,14 @@ PATHS = {
         "HTTP floor: the store's SQL, batch 10", 10_000, "pgqueuer10", "floor"
     ),
 }
+# Each floor and the served paths measured beside it in turns (side_by_side):
+# the served path's todos/s over its floor's, both taken in the same seconds.
+BESIDE_FLOOR = {
+    "httpfloorstore": ("http", "mcp"),
+    "httpfloorstore10": ("http10", "sqs10"),
+}
+# Untimed steps of each mode in each process before the turns begin.
+WARM_UP_STEPS = 10
 # What the served paths are to reach: (at least this ratio to the peer, at most
 # this server CPU per todo in ms).
 TARGETS = {"http": (1.0, 1.2), "http10": (0.6, 0.25), "sqs10": (0.6, 0.25)}
@@ -608,8 +625,9 @@ def create_queue(port, key, name, deadline=30):
             time.sleep(0.2)
 
 
-def worker(index, name, setup, warmup):
-    """Prepare one process of path ``name``; return its loop for run_processes."""
+def path_step(index, name, setup):
+    """Process ``index``'s step of path ``name`` (todos finished per call);
+    None for a peer, which runs its own loop."""
     worker_name = f"w{index}"
     url = setup.urls["switchboard"]
     steps = {
@@ -628,7 +646,12 @@ def worker(index, name, setup, warmup):
             setup.floor_port, setup.token, worker_name, prefix="/store"
         ),
     }
-    step = steps[name]() if name in steps else None
+    return steps[name]() if name in steps else None
+
+
+def worker(index, name, setup, warmup):
+    """Prepare one process of path ``name``; return its loop for run_processes."""
+    step = path_step(index, name, setup)
 
     def ready(stop_at):
         window_start = time.perf_counter() + warmup
@@ -703,6 +726,55 @@ def measure(name, args, setup, servers, postgres):
     return figures
 
 
+def beside_floor(paths):
+    """Each floor in ``paths`` with the served paths in ``paths`` it is the floor of."""
+    return {
+        floor: [name for name in served if name in paths]
+        for floor, served in BESIDE_FLOOR.items()
+        if floor in paths and any(name in paths for name in served)
+    }
+
+
+def turns_worker(index, modes, setup, slice_seconds):
+    """One process of a side-by-side run: each mode's step, warmed up, in turns."""
+    steps = {}
+    for name in modes:
+        step = path_step(index, name, setup)
+        for _ in range(WARM_UP_STEPS):
+            step()
+        steps[name] = _counted(step)
+    return lambda stop_at: benchlib.alternate(stop_at, slice_seconds, steps)
+
+
+def _counted(step):
+    """A peers step (todos finished) as benchlib.alternate's (None when dry)."""
+
+    def counted():
+        finished = step()
+        return {"todos": finished} if finished else None
+
+    return counted
+
+
+def side_by_side(floor, served, args, setup):
+    """Run ``floor`` and ``served`` in turns; return each one's todos/s over the
+    seconds it held the turn, and each served path's ratio to the floor."""
+    modes = [floor, *served]
+    ceiling = sum(PATHS[name].ceiling for name in modes) / len(modes)
+    seconds = args.seconds * len(modes)
+    fill(floor, setup, int(ceiling * (seconds + 3) * args.fill))
+    outcomes = benchlib.run_processes(
+        turns_worker, args.workers, seconds, (modes, setup, args.slice)
+    )
+    merged = benchlib.merge_modes(outcomes)
+    rates = {name: merged[name]["rate"] for name in modes}
+    figures = {"rates": rates, "ratios": {}}
+    for name in served:
+        if rates[floor]:
+            figures["ratios"][name] = rates[name] / rates[floor]
+    return figures
+
+
 def one_rep(number, args, setup, servers, postgres, paths):
     """Run every path once, in a shuffled order; return the rep's record."""
     order = list(paths)
@@ -733,13 +805,39 @@ def one_rep(number, args, setup, servers, postgres, paths):
         peer = rows.get(PATHS[name].peer)
         if peer and peer["rate"]:
             figures["ratio"] = figures["rate"] / peer["rate"]
+    beside = {}
+    for floor, served in beside_floor(paths).items():
+        beside[floor] = figures = side_by_side(floor, served, args, setup)
+        ratios = figures["ratios"].items()
+        benchlib.progress(
+            f"  in turns beside {floor}: "
+            + ", ".join(f"{name} {ratio:.2f}×" for name, ratio in ratios)
+        )
     return {
         "rep": number + 1,
         "order": order,
         "load_before": load_before,
         "load_after": benchlib.load_average(),
         "paths": rows,
+        "side_by_side": beside,
     }
+
+
+def floor_ratios(reps):
+    """Each served path's ratio to its floor, taken in turns: the median over
+    the reps, and every rep's."""
+    out = {}
+    for floor in reps[0]["side_by_side"]:
+        for name in reps[0]["side_by_side"][floor]["ratios"]:
+            ratios = [rep["side_by_side"][floor]["ratios"].get(name) for rep in reps]
+            ratios = [ratio for ratio in ratios if ratio is not None]
+            out[name] = {
+                "label": PATHS[name].label,
+                "floor": floor,
+                "ratio": statistics.median(ratios) if ratios else None,
+                "reps": ratios,
+            }
+    return out
 
 
 def medians(reps, paths, cores):
@@ -792,7 +890,7 @@ def accounted(row, cores):
     return sum(cost or 0 for cost in costs) * row["rate"] / 1000 / cores
 
 
-def print_report(args, reps, median):
+def print_report(args, reps, median, floors):
     for rep in reps:
         benchlib.print_table(
             f"rep {rep['rep']} (load {rep['load_before'][0]:.2f} → "
@@ -827,6 +925,20 @@ def print_report(args, reps, median):
             for name, row in median.items()
         ],
     )
+    if floors:
+        benchlib.print_table(
+            f"beside the floor, in turns of {args.slice:g} s: todos/s over the floor's",
+            ["path", "floor", "median", "reps"],
+            [
+                [
+                    row["label"],
+                    PATHS[row["floor"]].label,
+                    f"{row['ratio']:.2f}×",
+                    ", ".join(f"{ratio:.2f}" for ratio in row["reps"]),
+                ]
+                for row in floors.values()
+            ],
+        )
     for row in median.values():
         budget = row["server_budget_ms_per_todo"]
         if budget is not None:
@@ -849,6 +961,12 @@ def main():
     )
     parse.add_argument("--reps", type=int, default=3, help="repetitions (3)")
     parse.add_argument(
+        "--slice",
+        type=float,
+        default=0.5,
+        help="seconds of one turn when a floor and its served paths alternate (0.5)",
+    )
+    parse.add_argument(
         "--paths",
         type=path_list,
         default=list(PATHS),
@@ -870,7 +988,9 @@ def main():
         help="the served paths' port, the floor's the next (default: free ones)",
     )
     args = parse.parse_args()
-    benchlib.apply_quick(args, parse, seconds=1.5, warmup=1.0, reps=1, fill=0.3)
+    benchlib.apply_quick(
+        args, parse, seconds=1.5, warmup=1.0, reps=1, fill=0.3, slice=0.25
+    )
     if args.reps < 1 or args.workers < 1:
         parse.error("--reps and --workers must be at least 1")
     paths = args.paths
@@ -908,12 +1028,14 @@ def main():
             one_rep(n, args, setup, servers, postgres, paths) for n in range(args.reps)
         ]
     median = medians(reps, paths, os.cpu_count() or 1)
-    print_report(args, reps, median)
+    floors = floor_ratios(reps)
+    print_report(args, reps, median, floors)
     result.write(
         {
             "workers": args.workers,
             "seconds": args.seconds,
             "warmup": args.warmup,
+            "slice": args.slice,
             "reps": args.reps,
             "paths": paths,
             "server_workers": args.server_workers or "gunicorn.conf.py's",
@@ -921,7 +1043,7 @@ def main():
                 "pgqueuer", "procrastinate", "psycopg", "django", "gunicorn", "boto3"
             ),
         },
-        benchlib.rounded({"median": median, "reps": reps}),
+        benchlib.rounded({"median": median, "floors": floors, "reps": reps}),
     )
 
 

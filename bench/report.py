@@ -132,6 +132,29 @@ def peers(data):
             "At each target's rate, what is left of the machine for the server: "
             + " ".join(budgets)
         )
+    floors = results.get("floors")
+    if floors:
+        slice_seconds = params.get("slice", 0.5)
+        parts.append(
+            "Beside the floor: each served path and its HTTP floor (the store's "
+            f"SQL) took turns of {slice_seconds:g} s in the same worker processes, "
+            "so both ran under the same load on the machine; the served path's "
+            "todos/s over the floor's, the median over the reps and each rep's."
+        )
+        parts.append(
+            table(
+                ["path", "floor", "vs floor", "reps"],
+                [
+                    [
+                        row["label"],
+                        labels.get(row["floor"], row["floor"]),
+                        ratio(row["ratio"]),
+                        ", ".join(f"{value:.2f}" for value in row["reps"]),
+                    ]
+                    for row in floors.values()
+                ],
+            )
+        )
     return "\n\n".join(parts)
 
 

@@ -57,3 +57,35 @@ def test_the_floor_claims_and_completes_with_the_bare_and_the_stores_statements(
         ).fetchall()
     assert sorted(bare) == [("done", 1), ("pending", 1)]
     assert sorted(todos) == [("done", 11), ("pending", 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_path_and_its_floor_take_turns_and_give_one_ratio(endpoint, bare_table):
+    """side_by_side runs the floor and the paths beside it in the same
+    processes, in turns of the wall clock: each drains the one queue, and a
+    path's ratio is its todos/s over the floor's, both over the turns each
+    held."""
+    url = bare_table
+    setup = SimpleNamespace(
+        urls={"switchboard": url},
+        endpoint_id=str(endpoint.id),
+        token=endpoint.token,
+        floor_port=None,
+    )
+    args = SimpleNamespace(seconds=0.6, slice=0.1, workers=2, fill=0.1)
+    with peers.serve_floor(SimpleNamespace(server_workers=1, port=0), setup):
+        figures = peers.side_by_side(
+            "httpfloorstore", ["httpfloorstore10"], args, setup
+        )
+    rates = figures["rates"]
+    assert rates["httpfloorstore"] > 0 and rates["httpfloorstore10"] > 0
+    assert figures["ratios"] == {
+        "httpfloorstore10": pytest.approx(
+            rates["httpfloorstore10"] / rates["httpfloorstore"]
+        )
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        (done,) = conn.execute(
+            "SELECT count(*) FROM todos WHERE state = 'done'"
+        ).fetchone()
+    assert done > 0

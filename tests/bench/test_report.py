@@ -281,6 +281,41 @@ def test_the_peers_table_shows_only_the_cpu_figures_its_result_file_has():
     assert "HTTP single: nothing (its clients and PostgreSQL alone" in new
 
 
+def test_the_peers_report_gives_each_served_paths_ratio_to_its_floor_in_turns():
+    """Each served path's ratio to its floor, taken in turns beside it, is the
+    median over the reps, with every rep's ratio in the table."""
+    import peers
+
+    reps = [
+        {"side_by_side": {"httpfloorstore": {"ratios": {"http": ratio}}}}
+        for ratio in (0.6, 0.7, 0.65)
+    ]
+    floors = peers.floor_ratios(reps)
+    assert floors == {
+        "http": {
+            "label": peers.PATHS["http"].label,
+            "floor": "httpfloorstore",
+            "ratio": 0.65,
+            "reps": [0.6, 0.7, 0.65],
+        }
+    }
+    data = peers_data()
+    data["results"]["floors"] = floors
+    data["results"]["median"]["httpfloorstore"] = {
+        "label": "HTTP floor: the store's SQL",
+        "rate": 800.0,
+        "ratio": None,
+        "peer": None,
+    }
+    text = report.peers(data)
+    assert "| path | floor | vs floor | reps |" in text
+    assert (
+        "| HTTP single claim+complete | HTTP floor: the store's SQL | 0.65× "
+        "| 0.60, 0.70, 0.65 |"
+    ) in text
+    assert "vs floor" not in report.peers(peers_data())
+
+
 def test_the_admission_cheapness_figure_is_the_median_reps():
     """Repeated cheapness runs report the rep whose ratio is the median (the
     lower middle one of an even count), its rates with it, and every rep's
