@@ -1,0 +1,238 @@
+"""Admission a little cheaper: a claim under a queue's rate limit locks a
+shard of the bucket and takes its cost in one statement.
+
+``switchboard_admit`` locked the fullest shard that held a candidate's cost
+(``switchboard_bucket_lock``: a query in a function of its own), then took
+the cost from it (``switchboard_bucket_take``: another), then, for a group
+bucket it had not locked, still read that bucket's level (``NULL < 0`` does
+not skip the second operand of an AND as FALSE does). Measured per call
+with ``pg_stat_statements.track = all`` (2,000 calls, one candidate under a
+queue rate limit and a group limit): 121 µs in all, of which the lock 12,
+the take 21 and the needless level read 10.
+
+When the candidate has no group bucket to judge after the queue's, one
+UPDATE now locks the fullest shard that holds the cost (``FOR UPDATE SKIP
+LOCKED``) and takes the cost from it, reading the level and the clock after
+the lock as before (the clock twice, microseconds apart: what is taken is
+the level at the earlier read, the refill restarts at the later one, so the
+bucket never holds more than it did). When no shard is free and holds the
+cost, the claim goes the old way (every shard, in order). A group bucket's
+level is read only when it was locked. A call of one candidate no longer
+keeps the per-group count of what it admitted (it has no second candidate
+to count for). What is admitted is unchanged; the checker
+(todos.store.admission_check) and bench/admission_run.py judge it.
+"""
+
+import importlib
+
+from django.db import migrations
+
+ADMIT = r"""
+CREATE OR REPLACE FUNCTION switchboard_admit(
+    p_endpoint uuid, p_ids uuid[], p_queues text[], p_groups text[],
+    p_costs float8[], p_transfer boolean[])
+RETURNS TABLE (id uuid, admission jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    n int := coalesce(array_length(p_ids, 1), 0);
+    i int;
+    q record;
+    lim int;
+    used int;
+    clock timestamptz;
+    taken jsonb := '{}';
+    slot text;
+    qb switchboard_bucket_shard;
+    gb switchboard_bucket_shard;
+    -- Whether this call holds a shard of a queue's bucket: then it never
+    -- waits for another (a claim that waits holds none); and the queues whose
+    -- every shard it holds.
+    holding boolean := FALSE;
+    every_shard text[] := '{}';
+    rate jsonb;
+    grate jsonb;
+    -- When a queue bucket's shard was locked and its cost taken in one step.
+    taken_at timestamptz;
+BEGIN
+    -- 1. One clock for the call; a candidate under a rate limit reads its own
+    --    once its buckets are locked.
+    clock := clock_timestamp();
+    FOR i IN 1..n LOOP
+        lim := NULL;
+        -- 2. The group's lock, exclusive, without waiting: a group whose lock
+        --    another claim or an ending claim holds is passed over this time
+        --    (as SKIP LOCKED passes over a row). A claim then never waits for
+        --    an end, so a claim and a batch of ends (the reaper's) never wait
+        --    for each other in a cycle; the end rings when it commits.
+        IF p_groups[i] IS NOT NULL AND NOT pg_try_advisory_xact_lock(
+                switchboard_group_lock(p_endpoint, p_queues[i], p_groups[i])) THEN
+            CONTINUE;
+        END IF;
+        -- 3. The queue's settings, the group's override, and (under the
+        --    group's lock, in a snapshot taken after it) its claimed todos.
+        SELECT qs.group_concurrency, qs.rate_limit, qs.group_rate_limit,
+               qg.concurrency AS override, coalesce(qg.paused, FALSE) AS paused,
+               CASE WHEN p_groups[i] IS NOT NULL AND NOT p_transfer[i]
+                         AND coalesce(qg.concurrency, qs.group_concurrency) IS NOT NULL
+                    THEN (SELECT count(*) FROM (
+                              SELECT 1 FROM todos t
+                               WHERE t.endpoint_id = p_endpoint
+                                 AND t.queue = p_queues[i]
+                                 AND t.group_key = p_groups[i]
+                                 AND t.state = 'claimed'
+                               LIMIT coalesce(qg.concurrency, qs.group_concurrency)
+                                     + 1) c)
+               END AS used
+          INTO q
+          FROM (SELECT 1) one
+          LEFT JOIN queues qs
+            ON qs.endpoint_id = p_endpoint AND qs.name = p_queues[i]
+          LEFT JOIN queue_groups qg
+            ON qg.endpoint_id = p_endpoint AND qg.queue = p_queues[i]
+           AND qg.group_key = p_groups[i];
+        IF p_groups[i] IS NOT NULL THEN
+            IF q.paused THEN
+                id := NULL;
+                admission := jsonb_build_object(
+                    'passed', 'paused', 'queue', p_queues[i],
+                    'endpoint', p_endpoint);
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            lim := coalesce(q.override, q.group_concurrency);
+            slot := p_queues[i] || '/' || p_groups[i];
+            IF lim IS NOT NULL AND NOT p_transfer[i] THEN
+                used := q.used + coalesce((taken->>slot)::int, 0);
+                IF used >= lim THEN
+                    id := NULL;
+                    admission := jsonb_build_object(
+                        'passed', 'limit', 'queue', p_queues[i],
+                        'endpoint', p_endpoint);
+                    RETURN NEXT;
+                    CONTINUE;
+                END IF;
+            END IF;
+        END IF;
+        rate := NULL;
+        grate := NULL;
+        qb := NULL;
+        gb := NULL;
+        taken_at := NULL;
+        IF q.rate_limit IS NOT NULL AND p_queues[i] = ANY(every_shard) THEN
+            qb := ROW(p_endpoint, p_queues[i], '', -1);
+        ELSIF q.rate_limit IS NOT NULL
+              AND (q.group_rate_limit IS NULL OR p_groups[i] IS NULL) THEN
+            -- 4a. No group bucket to judge after it: lock the fullest shard
+            --     that holds the cost and take it, in one statement (as
+            --     switchboard_bucket_lock then switchboard_bucket_take do,
+            --     the level read after the lock, the clock read after it).
+            UPDATE rate_buckets r
+               SET tokens = switchboard_shard_level(
+                                r.tokens, r.refilled_at, r.shards, q.rate_limit,
+                                clock_timestamp()) - p_costs[i],
+                   refilled_at = clock_timestamp()
+             WHERE (r.endpoint_id, r.queue, r.group_key, r.shard) = (
+                   SELECT s.endpoint_id, s.queue, s.group_key, s.shard
+                     FROM rate_buckets s
+                    WHERE s.endpoint_id = p_endpoint AND s.queue = p_queues[i]
+                      AND s.group_key = ''
+                      AND switchboard_shard_level(
+                              s.tokens, s.refilled_at, s.shards, q.rate_limit,
+                              clock_timestamp()) >= p_costs[i] - 1e-9
+                    ORDER BY switchboard_shard_level(
+                                 s.tokens, s.refilled_at, s.shards, q.rate_limit,
+                                 clock_timestamp()) DESC
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+            RETURNING r.refilled_at INTO taken_at;
+            IF taken_at IS NULL THEN
+                qb := switchboard_bucket_lock(p_endpoint, p_queues[i], '',
+                                              q.rate_limit, p_costs[i], NOT holding);
+                IF qb.shard IS NULL THEN
+                    CONTINUE;
+                END IF;
+                IF qb.shard < 0 THEN
+                    every_shard := every_shard || p_queues[i];
+                END IF;
+            END IF;
+            holding := TRUE;
+        ELSIF q.rate_limit IS NOT NULL THEN
+            qb := switchboard_bucket_lock(p_endpoint, p_queues[i], '', q.rate_limit,
+                                          p_costs[i], NOT holding);
+            IF qb.shard IS NULL THEN
+                CONTINUE;
+            END IF;
+            holding := TRUE;
+            IF qb.shard < 0 THEN
+                every_shard := every_shard || p_queues[i];
+            END IF;
+        END IF;
+        IF q.group_rate_limit IS NOT NULL AND p_groups[i] IS NOT NULL THEN
+            gb := switchboard_bucket_lock(p_endpoint, p_queues[i], p_groups[i],
+                                          q.group_rate_limit, p_costs[i], TRUE);
+            IF gb.shard IS NULL THEN
+                CONTINUE;
+            END IF;
+        END IF;
+        IF taken_at IS NOT NULL THEN
+            clock := taken_at;
+            rate := q.rate_limit;
+        ELSIF qb.shard IS NOT NULL OR gb.shard IS NOT NULL THEN
+            clock := clock_timestamp();
+        END IF;
+        -- (Nested, so a bucket not locked is not read: NULL < 0 would not
+        -- skip the read as FALSE does.)
+        IF qb.shard < 0 THEN
+            IF NOT switchboard_bucket_holds(
+                    switchboard_bucket_level(qb, q.rate_limit, clock),
+                    switchboard_rate_burst(q.rate_limit), p_costs[i]) THEN
+                id := NULL;
+                admission := jsonb_build_object(
+                    'passed', 'rate_limit', 'queue', p_queues[i],
+                    'endpoint', p_endpoint);
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        END IF;
+        IF gb.shard < 0 THEN
+            IF NOT switchboard_bucket_holds(
+                    switchboard_bucket_level(gb, q.group_rate_limit, clock),
+                    switchboard_rate_burst(q.group_rate_limit), p_costs[i]) THEN
+                id := NULL;
+                admission := jsonb_build_object(
+                    'passed', 'group_rate_limit', 'queue', p_queues[i],
+                    'endpoint', p_endpoint);
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        END IF;
+        IF qb.shard IS NOT NULL THEN
+            rate := q.rate_limit;
+            PERFORM switchboard_bucket_take(qb, q.rate_limit, clock, p_costs[i]);
+        END IF;
+        IF gb.shard IS NOT NULL THEN
+            grate := q.group_rate_limit;
+            PERFORM switchboard_bucket_take(gb, q.group_rate_limit, clock, p_costs[i]);
+        END IF;
+        IF n > 1 AND p_groups[i] IS NOT NULL AND NOT p_transfer[i] THEN
+            taken := jsonb_set(taken, ARRAY[slot],
+                               to_jsonb(coalesce((taken->>slot)::int, 0) + 1));
+        END IF;
+        id := p_ids[i];
+        admission := jsonb_strip_nulls(jsonb_build_object(
+            'group', p_groups[i], 'limit', lim, 'cost', p_costs[i],
+            'transfer', p_transfer[i], 'at', clock,
+            'rate', rate, 'group_rate', grate));
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+"""
+
+_0036 = importlib.import_module("todos.migrations.0036_rate_bucket_shards")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("todos", "0041_error_fingerprint_plpgsql")]
+
+    operations = [migrations.RunSQL(sql=ADMIT, reverse_sql=_0036.ADMIT)]
