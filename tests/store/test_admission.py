@@ -939,6 +939,49 @@ def test_claims_under_one_rate_limit_do_not_wait_for_each_others_commit(
     assert len([row for row in second if row[0] is not None]) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_locked_a_shard_never_waits_for_the_others(make_endpoint):
+    """CONTRACT §17, no deadlock between claims: a claim that has locked a
+    shard of a rate bucket never waits for another shard. Its shard may be
+    one it cannot use: a row a concurrent claim drained, locked in its newer
+    version, stays locked even when it no longer meets the query's
+    conditions. A claim that then waited for every shard, while a claim that
+    held one of them waited for it, deadlocked (found by
+    bench/admission_run.py). Here the only shard that holds a token is held
+    by another transaction: the claim passes its todo over at once."""
+    scope = store.Scope.for_endpoint(make_endpoint("held"))
+    admission.set_admission(
+        scope, "q", rate_limit={"count": 1, "per_seconds": 3600, "burst": 4}
+    )
+    for _ in range(3):
+        new(scope)
+    assert len(store.claim_many(scope, "w0", limit=1)) == 1  # makes the shards
+    with connection.cursor() as cursor:
+        # Four shards: three drained, the last holding one token.
+        cursor.execute(
+            "UPDATE rate_buckets SET tokens = CASE WHEN shard = 3 THEN 1 ELSE 0 END,"
+            " refilled_at = now() WHERE endpoint_id = %s",
+            [scope.endpoint_id],
+        )
+        assert cursor.rowcount == 4
+    other = _raw_connection()
+    try:
+        other.autocommit = False
+        other.execute(
+            "SELECT 1 FROM rate_buckets WHERE endpoint_id = %s AND shard = 3"
+            " FOR UPDATE",
+            [scope.endpoint_id],
+        )
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            assert store.claim_many(scope, "w3", limit=1) == []
+        other.rollback()
+    finally:
+        other.close()
+    assert len(store.claim_many(scope, "w3", limit=1)) == 1
+
+
 @pytest.mark.parametrize(
     "bad",
     [{"count": 0, "per_seconds": 1}, {"count": 1, "per_seconds": 0}, {"x": 1}, 5],

@@ -53,6 +53,7 @@ DECLARE
     grate jsonb;
     -- When a queue bucket's shard was locked and its cost taken in one step.
     taken_at timestamptz;
+    locked_shard int;
 BEGIN
     -- 1. One clock for the call; a candidate under a rate limit reads its own
     --    once its buckets are locked.
@@ -118,36 +119,55 @@ BEGIN
         qb := NULL;
         gb := NULL;
         taken_at := NULL;
+        locked_shard := NULL;
         IF q.rate_limit IS NOT NULL AND p_queues[i] = ANY(every_shard) THEN
             qb := ROW(p_endpoint, p_queues[i], '', -1);
         ELSIF q.rate_limit IS NOT NULL
-              AND (q.group_rate_limit IS NULL OR p_groups[i] IS NULL) THEN
-            -- 4a. No group bucket to judge after it: lock the fullest shard
-            --     that holds the cost and take it, in one statement (as
-            --     switchboard_bucket_lock then switchboard_bucket_take do,
+              AND (q.group_rate_limit IS NULL OR p_groups[i] IS NULL)
+              AND p_costs[i] <= switchboard_rate_burst(q.rate_limit) / 4 THEN
+            -- 4a. No group bucket to judge after it, and a cost one shard's
+            --     share holds: lock the fullest shard no other claim holds
+            --     and, if it holds the cost, take it, in one statement (as
+            --     switchboard_bucket_lock then switchboard_bucket_take do:
             --     the level read after the lock, the clock read after it).
-            UPDATE rate_buckets r
-               SET tokens = switchboard_shard_level(
-                                r.tokens, r.refilled_at, r.shards, q.rate_limit,
-                                clock_timestamp()) - p_costs[i],
-                   refilled_at = clock_timestamp()
-             WHERE (r.endpoint_id, r.queue, r.group_key, r.shard) = (
-                   SELECT s.endpoint_id, s.queue, s.group_key, s.shard
-                     FROM rate_buckets s
-                    WHERE s.endpoint_id = p_endpoint AND s.queue = p_queues[i]
-                      AND s.group_key = ''
-                      AND switchboard_shard_level(
-                              s.tokens, s.refilled_at, s.shards, q.rate_limit,
-                              clock_timestamp()) >= p_costs[i] - 1e-9
-                    ORDER BY switchboard_shard_level(
-                                 s.tokens, s.refilled_at, s.shards, q.rate_limit,
-                                 clock_timestamp()) DESC
-                    LIMIT 1
-                      FOR UPDATE SKIP LOCKED)
-            RETURNING r.refilled_at INTO taken_at;
+            --     The shard is chosen by its key alone, so the row locked is
+            --     the row returned (switchboard_bucket_lock says why).
+            WITH locked AS (
+                SELECT s.shard,
+                       switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
+                                               q.rate_limit, clock_timestamp())
+                           AS level
+                  FROM rate_buckets s
+                 WHERE s.endpoint_id = p_endpoint AND s.queue = p_queues[i]
+                   AND s.group_key = ''
+                 ORDER BY switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
+                                                  q.rate_limit, clock_timestamp())
+                          DESC
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED
+            ), took AS (
+                UPDATE rate_buckets r
+                   SET tokens = switchboard_shard_level(
+                                    r.tokens, r.refilled_at, r.shards, q.rate_limit,
+                                    clock_timestamp()) - p_costs[i],
+                       refilled_at = clock_timestamp()
+                  FROM locked l
+                 WHERE r.endpoint_id = p_endpoint AND r.queue = p_queues[i]
+                   AND r.group_key = '' AND r.shard = l.shard
+                   AND l.level >= p_costs[i] - 1e-9
+             RETURNING r.refilled_at
+            )
+            SELECT l.shard, (SELECT t.refilled_at FROM took t)
+              INTO locked_shard, taken_at
+              FROM locked l;
             IF taken_at IS NULL THEN
-                qb := switchboard_bucket_lock(p_endpoint, p_queues[i], '',
-                                              q.rate_limit, p_costs[i], NOT holding);
+                -- Holding the shard it locked (if any), it may not wait.
+                qb := switchboard_bucket_lock(
+                    p_endpoint, p_queues[i], '', q.rate_limit, p_costs[i],
+                    NOT holding AND locked_shard IS NULL);
+                IF locked_shard IS NOT NULL THEN
+                    holding := TRUE;
+                END IF;
                 IF qb.shard IS NULL THEN
                     CONTINUE;
                 END IF;
@@ -229,10 +249,155 @@ END
 $$;
 """
 
+LOCK = r"""
+-- Lock a shard of a bucket for a cost, as switchboard_admit asks:
+-- - the fullest shard that no other claim holds (SKIP LOCKED), when it holds
+--   the cost;
+-- - else, holding that shard, every other one that no other claim holds:
+--   all of them (-1: judged by their summed level), or NULL (the caller
+--   passes its candidate over this time);
+-- - when it could lock none (others hold them all, or there is no bucket
+--   yet), or the cost is above one shard's share: every shard in order,
+--   waiting (the bucket made full on first use), when ``p_may_wait``; else
+--   NULL.
+-- A locking query here selects its rows by key alone. A row a concurrent
+-- claim changed is locked in its newest version and then checked again
+-- against the query's conditions; one that fails the check is not returned
+-- but stays locked. With a level among the conditions (as until now), a
+-- claim could hold a shard it did not know of and then wait for every
+-- shard, while another claim held one of those and waited for it (a
+-- deadlock; seen in bench/admission_run.py). Only a claim that holds no
+-- shard of any queue's bucket waits.
+CREATE OR REPLACE FUNCTION switchboard_bucket_lock(
+    p_endpoint uuid, p_queue text, p_group text, p_setting jsonb, p_cost float8,
+    p_may_wait boolean)
+RETURNS switchboard_bucket_shard
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    burst float8 := switchboard_rate_burst(p_setting);
+    found_shard int;
+    found_level float8;
+    shards int;
+    locked int;
+    one_shard boolean := TRUE;
+BEGIN
+    IF p_cost > burst / 4 + 1e-9 THEN
+        SELECT r.shards INTO shards FROM rate_buckets r
+         WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue
+           AND r.group_key = p_group
+         LIMIT 1;
+        one_shard := NOT FOUND OR p_cost <= burst / shards + 1e-9;
+    END IF;
+    IF one_shard THEN
+        SELECT r.shard, r.shards,
+               switchboard_shard_level(r.tokens, r.refilled_at, r.shards, p_setting,
+                                       clock_timestamp())
+          INTO found_shard, shards, found_level
+          FROM rate_buckets r
+         WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue
+           AND r.group_key = p_group
+         ORDER BY switchboard_shard_level(r.tokens, r.refilled_at, r.shards,
+                                          p_setting, clock_timestamp()) DESC
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            IF found_level >= p_cost - 1e-9 THEN
+                RETURN ROW(p_endpoint, p_queue, p_group, found_shard);
+            END IF;
+            SELECT count(*) INTO locked FROM (
+                SELECT 1 FROM rate_buckets r
+                 WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue
+                   AND r.group_key = p_group
+                   FOR UPDATE SKIP LOCKED) l;
+            IF locked = shards THEN
+                RETURN ROW(p_endpoint, p_queue, p_group, -1);
+            END IF;
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF NOT p_may_wait THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM rate_buckets r
+      WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue AND r.group_key = p_group
+      ORDER BY r.shard
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        shards := CASE WHEN p_group = '' THEN greatest(1, least(4, floor(burst)))::int
+                       ELSE 1 END;
+        INSERT INTO rate_buckets (endpoint_id, queue, group_key, shard, shards, tokens,
+                                  refilled_at)
+        SELECT p_endpoint, p_queue, p_group, s, shards, burst / shards,
+               clock_timestamp()
+          FROM generate_series(0, shards - 1) AS s
+        ON CONFLICT (endpoint_id, queue, group_key, shard) DO NOTHING;
+        PERFORM 1 FROM rate_buckets r
+          WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue
+            AND r.group_key = p_group
+          ORDER BY r.shard
+            FOR UPDATE;
+    END IF;
+    RETURN ROW(p_endpoint, p_queue, p_group, -1);
+END
+$$;
+"""
+
+LOCK_BACK = r"""
+CREATE OR REPLACE FUNCTION switchboard_bucket_lock(
+    p_endpoint uuid, p_queue text, p_group text, p_setting jsonb, p_cost float8,
+    p_may_wait boolean)
+RETURNS switchboard_bucket_shard
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    burst float8 := switchboard_rate_burst(p_setting);
+    found_shard int;
+    shards int;
+BEGIN
+    SELECT r.shard INTO found_shard FROM rate_buckets r
+     WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue AND r.group_key = p_group
+       AND switchboard_shard_level(r.tokens, r.refilled_at, r.shards, p_setting,
+                                   clock_timestamp()) >= p_cost - 1e-9
+     ORDER BY switchboard_shard_level(r.tokens, r.refilled_at, r.shards, p_setting,
+                                      clock_timestamp()) DESC
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN ROW(p_endpoint, p_queue, p_group, found_shard);
+    END IF;
+    IF NOT p_may_wait THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM rate_buckets r
+      WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue AND r.group_key = p_group
+      ORDER BY r.shard
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        shards := CASE WHEN p_group = '' THEN greatest(1, least(4, floor(burst)))::int
+                       ELSE 1 END;
+        INSERT INTO rate_buckets (endpoint_id, queue, group_key, shard, shards, tokens,
+                                  refilled_at)
+        SELECT p_endpoint, p_queue, p_group, s, shards, burst / shards,
+               clock_timestamp()
+          FROM generate_series(0, shards - 1) AS s
+        ON CONFLICT (endpoint_id, queue, group_key, shard) DO NOTHING;
+        PERFORM 1 FROM rate_buckets r
+          WHERE r.endpoint_id = p_endpoint AND r.queue = p_queue
+            AND r.group_key = p_group
+          ORDER BY r.shard
+            FOR UPDATE;
+    END IF;
+    RETURN ROW(p_endpoint, p_queue, p_group, -1);
+END
+$$;
+"""
+
 _0036 = importlib.import_module("todos.migrations.0036_rate_bucket_shards")
 
 
 class Migration(migrations.Migration):
     dependencies = [("todos", "0041_error_fingerprint_plpgsql")]
 
-    operations = [migrations.RunSQL(sql=ADMIT, reverse_sql=_0036.ADMIT)]
+    operations = [
+        migrations.RunSQL(sql=LOCK, reverse_sql=LOCK_BACK),
+        migrations.RunSQL(sql=ADMIT, reverse_sql=_0036.ADMIT),
+    ]
