@@ -982,6 +982,55 @@ def test_a_claim_that_locked_a_shard_never_waits_for_the_others(make_endpoint):
     assert len(store.claim_many(scope, "w3", limit=1)) == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_claim_holding_shards_it_could_not_use_waits_for_none(
+    make_endpoint,
+):
+    """CONTRACT §17, no deadlock between claims: a batch claim whose first
+    todo found its free shards each short of the cost (it holds them, and
+    passes that todo over) does not then wait for every shard for a later
+    todo whose cost is above one shard's share: it passes that one over too.
+    (Waiting there while holding shards deadlocked two claims in
+    bench/admission_run.py.)"""
+    scope = store.Scope.for_endpoint(make_endpoint("holding"))
+    admission.set_admission(
+        scope,
+        "q",
+        rate_limit={"count": 1, "per_seconds": 3600, "burst": 4},
+        group_rate_limit={"count": 100, "per_seconds": 1},
+    )
+    new(scope, title="warm")
+    assert len(store.claim_many(scope, "w0", limit=1)) == 1  # makes the shards
+    new(scope, group="a", title="first")
+    new(scope, cost=2, title="big")
+    with connection.cursor() as cursor:
+        # Shards 0-2 hold half a token each; shard 3, held below, one.
+        cursor.execute(
+            "UPDATE rate_buckets SET tokens = CASE WHEN shard = 3 THEN 1 ELSE 0.5"
+            " END, refilled_at = now() WHERE endpoint_id = %s AND group_key = ''",
+            [scope.endpoint_id],
+        )
+        assert cursor.rowcount == 4
+    other = _raw_connection()
+    try:
+        other.autocommit = False
+        other.execute(
+            "SELECT 1 FROM rate_buckets WHERE endpoint_id = %s AND group_key = ''"
+            " AND shard = 3 FOR UPDATE",
+            [scope.endpoint_id],
+        )
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            assert store.claim_many(scope, "w1", limit=10) == []
+        other.rollback()
+    finally:
+        other.close()
+    # With every shard free, the bucket's 2.5 tokens admit "first" (1) and
+    # then "big" (2) no more.
+    assert [t.title for t in store.claim_many(scope, "w1", limit=10)] == ["first"]
+
+
 @pytest.mark.parametrize(
     "bad",
     [{"count": 0, "per_seconds": 1}, {"count": 1, "per_seconds": 0}, {"x": 1}, 5],

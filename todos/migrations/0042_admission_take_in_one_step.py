@@ -165,7 +165,7 @@ BEGIN
                 qb := switchboard_bucket_lock(
                     p_endpoint, p_queues[i], '', q.rate_limit, p_costs[i],
                     NOT holding AND locked_shard IS NULL);
-                IF locked_shard IS NOT NULL THEN
+                IF locked_shard IS NOT NULL OR qb.endpoint_id IS NOT NULL THEN
                     holding := TRUE;
                 END IF;
                 IF qb.shard IS NULL THEN
@@ -179,10 +179,13 @@ BEGIN
         ELSIF q.rate_limit IS NOT NULL THEN
             qb := switchboard_bucket_lock(p_endpoint, p_queues[i], '', q.rate_limit,
                                           p_costs[i], NOT holding);
+            -- (A bucket named is a bucket some of whose shards it holds.)
+            IF qb.endpoint_id IS NOT NULL THEN
+                holding := TRUE;
+            END IF;
             IF qb.shard IS NULL THEN
                 CONTINUE;
             END IF;
-            holding := TRUE;
             IF qb.shard < 0 THEN
                 every_shard := every_shard || p_queues[i];
             END IF;
@@ -254,12 +257,13 @@ LOCK = r"""
 -- - the fullest shard that no other claim holds (SKIP LOCKED), when it holds
 --   the cost;
 -- - else, holding that shard, every other one that no other claim holds:
---   all of them (-1: judged by their summed level), or NULL (the caller
---   passes its candidate over this time);
+--   all of them (-1: judged by their summed level), or none (shard NULL,
+--   the bucket named: the caller passes its candidate over this time, and
+--   holds shards);
 -- - when it could lock none (others hold them all, or there is no bucket
 --   yet), or the cost is above one shard's share: every shard in order,
 --   waiting (the bucket made full on first use), when ``p_may_wait``; else
---   NULL.
+--   NULL (it locked nothing).
 -- A locking query here selects its rows by key alone. A row a concurrent
 -- claim changed is locked in its newest version and then checked again
 -- against the query's conditions; one that fails the check is not returned
@@ -312,7 +316,9 @@ BEGIN
             IF locked = shards THEN
                 RETURN ROW(p_endpoint, p_queue, p_group, -1);
             END IF;
-            RETURN NULL;
+            -- Holding shards it cannot use: no shard, but the bucket named,
+            -- so that the caller knows it holds some (and waits no more).
+            RETURN ROW(p_endpoint, p_queue, p_group, NULL::int);
         END IF;
     END IF;
     IF NOT p_may_wait THEN
