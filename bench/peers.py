@@ -42,7 +42,7 @@ clock (bench/benchlib.alternate), the mode of each turn shuffled, so each
 served path and its floor drain one queue under the same load on the machine,
 at the same moments. A ratio to the floor is taken from these turns: measured
 one path after another, PostgreSQL's CPU per todo moves 10–20% between
-windows for every path at once, which the turns cancel.
+windows for every path at once, which the turns share between the two.
 
 The served paths share one gunicorn (gunicorn.conf.py, as `make run` serves;
 ``--server-workers`` sets its processes; the floors have their own, as many).
