@@ -5,6 +5,7 @@ Exactness under concurrency is shown with real threads, each on its own
 connection, and the history checker (todos.store.admission_check).
 """
 
+import contextlib
 import json
 import random
 import threading
@@ -939,6 +940,35 @@ def test_claims_under_one_rate_limit_do_not_wait_for_each_others_commit(
     assert len([row for row in second if row[0] is not None]) == 1
 
 
+@contextlib.contextmanager
+def shards_hold(scope, tokens, held):
+    """Set the queue bucket's four shards to ``tokens`` (the last one's: 1),
+    then have another transaction hold shard ``held`` locked while the
+    caller claims (a claim that waited for it would hit its lock_timeout)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE rate_buckets SET tokens = CASE WHEN shard = 3 THEN 1 ELSE %s"
+            " END, refilled_at = now() WHERE endpoint_id = %s AND group_key = ''",
+            [tokens, scope.endpoint_id],
+        )
+        assert cursor.rowcount == 4
+    other = _raw_connection()
+    try:
+        other.autocommit = False
+        other.execute(
+            "SELECT 1 FROM rate_buckets WHERE endpoint_id = %s AND group_key = ''"
+            " AND shard = %s FOR UPDATE",
+            [scope.endpoint_id, held],
+        )
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            yield
+        other.rollback()
+    finally:
+        other.close()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_that_locked_a_shard_never_waits_for_the_others(make_endpoint):
     """CONTRACT §17, no deadlock between claims: a claim that has locked a
@@ -956,29 +986,8 @@ def test_a_claim_that_locked_a_shard_never_waits_for_the_others(make_endpoint):
     for _ in range(3):
         new(scope)
     assert len(store.claim_many(scope, "w0", limit=1)) == 1  # makes the shards
-    with connection.cursor() as cursor:
-        # Four shards: three drained, the last holding one token.
-        cursor.execute(
-            "UPDATE rate_buckets SET tokens = CASE WHEN shard = 3 THEN 1 ELSE 0 END,"
-            " refilled_at = now() WHERE endpoint_id = %s",
-            [scope.endpoint_id],
-        )
-        assert cursor.rowcount == 4
-    other = _raw_connection()
-    try:
-        other.autocommit = False
-        other.execute(
-            "SELECT 1 FROM rate_buckets WHERE endpoint_id = %s AND shard = 3"
-            " FOR UPDATE",
-            [scope.endpoint_id],
-        )
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '2s'")
-            assert store.claim_many(scope, "w3", limit=1) == []
-        other.rollback()
-    finally:
-        other.close()
+    with shards_hold(scope, tokens=0, held=3):  # three drained, one held
+        assert store.claim_many(scope, "w3", limit=1) == []
     assert len(store.claim_many(scope, "w3", limit=1)) == 1
 
 
@@ -1003,29 +1012,8 @@ def test_a_batch_claim_holding_shards_it_could_not_use_waits_for_none(
     assert len(store.claim_many(scope, "w0", limit=1)) == 1  # makes the shards
     new(scope, group="a", title="first")
     new(scope, cost=2, title="big")
-    with connection.cursor() as cursor:
-        # Shards 0-2 hold half a token each; shard 3, held below, one.
-        cursor.execute(
-            "UPDATE rate_buckets SET tokens = CASE WHEN shard = 3 THEN 1 ELSE 0.5"
-            " END, refilled_at = now() WHERE endpoint_id = %s AND group_key = ''",
-            [scope.endpoint_id],
-        )
-        assert cursor.rowcount == 4
-    other = _raw_connection()
-    try:
-        other.autocommit = False
-        other.execute(
-            "SELECT 1 FROM rate_buckets WHERE endpoint_id = %s AND group_key = ''"
-            " AND shard = 3 FOR UPDATE",
-            [scope.endpoint_id],
-        )
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '2s'")
-            assert store.claim_many(scope, "w1", limit=10) == []
-        other.rollback()
-    finally:
-        other.close()
+    with shards_hold(scope, tokens=0.5, held=3):  # three of half a token, one held
+        assert store.claim_many(scope, "w1", limit=10) == []
     # With every shard free, the bucket's 2.5 tokens admit "first" (1) and
     # then "big" (2) no more.
     assert [t.title for t in store.claim_many(scope, "w1", limit=10)] == ["first"]
