@@ -141,46 +141,51 @@ BEGIN
         locked_shard := NULL;
         IF q.rate_limit IS NOT NULL AND p_queues[i] = ANY(every_shard) THEN
             qb := ROW(p_endpoint, p_queues[i], '', -1);
-        ELSIF q.rate_limit IS NOT NULL
-              AND (q.group_rate_limit IS NULL OR p_groups[i] IS NULL)
-              AND p_costs[i] <= switchboard_rate_burst(q.rate_limit) / 4 THEN
-            -- 4a. No group bucket to judge after it, and a cost one shard's
-            --     share holds: lock the fullest shard no other claim holds
-            --     and, if it holds the cost, take it, in one statement (as
-            --     switchboard_bucket_lock then switchboard_bucket_take do:
-            --     the level read after the lock, the clock read after it).
-            --     The shard is chosen by its key alone, so the row locked is
-            --     the row returned (switchboard_bucket_lock says why).
-            WITH locked AS (
-                SELECT s.shard,
-                       switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
-                                               q.rate_limit, clock_timestamp())
-                           AS level
-                  FROM rate_buckets s
-                 WHERE s.endpoint_id = p_endpoint AND s.queue = p_queues[i]
-                   AND s.group_key = ''
-                 ORDER BY switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
-                                                  q.rate_limit, clock_timestamp())
-                          DESC
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED
-            ), took AS (
-                UPDATE rate_buckets r
-                   SET tokens = switchboard_shard_level(
-                                    r.tokens, r.refilled_at, r.shards, q.rate_limit,
-                                    clock_timestamp()) - p_costs[i],
-                       refilled_at = clock_timestamp()
-                  FROM locked l
-                 WHERE r.endpoint_id = p_endpoint AND r.queue = p_queues[i]
-                   AND r.group_key = '' AND r.shard = l.shard
-                   AND l.level >= p_costs[i] - 1e-9
-             RETURNING r.refilled_at
-            )
-            SELECT l.shard, (SELECT t.refilled_at FROM took t)
-              INTO locked_shard, taken_at
-              FROM locked l;
+        ELSIF q.rate_limit IS NOT NULL THEN
+            IF (q.group_rate_limit IS NULL OR p_groups[i] IS NULL)
+               AND p_costs[i] <= switchboard_rate_burst(q.rate_limit) / 4 THEN
+                -- 4a. No group bucket to judge after it, and a cost one
+                --     shard's share holds: lock the fullest shard no other
+                --     claim holds and, if it holds the cost, take it, in one
+                --     statement (as switchboard_bucket_lock then
+                --     switchboard_bucket_take do: the level read after the
+                --     lock, the clock read after it). The shard is chosen by
+                --     its key alone, so the row locked is the row returned
+                --     (switchboard_bucket_lock says why).
+                WITH locked AS (
+                    SELECT s.shard,
+                           switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
+                                                   q.rate_limit, clock_timestamp())
+                               AS level
+                      FROM rate_buckets s
+                     WHERE s.endpoint_id = p_endpoint AND s.queue = p_queues[i]
+                       AND s.group_key = ''
+                     ORDER BY switchboard_shard_level(s.tokens, s.refilled_at, s.shards,
+                                                      q.rate_limit, clock_timestamp())
+                              DESC
+                     LIMIT 1
+                       FOR UPDATE SKIP LOCKED
+                ), took AS (
+                    UPDATE rate_buckets r
+                       SET tokens = switchboard_shard_level(
+                                        r.tokens, r.refilled_at, r.shards, q.rate_limit,
+                                        clock_timestamp()) - p_costs[i],
+                           refilled_at = clock_timestamp()
+                      FROM locked l
+                     WHERE r.endpoint_id = p_endpoint AND r.queue = p_queues[i]
+                       AND r.group_key = '' AND r.shard = l.shard
+                       AND l.level >= p_costs[i] - 1e-9
+                 RETURNING r.refilled_at
+                )
+                SELECT l.shard, (SELECT t.refilled_at FROM took t)
+                  INTO locked_shard, taken_at
+                  FROM locked l;
+            END IF;
             IF taken_at IS NULL THEN
-                -- Holding the shard it locked (if any), it may not wait.
+                -- 4b. Else, or when that took nothing: as
+                --     switchboard_bucket_lock decides. Holding the shard it
+                --     locked (if any), it may not wait; a bucket named is a
+                --     bucket some of whose shards it holds.
                 qb := switchboard_bucket_lock(
                     p_endpoint, p_queues[i], '', q.rate_limit, p_costs[i],
                     NOT holding AND locked_shard IS NULL);
@@ -195,19 +200,6 @@ BEGIN
                 END IF;
             END IF;
             holding := TRUE;
-        ELSIF q.rate_limit IS NOT NULL THEN
-            qb := switchboard_bucket_lock(p_endpoint, p_queues[i], '', q.rate_limit,
-                                          p_costs[i], NOT holding);
-            -- (A bucket named is a bucket some of whose shards it holds.)
-            IF qb.endpoint_id IS NOT NULL THEN
-                holding := TRUE;
-            END IF;
-            IF qb.shard IS NULL THEN
-                CONTINUE;
-            END IF;
-            IF qb.shard < 0 THEN
-                every_shard := every_shard || p_queues[i];
-            END IF;
         END IF;
         IF q.group_rate_limit IS NOT NULL AND p_groups[i] IS NOT NULL THEN
             gb := switchboard_bucket_lock(p_endpoint, p_queues[i], p_groups[i],
