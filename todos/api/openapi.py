@@ -652,6 +652,12 @@ CRON_AND_EVERY = {
 }
 
 
+# A string with a character that is not blank, as the server reads blank
+# (Python's str.isspace): a JSON Schema pattern is ECMA-262's, whose \s leaves
+# out U+001C-U+001F and U+0085, so they are named too.
+NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
+
+
 def _schedule_body(operation: Operation, create: bool = False) -> Schema:
     """A schedule's body: its template's fields, a time zone the server knows,
     and (to create one) cron or every_seconds. A cron expression's validity
@@ -659,7 +665,7 @@ def _schedule_body(operation: Operation, create: bool = False) -> Schema:
     body = _body(operation)
     schema = body["content"]["application/json"]["schema"]
     properties = schema["properties"]
-    properties["cron"] = {**properties["cron"], "pattern": "\\S"}
+    properties["cron"] = {**properties["cron"], "pattern": NOT_BLANK}
     zones = sorted({*available_timezones(), "UTC"})
     properties["time_zone"] = {**properties["time_zone"], "enum": [*zones, None]}
     if create:
