@@ -208,6 +208,48 @@ def ensure_endpoint(url, name="bench"):
     return endpoint["endpoint_id"], endpoint["token"]
 
 
+# Tables whose autovacuum a benchmark holds off while it measures: (url, table).
+_HELD_AUTOVACUUM: set[tuple[str, str]] | None = None
+
+
+@contextlib.contextmanager
+def autovacuum_held():
+    """Hold autovacuum off on the tables the block's fills settle (see
+    ``settle``), and give each back its own setting afterwards.
+
+    A fill leaves its table vacuumed and analyzed, so a measured window of a
+    few seconds needs no vacuum; an autovacuum worker that starts inside one
+    adds its CPU to whichever path holds the turn, and PostgreSQL's CPU per
+    todo for the same statements then swings twofold between windows."""
+    global _HELD_AUTOVACUUM
+    _HELD_AUTOVACUUM = set()
+    try:
+        yield
+    finally:
+        held, _HELD_AUTOVACUUM = _HELD_AUTOVACUUM, None
+        for url, table in sorted(held):
+            reset = sql.SQL("ALTER TABLE IF EXISTS {} RESET (autovacuum_enabled)")
+            with (
+                contextlib.suppress(psycopg.Error),
+                psycopg.connect(url, autocommit=True) as conn,
+            ):
+                conn.execute(reset.format(sql.Identifier(table)))
+
+
+def settle(conn, url, *tables):
+    """VACUUM ANALYZE the freshly filled ``tables`` and checkpoint; inside
+    ``autovacuum_held`` also hold their autovacuum off until it ends."""
+    for table in tables:
+        name = sql.Identifier(table)
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(name))
+        if _HELD_AUTOVACUUM is not None:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(name)
+            )
+            _HELD_AUTOVACUUM.add((url, table))
+    conn.execute("CHECKPOINT")
+
+
 def reset_todos(url):
     """Empty the todos and their history, then checkpoint so runs start alike."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -228,8 +270,7 @@ def fill_pending(url, endpoint_id, count, queue=QUEUE):
     """Insert ``count`` pending todos in creation order, then analyze."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FILL_SQL, [endpoint_id, queue, count])
-        conn.execute("VACUUM ANALYZE todos")
-        conn.execute("CHECKPOINT")
+        settle(conn, url, "todos", "todo_events")
 
 
 # --- The store's own SQL on a bare connection (the baseline) --------------------

@@ -196,8 +196,7 @@ def bare_fill(url, endpoint_id, count):
         conn.execute(BARE_SCHEMA_SQL)
         conn.execute(f"TRUNCATE {BARE_TABLE}")
         conn.execute(BARE_FILL_SQL, [endpoint_id, benchlib.QUEUE, count])
-        conn.execute(f"VACUUM ANALYZE {BARE_TABLE}")
-        conn.execute("CHECKPOINT")
+        benchlib.settle(conn, url, BARE_TABLE)
 
 
 def bare_step(url, endpoint_id, worker):
@@ -443,8 +442,8 @@ async def pgqueuer_fill(url, count):
         for start in range(0, count, 10_000):
             size = min(10_000, count - start)
             await queries.enqueue(["bench"] * size, [None] * size, [0] * size)
-        await conn.execute("VACUUM ANALYZE pgqueuer")
-        await conn.execute("CHECKPOINT")
+    with psycopg.connect(url, autocommit=True) as conn:
+        benchlib.settle(conn, url, "pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
 
 
 def pgqueuer_loop(url, batch, window_start, stop_at):
@@ -518,8 +517,7 @@ async def procrastinate_fill(url, count):
             size = min(1_000, count - start)
             await bench.batch_defer_async(*({} for _ in range(size)))
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE procrastinate_jobs")
-        conn.execute("CHECKPOINT")
+        benchlib.settle(conn, url, "procrastinate_jobs", "procrastinate_events")
 
 
 def procrastinate_loop(url, window_start, stop_at):
@@ -1020,7 +1018,7 @@ def main():
         else contextlib.nullcontext()
     )
     floor = serve_floor(args, setup) if "floor" in needed else contextlib.nullcontext()
-    with serving as server, floor as floor_server:
+    with serving as server, floor as floor_server, benchlib.autovacuum_held():
         if server is not None:
             setup.serving(server)
         servers = {"switchboard": server, "floor": floor_server}

@@ -49,6 +49,33 @@ def test_postgres_cpu_counts_the_clusters_backends_as_they_work():
     assert postgres.cpu_seconds() - before >= 0.05
 
 
+def reloptions(conn, table):
+    row = conn.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [table]
+    ).fetchone()
+    return row[0]
+
+
+@pytest.mark.django_db
+def test_a_settled_table_keeps_autovacuum_off_only_while_it_is_held():
+    """peers.py holds autovacuum off on the tables it fills while it measures
+    (an autovacuum worker inside a window swung PostgreSQL's CPU per todo
+    twofold), and gives each table its own setting back afterwards."""
+    url = database_url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_settled (n int)")
+        try:
+            benchlib.settle(conn, url, "bench_settled")
+            assert reloptions(conn, "bench_settled") is None
+            with benchlib.autovacuum_held():
+                benchlib.settle(conn, url, "bench_settled")
+                held = reloptions(conn, "bench_settled")
+            assert held == ["autovacuum_enabled=false"]
+            assert reloptions(conn, "bench_settled") is None
+        finally:
+            conn.execute("DROP TABLE bench_settled")
+
+
 def test_the_server_budget_is_the_machines_cpu_at_the_target_rate_less_the_others():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import peers
