@@ -525,12 +525,14 @@ def tracing(data):
             ("drain", "claim+complete todos/s"),
         ):
             row = median[f"{path}_{phase}"]
+            each = row.get("reps", {})
             rows.append(
                 [
                     f"{label} {what}",
                     *(row["figures"][mode] for mode in ("on", "off", "bare")),
                     f"{row['slowdown']['on']:+.1%}",
                     f"{row['slowdown']['off']:+.1%}",
+                    ", ".join(f"{value:+.0%}" for value in each.get("on", [])),
                 ]
             )
     loads = ", ".join(
@@ -543,11 +545,15 @@ def tracing(data):
         f"{params['workers']} processes, {params['seconds']:g} s a phase, turns of "
         f"{params['slice']:g} s, median of {len(results['reps'])} rep(s) (load "
         f"average per rep: {loads}). Slower than bare: a create's p50 over bare's, "
-        f"bare's todos/s over the mode's; the targets are on ≤ "
+        f"bare's todos/s over the mode's, in each rep (its modes took turns under "
+        f"the same load), then the median over the reps; the targets are on ≤ "
         f"+{targets['on']:.0%}, off ≤ +{targets['off']:.0%}. The receiver got "
         f"{received} spans, decoding them in "
         f"{results['receiver_cpu_seconds']:.1f} CPU s.\n\n"
-        + table(["figure", "on", "off", "bare", "on vs bare", "off vs bare"], rows)
+        + table(
+            ["figure", "on", "off", "bare", "on vs bare", "off vs bare", "on: reps"],
+            rows,
+        )
     )
 
 

@@ -45,8 +45,9 @@ tracing's state at each change of turn: on (a tracer exporting to the same
 receiver), off, or the hooks stripped.
 
 Repeated --reps times; the medians, and each mode's slowdown against bare
-(create: p50 over bare's p50; drain: bare's todos/s over the mode's), minus
-one. Result: bench/results/latest/tracing.json (`python bench/report.py`).
+(create: p50 over bare's p50; drain: bare's todos/s over the mode's, minus
+one), taken in each rep and then the median over the reps. Result:
+bench/results/latest/tracing.json (`python bench/report.py`).
 
 What the on mode's figures count: everything tracing costs in the process
 that serves (or, through the store, runs) the request: the context read, the
@@ -306,8 +307,7 @@ def fill(url, endpoint_id, count):
         for mode in MODES:
             params = {"endpoint_id": endpoint_id, "queue": queue_of(mode)}
             conn.execute(FILL_SQL, {**params, "count": count})
-        conn.execute("VACUUM ANALYZE todos")
-        conn.execute("CHECKPOINT")
+        benchlib.settle(conn, url, "todos", "todo_events")
 
 
 CONTEXTS_SQL = """
@@ -379,6 +379,11 @@ def one_rep(args, url, endpoint_id, token, ports, receiver, number):
 
 
 def medians(reps):
+    """Each part's median figures over the reps, and each mode's slowdown: the
+    median of the reps' own slowdowns (each rep's modes ran in turns, under
+    the same load; the medians of the figures come from different reps, and
+    a ratio of them carries the load's swings from one rep to the next), with
+    every rep's."""
     out = {}
     for path, phase in PARTS:
         name = f"{path}_{phase}"
@@ -386,7 +391,15 @@ def medians(reps):
             mode: statistics.median(rep[name]["figures"][mode] for rep in reps)
             for mode in MODES
         }
-        out[name] = {"figures": figures, "slowdown": slowdown(figures, phase)}
+        each = {
+            mode: [rep[name]["slowdown"][mode] for rep in reps]
+            for mode in ("on", "off")
+        }
+        out[name] = {
+            "figures": figures,
+            "slowdown": {mode: statistics.median(each[mode]) for mode in each},
+            "reps": each,
+        }
     return out
 
 
@@ -440,7 +453,10 @@ def main():
     )
     with collector() as receiving:
         receiver = receiving.url
-        with servers(url, receiver, args.port, args.request_spans) as ports:
+        with (
+            servers(url, receiver, args.port, args.request_spans) as ports,
+            benchlib.autovacuum_held(),
+        ):
             cpu = receiving.cpu_seconds()
             reps = [
                 one_rep(args, url, endpoint_id, token, ports, receiver, n)
@@ -485,7 +501,8 @@ def main():
             ]
         )
     benchlib.print_table(
-        "Tracing's overhead (median of the reps; slower than bare, targets: "
+        "Tracing's overhead (slower than bare in each rep, the median over the "
+        "reps; targets: "
         "on ≤ +5%, off ≤ +1%)",
         ["figure", "on", "off", "bare", "on vs bare", "off vs bare"],
         rows,
