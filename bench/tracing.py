@@ -502,8 +502,7 @@ def main():
         )
     benchlib.print_table(
         "Tracing's overhead (slower than bare in each rep, the median over the "
-        "reps; targets: "
-        "on ≤ +5%, off ≤ +1%)",
+        "reps; targets: on ≤ +5%, off ≤ +1%)",
         ["figure", "on", "off", "bare", "on vs bare", "off vs bare"],
         rows,
     )
