@@ -8,8 +8,10 @@ claim them, single and in batches, by queue and by id, then complete, fail,
 release, ask (answered later by another worker), cancel, or walk away and let
 the lease lapse; a reaper process sweeps lapsed leases, due retries and
 expired questions all along; a settings process lowers and raises the queue's
-group_concurrency and the groups' overrides (pausing and resuming some) while
-it runs. Queue ``adm`` limits groups; queue ``adm-rate`` has a rate limit and
+group_concurrency and the groups' overrides (pausing and resuming some), and
+turns either queue's fair turns on and off, while it runs (so claims go
+through every claim statement: the plain claim, the fair claims and the
+admitting claim). Queue ``adm`` limits groups; queue ``adm-rate`` has a rate limit and
 a per-group rate limit.
 
 By default the run is over ``--servers`` (2) app servers, served as
@@ -118,7 +120,8 @@ def options():
     parse.add_argument(
         "--fair",
         action="store_true",
-        help="both queues give their groups fair turns (claimed as fair lanes)",
+        help="both queues start with fair turns (the settings changer turns them "
+        "on and off in any case)",
     )
     parse.add_argument(
         "--ha",
@@ -535,9 +538,14 @@ def sweeper(index, url, endpoint_id, groups, seed, finished, processes, served):
         elif roll < 0.8:
             queue, group = GROUPED, rng.choice(names)
             setting = {"concurrency": rng.choice([None, 0, 1, 2, 5])}
-        else:
+        elif roll < 0.92:
             queue, group = rng.choice([GROUPED, RATED]), rng.choice(names)
             setting = {"paused": rng.random() < 0.5}
+        else:
+            # Fair turns on and off: claims go through the fair claims and
+            # the admitting claim in turn.
+            queue, group = rng.choice([GROUPED, RATED]), None
+            setting = {"fair": rng.random() < 0.5}
         if apis:
             api = apis[counts["changes"] % len(apis)]
             if group is None:

@@ -1,11 +1,15 @@
-"""The fair claim (lifecycle.CLAIM_FAIR_SQL): a scope whose lanes are all fair
-is claimed by a statement without the plain and aged lanes and without
-reservations, which takes exactly what CLAIM_SQL takes, and defers to it
-when a lane is not fair or a candidate has a max_cost (CONTRACT §17, §18).
+"""The fair claims: a scope whose lanes are all fair is claimed by a
+statement without the plain and aged lanes and without reservations
+(lifecycle.CLAIM_FAIR_SQL), which takes exactly what CLAIM_SQL takes, and
+defers to it when a lane is not fair or a candidate has a max_cost (CONTRACT
+§17, §18); a claim of one from a scope with one fair queue is claimed by
+switchboard_claim_fair (lifecycle.CLAIM_FAIR_ONE_SQL), which takes exactly
+what they take, or defers to CLAIM_FAIR_SQL.
 
 Real PostgreSQL; time moves in the database (todos' timestamps).
 """
 
+import importlib
 import json
 import random
 
@@ -27,12 +31,17 @@ def claim_statements(scope, **claim):
     """The todos a claim took and the claim statements it ran, by name."""
     names = {
         lifecycle.CLAIM_PLAIN_SQL: "plain",
+        lifecycle.CLAIM_FAIR_ONE_SQL: "fair one",
         lifecycle.CLAIM_FAIR_SQL: "fair",
         lifecycle.CLAIM_SQL: "admitting",
     }
     with CaptureQueriesContext(connection) as ran:
         taken = store.claim_many(scope, "w", **claim)
-    statements = [q["sql"] for q in ran.captured_queries if "UPDATE todos" in q["sql"]]
+    statements = [
+        q["sql"]
+        for q in ran.captured_queries
+        if "UPDATE todos" in q["sql"] or "switchboard_claim_fair(" in q["sql"]
+    ]
     return taken, [next(n for s, n in names.items() if _same(s, q)) for q in statements]
 
 
@@ -49,8 +58,9 @@ def run(statement, scope, worker, limit, queue=None):
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-    defers = statement is lifecycle.CLAIM_FAIR_SQL and bool(rows and rows[0][-1])
-    if statement is lifecycle.CLAIM_FAIR_SQL:
+    deferring = statement in (lifecycle.CLAIM_FAIR_SQL, lifecycle.CLAIM_FAIR_ONE_SQL)
+    defers = deferring and bool(rows and rows[0][-1])
+    if deferring:
         rows = [row[:-1] for row in rows]
     over = rows[0][-1] if rows else None
     if isinstance(over, str):
@@ -77,7 +87,8 @@ def test_a_fair_scope_is_claimed_by_the_fair_claim_alone(scope):
     second = new(scope, group="b")
     lifecycle._ADMITTING.clear()
     taken, statements = claim_statements(scope, limit=1)
-    assert statements == ["plain", "fair"] and [t.id for t in taken] == [first.id]
+    assert statements == ["plain", "fair one"] and [t.id for t in taken] == [first.id]
+    # A batch goes past the claim of one to the fair claim.
     taken, statements = claim_statements(scope, limit=5)
     assert statements == ["fair"] and [t.id for t in taken] == [second.id]
     taken, statements = claim_statements(scope, limit=5)
@@ -94,8 +105,9 @@ def test_the_fair_claim_defers_when_a_lane_is_not_fair(scope):
     new(scope, queue="f", group="y")
     lifecycle._ADMITTING.clear()
     assert run(lifecycle.CLAIM_FAIR_SQL, scope, "w", 2) == ([], [], True)
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1) == ([], [], True)
     taken, statements = claim_statements(scope, limit=1)
-    assert statements == ["plain", "fair", "admitting"]
+    assert statements == ["plain", "fair one", "fair", "admitting"]
     assert [t.id for t in taken] == [older.id]
     # Remembered: the scope's next claim runs the admitting claim alone.
     taken, statements = claim_statements(scope, limit=1)
@@ -110,9 +122,10 @@ def test_the_fair_claim_defers_a_todo_with_max_cost_to_its_reservation(scope):
     store.create_budget(scope, scope="queue", queue="q", window="day", limit_usd=3)
     todo = new(scope, group="a", max_cost=2)
     assert run(lifecycle.CLAIM_FAIR_SQL, scope, "w", 1) == ([], [], True)
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1) == ([], [], True)
     lifecycle._ADMITTING.clear()
     taken, statements = claim_statements(scope, limit=1)
-    assert statements == ["plain", "fair", "admitting"]
+    assert statements == ["plain", "fair one", "fair", "admitting"]
     assert [t.id for t in taken] == [todo.id]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -195,3 +208,112 @@ def test_claim_order_is_total_todos_that_tie_on_every_key_go_by_id(scope):
             sid = transaction.savepoint()
             assert run(statement, scope, "w", 10)[0] == by_id
             transaction.savepoint_rollback(sid)
+
+
+def test_the_claim_of_one_takes_exactly_what_the_admitting_claim_takes(
+    scope, time_travel
+):
+    """CONTRACT §17: on the same rows, a claim of one by switchboard_claim_fair
+    takes the todo the admitting claim takes and passes over what it passes
+    over, or defers (claiming nothing): fair queues with groups, limits,
+    overrides, weights, paused groups, priorities, a rate limit, assignments,
+    lapsed leases and due retries, a queue that is not fair, one queue or
+    the whole scope."""
+    rng = random.Random(29)
+    admission.set_admission(scope, "a", fair=True, group_concurrency=1)
+    admission.set_admission(
+        scope,
+        "b",
+        fair=True,
+        group_concurrency=2,
+        rate_limit={"count": 12, "per_seconds": 3600, "burst": 12},
+    )
+    admission.set_admission(scope, "c", group_concurrency=1)
+    admission.set_group(scope, "a", "g1", weight=3)
+    admission.set_group(scope, "a", "g2", concurrency=2)
+    admission.set_group(scope, "a", "g4", concurrency=0)
+    admission.set_group(scope, "b", "g3", paused=True)
+    todos = []
+    for n in range(90):
+        fields = {"title": f"t{n}"}
+        if rng.random() < 0.8:
+            fields["group"] = rng.choice(["g0", "g1", "g2", "g3", "g4"])
+        if rng.random() < 0.2:
+            fields["priority"] = rng.choice([1, 2, 4])
+        if rng.random() < 0.15:
+            fields["assignee"] = rng.choice(["w1", "w2"])
+        queue = rng.choice(["a", "a", "b", "b", "c"])
+        todos.append(new(scope, queue=queue, **fields))
+    steps = claimed = deferred = 0
+    while steps < 80:
+        if steps == 40:
+            due_redeliveries(scope, todos, 6, rng, time_travel)
+        worker = rng.choice(["w1", "w2", "w3", ""])
+        queue = rng.choice([None, "a", "a", "b", "b", "c"])
+        with transaction.atomic():
+            sid = transaction.savepoint()
+            admitting = run(lifecycle.CLAIM_SQL, scope, worker, 1, queue)
+            transaction.savepoint_rollback(sid)
+            one = run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, worker, 1, queue)
+        context = (steps, worker, queue)
+        if one[2]:
+            assert one == ([], [], True), context
+            deferred += 1
+        else:
+            assert one == (admitting[0], admitting[1], False), context
+            claimed += len(one[0])
+        steps += 1
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, owner, lease_token FROM todos WHERE endpoint_id = %s"
+                " AND state = 'claimed' ORDER BY random() LIMIT 2",
+                [scope.endpoint_id],
+            )
+            ending = cursor.fetchall()
+        for todo_id, owner, token in ending:
+            if rng.random() < 0.5:
+                store.complete_todo(scope, todo_id, owner, lease_token=token)
+    assert claimed > 20 and deferred > 5
+
+
+def test_the_claim_of_one_claims_nothing_from_a_paused_queue(scope):
+    """CONTRACT §17: a paused fair queue has nothing to claim."""
+    admission.set_admission(scope, "q", fair=True)
+    new(scope, group="a")
+    store.pause_queue(scope, "q")
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1, "q") == ([], [], False)
+
+
+def test_the_claim_of_one_reads_past_full_groups_only_so_far(scope):
+    """CONTRACT §17: behind a group whose slot is taken, the claim of one reads
+    the lane's rows on and takes the first with room; past HEAD_ROWS rows with
+    none it defers to the fair claim, which takes what the admitting claim
+    takes, instead of probing thousands of rows one by one."""
+    migration = importlib.import_module("todos.migrations.0043_fair_claim_one")
+    admission.set_admission(scope, "q", fair=True, group_concurrency=1)
+    for _ in range(migration.HEAD_ROWS - 4):
+        new(scope, group="big")
+    held = store.claim_next(scope, "holder", queue="q")
+    assert held.group == "big"
+    later = new(scope, group="small", priority=4)
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1, "q") == (
+        [str(later.id)],
+        [],
+        False,
+    )
+    store.complete_todo(scope, later.id, "w", lease_token=_token(later.id))
+    for _ in range(8):
+        new(scope, group="big")
+    last = new(scope, group="small", priority=4)
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1, "q") == ([], [], True)
+    assert run(lifecycle.CLAIM_FAIR_SQL, scope, "w", 1, "q") == (
+        [str(last.id)],
+        [],
+        False,
+    )
+
+
+def _token(todo_id):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT lease_token FROM todos WHERE id = %s", [todo_id])
+        return cursor.fetchone()[0]

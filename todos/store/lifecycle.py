@@ -1198,15 +1198,36 @@ SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
  ORDER BY rank, level, rank_at, id
 """
 
+# The claim of one todo from a scope whose one queue is fair (CONTRACT §17:
+# fair turns): switchboard_claim_fair (migration 0043), a function of small
+# statements, each run only when it applies, where CLAIM_FAIR_SQL starts every
+# node of its plan on every execution. It decides as CLAIM_FAIR_SQL does with
+# a limit of 1, or defers to it (one row whose last column, ``defers``, is
+# TRUE): several queues with pending todos, a queue that is not fair, a pause
+# budget in force, a due redelivery, a candidate with a max_cost. Its rows
+# are CLAIM_FAIR_SQL's: the todo's columns, where it came from (always a
+# pending todo), what admission passed over, ``defers``.
+CLAIM_FAIR_ONE_SQL = f"""
+SELECT {", ".join(f"(f.todo).{name.strip()}" for name in TODO_COLUMNS.split(","))},
+       'pending'::text AS from_state, NULL::timestamptz AS lapsed_claimed_at,
+       NULL::timestamptz AS lapsed_at, f.passed, f.defers
+  FROM switchboard_claim_fair(%(endpoint_id)s::uuid, %(queues)s::text[],
+                              %(worker)s::text, %(lease)s::int,
+                              %(default_lease)s::int) f
+"""
+
 # Scopes (endpoint, queues) whose plain claim last found admission to do:
 # until when (time.monotonic()) their claims skip the plain claim, and the
-# statement they go to, CLAIM_FAIR_SQL until it defers, then CLAIM_SQL. A
+# statement they go to next in _CLAIM_CHAIN: CLAIM_FAIR_ONE_SQL (a claim of
+# one; a batch goes on to the next) until it defers, then CLAIM_FAIR_SQL
+# until it defers, then CLAIM_SQL. A
 # scope with controls pays one statement a claim, not two, and tries the plain
 # claim again after a while, in case its controls are gone. Only the cost
 # depends on it: the plain and fair claims check for themselves, so a stale
 # entry is never wrong.
 _ADMITTING: dict[tuple[str, tuple[str, ...] | None], tuple[float, str]] = {}
 ADMITTING_SECONDS = 30.0
+_CLAIM_CHAIN = (CLAIM_PLAIN_SQL, CLAIM_FAIR_ONE_SQL, CLAIM_FAIR_SQL, CLAIM_SQL)
 
 
 def claim_many_steps(
@@ -1222,9 +1243,10 @@ def claim_many_steps(
 
     Due redeliveries first, then the oldest due pending todos of queues that
     are not paused, assigned to nobody or to this worker. The statement is
-    CLAIM_PLAIN_SQL while the scope needs no admission, else CLAIM_FAIR_SQL
-    while its lanes are all fair, else CLAIM_SQL (each after the one before
-    found it could not decide, and claimed nothing).
+    CLAIM_PLAIN_SQL while the scope needs no admission, else (a claim of
+    one from a scope with one fair queue) CLAIM_FAIR_ONE_SQL, else
+    CLAIM_FAIR_SQL while its lanes are all fair, else CLAIM_SQL (each after
+    the one before found it could not decide, and claimed nothing).
     ``visible_at_once`` gives a lease that ends as it begins (SQS's
     ReceiveMessage with VisibilityTimeout 0): the next claim may take the
     todos at once, and the lease token stays good until one does.
@@ -1240,20 +1262,22 @@ def claim_many_steps(
     key = (scope.endpoint_id, scope.queues if queue is None else (queue,))
     until, sql = _ADMITTING.get(key, (0.0, CLAIM_SQL))
     if until <= time.monotonic():
-        rows = yield Statement("claim", CLAIM_PLAIN_SQL, params)
+        sql = CLAIM_PLAIN_SQL
+    # Each statement of the chain decides, or defers to the next (claiming
+    # nothing): the last column of its one row says so.
+    for step in _CLAIM_CHAIN[_CLAIM_CHAIN.index(sql) :]:
+        if step is CLAIM_FAIR_ONE_SQL and limit != 1:
+            continue
+        rows = yield Statement("claim", step, params)
+        if step is CLAIM_SQL:
+            return _claimed(rows)
         if not rows or not rows[0][-1]:
             return _claimed([row[:-1] for row in rows])
-        if len(_ADMITTING) >= 10_000:
+        if step is CLAIM_PLAIN_SQL and len(_ADMITTING) >= 10_000:
             _ADMITTING.clear()
-        sql = CLAIM_FAIR_SQL
-        _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, sql)
-    if sql is CLAIM_FAIR_SQL:
-        rows = yield Statement("claim", CLAIM_FAIR_SQL, params)
-        if not rows or not rows[0][-1]:
-            return _claimed([row[:-1] for row in rows])
-        _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, CLAIM_SQL)
-    rows = yield Statement("claim", CLAIM_SQL, params)
-    return _claimed(rows)
+        following = _CLAIM_CHAIN[_CLAIM_CHAIN.index(step) + 1]
+        _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, following)
+    raise AssertionError("CLAIM_SQL decides every claim")
 
 
 claim_many = on_django(claim_many_steps)
