@@ -69,6 +69,49 @@ def run(statement, scope, worker, limit, queue=None):
     return [str(row[0]) for row in rows if row[0] is not None], passed, defers
 
 
+def fair_world(scope, rng, count, queues):
+    """Fair queues a and b (b under a rate limit), with overrides, weights and
+    a paused group; ``count`` todos over ``queues`` with random groups,
+    priorities and assignments."""
+    admission.set_admission(scope, "a", fair=True, group_concurrency=1)
+    admission.set_admission(
+        scope,
+        "b",
+        fair=True,
+        group_concurrency=2,
+        rate_limit={"count": 12, "per_seconds": 3600, "burst": 12},
+    )
+    admission.set_group(scope, "a", "g1", weight=3)
+    admission.set_group(scope, "a", "g2", concurrency=2)
+    admission.set_group(scope, "b", "g3", paused=True)
+    todos = []
+    for n in range(count):
+        fields = {"title": f"t{n}"}
+        if rng.random() < 0.8:
+            fields["group"] = rng.choice(["g0", "g1", "g2", "g3", "g4"])
+        if rng.random() < 0.2:
+            fields["priority"] = rng.choice([1, 2, 4])
+        if rng.random() < 0.15:
+            fields["assignee"] = rng.choice(["w1", "w2"])
+        todos.append(new(scope, queue=rng.choice(queues), **fields))
+    return todos
+
+
+def end_some(scope, rng):
+    """Complete some claimed todos (up to two, each at even odds), freeing
+    their groups' slots."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, owner, lease_token FROM todos WHERE endpoint_id = %s"
+            " AND state = 'claimed' ORDER BY random() LIMIT 2",
+            [scope.endpoint_id],
+        )
+        ending = cursor.fetchall()
+    for todo_id, owner, token in ending:
+        if rng.random() < 0.5:
+            store.complete_todo(scope, todo_id, owner, lease_token=token)
+
+
 def test_the_fair_claims_plan_is_smaller_than_the_admitting_claims():
     """The fair claim carries none of the plain and aged lanes' nodes, nor the
     reservations'."""
@@ -144,27 +187,7 @@ def test_the_fair_claim_takes_exactly_what_the_admitting_claim_takes(
     a rate limit, assignments, lapsed leases and due retries, single and batch
     claims, one queue or the whole scope."""
     rng = random.Random(17)
-    admission.set_admission(scope, "a", fair=True, group_concurrency=1)
-    admission.set_admission(
-        scope,
-        "b",
-        fair=True,
-        group_concurrency=2,
-        rate_limit={"count": 12, "per_seconds": 3600, "burst": 12},
-    )
-    admission.set_group(scope, "a", "g1", weight=3)
-    admission.set_group(scope, "a", "g2", concurrency=2)
-    admission.set_group(scope, "b", "g3", paused=True)
-    todos = []
-    for n in range(70):
-        fields = {"title": f"t{n}"}
-        if rng.random() < 0.8:
-            fields["group"] = rng.choice(["g0", "g1", "g2", "g3", "g4"])
-        if rng.random() < 0.2:
-            fields["priority"] = rng.choice([1, 2, 4])
-        if rng.random() < 0.15:
-            fields["assignee"] = rng.choice(["w1", "w2"])
-        todos.append(new(scope, queue=rng.choice(["a", "b"]), **fields))
+    todos = fair_world(scope, rng, 70, ["a", "b"])
     due_redeliveries(scope, todos, 8, rng, time_travel)
     steps = claimed = 0
     while steps < 60:
@@ -181,17 +204,7 @@ def test_the_fair_claim_takes_exactly_what_the_admitting_claim_takes(
         assert fair[0] == admitting[0], context
         claimed += len(fair[0])
         steps += 1
-        # Some end, freeing their groups' slots.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, owner, lease_token FROM todos WHERE endpoint_id = %s"
-                " AND state = 'claimed' ORDER BY random() LIMIT 2",
-                [scope.endpoint_id],
-            )
-            ending = cursor.fetchall()
-        for todo_id, owner, token in ending:
-            if rng.random() < 0.5:
-                store.complete_todo(scope, todo_id, owner, lease_token=token)
+        end_some(scope, rng)
     assert claimed > 20
 
 
@@ -220,30 +233,9 @@ def test_the_claim_of_one_takes_exactly_what_the_admitting_claim_takes(
     lapsed leases and due retries, a queue that is not fair, one queue or
     the whole scope."""
     rng = random.Random(29)
-    admission.set_admission(scope, "a", fair=True, group_concurrency=1)
-    admission.set_admission(
-        scope,
-        "b",
-        fair=True,
-        group_concurrency=2,
-        rate_limit={"count": 12, "per_seconds": 3600, "burst": 12},
-    )
     admission.set_admission(scope, "c", group_concurrency=1)
-    admission.set_group(scope, "a", "g1", weight=3)
-    admission.set_group(scope, "a", "g2", concurrency=2)
     admission.set_group(scope, "a", "g4", concurrency=0)
-    admission.set_group(scope, "b", "g3", paused=True)
-    todos = []
-    for n in range(90):
-        fields = {"title": f"t{n}"}
-        if rng.random() < 0.8:
-            fields["group"] = rng.choice(["g0", "g1", "g2", "g3", "g4"])
-        if rng.random() < 0.2:
-            fields["priority"] = rng.choice([1, 2, 4])
-        if rng.random() < 0.15:
-            fields["assignee"] = rng.choice(["w1", "w2"])
-        queue = rng.choice(["a", "a", "b", "b", "c"])
-        todos.append(new(scope, queue=queue, **fields))
+    todos = fair_world(scope, rng, 90, ["a", "a", "b", "b", "c"])
     steps = claimed = deferred = 0
     while steps < 80:
         if steps == 40:
@@ -263,16 +255,7 @@ def test_the_claim_of_one_takes_exactly_what_the_admitting_claim_takes(
             assert one == (admitting[0], admitting[1], False), context
             claimed += len(one[0])
         steps += 1
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, owner, lease_token FROM todos WHERE endpoint_id = %s"
-                " AND state = 'claimed' ORDER BY random() LIMIT 2",
-                [scope.endpoint_id],
-            )
-            ending = cursor.fetchall()
-        for todo_id, owner, token in ending:
-            if rng.random() < 0.5:
-                store.complete_todo(scope, todo_id, owner, lease_token=token)
+        end_some(scope, rng)
     assert claimed > 20 and deferred > 5
 
 

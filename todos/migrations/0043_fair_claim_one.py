@@ -152,12 +152,7 @@ BEGIN
         SELECT t.id, t.priority, t.available_at, t.fair_tag, t.group_key, t.cost,
                t.max_cost, t.group_key IS NULL OR {room}
           INTO h_id, h_priority, h_at, h_tag, h_group, h_cost, h_max, h_room
-          FROM todos t
-         WHERE t.endpoint_id = p_endpoint AND t.state = 'pending'
-           AND t.queue = v_queue AND coalesce(t.assignee, '') = v_lane
-           AND t.fair_tag IS NOT NULL
-           AND t.available_at <= statement_timestamp()
-         ORDER BY t.priority, t.fair_tag
+          FROM {lane}
          LIMIT 1
            FOR UPDATE SKIP LOCKED;
         IF h_id IS NOT NULL AND NOT h_room THEN
@@ -165,12 +160,7 @@ BEGIN
             scanned := 0;
             OPEN lane_rows FOR
                 SELECT t.id, t.group_key IS NULL OR {room} AS room
-                  FROM todos t
-                 WHERE t.endpoint_id = p_endpoint AND t.state = 'pending'
-                   AND t.queue = v_queue AND coalesce(t.assignee, '') = v_lane
-                   AND t.fair_tag IS NOT NULL
-                   AND t.available_at <= statement_timestamp()
-                 ORDER BY t.priority, t.fair_tag
+                  FROM {lane}
                  LIMIT {head_rows} + 1;
             LOOP
                 FETCH lane_rows INTO r;
@@ -280,11 +270,21 @@ ROOM = """coalesce((
                    ON g.endpoint_id = p_endpoint AND g.queue = v_queue
                   AND g.group_key = t.group_key), FALSE)"""
 
+# A lane's due rows in turn order (step 4), through todos_fair_claim_idx.
+LANE = """todos t
+ WHERE t.endpoint_id = p_endpoint AND t.state = 'pending'
+   AND t.queue = v_queue AND coalesce(t.assignee, '') = v_lane
+   AND t.fair_tag IS NOT NULL
+   AND t.available_at <= statement_timestamp()
+ ORDER BY t.priority, t.fair_tag"""
+
 # A lane's rows a claim reads before it defers (step 4).
 HEAD_ROWS = 16
 
-CLAIM_FAIR = CLAIM_FAIR_TEMPLATE.replace("{room}", ROOM).replace(
-    "{head_rows}", str(HEAD_ROWS)
+CLAIM_FAIR = (
+    CLAIM_FAIR_TEMPLATE.replace("{lane}", LANE)
+    .replace("{room}", ROOM)
+    .replace("{head_rows}", str(HEAD_ROWS))
 )
 
 DROP = """
