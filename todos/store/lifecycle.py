@@ -1204,7 +1204,8 @@ SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
 # node of its plan on every execution. It decides as CLAIM_FAIR_SQL does with
 # a limit of 1, or defers to it (one row whose last column, ``defers``, is
 # TRUE): several queues with pending todos, a queue that is not fair, a pause
-# budget in force, a due redelivery, a candidate with a max_cost. Its rows
+# budget in force, a due redelivery, a candidate with a max_cost, a lane
+# whose first rows are all of groups with no room (HEAD_ROWS). Its rows
 # are CLAIM_FAIR_SQL's: the todo's columns, where it came from (always a
 # pending todo), what admission passed over, ``defers``.
 CLAIM_FAIR_ONE_SQL = f"""
