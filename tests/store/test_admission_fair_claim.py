@@ -300,3 +300,21 @@ def _token(todo_id):
     with connection.cursor() as cursor:
         cursor.execute("SELECT lease_token FROM todos WHERE id = %s", [todo_id])
         return cursor.fetchone()[0]
+
+
+def test_a_claim_of_one_deferred_by_a_due_redelivery_is_asked_again(scope, time_travel):
+    """CONTRACT §17: a due redelivery is claimed first, by the fair claim; the
+    scope's next claim of one asks switchboard_claim_fair again (a passing
+    reason), where a queue that is not fair is remembered."""
+    admission.set_admission(scope, "q", fair=True, group_concurrency=1)
+    lapsed = store.claim_todo(scope, new(scope, group="a").id, "w")
+    time_travel(lapsed.id, lease_expires_at=-900)
+    waiting = new(scope, group="b")
+    lifecycle._ADMITTING.clear()
+    assert run(lifecycle.CLAIM_FAIR_ONE_SQL, scope, "w", 1, "q") == ([], [], True)
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["plain", "fair one", "fair"]
+    assert [t.id for t in taken] == [lapsed.id]
+    taken, statements = claim_statements(scope, limit=1)
+    assert statements == ["fair one"] and [t.id for t in taken] == [waiting.id]
+    lifecycle._ADMITTING.clear()

@@ -13,7 +13,8 @@ claim+complete, against 1,070 for CLAIM_FAIR_SQL and 710 for the plain claim
 of a queue with no control at all.
 
 It decides exactly as CLAIM_FAIR_SQL does with a limit of 1, or it defers
-(claims nothing and answers one row whose ``defers`` is TRUE; a row it
+(claims nothing and answers one row whose ``defers`` says why: 'scope',
+'not_fair', 'passing', 'max_cost' or 'backlog'; a row it
 locked on the way is free again when its transaction ends) and
 CLAIM_FAIR_SQL decides: when the scope has more than one queue with pending
 todos, when its queue is not fair, when a pause budget of the endpoint is in
@@ -28,7 +29,7 @@ CLAIM_FAIR_TEMPLATE = r"""
 CREATE OR REPLACE FUNCTION switchboard_claim_fair(
     p_endpoint uuid, p_queues text[], p_worker text, p_lease int,
     p_default_lease int)
-RETURNS TABLE (todo todos, passed jsonb, defers boolean)
+RETURNS TABLE (todo todos, passed jsonb, defers text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_queue text;
@@ -72,7 +73,7 @@ BEGIN
              ORDER BY t.queue
              LIMIT 1;
             IF FOUND THEN
-                defers := TRUE;
+                defers := 'scope';
                 RETURN NEXT;
                 RETURN;
             END IF;
@@ -80,13 +81,14 @@ BEGIN
     ELSIF cardinality(p_queues) = 1 THEN
         v_queue := p_queues[1];
     ELSE
-        defers := TRUE;
+        defers := 'scope';
         RETURN NEXT;
         RETURN;
     END IF;
     -- 2. A pause budget of the endpoint in force (budgets_in_force_idx holds
     --    only those), or a due redelivery in the scope (the lease and retry
-    --    window indexes): CLAIM_FAIR_SQL decides.
+    --    window indexes): CLAIM_FAIR_SQL decides, this time ('passing': the
+    --    next claim asks this function again).
     PERFORM 1 FROM budgets b
      WHERE b.endpoint_id = p_endpoint AND b.in_force_until IS NOT NULL
        AND b.in_force_until > now() AND b.action = 'pause'
@@ -109,7 +111,7 @@ BEGIN
          LIMIT 1;
     END IF;
     IF FOUND THEN
-        defers := TRUE;
+        defers := 'passing';
         RETURN NEXT;
         RETURN;
     END IF;
@@ -124,7 +126,7 @@ BEGIN
       FROM queues p
      WHERE p.endpoint_id = p_endpoint AND p.name = v_queue;
     IF NOT FOUND OR NOT q.fair THEN
-        defers := TRUE;
+        defers := 'not_fair';
         RETURN NEXT;
         RETURN;
     END IF;
@@ -171,7 +173,7 @@ BEGIN
                 scanned := scanned + 1;
                 IF scanned > {head_rows} THEN
                     CLOSE lane_rows;
-                    defers := TRUE;
+                    defers := 'backlog';
                     RETURN NEXT;
                     RETURN;
                 END IF;
@@ -205,7 +207,7 @@ BEGIN
         RETURN;
     END IF;
     IF c_max IS NOT NULL THEN
-        defers := TRUE;
+        defers := 'max_cost';
         RETURN NEXT;
         RETURN;
     END IF;

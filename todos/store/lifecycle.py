@@ -1202,12 +1202,16 @@ SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
 # fair turns): switchboard_claim_fair (migration 0043), a function of small
 # statements, each run only when it applies, where CLAIM_FAIR_SQL starts every
 # node of its plan on every execution. It decides as CLAIM_FAIR_SQL does with
-# a limit of 1, or defers to it (one row whose last column, ``defers``, is
-# TRUE): several queues with pending todos, a queue that is not fair, a pause
-# budget in force, a due redelivery, a candidate with a max_cost, a lane
-# whose first rows are all of groups with no room (HEAD_ROWS). Its rows
+# a limit of 1, or defers to it (one row whose last column, ``defers``, says
+# why): several queues with pending todos, a queue that is not fair, a pause
+# budget in force or a due redelivery ('passing': the scope's next claim asks
+# it again), a candidate with a max_cost, a lane whose first rows are all of
+# groups with no room (HEAD_ROWS). Its rows
 # are CLAIM_FAIR_SQL's: the todo's columns, where it came from (always a
 # pending todo), what admission passed over, ``defers``.
+# Why a claim of one defers when the next claim may not: a pause budget in
+# force or a due redelivery (the scope's claims keep asking it first).
+PASSING = "passing"
 CLAIM_FAIR_ONE_SQL = f"""
 SELECT {", ".join(f"(f.todo).{name.strip()}" for name in TODO_COLUMNS.split(","))},
        'pending'::text AS from_state, NULL::timestamptz AS lapsed_claimed_at,
@@ -1220,8 +1224,8 @@ SELECT {", ".join(f"(f.todo).{name.strip()}" for name in TODO_COLUMNS.split(",")
 # Scopes (endpoint, queues) whose plain claim last found admission to do:
 # until when (time.monotonic()) their claims skip the plain claim, and the
 # statement they go to next in _CLAIM_CHAIN: CLAIM_FAIR_ONE_SQL (a claim of
-# one; a batch goes on to the next) until it defers, then CLAIM_FAIR_SQL
-# until it defers, then CLAIM_SQL. A
+# one; a batch goes on to the next) until it defers for a reason that does
+# not pass, then CLAIM_FAIR_SQL until it defers, then CLAIM_SQL. A
 # scope with controls pays one statement a claim, not two, and tries the plain
 # claim again after a while, in case its controls are gone. Only the cost
 # depends on it: the plain and fair claims check for themselves, so a stale
@@ -1274,6 +1278,8 @@ def claim_many_steps(
             return _claimed(rows)
         if not rows or not rows[0][-1]:
             return _claimed([row[:-1] for row in rows])
+        if step is CLAIM_FAIR_ONE_SQL and rows[0][-1] == PASSING:
+            continue
         if step is CLAIM_PLAIN_SQL and len(_ADMITTING) >= 10_000:
             _ADMITTING.clear()
         following = _CLAIM_CHAIN[_CLAIM_CHAIN.index(step) + 1]
