@@ -157,7 +157,9 @@ BEGIN
         SELECT t.id, t.priority, t.available_at, t.fair_tag, t.group_key, t.cost,
                t.max_cost, t.group_key IS NULL OR {room}
           INTO h_id, h_priority, h_at, h_tag, h_group, h_cost, h_max, h_room
-          FROM {lane}
+          FROM todos t
+         WHERE {in_lane}
+         ORDER BY t.priority, t.fair_tag
          LIMIT 1
            FOR UPDATE SKIP LOCKED;
         IF h_id IS NOT NULL AND NOT h_room THEN
@@ -165,7 +167,9 @@ BEGIN
             scanned := 0;
             OPEN lane_rows FOR
                 SELECT t.id, t.group_key IS NULL OR {room} AS room
-                  FROM {lane}
+                  FROM todos t
+                 WHERE {in_lane}
+                 ORDER BY t.priority, t.fair_tag
                  LIMIT {head_rows} + 1;
             LOOP
                 FETCH lane_rows INTO r;
@@ -182,10 +186,7 @@ BEGIN
                        t.cost, t.max_cost
                   INTO h_id, h_priority, h_at, h_tag, h_group, h_cost, h_max
                   FROM todos t
-                 WHERE t.id = r.id AND t.endpoint_id = p_endpoint
-                   AND t.state = 'pending' AND t.queue = v_queue
-                   AND coalesce(t.assignee, '') = v_lane AND t.fair_tag IS NOT NULL
-                   AND t.available_at <= statement_timestamp()
+                 WHERE t.id = r.id AND {in_lane}
                    FOR UPDATE SKIP LOCKED;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -275,19 +276,18 @@ ROOM = """coalesce((
                    ON g.endpoint_id = p_endpoint AND g.queue = v_queue
                   AND g.group_key = t.group_key), FALSE)"""
 
-# A lane's due rows in turn order (step 4), through todos_fair_claim_idx.
-LANE = """todos t
- WHERE t.endpoint_id = p_endpoint AND t.state = 'pending'
+# A row of the lane ``v_lane``, due (step 4): the lane is read in turn order
+# through todos_fair_claim_idx, and a row locked by id is checked again.
+IN_LANE = """t.endpoint_id = p_endpoint AND t.state = 'pending'
    AND t.queue = v_queue AND coalesce(t.assignee, '') = v_lane
    AND t.fair_tag IS NOT NULL
-   AND t.available_at <= statement_timestamp()
- ORDER BY t.priority, t.fair_tag"""
+   AND t.available_at <= statement_timestamp()"""
 
 # A lane's rows a claim reads before it defers (step 4).
 HEAD_ROWS = 16
 
 CLAIM_FAIR = (
-    CLAIM_FAIR_TEMPLATE.replace("{lane}", LANE)
+    CLAIM_FAIR_TEMPLATE.replace("{in_lane}", IN_LANE)
     .replace("{room}", ROOM)
     .replace("{head_rows}", str(HEAD_ROWS))
 )

@@ -1206,12 +1206,9 @@ SELECT {TODO_COLUMNS}, {LAPSED}, NULL::jsonb AS passed, v.admits
 # why): several queues with pending todos, a queue that is not fair, a pause
 # budget in force or a due redelivery ('passing': the scope's next claim asks
 # it again), a candidate with a max_cost, a lane whose first rows are all of
-# groups with no room (HEAD_ROWS). Its rows
-# are CLAIM_FAIR_SQL's: the todo's columns, where it came from (always a
-# pending todo), what admission passed over, ``defers``.
-# Why a claim of one defers when the next claim may not: a pause budget in
-# force or a due redelivery (the scope's claims keep asking it first).
-PASSING = "passing"
+# groups with no room (HEAD_ROWS). Its rows are CLAIM_FAIR_SQL's: the todo's
+# columns, where it came from (always a pending todo), what admission passed
+# over, ``defers``.
 CLAIM_FAIR_ONE_SQL = f"""
 SELECT {", ".join(f"(f.todo).{name.strip()}" for name in TODO_COLUMNS.split(","))},
        'pending'::text AS from_state, NULL::timestamptz AS lapsed_claimed_at,
@@ -1220,6 +1217,9 @@ SELECT {", ".join(f"(f.todo).{name.strip()}" for name in TODO_COLUMNS.split(",")
                               %(worker)s::text, %(lease)s::int,
                               %(default_lease)s::int) f
 """
+# Why a claim of one defers when the next claim may not: a pause budget in
+# force or a due redelivery (the scope's claims keep asking it first).
+PASSING = "passing"
 
 # Scopes (endpoint, queues) whose plain claim last found admission to do:
 # until when (time.monotonic()) their claims skip the plain claim, and the
@@ -1270,7 +1270,8 @@ def claim_many_steps(
         sql = CLAIM_PLAIN_SQL
     # Each statement of the chain decides, or defers to the next (claiming
     # nothing): the last column of its one row says so.
-    for step in _CLAIM_CHAIN[_CLAIM_CHAIN.index(sql) :]:
+    start = _CLAIM_CHAIN.index(sql)
+    for position, step in enumerate(_CLAIM_CHAIN[start:], start):
         if step is CLAIM_FAIR_ONE_SQL and limit != 1:
             continue
         rows = yield Statement("claim", step, params)
@@ -1282,7 +1283,7 @@ def claim_many_steps(
             continue
         if step is CLAIM_PLAIN_SQL and len(_ADMITTING) >= 10_000:
             _ADMITTING.clear()
-        following = _CLAIM_CHAIN[_CLAIM_CHAIN.index(step) + 1]
+        following = _CLAIM_CHAIN[position + 1]
         _ADMITTING[key] = (time.monotonic() + ADMITTING_SECONDS, following)
     raise AssertionError("CLAIM_SQL decides every claim")
 
